@@ -1,0 +1,132 @@
+"""Hardware catalog: presets, sources for every figure, dtype support, cluster geometry, input errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.errors import PdagInputError
+from tools.hardware import (
+    DTYPE_BYTES,
+    Accelerator,
+    Cluster,
+    accelerator_ids,
+    load_accelerator,
+    resolve_accelerator,
+)
+
+REQUIRED = ["a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "mi300x"]
+FIGURES = [
+    "memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops.bf16", "dense_tflops.fp16",
+    "dense_tflops.fp8", "dense_tflops.int8", "dense_tflops.int4", "intra_node.bandwidth_bytes_per_s",
+    "intra_node.latency_us", "inter_node.bandwidth_bytes_per_s", "inter_node.latency_us", "max_gpus_per_node",
+]
+
+INLINE = {
+    "name": "My GPU",
+    "memory_bytes": 64_000_000_000,
+    "memory_bandwidth_bytes_per_s": 2.0e12,
+    "dense_tflops": {"bf16": 400, "fp16": 400, "fp8": 800},
+    "intra_node": {"kind": "nvlink", "bandwidth_bytes_per_s": 2.0e11, "latency_us": 2},
+    "inter_node": {"kind": "infiniband", "bandwidth_bytes_per_s": 2.5e10, "latency_us": 5},
+}
+
+
+def test_dtype_bytes() -> None:
+    assert DTYPE_BYTES == {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+
+def test_required_presets_present() -> None:
+    assert set(REQUIRED) <= set(accelerator_ids())
+
+
+@pytest.mark.parametrize("gid", accelerator_ids())
+def test_preset_loads_with_sources(gid: str) -> None:
+    acc = load_accelerator(gid)
+    assert acc.id == gid
+    assert acc.memory_bytes > 10**10 and acc.memory_bandwidth_bytes_per_s > 1e11
+    assert set(FIGURES) <= set(acc.sources)
+    for fig in FIGURES:
+        src = acc.sources[fig]
+        assert src.startswith("https://") or src.startswith("assumption:"), (fig, src)
+    # vendor figures come from the vendor
+    for fig in ("memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops.bf16"):
+        assert acc.sources[fig].startswith("https://")
+    assert acc.intra_node.bandwidth_bytes_per_s > acc.inter_node.bandwidth_bytes_per_s
+    assert acc.peak_flops("bf16") > 1e14
+
+
+@pytest.mark.parametrize("gid", accelerator_ids())
+def test_bf16_below_fp8_where_both_exist(gid: str) -> None:
+    acc = load_accelerator(gid)
+    if acc.supports("fp8"):
+        assert acc.peak_flops("bf16") < acc.peak_flops("fp8")
+        assert acc.peak_flops("fp8") == pytest.approx(2 * acc.peak_flops("bf16"), rel=0.02)
+
+
+def test_a100_has_no_fp8() -> None:
+    acc = load_accelerator("a100-80gb")
+    assert acc.dense_tflops.fp8 is None
+    assert not acc.supports("fp8")
+    with pytest.raises(PdagInputError) as info:
+        acc.peak_flops("fp8")
+    assert info.value.field == "dtype" and "bf16" in (info.value.allowed or "")
+    with pytest.raises(PdagInputError):
+        acc.peak_flops("fp64")
+
+
+def test_dense_not_sparse_figures() -> None:
+    assert load_accelerator("h100-sxm").peak_flops("bf16") == pytest.approx(989.5e12)
+    assert load_accelerator("a100-80gb").peak_flops("bf16") == pytest.approx(312e12)
+    assert load_accelerator("mi300x").peak_flops("fp8") == pytest.approx(2614.9e12)
+    assert load_accelerator("h100-sxm").intra_node.bandwidth_bytes_per_s == pytest.approx(450e9)
+
+
+def test_case_insensitive_and_closest_ids() -> None:
+    assert load_accelerator("H100-SXM") is load_accelerator("h100-sxm")
+    with pytest.raises(PdagInputError) as info:
+        load_accelerator("h100")
+    err = info.value
+    assert err.field == "gpu" and "h100" in err.problem
+    assert err.allowed and err.allowed.startswith("closest presets:") and "h100-sxm" in err.allowed
+
+
+def test_inline_accelerator_validated() -> None:
+    acc = resolve_accelerator(INLINE)
+    assert isinstance(acc, Accelerator) and acc.name == "My GPU"
+    assert acc.peak_flops("fp8") == 800e12
+    assert not acc.supports("int8")
+    bad = dict(INLINE, memory_bytes=-1)
+    with pytest.raises(PdagInputError) as info:
+        resolve_accelerator(bad)
+    assert info.value.field == "gpu.memory_bytes"
+    missing = {k: v for k, v in INLINE.items() if k != "intra_node"}
+    with pytest.raises(PdagInputError) as info:
+        resolve_accelerator(missing)
+    assert info.value.field == "gpu.intra_node"
+    with pytest.raises(PdagInputError) as info:
+        resolve_accelerator(dict(INLINE, warp_drive=True))
+    assert info.value.field == "gpu.warp_drive"
+    with pytest.raises(PdagInputError) as info:
+        resolve_accelerator(dict(INLINE, dense_tflops={}))
+    assert info.value.field.startswith("gpu")
+    with pytest.raises(PdagInputError):
+        resolve_accelerator(3.5)  # type: ignore[arg-type]
+
+
+def test_cluster_geometry() -> None:
+    acc = load_accelerator("h100-sxm")
+    c = Cluster(accelerator=acc, num_gpus=20)
+    assert c.gpus_per_node == 8 and c.num_nodes == 3
+    assert [c.node_of(g) for g in (0, 7, 8, 19)] == [0, 0, 1, 2]
+    assert c.link_between(0, 7).kind == "nvlink"
+    assert c.link_between(7, 8).kind == "infiniband"
+    assert c.link_for([0, 1, 2]) is acc.intra_node and c.link_for([0, 9]) is acc.inter_node
+    with pytest.raises(PdagInputError):
+        c.node_of(20)
+    with pytest.raises(ValueError):
+        Cluster(accelerator=acc, num_gpus=0)
+    with pytest.raises(ValueError):
+        Cluster(accelerator=acc, num_gpus=8, gpus_per_node=73)
+    with pytest.raises(ValueError):
+        Cluster(accelerator=acc, num_gpus=70_000)
+    assert Cluster(accelerator=load_accelerator("gb200"), num_gpus=72, gpus_per_node=72).num_nodes == 1

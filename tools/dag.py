@@ -1,0 +1,151 @@
+"""The execution DAG: a networkx graph inside, versioned node-link JSON outside, with a published schema."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+DAG_FORMAT = "pdag.dag"
+DAG_VERSION = 1
+MAX_NODES = 250_000
+MAX_EDGES = 1_000_000
+MAX_DEVICE_ID = 1_000_000
+
+
+class NodeType(StrEnum):
+    REQUEST = "RequestNode"
+    REPLICA = "ReplicaNode"
+    PHASE = "PhaseNode"
+    STAGE = "PipelineStageNode"
+    DECODE_STEP = "DecodeStepNode"
+    EMBEDDING = "EmbeddingNode"
+    NORM = "NormNode"
+    ATTENTION = "AttentionNode"
+    FFN = "FFNNode"
+    MOE = "MoENode"
+    ROUTER = "RouterNode"
+    EXPERT = "ExpertNode"
+    LINEAR = "LinearNode"
+    LM_HEAD = "LMHeadNode"
+    KV_CACHE = "KVCacheUpdateNode"
+    ALL_REDUCE = "AllReduceNode"
+    ALL_GATHER = "AllGatherNode"
+    REDUCE_SCATTER = "ReduceScatterNode"
+    ALL_TO_ALL = "AllToAllNode"
+    SEND_RECV = "SendRecvNode"
+    KV_TRANSFER = "KVTransferNode"
+
+
+class EdgeType(StrEnum):
+    DATA = "data"
+    PIPELINE = "pipeline"
+    SYNC = "sync"
+    KV = "kv"
+
+
+CONTROL_TYPES = frozenset(
+    {NodeType.REQUEST, NodeType.REPLICA, NodeType.PHASE, NodeType.STAGE, NodeType.DECODE_STEP, NodeType.MOE}
+)
+COMM_TYPES = frozenset(
+    {
+        NodeType.ALL_REDUCE,
+        NodeType.ALL_GATHER,
+        NodeType.REDUCE_SCATTER,
+        NodeType.ALL_TO_ALL,
+        NodeType.SEND_RECV,
+        NodeType.KV_TRANSFER,
+    }
+)
+COMPUTE_TYPES = frozenset(set(NodeType) - CONTROL_TYPES - COMM_TYPES)
+
+
+class Node(BaseModel):
+    """One DAG node.  Shard coordinates are set only where the node is one shard of a parallel operator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=200)
+    type: NodeType
+    devices: list[int] = Field(max_length=65_536, description="GPU ids this node runs on (global numbering)")
+    phase: Literal["prefill", "decode"] | None = None
+    replica: int | None = Field(None, ge=0)
+    stage: int | None = Field(None, ge=0)
+    layer: int | None = Field(None, ge=0, description="0-based transformer layer")
+    layers: list[int] | None = Field(None, max_length=2, description="[first, last+1] layers of a stage node")
+    op: str | None = Field(None, max_length=200, description="logical operator this shard belongs to")
+    role: str | None = Field(None, max_length=40, description="e.g. dispatch, combine, tp_sync, sp_sync, shared")
+    tp_rank: int | None = Field(None, ge=0)
+    sp_rank: int | None = Field(None, ge=0)
+    ep_rank: int | None = Field(None, ge=0)
+    experts: list[int] | None = Field(None, max_length=100_000, description="experts held by an Expert node")
+    heads: int | None = Field(None, ge=0, description="query heads in this attention shard")
+    kv_heads: int | None = Field(None, ge=0, description="KV heads held by this shard (after replication)")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=200)
+    target: str = Field(min_length=1, max_length=200)
+    type: EdgeType = EdgeType.DATA
+
+
+class Dag(BaseModel):
+    """Node-link JSON of an execution DAG."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["pdag.dag"] = DAG_FORMAT
+    version: Literal[1] = DAG_VERSION
+    model: str | None = Field(None, description="model preset id (or name) the DAG was built for")
+    plan: dict[str, Any] | None = Field(None, description="the plan the DAG was built from, when known")
+    nodes: list[Node] = Field(max_length=MAX_NODES)
+    edges: list[Edge] = Field(max_length=MAX_EDGES)
+
+
+def dag_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of a DAG document (generated from the pydantic models)."""
+    schema = Dag.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://pdag.dev/schema/dag-v1.json"
+    return schema
+
+
+def graph_to_json(graph: nx.DiGraph) -> dict[str, Any]:
+    """Serialise a DAG graph to node-link JSON, in insertion order (deterministic)."""
+    nodes = [{"id": node_id, **attrs} for node_id, attrs in graph.nodes(data=True)]
+    edges = [{"source": u, "target": v, "type": t} for u, v, t in graph.edges(data="type")]
+    return {
+        "format": DAG_FORMAT,
+        "version": DAG_VERSION,
+        "model": graph.graph.get("model"),
+        "plan": graph.graph.get("plan"),
+        "nodes": nodes,
+        "edges": edges,
+    }
+
+
+def json_to_graph(dag: Dag) -> nx.DiGraph:
+    """Load a schema-valid DAG into networkx.  Edges to unknown nodes are kept out and reported by callers."""
+    graph = nx.DiGraph(model=dag.model, plan=dag.plan)
+    for node in dag.nodes:
+        attrs = node.model_dump(exclude={"id"}, exclude_none=True)
+        graph.add_node(node.id, **attrs)
+    for edge in dag.edges:
+        if edge.source in graph and edge.target in graph:
+            graph.add_edge(edge.source, edge.target, type=edge.type)
+    return graph
+
+
+def dangling_edges(dag: Dag) -> list[Edge]:
+    ids = {n.id for n in dag.nodes}
+    return [e for e in dag.edges if e.source not in ids or e.target not in ids]
+
+
+def nodes_of_type(graph: nx.DiGraph, *types: NodeType) -> list[str]:
+    wanted = set(types)
+    return [n for n, t in graph.nodes(data="type") if t in wanted]

@@ -1,0 +1,175 @@
+"""Hardware catalog: accelerators (``knowledge/hardware/accelerators.json``) and the cluster they form.
+
+Units are in the field names: bytes, bytes per second, microseconds, dense TFLOPS (no 2:4 sparsity;
+TOPS for the integer types). Link bandwidths are per GPU and per direction.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tools.errors import PdagInputError, closest
+
+__all__ = [
+    "DTYPE_BYTES",
+    "Accelerator",
+    "Cluster",
+    "DenseTflops",
+    "Link",
+    "accelerator_ids",
+    "load_accelerator",
+    "resolve_accelerator",
+]
+
+HARDWARE_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "hardware" / "accelerators.json"
+
+DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+MAX_GPUS = 65_536
+MAX_GPUS_PER_NODE = 72
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Link(_Frozen):
+    """One interconnect as seen from a single GPU."""
+
+    kind: Literal["nvlink", "xgmi", "pcie", "infiniband", "ethernet", "roce"]
+    bandwidth_bytes_per_s: float = Field(gt=0, le=1e15, description="per GPU, one direction")
+    latency_us: float = Field(ge=0, le=1e6)
+
+
+class DenseTflops(_Frozen):
+    """Dense peak tensor throughput per dtype (TFLOPS; TOPS for int8/int4); null when unsupported."""
+
+    bf16: float | None = Field(default=None, gt=0, le=1e7)
+    fp16: float | None = Field(default=None, gt=0, le=1e7)
+    fp8: float | None = Field(default=None, gt=0, le=1e7)
+    int8: float | None = Field(default=None, gt=0, le=1e7)
+    int4: float | None = Field(default=None, gt=0, le=1e7)
+
+
+class Accelerator(_Frozen):
+    id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200)
+    vendor: str = Field(default="unknown", max_length=100)
+    memory_bytes: int = Field(gt=0, le=10**14)
+    memory_bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)
+    dense_tflops: DenseTflops
+    intra_node: Link
+    inter_node: Link
+    max_gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
+    sources: dict[str, str] = Field(default_factory=dict)
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _some_compute(self) -> Accelerator:
+        if all(getattr(self.dense_tflops, d) is None for d in DTYPE_BYTES):
+            raise ValueError("dense_tflops needs at least one supported dtype")
+        return self
+
+    def supported_dtypes(self) -> list[str]:
+        return [d for d in DTYPE_BYTES if getattr(self.dense_tflops, d) is not None]
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in DTYPE_BYTES and getattr(self.dense_tflops, dtype) is not None
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s (OP/s for integer types) for ``dtype``."""
+        if dtype not in DTYPE_BYTES:
+            raise PdagInputError("dtype", f"unknown dtype {dtype!r}", ", ".join(DTYPE_BYTES))
+        tflops = getattr(self.dense_tflops, dtype)
+        if tflops is None:
+            raise PdagInputError("dtype", f"{self.name} has no {dtype} tensor-core support",
+                                 ", ".join(self.supported_dtypes()))
+        return tflops * 1e12
+
+
+class Cluster(_Frozen):
+    """``num_gpus`` accelerators, ``gpus_per_node`` to a node; GPU ids are 0..num_gpus-1, node-major."""
+
+    accelerator: Accelerator
+    num_gpus: int = Field(ge=1, le=MAX_GPUS)
+    gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    def node_of(self, gpu_id: int) -> int:
+        if isinstance(gpu_id, bool) or not isinstance(gpu_id, int) or not 0 <= gpu_id < self.num_gpus:
+            raise PdagInputError("gpu_id", f"GPU id {gpu_id!r} out of range", f"0..{self.num_gpus - 1}")
+        return gpu_id // self.gpus_per_node
+
+    def same_node(self, a: int, b: int) -> bool:
+        return self.node_of(a) == self.node_of(b)
+
+    def link_between(self, a: int, b: int) -> Link:
+        """The link two GPUs talk over: intra-node when they share a node, else inter-node."""
+        return self.accelerator.intra_node if self.same_node(a, b) else self.accelerator.inter_node
+
+    def link_for(self, gpu_ids: list[int] | tuple[int, ...]) -> Link:
+        """The slowest link a collective over ``gpu_ids`` crosses."""
+        nodes = {self.node_of(g) for g in gpu_ids}
+        return self.accelerator.intra_node if len(nodes) <= 1 else self.accelerator.inter_node
+
+    @property
+    def node_exceeds_accelerator_limit(self) -> bool:
+        return self.gpus_per_node > self.accelerator.max_gpus_per_node
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, dict[str, Any]]:
+    with open(HARDWARE_FILE, encoding="utf-8") as f:
+        return json.load(f)["accelerators"]
+
+
+def accelerator_ids() -> list[str]:
+    return sorted(_catalog())
+
+
+@cache
+def _load(key: str) -> Accelerator:
+    return Accelerator.model_validate({"id": key, **_catalog()[key]})
+
+
+def load_accelerator(id: str, *, field: str = "gpu") -> Accelerator:  # noqa: A002
+    """A catalog accelerator by id (case-insensitive)."""
+    if not isinstance(id, str):
+        raise PdagInputError(field, f"expected an accelerator id, got {type(id).__name__}",
+                             "presets: " + ", ".join(accelerator_ids()))
+    key = id.strip().lower()
+    if key not in _catalog():
+        raise PdagInputError(field, f"unknown accelerator {id!r}",
+                             "closest presets: " + ", ".join(closest(key, accelerator_ids())))
+    return _load(key)
+
+
+def resolve_accelerator(gpu: str | dict[str, Any] | Accelerator, *, field: str = "gpu") -> Accelerator:
+    """A preset id, an inline accelerator object (validated), or an Accelerator."""
+    if isinstance(gpu, Accelerator):
+        return gpu
+    if isinstance(gpu, str):
+        return load_accelerator(gpu, field=field)
+    if isinstance(gpu, dict):
+        data = dict(gpu)
+        data.setdefault("id", str(data.get("name") or "custom"))
+        data.setdefault("name", data["id"])
+        try:
+            return Accelerator.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            ctx = err.get("ctx") or {}
+            bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
+            allowed = bounds or ("see the accelerator schema" if err.get("type") != "missing" else "required")
+            raise PdagInputError(f"{field}.{loc}" if loc else field, err["msg"], allowed) from None
+    raise PdagInputError(field, f"cannot use {type(gpu).__name__} as an accelerator",
+                         "a preset id (e.g. h100-sxm) or an inline accelerator object")

@@ -1,0 +1,196 @@
+"""The plan an agent drafts (the contract's compact strategy) and its resolved, per-phase form."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tools.errors import PdagInputError
+from tools.hardware import Accelerator, Cluster, resolve_accelerator
+from tools.models import ModelSpec, resolve_model
+
+MAX_GPUS = 65_536
+MAX_DEGREE = 65_536
+MAX_SEQ_LEN = 2_097_152
+MAX_BATCH = 65_536
+
+Phase = Literal["prefill", "decode"]
+PHASES: tuple[Phase, ...] = ("prefill", "decode")
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+DEGREES = ("dp", "pp", "tp", "ep", "sp")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Degrees(_Strict):
+    """Parallel degrees; every field defaults to 1 (no parallelism along that dimension)."""
+
+    dp: int = Field(1, ge=1, le=MAX_DEGREE, description="request-level replicas (DP fan-out at the root)")
+    pp: int = Field(1, ge=1, le=MAX_DEGREE, description="pipeline stages, each a contiguous block of layers")
+    tp: int = Field(1, ge=1, le=MAX_DEGREE, description="tensor shards inside attention and FFN operators")
+    ep: int = Field(1, ge=1, le=MAX_DEGREE, description="Expert nodes (GPUs) each MoE layer is spread over")
+    sp: int = Field(1, ge=1, le=MAX_DEGREE, description="sequence shards inside attention")
+
+
+class PhaseDegrees(_Strict):
+    """Per-phase overrides of `parallel`; unset fields inherit the plan-wide degree."""
+
+    dp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    pp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    tp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    ep: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    sp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+
+
+class Phases(_Strict):
+    prefill: PhaseDegrees | None = None
+    decode: PhaseDegrees | None = None
+
+
+class Hardware(_Strict):
+    gpu: str | dict[str, Any] = Field(description="accelerator preset id (e.g. h100-sxm) or an inline object")
+    num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs the plan may use")
+    gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node sharing the fast interconnect")
+
+
+class Workload(_Strict):
+    input_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN, description="prompt tokens per sequence")
+    output_len: int = Field(256, ge=1, le=MAX_SEQ_LEN, description="generated tokens per sequence")
+    batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences processed together per DP replica")
+
+
+class Options(_Strict):
+    allow_expert_tp: bool = Field(False, description="opt in to TP inside experts (seed 000 forbids it by default)")
+    layer_split: list[int] | None = Field(
+        None, max_length=MAX_DEGREE, description="layers per pipeline stage, in order; default: as even as possible"
+    )
+    expert_imbalance_ok: bool = Field(False, description="state that an uneven expert split is intended")
+    kv_replication_ok: bool = Field(False, description="state that KV heads are replicated when tp > kv heads")
+    overlap_comm: bool = Field(True, description="estimator: overlap TP all-reduce / EP all-to-all with compute")
+
+
+class HFModel(_Strict):
+    hf_config: dict[str, Any]
+
+
+class Plan(_Strict):
+    """The compact strategy of the contract: model, hardware, degrees, optional per-phase overrides."""
+
+    model: str | HFModel = Field(description="model preset id, or {'hf_config': {...}}")
+    hardware: Hardware
+    parallel: Degrees = Field(default_factory=Degrees)
+    phases: Phases = Field(default_factory=Phases)
+    workload: Workload = Field(default_factory=Workload)
+    dtype: Dtype = "bf16"
+    kv_dtype: Dtype | None = None
+    objective: Literal["latency", "throughput"] = "latency"
+    options: Options = Field(default_factory=Options)
+
+    @model_validator(mode="after")
+    def _split_entries_positive(self) -> Plan:
+        if self.options.layer_split is not None and any(n < 0 for n in self.options.layer_split):
+            raise ValueError("layer_split entries must be >= 0")
+        return self
+
+    def degrees(self, phase: Phase) -> Degrees:
+        """The degrees in force for one phase (plan-wide degrees with that phase's overrides)."""
+        override = getattr(self.phases, phase)
+        if override is None:
+            return self.parallel
+        return self.parallel.model_copy(update=override.model_dump(exclude_none=True))
+
+    @property
+    def model_id(self) -> str:
+        if isinstance(self.model, str):
+            return self.model.lower()
+        cfg = self.model.hf_config
+        return str(cfg.get("_name_or_path") or cfg.get("model_type") or "custom")
+
+    @cached_property
+    def spec(self) -> ModelSpec:
+        return resolve_model(self.model if isinstance(self.model, str) else self.model.model_dump())
+
+    @cached_property
+    def accelerator(self) -> Accelerator:
+        return resolve_accelerator(self.hardware.gpu)
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return Cluster(
+            accelerator=self.accelerator,
+            num_gpus=self.hardware.num_gpus,
+            gpus_per_node=self.hardware.gpus_per_node,
+        )
+
+    @property
+    def effective_kv_dtype(self) -> Dtype:
+        return self.kv_dtype or self.dtype
+
+
+def _field_path(loc: tuple[Any, ...], root: str) -> str:
+    parts = [root]
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] += f"[{item}]"
+        elif item in ("str", "HFModel", "dict[str,any]"):
+            continue
+        else:
+            parts.append(str(item))
+    return ".".join(parts)
+
+
+def _allowed_for(error: dict[str, Any]) -> str | None:
+    ctx = error.get("ctx") or {}
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "only the documented fields (see the plan JSON Schema)"
+    if kind == "literal_error" and "expected" in ctx:
+        return str(ctx["expected"])
+    bounds = [f"{k.replace('_', ' ')} {v}" for k, v in ctx.items() if k in ("ge", "gt", "le", "lt", "max_length")]
+    return ", ".join(bounds) or None
+
+
+def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInputError:
+    """Turn pydantic's report into one error that names every bad field, what was wrong and what is allowed."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    problem = first["msg"]
+    others = [f"{_field_path(e['loc'], root)}: {e['msg']}" for e in errors[1:5]]
+    if len(errors) > 5:
+        others.append(f"... and {len(errors) - 5} more")
+    if others:
+        problem += "; also " + "; ".join(others)
+    return PdagInputError(_field_path(first["loc"], root), problem, _allowed_for(first))
+
+
+def parse_plan(data: Plan | dict[str, Any]) -> Plan:
+    """Validate a plan and resolve its model and GPU, raising PdagInputError with field paths."""
+    if isinstance(data, Plan):
+        plan = data
+    else:
+        if not isinstance(data, dict):
+            raise PdagInputError("plan", f"expected a JSON object, got {type(data).__name__}", "a plan object")
+        try:
+            plan = Plan.model_validate(data)
+        except ValidationError as exc:
+            raise validation_error_to_input_error(exc, "plan") from None
+    try:
+        plan.spec  # noqa: B018 - resolve now so unknown ids fail here, with closest ids
+    except PdagInputError as exc:
+        raise PdagInputError(f"plan.model{_suffix(exc.field, 'model')}", exc.problem, exc.allowed) from None
+    try:
+        plan.accelerator  # noqa: B018
+    except PdagInputError as exc:
+        raise PdagInputError(f"plan.hardware.gpu{_suffix(exc.field, 'gpu')}", exc.problem, exc.allowed) from None
+    return plan
+
+
+def _suffix(field: str, head: str) -> str:
+    """Keep the sub-path of a nested error (e.g. 'hf_config.num_attention_heads') under the plan field."""
+    if field in ("", head):
+        return ""
+    return "." + field.removeprefix(head + ".")
