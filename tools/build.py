@@ -175,10 +175,7 @@ class _Builder:
         # Attention: head shards x sequence shards over the TP GPUs (SP re-partitions them).
         hs, sp = pl.head_shards, pl.sp
         heads = spec.num_heads // hs if hs else spec.num_heads
-        if spec.attention == "mla":
-            kv_heads = None
-        else:
-            kv_heads = max(1, spec.num_kv_heads // hs)
+        kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
         op = f"{p}.attn"
         shards = []
         for h in range(hs):
