@@ -72,7 +72,8 @@ def test_moe_router_dispatch_experts_combine_in_order():
 
 
 def test_more_experts_than_gpus_groups_experts_per_expert_node():
-    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 16}, "parallel": {"tp": 8, "ep": 8, "pp": 2}}
+    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 16},
+            "parallel": {"tp": 8, "ep": 8, "pp": 2}}
     g = graph_of(plan)
     experts = of_type(g, NodeType.EXPERT, phase="prefill", layer=10)
     assert len(experts) == 8

@@ -45,7 +45,8 @@ def plan_from_args(args: argparse.Namespace) -> dict[str, Any]:
         try:
             plan = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})", "a plan object")
+            problem = f"not valid JSON ({exc.msg} at line {exc.lineno})"
+            raise PdagInputError("plan_file", problem, "a plan object") from None
     else:
         plan = json.loads(json.dumps(DEFAULT_PLAN))
     if args.model:
