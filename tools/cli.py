@@ -112,6 +112,50 @@ def _build_args(p: argparse.ArgumentParser) -> None:
 command("build", "plan -> execution DAG; prints a folded summary", _build_args)(cmd_build)
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from tools.models import load_preset, preset_ids
+
+    rows = []
+    for pid in preset_ids():
+        m = load_preset(pid)
+        moe = f"MoE {m.moe.num_experts}e top-{m.moe.experts_per_token}" if m.moe else "dense"
+        rows.append({"id": pid, "params_b": round(m.param_count() / 1e9, 2), "layers": m.num_layers,
+                     "heads": m.num_heads, "kv_heads": m.num_kv_heads, "attention": m.attention, "ffn": moe})
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for r in rows:
+            print(f"{r['id']:<24} {r['params_b']:>8.2f}B  {r['layers']:>3} layers  heads {r['heads']}/{r['kv_heads']}"
+                  f"  {r['attention']:<4} {r['ffn']}")
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from tools.hardware import accelerator_ids, load_accelerator
+
+    rows = []
+    for gid in accelerator_ids():
+        a = load_accelerator(gid)
+        rows.append({"id": gid, "memory_gb": a.memory_bytes / 1e9, "hbm_tb_s": a.memory_bandwidth_bytes_per_s / 1e12,
+                     "bf16_tflops": a.dense_tflops.bf16, "fp8_tflops": a.dense_tflops.fp8,
+                     "intra_node": f"{a.intra_node.kind} {a.intra_node.bandwidth_bytes_per_s / 1e9:g} GB/s"})
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for r in rows:
+            print(f"{r['id']:<12} {r['memory_gb']:>6.0f} GB  {r['hbm_tb_s']:>5.2f} TB/s  bf16 {r['bf16_tflops']} TFLOPS"
+                  f"  fp8 {r['fp8_tflops']}  {r['intra_node']}")
+    return 0
+
+
+def _json_only(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
+command("models", "list the model presets", _json_only)(cmd_models)
+command("gpus", "list the accelerator presets", _json_only)(cmd_gpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pdag", description="Plan, validate and estimate LLM inference parallelism.")
     sub = parser.add_subparsers(dest="command")
