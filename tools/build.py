@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -17,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType, graph_to_json
 from tools.errors import PdagInputError
-from tools.layout import Layout, PhaseLayout
+from tools.layout import Layout, PhaseLayout, Pool
 from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
 
@@ -27,10 +28,20 @@ DATA, PIPE, SYNC, KV = EdgeType.DATA, EdgeType.PIPELINE, EdgeType.SYNC, EdgeType
 def estimated_node_count(layout: Layout) -> int:
     """Upper bound on the nodes build_graph would create, computed before building anything."""
     spec = layout.plan.spec
-    w = layout.group_width
-    per_layer = 12 + 4 * w + (spec.moe.num_experts if spec.moe and layout.plan.options.allow_expert_tp else 0)
-    per_phase = spec.num_layers * per_layer + 8 * layout.pp + 8
-    return 1 + layout.dp * (1 + 2 * per_phase)
+    experts = spec.moe.num_experts if spec.moe and layout.plan.options.allow_expert_tp else 0
+    total = 1
+    for phase, pool in _distinct_pools(layout):
+        pl = layout.phases[phase]
+        per_layer = 12 + 4 * pool.group_width + 6 * pl.attn_dp + experts
+        per_phase = spec.num_layers * per_layer + 8 * pool.pp + 8
+        total += pool.dp * (1 + (2 if not layout.disaggregated else 1) * per_phase)
+    return total
+
+
+def _distinct_pools(layout: Layout) -> list[tuple[Phase, Pool]]:
+    if layout.disaggregated:
+        return [("prefill", layout.pools["prefill"]), ("decode", layout.pools["decode"])]
+    return [("prefill", layout.pools["prefill"])]
 
 
 def _shard_suffix(h: int, j: int, sp: int) -> str:
@@ -55,8 +66,9 @@ class _Builder:
         self.g = nx.DiGraph(model=plan.model_id, plan=plan.model_dump(mode="json", exclude_none=True))
         self.nodes: list[tuple[str, dict[str, Any]]] = []
         self.edges: list[tuple[str, str, dict[str, EdgeType]]] = []
-        self.prefill_kv: dict[tuple[int, int, int], tuple[str, int]] = {}  # (replica, layer, gpu) -> (id, stage)
-        self.reshards: set[str] = set()
+        # (replica id, layer, gpu) -> (prefill KV node, stage): where decode finds the cache it reads
+        self.prefill_kv: dict[tuple[str, int, int], tuple[str, int]] = {}
+        self.kv_links: set[str] = set()
         self._etype = {t: {"type": t} for t in EdgeType}  # networkx copies edge attrs: share the source dicts
 
     def node(self, node_id: str, ntype: NodeType, devices: list[int], **attrs: Any) -> str:
@@ -71,13 +83,27 @@ class _Builder:
 
     def build(self) -> nx.DiGraph:
         lay = self.layout
-        all_devices = list(range(lay.gpus_needed))
-        root = self.node("request", NodeType.REQUEST, all_devices, meta={"dp": lay.dp})
-        rep = self.node("r0", NodeType.REPLICA, lay.replica_devices(0), replica=0)
-        self.edge(root, rep)
-        last_prefill = self.phase_branch(0, "prefill", rep, None)
-        self.phase_branch(0, "decode", rep, last_prefill)
-        self.clone_replicas()
+        root = self.node("request", NodeType.REQUEST, list(range(lay.gpus_needed)),
+                         meta={"dp": lay.dp} if not lay.disaggregated else
+                         {"prefill_dp": lay.pools["prefill"].dp, "decode_dp": lay.pools["decode"].dp})
+        if not lay.disaggregated:
+            rep = self.node("r0", NodeType.REPLICA, lay.replica_devices(0), replica=0)
+            self.edge(root, rep)
+            last_prefill = self.phase_branch("r0", 0, "prefill", rep, None)
+            self.phase_branch("r0", 0, "decode", rep, last_prefill)
+            self.clone_replicas()
+        else:
+            pre, dec = lay.pools["prefill"], lay.pools["decode"]
+            heads = []
+            for i in range(pre.dp):
+                rep = self.node(f"p{i}", NodeType.REPLICA, pre.replica_devices(i), replica=i, meta={"pool": "prefill"})
+                self.edge(root, rep)
+                heads.append(self.phase_branch(f"p{i}", i, "prefill", rep, None))
+            for j in range(dec.dp):
+                rep = self.node(f"d{j}", NodeType.REPLICA, dec.replica_devices(j), replica=j, meta={"pool": "decode"})
+                self.edge(root, rep)
+                src = j % pre.dp  # decode replicas take requests from the prefill replicas in turn
+                self.phase_branch(f"d{j}", j, "decode", rep, heads[src], kv_source=f"p{src}")
         self.g.add_nodes_from(self.nodes)
         self.g.add_edges_from(self.edges)
         return self.g
@@ -97,16 +123,17 @@ class _Builder:
             for u, v, t in edges0:
                 self.edges.append((prefix + u[2:], prefix + v[2:], t))
 
-    def phase_branch(self, r: int, phase: Phase, rep: str, prefill_out: str | None) -> str:
-        lay, pl = self.layout, self.layout.phases[phase]
-        ph = self.node(f"r{r}.{phase}", NodeType.PHASE, lay.replica_devices(r), phase=phase, replica=r)
+    def phase_branch(self, rid: str, r: int, phase: Phase, rep: str, prefill_out: str | None,
+                     kv_source: str | None = None) -> str:
+        pool, pl = self.layout.pools[phase], self.layout.phases[phase]
+        ph = self.node(f"{rid}.{phase}", NodeType.PHASE, pool.replica_devices(r), phase=phase, replica=r)
         self.edge(rep, ph)
         prev = ph
         if phase == "decode":
             step = self.node(
-                f"r{r}.decode.step",
+                f"{rid}.decode.step",
                 NodeType.DECODE_STEP,
-                self.token_devices(r, 0, pl),
+                self.token_devices(pool, r, 0, pl),
                 phase=phase,
                 replica=r,
                 meta={"token": "t", "depends_on": "token t-1 (the prefill's first token for t=1)"},
@@ -115,11 +142,12 @@ class _Builder:
             if prefill_out is not None:
                 self.edge(prefill_out, step, SYNC)
             prev = step
-        for s, layers in enumerate(lay.stage_layers):
+        ctx = _Ctx(rid, r, phase, pl, pool, kv_source or rid)
+        for s, layers in enumerate(pool.stage_layers):
             stage = self.node(
-                f"r{r}.{phase}.s{s}",
+                f"{rid}.{phase}.s{s}",
                 NodeType.STAGE,
-                lay.stage_devices(r, s),
+                pool.stage_devices(r, s),
                 phase=phase,
                 replica=r,
                 stage=s,
@@ -127,26 +155,31 @@ class _Builder:
             )
             self.edge(prev, stage, PIPE if s > 0 else DATA)
             outs = [stage]
+            t_dev = self.token_devices(pool, r, s, pl)
             if s == 0:
-                outs = [self.node(f"r{r}.{phase}.embed", NodeType.EMBEDDING, self.token_devices(r, s, pl),
-                                  phase=phase, replica=r, stage=s)]
+                outs = [self.node(f"{rid}.{phase}.embed", NodeType.EMBEDDING, t_dev, phase=phase, replica=r, stage=s)]
                 self.edge(stage, outs[0])
-            for layer in layers:
-                outs = self.layer(r, phase, pl, s, layer, outs)
-            if s == lay.pp - 1:
-                t = self.token_devices(r, s, pl)
-                norm = self.node(f"r{r}.{phase}.final_norm", NodeType.NORM, t, phase=phase, replica=r, stage=s,
+            if pl.attn_dp > 1:
+                groups = {g: list(outs) for g in range(pl.attn_dp)}
+                for layer in layers:
+                    groups = self.layer_attention_dp(ctx, s, layer, groups)
+                outs = list(dict.fromkeys(o for g in sorted(groups) for o in groups[g]))
+            else:
+                for layer in layers:
+                    outs = self.layer(ctx, s, layer, outs)
+            if s == pool.pp - 1:
+                norm = self.node(f"{rid}.{phase}.final_norm", NodeType.NORM, t_dev, phase=phase, replica=r, stage=s,
                                  role="final_norm")
-                head = self.node(f"r{r}.{phase}.lm_head", NodeType.LM_HEAD, t, phase=phase, replica=r, stage=s)
+                head = self.node(f"{rid}.{phase}.lm_head", NodeType.LM_HEAD, t_dev, phase=phase, replica=r, stage=s)
                 for o in outs:
                     self.edge(o, norm)
                 self.edge(norm, head)
                 return head
-            nxt = self.token_devices(r, s + 1, pl)
+            nxt = self.token_devices(pool, r, s + 1, pl)
             send = self.node(
-                f"r{r}.{phase}.s{s}.send",
+                f"{rid}.{phase}.s{s}.send",
                 NodeType.SEND_RECV,
-                sorted(set(self.token_devices(r, s, pl)) | set(nxt)),
+                sorted(set(t_dev) | set(nxt)),
                 phase=phase,
                 replica=r,
                 stage=s,
@@ -158,100 +191,139 @@ class _Builder:
             prev = send
         return prev
 
-    def token_devices(self, r: int, s: int, pl: PhaseLayout) -> list[int]:
-        """GPUs holding the token activations between operators: the attention (TP) GPUs of the stage."""
-        base = self.layout.device(r, s, 0)
-        return list(range(base, base + pl.attn_width))
+    @staticmethod
+    def token_devices(pool: Pool, r: int, s: int, pl: PhaseLayout) -> list[int]:
+        """GPUs holding the token activations between operators: every attention GPU of the stage."""
+        base = pool.device(r, s, 0)
+        return list(range(base, base + pl.attention_gpus))
 
-    def layer(self, r: int, phase: Phase, pl: PhaseLayout, s: int, layer: int, inputs: list[str]) -> list[str]:
-        spec, lay = self.spec, self.layout
-        p = f"r{r}.{phase}.L{layer}"
-        common = {"phase": phase, "replica": r, "stage": s, "layer": layer}
-        t_dev = self.token_devices(r, s, pl)
+    def layer(self, c: _Ctx, s: int, layer: int, inputs: list[str]) -> list[str]:
+        p = f"{c.rid}.{c.phase}.L{layer}"
+        common = {"phase": c.phase, "replica": c.r, "stage": s, "layer": layer}
+        t_dev = self.token_devices(c.pool, c.r, s, c.pl)
         norm1 = self.node(f"{p}.norm_attn", NodeType.NORM, t_dev, role="pre_attention", **common)
         for i in inputs:
             self.edge(i, norm1)
+        out = self.attention(c, s, layer, norm1, f"{p}.attn", f"{p}.kv", 0, common)
+        norm2 = self.node(f"{p}.norm_ffn", NodeType.NORM, t_dev, role="pre_ffn", **common)
+        for o in out:
+            self.edge(o, norm2)
+        if self.spec.is_moe_layer(layer):
+            return self.moe(c, s, p, {0: norm2}, common)[0]
+        return self.dense_ffn(c, s, f"{p}.ffn", norm2, 0, common, role=None)
 
-        # Attention: head shards x sequence shards over the TP GPUs (SP re-partitions them).
+    def layer_attention_dp(self, c: _Ctx, s: int, layer: int, inputs: dict[int, list[str]]) -> dict[int, list[str]]:
+        """Opt-in attention-DP: each group runs attention (and dense FFN) on its own share of the batch."""
+        p = f"{c.rid}.{c.phase}.L{layer}"
+        norm2: dict[int, str] = {}
+        outs: dict[int, list[str]] = {}
+        for g in range(c.pl.attn_dp):
+            common = {"phase": c.phase, "replica": c.r, "stage": s, "layer": layer, "attn_group": g}
+            base = g * c.pl.attn_width
+            g_dev = [c.pool.device(c.r, s, base + i) for i in range(c.pl.attn_width)]
+            grp = self.node(f"{p}.adp.g{g}", NodeType.ATTN_DP_GROUP, g_dev, meta={"of": c.pl.attn_dp}, **common)
+            for i in inputs[g]:
+                self.edge(i, grp)
+            norm1 = self.node(f"{p}.norm_attn.g{g}", NodeType.NORM, g_dev, role="pre_attention", **common)
+            self.edge(grp, norm1)
+            out = self.attention(c, s, layer, norm1, f"{p}.attn.g{g}", f"{p}.kv.g{g}", base, common)
+            norm2[g] = self.node(f"{p}.norm_ffn.g{g}", NodeType.NORM, g_dev, role="pre_ffn", **common)
+            for o in out:
+                self.edge(o, norm2[g])
+            if not self.spec.is_moe_layer(layer):
+                outs[g] = self.dense_ffn(c, s, f"{p}.ffn.g{g}", norm2[g], base, common, role=None)
+        if self.spec.is_moe_layer(layer):
+            common = {"phase": c.phase, "replica": c.r, "stage": s, "layer": layer}
+            outs = self.moe(c, s, p, norm2, common)
+        return outs
+
+    def attention(self, c: _Ctx, s: int, layer: int, src: str, op: str, kv_prefix: str, base: int,
+                  common: dict[str, Any]) -> list[str]:
+        """Head shards x sequence shards over one attention group's GPUs, with KV cache and explicit syncs."""
+        spec, pl = self.spec, c.pl
         hs, sp = pl.head_shards, pl.sp
         heads = spec.num_heads // hs if hs else spec.num_heads
         kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
-        op = f"{p}.attn"
         shards = []
         for h in range(hs):
             for j in range(sp):
-                local = h * sp + j
-                dev = [lay.device(r, s, local)]
+                dev = [c.pool.device(c.r, s, base + h * sp + j)]
                 suffix = _shard_suffix(h, j, sp)
                 a = self.node(f"{op}.{suffix}", NodeType.ATTENTION, dev, op=op, tp_rank=h,
                               sp_rank=j if sp > 1 else None, heads=heads, kv_heads=kv_heads,
                               meta={"of": hs * sp, "seq_shards": sp} if sp > 1 else {"of": hs}, **common)
-                self.edge(norm1, a)
-                kv = self.node(f"{p}.kv.{suffix}", NodeType.KV_CACHE, dev, op=op, tp_rank=h,
+                self.edge(src, a)
+                kv = self.node(f"{kv_prefix}.{suffix}", NodeType.KV_CACHE, dev, op=op, tp_rank=h,
                                sp_rank=j if sp > 1 else None, kv_heads=kv_heads,
-                               role="write" if phase == "prefill" else "read_append", **common)
-                if phase == "prefill":
+                               role="write" if c.phase == "prefill" else "read_append", **common)
+                if c.phase == "prefill":
                     self.edge(a, kv)
-                    self.prefill_kv[(r, layer, dev[0])] = (kv, s)
+                    self.prefill_kv[(c.rid, layer, dev[0])] = (kv, s)
                 else:
                     self.edge(kv, a, KV)
-                    self.link_kv(r, layer, dev[0], kv, pl)
+                    self.link_kv(c, s, layer, dev[0], kv)
                 shards.append(a)
+        g_dev = [c.pool.device(c.r, s, base + i) for i in range(pl.attn_width)]
         out = shards
         if sp > 1:
-            gather = self.node(f"{op}.sp_gather", NodeType.ALL_GATHER, t_dev, op=op, role="sp_sync", **common)
+            gather = self.node(f"{op}.sp_gather", NodeType.ALL_GATHER, g_dev, op=op, role="sp_sync", **common)
             for a in out:
                 self.edge(a, gather)
             out = [gather]
         if hs > 1:
-            ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, t_dev, op=op, role="tp_sync", **common)
+            ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, g_dev, op=op, role="tp_sync", **common)
             for a in out:
                 self.edge(a, ar)
             out = [ar]
-        norm2 = self.node(f"{p}.norm_ffn", NodeType.NORM, t_dev, role="pre_ffn", **common)
-        for o in out:
-            self.edge(o, norm2)
-        if spec.is_moe_layer(layer):
-            return self.moe(p, r, s, pl, norm2, common)
-        return self.dense_ffn(f"{p}.ffn", r, s, pl, norm2, common, role=None)
+        return out
 
-    def dense_ffn(self, op: str, r: int, s: int, pl: PhaseLayout, src: str, common: dict[str, Any],
+    def dense_ffn(self, c: _Ctx, s: int, op: str, src: str, base: int, common: dict[str, Any],
                   role: str | None) -> list[str]:
-        lay, tp = self.layout, self.layout.phases[common["phase"]].tp
+        tp = c.pl.tp
         shards = []
         for i in range(tp):
-            f = self.node(f"{op}.t{i}", NodeType.FFN, [lay.device(r, s, i)], op=op, tp_rank=i, role=role,
-                          meta={"of": tp}, **common)
+            f = self.node(f"{op}.t{i}", NodeType.FFN, [c.pool.device(c.r, s, base + i)], op=op, tp_rank=i,
+                          role=role, meta={"of": tp}, **common)
             self.edge(src, f)
             shards.append(f)
         if tp == 1:
             return shards
-        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, self.token_devices(r, s, pl)[:tp] or
-                       [lay.device(r, s, 0)], op=op, role="tp_sync", **common)
+        devices = [c.pool.device(c.r, s, base + i) for i in range(tp)]
+        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, devices, op=op, role="tp_sync", **common)
         for f in shards:
             self.edge(f, ar)
         return [ar]
 
-    def moe(self, p: str, r: int, s: int, pl: PhaseLayout, src: str, common: dict[str, Any]) -> list[str]:
-        spec, lay = self.spec, self.layout
+    def moe(self, c: _Ctx, s: int, p: str, norms: dict[int, str], common: dict[str, Any]) -> dict[int, list[str]]:
+        """Router -> AllToAll dispatch -> Expert nodes (one per EP GPU) -> AllToAll combine, per group's tokens."""
+        spec, pl = self.spec, c.pl
         assert spec.moe is not None
-        t_dev = self.token_devices(r, s, pl)
+        t_dev = self.token_devices(c.pool, c.r, s, pl)
         ep = pl.ep
-        expert_tp = lay.group_width // ep if self.plan.options.allow_expert_tp and ep < lay.group_width else 1
-        e_dev = [lay.device(r, s, k) for k in range(ep * expert_tp)]
+        width = c.pool.group_width
+        expert_tp = width // ep if self.plan.options.allow_expert_tp and ep < width else 1
+        e_dev = [c.pool.device(c.r, s, k) for k in range(ep * expert_tp)]
         both = sorted(set(t_dev) | set(e_dev))
         moe = self.node(f"{p}.moe", NodeType.MOE, both, **common)
-        self.edge(src, moe)
-        router = self.node(f"{p}.router", NodeType.ROUTER, t_dev, op=f"{p}.moe",
-                           meta={"top_k": spec.moe.experts_per_token}, **common)
-        self.edge(moe, router)
-        dispatch = self.node(f"{p}.dispatch", NodeType.ALL_TO_ALL, both, op=f"{p}.moe", role="dispatch", **common)
-        self.edge(router, dispatch)
+        adp = pl.attn_dp > 1
+        dispatch = f"{p}.dispatch"
+        routers = []
+        for g, norm in norms.items():
+            self.edge(norm, moe)
+            gcommon = dict(common, attn_group=g) if adp else common
+            r_dev = [c.pool.device(c.r, s, g * pl.attn_width + i) for i in range(pl.attn_width)] if adp else t_dev
+            router = self.node(f"{p}.router.g{g}" if adp else f"{p}.router", NodeType.ROUTER, r_dev, op=f"{p}.moe",
+                               meta={"top_k": spec.moe.experts_per_token}, **gcommon)
+            self.edge(moe, router)
+            routers.append(router)
+        self.node(dispatch, NodeType.ALL_TO_ALL, both, op=f"{p}.moe", role="dispatch", **common)
+        for router in routers:
+            self.edge(router, dispatch)
         experts_out = []
         for k, experts in enumerate(_split_experts(spec.moe.num_experts, ep)):
             for j in range(expert_tp):
                 suffix = f"e{k}" if expert_tp == 1 else f"e{k}.t{j}"
-                e = self.node(f"{p}.{suffix}", NodeType.EXPERT, [lay.device(r, s, k * expert_tp + j)],
+                e = self.node(f"{p}.{suffix}", NodeType.EXPERT, [c.pool.device(c.r, s, k * expert_tp + j)],
                               op=f"{p}.moe", ep_rank=k, tp_rank=j if expert_tp > 1 else None, experts=experts,
                               meta={"of": expert_tp} if expert_tp > 1 else {}, **common)
                 self.edge(dispatch, e)
@@ -259,30 +331,56 @@ class _Builder:
         combine = self.node(f"{p}.combine", NodeType.ALL_TO_ALL, both, op=f"{p}.moe", role="combine", **common)
         for e in experts_out:
             self.edge(e, combine)
-        outs = [combine]
-        if spec.moe.num_shared_experts:
-            outs += self.dense_ffn(f"{p}.shared", r, s, pl, moe, common, role="shared_expert")
+        outs: dict[int, list[str]] = {}
+        for g, norm in norms.items():
+            outs[g] = [combine]
+            if spec.moe.num_shared_experts:
+                if adp:
+                    gcommon = dict(common, attn_group=g)
+                    outs[g] += self.dense_ffn(c, s, f"{p}.shared.g{g}", norm, g * pl.attn_width, gcommon,
+                                              role="shared_expert")
+                else:
+                    outs[g] += self.dense_ffn(c, s, f"{p}.shared", moe, 0, common, role="shared_expert")
         return outs
 
-    def link_kv(self, r: int, layer: int, device: int, decode_kv: str, pl: PhaseLayout) -> None:
-        """KV dependency from prefill into decode; a reshard node when the two phases shard KV differently."""
-        found = self.prefill_kv.get((r, layer, device))
-        if found is None:
-            return
-        src, stage = found
+    def link_kv(self, c: _Ctx, s: int, layer: int, device: int, decode_kv: str) -> None:
+        """KV dependency from prefill into decode, through an explicit node whenever the cache must move."""
         pre = self.layout.phases["prefill"]
-        if (pre.head_shards, pre.sp) == (pl.head_shards, pl.sp):
-            self.edge(src, decode_kv, KV)
+        if self.layout.disaggregated:
+            self._kv_via(f"{c.rid}.kv_transfer.L{layer}", "kv_transfer", c, s, layer, decode_kv, pre)
             return
-        rid = f"r{r}.kv_reshard.L{layer}"
-        if rid not in self.reshards:
-            self.reshards.add(rid)
-            self.node(rid, NodeType.KV_TRANSFER, self.token_devices(r, stage, pl), replica=r, layer=layer,
-                      stage=stage, role="kv_reshard", meta={"from_sp": pre.sp, "to_sp": pl.sp})
-            for (rr, ll, _), (kv, _) in self.prefill_kv.items():
-                if rr == r and ll == layer:
-                    self.edge(kv, rid, KV)
-        self.edge(rid, decode_kv, KV)
+        found = self.prefill_kv.get((c.rid, layer, device))
+        same_layout = (pre.head_shards, pre.sp, pre.attn_dp) == (c.pl.head_shards, c.pl.sp, c.pl.attn_dp)
+        if found is not None and same_layout:
+            self.edge(found[0], decode_kv, KV)
+            return
+        self._kv_via(f"{c.rid}.kv_reshard.L{layer}", "kv_reshard", c, s, layer, decode_kv, pre)
+
+    def _kv_via(self, nid: str, role: str, c: _Ctx, s: int, layer: int, decode_kv: str, pre: PhaseLayout) -> None:
+        if nid not in self.kv_links:
+            self.kv_links.add(nid)
+            sources = [(kv, st, d) for (rid, ll, d), (kv, st) in self.prefill_kv.items()
+                       if rid == c.kv_source and ll == layer]
+            devices = sorted({d for _, _, d in sources} | set(self.token_devices(c.pool, c.r, s, c.pl)))
+            self.node(nid, NodeType.KV_TRANSFER, devices, replica=c.r, layer=layer, stage=s, role=role,
+                      meta={"from": {"replica": c.kv_source, "head_shards": pre.head_shards, "sp": pre.sp,
+                                     "attn_dp": pre.attn_dp},
+                            "to": {"head_shards": c.pl.head_shards, "sp": c.pl.sp, "attn_dp": c.pl.attn_dp}})
+            for kv, _, _ in sources:
+                self.edge(kv, nid, KV)
+        self.edge(nid, decode_kv, KV)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """Where a branch is being built: replica id and index, phase, its degrees and its GPU pool."""
+
+    rid: str
+    r: int
+    phase: Phase
+    pl: PhaseLayout
+    pool: Pool
+    kv_source: str
 
 
 @contextmanager

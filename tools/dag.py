@@ -37,6 +37,7 @@ class NodeType(StrEnum):
     ALL_TO_ALL = "AllToAllNode"
     SEND_RECV = "SendRecvNode"
     KV_TRANSFER = "KVTransferNode"
+    ATTN_DP_GROUP = "AttentionDPGroupNode"
 
 
 class EdgeType(StrEnum):
@@ -47,7 +48,15 @@ class EdgeType(StrEnum):
 
 
 CONTROL_TYPES = frozenset(
-    {NodeType.REQUEST, NodeType.REPLICA, NodeType.PHASE, NodeType.STAGE, NodeType.DECODE_STEP, NodeType.MOE}
+    {
+        NodeType.REQUEST,
+        NodeType.REPLICA,
+        NodeType.PHASE,
+        NodeType.STAGE,
+        NodeType.DECODE_STEP,
+        NodeType.MOE,
+        NodeType.ATTN_DP_GROUP,
+    }
 )
 COMM_TYPES = frozenset(
     {
@@ -80,6 +89,7 @@ class Node(BaseModel):
     tp_rank: int | None = Field(None, ge=0)
     sp_rank: int | None = Field(None, ge=0)
     ep_rank: int | None = Field(None, ge=0)
+    attn_group: int | None = Field(None, ge=0, description="attention-DP group (only with opt-in attention-DP)")
     experts: list[int] | None = Field(None, max_length=100_000, description="experts held by an Expert node")
     heads: int | None = Field(None, ge=0, description="query heads in this attention shard")
     kv_heads: int | None = Field(None, ge=0, description="KV heads held by this shard (after replication)")

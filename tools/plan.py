@@ -19,7 +19,7 @@ MAX_BATCH = 65_536
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-DEGREES = ("dp", "pp", "tp", "ep", "sp")
+DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
 
 
 class _Strict(BaseModel):
@@ -34,6 +34,10 @@ class Degrees(_Strict):
     tp: int = Field(1, ge=1, le=MAX_DEGREE, description="tensor shards inside attention and FFN operators")
     ep: int = Field(1, ge=1, le=MAX_DEGREE, description="Expert nodes (GPUs) each MoE layer is spread over")
     sp: int = Field(1, ge=1, le=MAX_DEGREE, description="sequence shards inside attention")
+    attn_dp: int = Field(
+        1, ge=1, le=MAX_DEGREE,
+        description="attention-DP groups per stage (opt-in via options.allow_attention_dp; SGLang's DP attention)",
+    )
 
 
 class PhaseDegrees(_Strict):
@@ -44,6 +48,7 @@ class PhaseDegrees(_Strict):
     tp: int | None = Field(None, ge=1, le=MAX_DEGREE)
     ep: int | None = Field(None, ge=1, le=MAX_DEGREE)
     sp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    attn_dp: int | None = Field(None, ge=1, le=MAX_DEGREE)
 
 
 class Phases(_Strict):
@@ -70,6 +75,12 @@ class Options(_Strict):
     )
     expert_imbalance_ok: bool = Field(False, description="state that an uneven expert split is intended")
     kv_replication_ok: bool = Field(False, description="state that KV heads are replicated when tp > kv heads")
+    allow_attention_dp: bool = Field(
+        False, description="opt in to attention-DP: attention replicated per group, experts spread over the stage"
+    )
+    disaggregated: bool = Field(
+        False, description="prefill and decode on separate GPU pools, each with its own degrees (phases.*)"
+    )
     overlap_comm: bool = Field(True, description="estimator: overlap TP all-reduce / EP all-to-all with compute")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 import networkx as nx
@@ -31,12 +32,19 @@ class PhaseView(BaseModel):
     stages: list[StageView]
 
 
+class PoolView(BaseModel):
+    pool: str = Field(description="'prefill+decode' (aggregated serving), or 'prefill' / 'decode' (disaggregated)")
+    replicas: int
+    gpus_per_replica: int
+
+
 class FoldedDag(BaseModel):
     """What a DAG looks like, folded: replica 0 in detail (other replicas are the same, shifted)."""
 
     model: str | None
     replicas: int
     gpus_per_replica: int
+    pools: list[PoolView]
     phases: list[PhaseView]
     node_counts: dict[str, int]
     edge_counts: dict[str, int]
@@ -44,6 +52,7 @@ class FoldedDag(BaseModel):
     total_edges: int
 
 
+_GROUP = re.compile(r"\.g\d+$")  # attention-DP group suffix: groups fold together
 _SHORT = {
     NodeType.NORM: "norm",
     NodeType.ATTENTION: "attention",
@@ -57,6 +66,7 @@ _SHORT = {
     NodeType.ROUTER: "router",
     NodeType.EXPERT: "experts",
     NodeType.LINEAR: "linear",
+    NodeType.ATTN_DP_GROUP: "attention-dp-group",
 }
 
 
@@ -65,7 +75,7 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     order: list[tuple[str, str | None, str]] = []
     for n in nodes:  # insertion order follows construction order
         a = graph.nodes[n]
-        key = (str(a["type"]), a.get("role"), (a.get("op") or "").rsplit(".", 1)[-1])
+        key = (str(a["type"]), a.get("role"), _GROUP.sub("", a.get("op") or "").rsplit(".", 1)[-1])
         if key not in counts:
             order.append(key)
         counts[key] += 1
@@ -86,6 +96,7 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
     """Summarise a DAG: per phase, per stage, runs of identical layers with their operator pattern."""
     replicas: set[int] = set()
     replica_sizes: list[int] = []
+    pools: dict[str, list[int]] = {}
     per_layer: dict[tuple[str, int], list[str]] = defaultdict(list)
     stage_nodes: dict[str, list[tuple[int, str]]] = defaultdict(list)
     node_counts: Counter[str] = Counter()
@@ -96,6 +107,7 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
         if t == NodeType.REPLICA:
             replicas.add(a.get("replica", 0))
             replica_sizes.append(len(a.get("devices", ())))
+            pools.setdefault((a.get("meta") or {}).get("pool", "prefill+decode"), []).append(len(a["devices"]))
         rep = a.get("replica")
         if first_replica is None and rep is not None:
             first_replica = rep
@@ -127,6 +139,7 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
         model=graph.graph.get("model"),
         replicas=len(replicas),
         gpus_per_replica=max(replica_sizes, default=0),
+        pools=[PoolView(pool=k, replicas=len(v), gpus_per_replica=max(v)) for k, v in pools.items()],
         phases=phases,
         node_counts=dict(sorted(node_counts.items())),
         edge_counts=dict(sorted(edge_counts.items())),
@@ -198,7 +211,12 @@ def render_text(folded: FoldedDag, gpus_used: int, gpus_available: int | None = 
     """The CLI's readable summary."""
     out = [f"model: {folded.model}"]
     avail = f" of {gpus_available} available" if gpus_available is not None else ""
-    out.append(f"GPUs used: {gpus_used}{avail} ({folded.replicas} replica(s) x {folded.gpus_per_replica})")
+    shape = ", ".join(
+        f"{p.pool} pool: {p.replicas} replica(s) x {p.gpus_per_replica}" if len(folded.pools) > 1
+        else f"{p.replicas} replica(s) x {p.gpus_per_replica}"
+        for p in folded.pools
+    )
+    out.append(f"GPUs used: {gpus_used}{avail} ({shape})")
     for ph in folded.phases:
         out.append(f"{ph.phase}:")
         for st in ph.stages:
