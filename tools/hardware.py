@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from functools import cache, lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.errors import PdagInputError, closest
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
     "resolve_accelerator",
 ]
 
-HARDWARE_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "hardware" / "accelerators.json"
+HARDWARE_FILE = KNOWLEDGE_ROOT / "hardware" / "accelerators.json"
 
 DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 

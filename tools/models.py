@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 from functools import cache, lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.errors import PdagInputError, closest
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
     "resolve_model",
 ]
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "knowledge" / "models"
+MODELS_DIR = KNOWLEDGE_ROOT / "models"
 
 # Upper bounds: anything beyond these is refused at once (they are far above any real model).
 MAX_LAYERS = 1000
