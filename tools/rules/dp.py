@@ -1,0 +1,114 @@
+"""DP-*: data parallelism is the request-level fan-out into independent, complete replicas."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from tools.dag import CONTROL_TYPES, NodeType
+from tools.rules.registry import Change, Context, Finding, checker, fixer
+
+
+@checker("DP-ROOT-ONLY")
+def check_root_only(ctx: Context) -> Iterator[Finding]:
+    for n in ctx.of(NodeType.REPLICA):
+        bad = [p for p in ctx.pred[n] if ctx.types[p] != NodeType.REQUEST]
+        if bad:
+            yield Finding(f"ReplicaNode {n} hangs under the {ctx.types[bad[0]]} {bad[0]}; DP replicas fan out only "
+                          "from "
+                          "the root RequestNode", [n, *bad], hint="move the replica fan-out to the RequestNode")
+
+
+def _replica_members(ctx: Context) -> tuple[dict[str, set[Any]], dict[Any, set[int]]]:
+    """Replicas reaching each node (one BFS per replica: the replicas partition the graph, so linear)."""
+    reach: dict[str, set[Any]] = defaultdict(set)
+    for i, r in enumerate(ctx.of(NodeType.REPLICA)):
+        rid = ctx.attr(r, "replica") if ctx.attr(r, "replica") is not None else i
+        stack, seen = [r], {r}
+        while stack:
+            u = stack.pop()
+            reach[u].add(rid)
+            for v, a in ctx.succ[u].items():
+                if v not in seen and a.get("type") != "sync":
+                    seen.add(v)
+                    stack.append(v)
+    devices: dict[Any, set[int]] = defaultdict(set)
+    for n, rs in reach.items():
+        if len(rs) == 1 and ctx.types[n] not in CONTROL_TYPES:
+            devices[next(iter(rs))].update(ctx.devices[n])
+    return reach, devices
+
+
+@checker("DP-INDEPENDENT-REPLICAS")
+def check_independent(ctx: Context) -> Iterator[Finding]:
+    if len(ctx.of(NodeType.REPLICA)) < 2:
+        return
+    reach, devices = _replica_members(ctx)
+    shared = [n for n, rs in reach.items() if len(rs) > 1]
+    if shared:
+        yield Finding(f"{len(shared)} node(s) belong to more than one DP replica (e.g. {sorted(shared)[0]}); replicas "
+                      "are independent sub-DAGs that share no node or edge", shared,
+                      hint="give each replica its own copy of the operators")
+    reps = sorted(devices, key=str)
+    for i, a in enumerate(reps):
+        for b in reps[i + 1:]:
+            common = devices[a] & devices[b]
+            if common:
+                yield Finding(f"replicas {a} and {b} both use GPU(s) {sorted(common)[:8]}; each replica runs on its "
+                              "own "
+                              "GPUs", field=None, hint="shift replica b's devices by the GPUs of one replica")
+
+
+@checker("DP-NO-LAYER-SPLIT")
+def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
+    """Every replica holds every layer (in each phase it has)."""
+    layers: dict[Any, set[int]] = defaultdict(set)
+    for n in ctx.of(NodeType.ATTENTION):
+        r, ph, lyr = ctx.rpl[n]
+        if lyr is not None:
+            layers[(r, ph)].add(lyr)
+    if not layers:
+        return
+    full = set(range(ctx.spec.num_layers)) if ctx.spec is not None else set().union(*layers.values())
+    for (r, ph), got in sorted(layers.items(), key=str):
+        missing = full - got
+        if missing and len({k[0] for k in layers}) > 1:
+            yield Finding(f"replica {r} ({ph}) lacks layers {_ranges(missing)}; every DP replica holds the complete "
+                          "model - DP never splits layers (that is PP's job)", hint="use pp to split layers")
+
+
+def _ranges(xs: set[int]) -> str:
+    s = sorted(xs)
+    out, start = [], s[0]
+    for a, b in zip(s, s[1:] + [None], strict=False):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out[:6]) + (" ..." if len(out) > 6 else "")
+
+
+@checker("DP-NOT-FOR-LATENCY", needs="plan")
+def check_not_for_latency(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    if ctx.plan.objective == "latency" and ctx.layout.dp > 1:
+        yield Finding(f"objective is latency but dp = {ctx.layout.dp}: DP replicas serve other requests and never "
+                      "shorten one request's latency", field="plan.parallel.dp",
+                      hint="set dp to 1 (spend the GPUs on TP within a node if the latency needs it)")
+
+
+@fixer("DP-NOT-FOR-LATENCY")
+def fix_not_for_latency(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    changes = []
+    par = plan.setdefault("parallel", {})
+    if par.get("dp", 1) != 1:
+        changes.append(Change(rule_id="DP-NOT-FOR-LATENCY", severity="warning", message=f"set dp from {par['dp']} to "
+                              "1: objective latency, and DP does not reduce a request's latency",
+                              field="plan.parallel.dp", before=par["dp"], after=1))
+        par["dp"] = 1
+    for ph, o in (plan.get("phases") or {}).items():
+        if isinstance(o, dict) and o.get("dp") not in (None, 1):
+            changes.append(Change(rule_id="DP-NOT-FOR-LATENCY", severity="warning", message=f"removed phases.{ph}.dp",
+                                  field=f"plan.phases.{ph}.dp", before=o["dp"], after=None))
+            del o["dp"]
+    return changes

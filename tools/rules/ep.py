@@ -1,0 +1,320 @@
+"""EP-*: expert parallelism lives in MoE layers: router -> dispatch -> Expert nodes (one per GPU) -> combine."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from tools.dag import NodeType
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+
+
+def _moe_layers(ctx: Context) -> dict[Any, dict[str, list[str]]]:
+    """(replica, phase, layer) -> {node type: nodes} for MoE, router, expert nodes."""
+    out: dict[Any, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for n in ctx.of(NodeType.MOE, NodeType.ROUTER, NodeType.EXPERT):
+        out[ctx.rpl[n]][ctx.types[n]].append(n)
+    return out
+
+
+@checker("EP-MOE-ONLY", needs="any")
+def check_moe_only(ctx: Context) -> Iterator[Finding]:
+    if ctx.plan is not None and ctx.layout is not None and not ctx.plan.spec.is_moe:
+        for ph, pl in ctx.layout.phases.items():
+            if pl.ep > 1:
+                yield Finding(f"{ctx.plan.spec.id} is a dense model (no MoE layers) but {ph} ep = {pl.ep}; EP needs "
+                              "experts to spread", field=field_of(ph, "ep", ctx.plan), hint="set ep = 1")
+                return
+    if ctx.graph is None:
+        return
+    experts = ctx.of(NodeType.EXPERT, NodeType.ROUTER)
+    if experts and ctx.spec is not None and not ctx.spec.is_moe:
+        yield Finding(f"the DAG has Router/Expert nodes but {ctx.spec.id} is a dense model", experts)
+        return
+    moe_keys = {ctx.rpl[n] for n in ctx.of(NodeType.MOE)}
+    loose = [n for n in ctx.of(NodeType.EXPERT) if ctx.rpl[n] not in moe_keys]
+    if loose:
+        yield Finding(f"{len(loose)} ExpertNode(s) sit outside any MoENode (e.g. {loose[0]}); experts appear only "
+                      "inside MoE layers", loose)
+
+
+@fixer("EP-MOE-ONLY")
+def fix_moe_only(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    changes = []
+    par = plan.setdefault("parallel", {})
+    if par.get("ep", 1) != 1:
+        changes.append(Change(rule_id="EP-MOE-ONLY", message=f"set ep from {par['ep']} to 1: the model is dense",
+                              field="plan.parallel.ep", before=par["ep"], after=1))
+        par["ep"] = 1
+    for ph, o in (plan.get("phases") or {}).items():
+        if isinstance(o, dict) and o.get("ep") not in (None, 1):
+            changes.append(Change(rule_id="EP-MOE-ONLY", message=f"removed phases.{ph}.ep: the model is dense",
+                                  field=f"plan.phases.{ph}.ep", before=o.pop("ep"), after=None))
+    return changes
+
+
+@checker("EP-EXPLICIT-DECOMPOSITION")
+def check_decomposition(ctx: Context) -> Iterator[Finding]:
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        if not grp.get(NodeType.EXPERT):
+            if grp.get(NodeType.MOE):
+                yield Finding(f"MoE layer {key} has no ExpertNodes; a MoE layer is router -> dispatch -> experts -> "
+                              "combine", grp[NodeType.MOE])
+                return
+            continue
+        if not grp.get(NodeType.ROUTER):
+            yield Finding(f"MoE layer {key} has Expert nodes but no RouterNode; routing must be an explicit step",
+                          grp[NodeType.EXPERT], hint="add RouterNode -> dispatch AllToAll before the experts")
+            return
+        direct = [e for e in grp[NodeType.EXPERT] for p in ctx.pred[e]
+                  if ctx.types[p] in (NodeType.MOE, NodeType.ROUTER, NodeType.NORM)]
+        if direct:
+            yield Finding(f"Expert node {direct[0]} is fed straight by its router/MoE node; dispatch is a separate "
+                          "step between router and experts", direct)
+            return
+
+
+@checker("EP-DISPATCH-COMBINE-ALLTOALL")
+def check_alltoall(ctx: Context) -> Iterator[Finding]:
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        experts = grp.get(NodeType.EXPERT, [])
+        if len({d for e in experts for d in ctx.devices[e]}) <= 1:
+            continue
+        for e in experts:
+            bad_in = [p for p in ctx.pred[e] if ctx.types[p] != NodeType.ALL_TO_ALL]
+            bad_out = [s for s in ctx.succ[e] if ctx.types[s] not in (NodeType.ALL_TO_ALL, NodeType.ALL_REDUCE)]
+            if bad_in or bad_out:
+                other = (bad_in or bad_out)[0]
+                yield Finding(f"MoE layer {key}: Expert node {e} exchanges tokens with the {ctx.types[other]} {other} "
+                              "over a plain edge; with EP the dispatch and the combine are AllToAllNodes over the EP "
+                              "GPUs", [e, other], hint="put an AllToAllNode (dispatch) before and one (combine) after")
+                return
+
+
+@checker("EP-NO-EARLY-REJOIN")
+def check_no_early_rejoin(ctx: Context) -> Iterator[Finding]:
+    experts = set(ctx.of(NodeType.EXPERT))
+    for u, v, _ in ctx.data_edges():
+        if u in experts and v in experts and ctx.attr(u, "ep_rank") != ctx.attr(v, "ep_rank"):
+            yield Finding(f"Expert node {u} feeds Expert node {v}; EP branches stay apart until the combine", [u, v])
+            return
+    for v in ctx.real_nodes:
+        if ctx.is_comm(v) or v in experts:
+            continue
+        ins = [p for p in ctx.pred[v] if p in experts]
+        if len(ins) > 1:
+            yield Finding(f"{ctx.types[v]} {v} merges {len(ins)} Expert nodes; only the combine (an AllToAllNode) "
+                          "joins "
+                          "the EP branches", [v, *ins])
+            return
+
+
+@checker("EP-EXPERT-NODES-EQ-GPUS", needs="any")
+def check_nodes_eq_gpus(ctx: Context) -> Iterator[Finding]:
+    if ctx.plan is not None and ctx.layout is not None and ctx.plan.spec.is_moe:
+        e = ctx.plan.spec.moe.num_experts  # type: ignore[union-attr]
+        for ph, pl in ctx.layout.phases.items():
+            if pl.ep > e:
+                yield Finding(f"{ph}: ep = {pl.ep} Expert nodes for {e} experts; each Expert node (GPU) holds at least "
+                              "one expert, so ep <= num_experts", field=field_of(ph, "ep", ctx.plan),
+                              hint=f"use ep <= {e}, a divisor of {e}")
+                return
+    if ctx.graph is None:
+        return
+    want = None
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        experts = grp.get(NodeType.EXPERT, [])
+        if not experts:
+            continue
+        empty = [x for x in experts if ctx.attr(x, "experts") == []]
+        if empty:
+            yield Finding(f"MoE layer {key}: Expert node {empty[0]} holds no expert; each Expert node holds >= 1",
+                          empty)
+            return
+        ranks = {ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x for x in experts}
+        if ctx.layout is not None and key[1] in ctx.layout.phases:
+            want = ctx.layout.phases[key[1]].ep
+        if want is not None and len(ranks) != want:
+            yield Finding(f"MoE layer {key} has {len(ranks)} Expert nodes but ep = {want}; there is one Expert node "
+                          "per EP GPU", experts)
+            return
+        by_dev: dict[int, set[Any]] = defaultdict(set)
+        for x in experts:
+            for d in ctx.devices[x]:
+                by_dev[d].add(ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x)
+        shared = [d for d, rs in by_dev.items() if len(rs) > 1]
+        if shared:
+            yield Finding(f"MoE layer {key}: several Expert nodes share GPU {shared[0]}; an Expert node is the set of "
+                          "experts on one GPU", experts)
+            return
+
+
+def best_ep(ctx: Context, ep: int) -> int:
+    """The largest divisor of num_experts that is <= ep and divides the stage group (no imbalance, no idle)."""
+    assert ctx.plan is not None and ctx.layout is not None
+    e = ctx.plan.spec.moe.num_experts  # type: ignore[union-attr]
+    w = max(max(pl.tp, pl.sp) for pl in ctx.layout.phases.values())
+    ok = [x for x in range(min(ep, e), 0, -1) if e % x == 0 and (w % x == 0 or x % w == 0)]
+    return ok[0] if ok else 1
+
+
+def _set_ep(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, severity: str = "error") -> list[Change]:
+    changes = []
+    par = plan.setdefault("parallel", {})
+    targets = [("plan.parallel.ep", par)] + [(f"plan.phases.{ph}.ep", o) for ph, o in
+                                            (plan.get("phases") or {}).items() if isinstance(o, dict) and "ep" in o]
+    for path, d in targets:
+        before = d.get("ep", 1)
+        new = best_ep(ctx, before)
+        if new != before:
+            d["ep"] = new
+            changes.append(Change(rule_id=rule_id, severity=severity,  # type: ignore[arg-type]
+                                  message=f"set ep from {before} to {new}: {why}", field=path, before=before,
+                                  after=new))
+    return changes
+
+
+@fixer("EP-EXPERT-NODES-EQ-GPUS")
+def fix_nodes_eq_gpus(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    return _set_ep(plan, ctx, "EP-EXPERT-NODES-EQ-GPUS", "the largest divisor of the expert count that fits the group")
+
+
+@checker("EP-EVEN-EXPERTS", needs="any")
+def check_even(ctx: Context) -> Iterator[Finding]:
+    if ctx.options.expert_imbalance_ok:
+        return
+    if ctx.plan is not None and ctx.layout is not None:
+        if not ctx.plan.spec.is_moe:
+            return
+        e = ctx.plan.spec.moe.num_experts  # type: ignore[union-attr]
+        for ph, pl in ctx.layout.phases.items():
+            if pl.ep <= e and e % pl.ep:
+                yield Finding(f"{ph}: {e} experts over ep = {pl.ep} GPUs leaves some GPUs with {e // pl.ep + 1} "
+                              "experts "
+                              f"and others with {e // pl.ep}; the slowest Expert node sets the MoE time",
+                              field=field_of(ph, "ep", ctx.plan),
+                              hint="use an ep that divides the expert count, or set options.expert_imbalance_ok")
+                return
+        return
+    if ctx.graph is None:
+        return
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        sizes = {len(ctx.attr(x, "experts") or []) for x in grp.get(NodeType.EXPERT, []) if ctx.attr(x, "experts")}
+        if len(sizes) > 1:
+            yield Finding(f"MoE layer {key}: Expert nodes hold {sorted(sizes)} experts each; the split is uneven",
+                          grp[NodeType.EXPERT])
+            return
+
+
+@fixer("EP-EVEN-EXPERTS")
+def fix_even(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    return _set_ep(plan, ctx, "EP-EVEN-EXPERTS", "a divisor of the expert count, so every GPU holds as many experts",
+                   "warning")
+
+
+@checker("EP-NOT-INSIDE-TP")
+def check_not_inside_tp(ctx: Context) -> Iterator[Finding]:
+    for n in ctx.of(NodeType.MOE, NodeType.ROUTER):
+        bad = [p for p in ctx.pred[n] if ctx.attr(p, "tp_rank") is not None and ctx.types[p] != NodeType.EXPERT]
+        if bad:
+            yield Finding(f"the EP fan-out {n} hangs under the TP shard {bad[0]}; EP is never nested inside TP shards",
+                          [n, *bad])
+            return
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        if len(grp.get(NodeType.ROUTER, [])) > 1:
+            yield Finding(f"MoE layer {key} has {len(grp[NodeType.ROUTER])} routers: the EP fan-out is repeated per TP "
+                          "shard; one router per MoE layer", grp[NodeType.ROUTER])
+            return
+
+
+@checker("EP-NO-EXPERT-TP")
+def check_no_expert_tp(ctx: Context) -> Iterator[Finding]:
+    if ctx.options.allow_expert_tp:
+        return
+    bad = [n for n in ctx.of(NodeType.EXPERT) if ctx.attr(n, "tp_rank") is not None]
+    if bad:
+        yield Finding(f"{len(bad)} Expert node(s) are TP shards (e.g. {bad[0]}); TP inside experts needs "
+                      "options.allow_expert_tp = true", bad, hint="set options.allow_expert_tp, or keep experts whole")
+
+
+@checker("EP-NOT-REPLICATION")
+def check_not_replication(ctx: Context) -> Iterator[Finding]:
+    total = ctx.spec.moe.num_experts if ctx.spec is not None and ctx.spec.moe else None
+    for key, grp in sorted(_moe_layers(ctx).items(), key=str):
+        owner: dict[int, Any] = {}
+        for x in grp.get(NodeType.EXPERT, []):
+            rank = ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x
+            for e in ctx.attr(x, "experts") or []:
+                if e in owner and owner[e] != rank:
+                    yield Finding(f"MoE layer {key}: expert {e} is in two Expert nodes; EP partitions the experts, "
+                                  "each "
+                                  "lives in exactly one Expert node (EP is not a replication factor)",
+                                  grp[NodeType.EXPERT])
+                    return
+                owner[e] = rank
+        if total is not None and owner and len(owner) != total:
+            yield Finding(f"MoE layer {key}: the Expert nodes hold {len(owner)} of the {total} experts; together they "
+                          "hold every expert once", grp[NodeType.EXPERT])
+            return
+
+
+@checker("EP-TP-NOT-MULTIPLIED", needs="any")
+def check_tp_not_multiplied(ctx: Context) -> Iterator[Finding]:
+    if ctx.plan is not None and ctx.layout is not None:
+        d = ctx.plan.parallel
+        prod = d.dp * d.pp * d.tp * d.ep
+        if d.tp > 1 and d.ep > 1 and ctx.plan.spec.is_moe and ctx.plan.hardware.num_gpus == prod \
+                and prod > ctx.layout.gpus_needed:
+            yield Finding(f"hardware.num_gpus = {prod} counts tp x ep = {d.tp} x {d.ep} GPUs per stage; Expert nodes "
+                          f"run on the same stage group as the TP shards, which uses {ctx.layout.group_width} GPUs",
+                          field="plan.hardware.num_gpus", hint=f"set hardware.num_gpus to {ctx.layout.gpus_needed}")
+    if ctx.graph is None or ctx.from_plan:
+        return
+    attn: dict[Any, set[int]] = defaultdict(set)
+    for a in ctx.of(NodeType.ATTENTION):
+        attn[ctx.rps[a]].update(ctx.devices[a])
+    stage_devs = {ctx.rps[n]: ctx.devices[n] for n in ctx.of(NodeType.STAGE)}
+    for x in ctx.of(NodeType.EXPERT):
+        k = ctx.rps[x]
+        group = stage_devs.get(k) or frozenset(attn.get(k, ()))
+        if group and not ctx.devices[x] & group:
+            yield Finding(f"Expert node {x} runs on GPUs {sorted(ctx.devices[x])[:8]}, outside its stage group "
+                          f"{sorted(group)[:8]}; experts share the stage's GPUs with the TP shards (tp and ep are not "
+                          "multiplied)", [x])
+            return
+
+
+@checker("EP-SPANS-STAGE-GROUP", needs="plan")
+def check_spans_group(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    if not ctx.plan.spec.is_moe or ctx.plan.options.allow_expert_tp:
+        return
+    w = ctx.layout.group_width
+    for ph, pl in ctx.layout.phases.items():
+        if pl.ep < w:
+            yield Finding(f"{ph}: ep = {pl.ep} Expert nodes on a {w}-GPU stage group: {w - pl.ep} GPU(s) idle in every "
+                          "MoE block", field=field_of(ph, "ep", ctx.plan),
+                          hint=f"set ep = {w} (or options.allow_expert_tp to split experts over the group)")
+            return
+
+
+@fixer("EP-SPANS-STAGE-GROUP")
+def fix_spans_group(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    assert ctx.plan is not None and ctx.layout is not None
+    e = ctx.plan.spec.moe.num_experts  # type: ignore[union-attr]
+    w = ctx.layout.group_width
+    if w > e or (e % w and not ctx.plan.options.expert_imbalance_ok):
+        return []
+    changes = []
+    par = plan.setdefault("parallel", {})
+    if par.get("ep", 1) != w:
+        changes.append(Change(rule_id="EP-SPANS-STAGE-GROUP", severity="warning", message=f"set ep from "
+                              f"{par.get('ep', 1)} to {w}: the experts now use every GPU of the stage group",
+                              field="plan.parallel.ep", before=par.get("ep", 1), after=w))
+        par["ep"] = w
+    for ph, o in (plan.get("phases") or {}).items():
+        if isinstance(o, dict) and "ep" in o:
+            changes.append(Change(rule_id="EP-SPANS-STAGE-GROUP", severity="warning", message=f"removed phases.{ph}.ep",
+                                  field=f"plan.phases.{ph}.ep", before=o.pop("ep"), after=None))
+    return changes

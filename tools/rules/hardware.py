@@ -1,0 +1,69 @@
+"""HW-*: the accelerator is fully specified and supports the dtype; collectives that span nodes are flagged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from tools.dag import NodeType
+from tools.errors import PdagInputError
+from tools.hardware import resolve_accelerator
+from tools.rules.registry import Change, Context, Finding, checker, fixer
+
+COLLECTIVES = (NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
+
+
+@checker("HW-ACCELERATOR-SPEC", needs="raw")
+def check_accelerator(ctx: Context) -> Iterator[Finding]:
+    raw = ctx.raw_plan or {}
+    hw = raw.get("hardware")
+    if not isinstance(hw, dict) or "gpu" not in hw:
+        return
+    try:
+        acc = resolve_accelerator(hw["gpu"], field="hardware.gpu")
+    except PdagInputError as exc:
+        yield Finding(f"{exc.field}: {exc.problem}; the accelerator must be a preset id or an object with memory, "
+                      "memory bandwidth, dense compute per dtype and interconnect bandwidths",
+                      field=f"plan.{exc.field}", hint=exc.allowed)
+        return
+    dtype = raw.get("dtype", "bf16")
+    if isinstance(dtype, str) and dtype in ("bf16", "fp16", "fp8", "int8", "int4") and not acc.supports(dtype):
+        yield Finding(f"{acc.name} has no {dtype} peak compute (supports {', '.join(acc.supported_dtypes())}); the "
+                      "dtype must be one the accelerator runs", field="plan.dtype",
+                      hint=f"use one of {', '.join(acc.supported_dtypes())}")
+
+
+@fixer("HW-ACCELERATOR-SPEC")
+def fix_accelerator(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    """Only the dtype can be repaired (to the accelerator's narrowest supported float type); an unknown GPU cannot."""
+    try:
+        acc = resolve_accelerator(plan["hardware"]["gpu"])
+    except (PdagInputError, KeyError, TypeError):
+        return []
+    dtype = plan.get("dtype", "bf16")
+    if acc.supports(dtype):
+        return []
+    new = next((d for d in ("bf16", "fp16", "fp8") if acc.supports(d)), acc.supported_dtypes()[0])
+    plan["dtype"] = new
+    return [Change(rule_id="HW-ACCELERATOR-SPEC", message=f"changed dtype from {dtype} to {new}: {acc.name} has no "
+                   f"{dtype} tensor cores", field="plan.dtype", before=dtype, after=new)]
+
+
+@checker("HW-INTERCONNECT-COST")
+def check_interconnect(ctx: Context) -> Iterator[Finding]:
+    gpn = ctx.gpus_per_node
+    shift = ctx.layout.replica_gpus if ctx.from_plan and ctx.layout else 0
+    reps = ctx.layout.dp if ctx.from_plan and ctx.layout else 1
+    seen: dict[frozenset[int], bool] = {}
+    bad = []
+    for n in ctx.of(*COLLECTIVES):
+        devs = ctx.devices[n]
+        if devs not in seen:  # replicas are shifted copies: test the set once per replica offset
+            seen[devs] = any(len({(d + r * shift) // gpn for d in devs}) > 1 for r in range(reps))
+        if seen[devs]:
+            bad.append(n)
+    if bad:
+        yield Finding(f"{len(bad)} collective(s) span more than one node of {gpn} GPUs (e.g. {bad[0]} on "
+                      f"{len(ctx.devices[bad[0]])} GPUs); they run at inter-node bandwidth, the bottleneck of the "
+                      "whole "
+                      "collective", bad, hint="keep TP/EP groups within a node; use PP across nodes")

@@ -1,0 +1,393 @@
+"""MEM-* and KV-*: every GPU fits (tools.memory accounts for it); the KV cache is laid out where attention is.
+
+Also holds the resize search the memory and cluster-size fixers share: the smallest change of (tp, ep, pp)
+that fits the model in the cluster, ranked by the plan's objective.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tools.dag import NodeType
+from tools.layout import Layout
+from tools.memory import MemoryReport, memory_report
+from tools.plan import Plan
+from tools.rules.registry import Change, Context, Finding, checker, fixer
+
+GB = 1e9
+
+
+def report_of(ctx: Context) -> MemoryReport:
+    cached = ctx.__dict__.get("_memory")
+    if cached is None:
+        assert ctx.plan is not None
+        cached = memory_report(ctx.plan, ctx.layout)
+        ctx.__dict__["_memory"] = cached
+    return cached
+
+
+def with_degrees(plan: Plan, **deg: int) -> Plan:
+    """The plan with plan-wide degrees replaced (the phase overrides of those degrees dropped)."""
+    phases = plan.phases.model_copy(update={
+        ph: o.model_copy(update={k: None for k in deg}) for ph in ("prefill", "decode")
+        if (o := getattr(plan.phases, ph)) is not None})
+    return plan.model_copy(update={"parallel": plan.parallel.model_copy(update=deg), "phases": phases})
+
+
+def fits_with(plan: Plan, **deg: int) -> bool:
+    p = with_degrees(plan, **deg) if deg else plan
+    if p.options.layer_split is not None and "pp" in deg:
+        p = p.model_copy(update={"options": p.options.model_copy(update={"layer_split": None})})
+    return memory_report(p).fits
+
+
+# ----------------------------------------------------------------------------------------------- resize search
+def tp_candidates(plan: Plan) -> list[int]:
+    """TP degrees the model's shapes allow: heads, dense / shared FFN width, KV heads (divide or replicate)."""
+    spec = plan.spec
+    out = []
+    for t in range(1, min(spec.num_heads, 64) + 1):
+        if spec.num_heads % t:
+            continue
+        if spec.attention != "mla" and spec.num_kv_heads % t and t % spec.num_kv_heads:
+            continue
+        if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
+            continue
+        if spec.moe and spec.moe.shared_expert_intermediate_size % t:
+            continue
+        out.append(t)
+    return out
+
+
+def ep_candidates(plan: Plan) -> list[int]:
+    if not plan.spec.is_moe:
+        return [1]
+    e = plan.spec.moe.num_experts  # type: ignore[union-attr]
+    return [x for x in range(1, min(e, 256) + 1) if e % x == 0]
+
+
+@dataclass
+class Candidate:
+    tp: int
+    ep: int
+    pp: int
+    dp: int
+    report: MemoryReport
+
+    @property
+    def width(self) -> int:
+        return max(self.tp, self.ep)
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.pp * self.width
+
+
+def _sp_for(plan: Plan, tp: int) -> int:
+    sp = plan.parallel.sp
+    while sp > 1 and tp % sp:
+        sp //= 2
+    return max(1, sp)
+
+
+def _report(plan: Plan, tp: int, ep: int, pp: int, dp: int) -> MemoryReport:
+    p = with_degrees(plan, tp=tp, ep=ep, pp=pp, dp=dp, sp=_sp_for(plan, tp))
+    if p.options.layer_split is not None:
+        p = p.model_copy(update={"options": p.options.model_copy(update={"layer_split": None})})
+    return memory_report(p, Layout(p))
+
+
+MAX_TRIES = 60  # memory reports per search: the first fits are found early in preference order
+
+
+def search(plan: Plan, gpu_limit: int | None, dp: int | None = None, want: int = 4,
+           by_size: bool = False) -> list[Candidate]:
+    """Fitting (tp, ep, pp) layouts within ``gpu_limit`` GPUs (None: unbounded), best first.
+
+    Candidates are tried in preference order and the search stops after ``want`` fits.  Latency: no PP if
+    possible, TP within a node before PP, then the smallest group; throughput: the smallest replica (the GPUs
+    left over become DP replicas).  ``by_size``: smallest GPU count first (to say how many GPUs are needed).
+    Ties go to the layout closest to the plan's current degrees."""
+    spec, gpn = plan.spec, plan.hardware.gpus_per_node
+    dp = dp or max(plan.degrees("prefill").dp, plan.degrees("decode").dp)
+    cur = plan.parallel
+    max_pp = min(spec.num_layers, 128)
+    combos: list[tuple[int, int, int]] = []
+    for tp in tp_candidates(plan):
+        for ep in ep_candidates(plan):
+            w = max(tp, ep)
+            if w % tp or w % ep:
+                continue
+            if spec.is_moe and ep < w and not plan.options.allow_expert_tp and ep != cur.ep:
+                continue  # idle GPUs in the MoE block; keep only the plan's own choice of that
+            top = max_pp if gpu_limit is None else min(max_pp, gpu_limit // (dp * w))
+            combos.extend((tp, ep, pp) for pp in range(1, top + 1))
+
+    def dist(c: tuple[int, int, int]) -> float:
+        return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c, (cur.tp, max(1, cur.ep), cur.pp), strict=False))
+
+    def key(c: tuple[int, int, int]) -> tuple[Any, ...]:
+        tp, ep, pp = c
+        w = max(tp, ep)
+        if by_size:
+            return (pp * w, w > gpn, pp, dist(c))
+        if plan.objective == "latency":
+            return (w > gpn, pp, w, dist(c))
+        return (w > gpn, pp * w, pp, dist(c))
+
+    combos.sort(key=key)
+    out: list[Candidate] = []
+    failed: set[tuple[int, int]] = set()  # (tp, ep) that failed at some pp: smaller pp will fail too
+    tries = 0
+    for tp, ep, pp in combos:
+        if tries >= MAX_TRIES or len(out) >= want:
+            break
+        if any(f == (tp, ep) and fp >= pp for f, fp in ((k[:2], k[2]) for k in failed)):
+            continue
+        tries += 1
+        r = _report(plan, tp, ep, pp, dp)
+        if r.fits:
+            out.append(Candidate(tp, ep, pp, dp, r))
+        else:
+            failed.add((tp, ep, pp))
+    return out
+
+
+def min_gpus_needed(plan: Plan) -> int | None:
+    found = search(plan, None, dp=1, want=1, by_size=True)
+    return found[0].gpus if found else None
+
+
+def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) -> list[Change]:
+    par = plan.setdefault("parallel", {})
+    changes = []
+    for k, v in (("tp", c.tp), ("ep", c.ep), ("pp", c.pp), ("dp", c.dp)):
+        before = par.get(k, 1)
+        if before != v:
+            par[k] = v
+            changes.append(Change(rule_id=rule_id, message=f"set {k} from {before} to {v}: {why}",
+                                  field=f"plan.parallel.{k}", before=before, after=v))
+    for ph, o in list((plan.get("phases") or {}).items()):
+        if isinstance(o, dict):
+            for k in ("tp", "ep", "pp", "dp"):
+                if k in o:
+                    changes.append(Change(rule_id=rule_id, message=f"removed phases.{ph}.{k} (now plan-wide)",
+                                          field=f"plan.phases.{ph}.{k}", before=o.pop(k), after=None))
+    sp = par.get("sp", 1)
+    if sp > 1 and c.tp % sp:
+        new = 1
+        for s in range(sp, 0, -1):
+            if c.tp % s == 0:
+                new = s
+                break
+        par["sp"] = new
+        changes.append(Change(rule_id=rule_id, message=f"set sp from {sp} to {new} so that it divides tp {c.tp}",
+                              field="plan.parallel.sp", before=sp, after=new))
+    opts = plan.get("options") or {}
+    if opts.get("layer_split") is not None and c.pp != len(opts["layer_split"]):
+        changes.append(Change(rule_id=rule_id, message="removed options.layer_split (the stage count changed)",
+                              field="plan.options.layer_split", before=opts.pop("layer_split"), after=None))
+    return changes
+
+
+# ----------------------------------------------------------------------------------------------- MEM
+@checker("MEM-FITS", needs="plan")
+def check_fits(ctx: Context) -> Iterator[Finding]:
+    r = report_of(ctx)
+    if not r.fits:
+        parts = (f"weights {r.weights_bytes / GB:.1f} GB + KV cache {r.kv_cache_bytes / GB:.1f} GB + activations "
+                 f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
+                 "reserve "
+                 f"{r.reserved_bytes / GB:.1f} GB")
+        yield Finding(f"GPU {r.worst_gpu} needs {r.max_gpu_bytes / GB:.1f} GB ({parts}) but a "
+                      f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB; every GPU must fit",  # type: ignore[union-attr]
+                      field="plan.parallel", hint="raise tp (within a node), then pp, or shrink the batch/context")
+
+
+def _resize(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[Change]:
+    assert ctx.plan is not None
+    found = search(ctx.plan, ctx.plan.hardware.num_gpus)
+    if not found:
+        found = search(ctx.plan, ctx.plan.hardware.num_gpus, dp=1)
+    if not found:
+        return []
+    ctx.__dict__["_alternatives"] = found[1:4]
+    return apply_candidate(plan, found[0], rule_id, why)
+
+
+@fixer("MEM-FITS")
+def fix_fits(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    obj = "latency: TP within a node before PP" if ctx.plan and ctx.plan.objective == "latency" else \
+        "throughput: the smallest replica that fits"
+    return _resize(plan, ctx, "MEM-FITS", f"the model did not fit in GPU memory ({obj})")
+
+
+def unfit_reason(plan: Plan) -> str:
+    need = min_gpus_needed(plan)
+    name = plan.accelerator.name
+    if need is None:
+        return (f"the model does not fit on this cluster with any strategy, nor on the first {MAX_TRIES} layouts of "
+                f"{name} GPUs pdag tried by size; use a larger GPU, a smaller dtype or a shorter context")
+    return (f"the model does not fit on this cluster with any strategy: it needs at least {need} {name} GPUs "
+            f"(the plan may use {plan.hardware.num_gpus})")
+
+
+# ----------------------------------------------------------------------------------------------- MEM-KV / KV-*
+def _attention_kv(ctx: Context) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """attention node -> KV nodes next to it, and KV node -> attention nodes next to it (either direction)."""
+    a2k: dict[str, list[str]] = defaultdict(list)
+    k2a: dict[str, list[str]] = defaultdict(list)
+    for k in ctx.of(NodeType.KV_CACHE):
+        for a in list(ctx.pred[k]) + list(ctx.succ[k]):
+            if ctx.types[a] == NodeType.ATTENTION:
+                a2k[a].append(k)
+                k2a[k].append(a)
+    return a2k, k2a
+
+
+@checker("MEM-KV-ESTIMATED")
+def check_kv_estimated(ctx: Context) -> Iterator[Finding]:
+    """The KV cache must be in the DAG (a KVCacheUpdateNode per prefill attention shard) to be estimated."""
+    a2k, _ = _attention_kv(ctx)
+    missing = [a for a in ctx.of(NodeType.ATTENTION) if ctx.inherited[a]["phase"] == "prefill" and a not in a2k]
+    if missing:
+        yield Finding(f"{len(missing)} prefill attention node(s) write no KVCacheUpdateNode (e.g. {missing[0]}); "
+                      "the KV cache must be explicit so its bytes (total and per GPU) can be estimated", missing,
+                      hint="add a KVCacheUpdateNode after each prefill attention shard, on the same GPU")
+
+
+@checker("KV-FORMULA-GQA")
+def check_kv_gqa(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    if spec is None or spec.attention == "mla":
+        return
+    bad = [n for n in ctx.of(NodeType.ATTENTION, NodeType.KV_CACHE)
+           if (ctx.attr(n, "kv_heads") or 0) > spec.num_kv_heads]
+    if bad:
+        n = bad[0]
+        yield Finding(f"{n} holds kv_heads = {ctx.attr(n, 'kv_heads')} but {spec.id} has {spec.num_kv_heads} KV heads; "
+                      "KV bytes count num_key_value_heads (not the query heads)", bad,
+                      hint=f"use at most {spec.num_kv_heads} KV heads per shard")
+
+
+@checker("KV-FORMULA-MLA")
+def check_kv_mla(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    if spec is None or spec.attention != "mla":
+        return
+    bad = [n for n in ctx.of(NodeType.ATTENTION, NodeType.KV_CACHE) if ctx.attr(n, "kv_heads")]
+    if bad:
+        yield Finding(f"{len(bad)} node(s) of the MLA model {spec.id} carry per-head KV (kv_heads = "
+                      f"{ctx.attr(bad[0], 'kv_heads')}); MLA caches one latent (kv_lora_rank + rope dims) per token "
+                      "and "
+                      "layer, not K and V per head", bad, hint="drop kv_heads on MLA attention/KV nodes")
+
+
+@checker("KV-TP-SHARDING")
+def check_kv_tp(ctx: Context) -> Iterator[Finding]:
+    spec = ctx.spec
+    if spec is None or spec.attention == "mla":
+        return
+    for key, shards in ctx.ops.items():
+        if ctx.types[shards[0]] != NodeType.ATTENTION:
+            continue
+        hs = ctx.tp_width(shards)
+        if hs <= 1:
+            continue
+        expect = max(1, spec.num_kv_heads // hs)
+        bad = [s for s in shards if ctx.attr(s, "kv_heads") not in (None, expect)]
+        if bad:
+            yield Finding(f"attention {key[0]} has {hs} head shards each stating kv_heads = "
+                          f"{ctx.attr(bad[0], 'kv_heads')};"
+                          f" under TP each rank holds {spec.num_kv_heads}/{hs} -> {expect} KV head(s) (sharded while "
+                          "tp "
+                          "<= kv heads, replicated beyond)", bad)
+            return
+
+
+@checker("KV-PP-BY-LAYER")
+def check_kv_pp(ctx: Context) -> Iterator[Finding]:
+    """A KV node lives in the stage that holds its layer (on that stage's GPUs)."""
+    ranges: dict[tuple[Any, Any], list[tuple[int, int, int, frozenset[int]]]] = defaultdict(list)
+    for n in ctx.of(NodeType.STAGE):
+        lay = ctx.attr(n, "layers")
+        r, ph, s = ctx.rps[n]
+        if isinstance(lay, list) and len(lay) == 2 and s is not None:
+            ranges[(r, ph)].append((lay[0], lay[1], s, ctx.devices[n]))
+    if not ranges:
+        return
+    bad = []
+    for k in ctx.of(NodeType.KV_CACHE):
+        r, ph, lyr = ctx.key(k, "replica", "phase", "layer")
+        if lyr is None:
+            continue
+        for lo, hi, _s, devs in ranges.get((r, ph), ()):
+            if lo <= lyr < hi and devs and not ctx.devices[k] <= devs:
+                bad.append(k)
+    if bad:
+        yield Finding(f"{len(bad)} KV cache node(s) sit outside the GPUs of the stage that owns their layer (e.g. "
+                      f"{bad[0]}); under PP each stage holds the KV of its own layers only", bad)
+
+
+@checker("KV-SP-BY-SEQUENCE")
+def check_kv_sp(ctx: Context) -> Iterator[Finding]:
+    _, k2a = _attention_kv(ctx)
+    for k, attns in k2a.items():
+        ranks = {ctx.attr(a, "sp_rank") for a in attns}
+        if ranks == {None}:
+            continue
+        if len(attns) > 1 or ctx.attr(k, "sp_rank") != ctx.attr(attns[0], "sp_rank"):
+            yield Finding(f"KV node {k} is tied to sequence shards {sorted(ranks, key=str)} of attention (its own "
+                          "sp_rank "
+                          f"{ctx.attr(k, 'sp_rank')}); under SP each sequence shard keeps the KV of its own tokens",
+                          [k, *attns])
+            return
+
+
+@checker("KV-DP-PER-REPLICA")
+def check_kv_dp(ctx: Context) -> Iterator[Finding]:
+    count: dict[Any, int] = defaultdict(int)
+    for r in ctx.replicas:
+        count[r] = 0
+    for k in ctx.of(NodeType.KV_CACHE):
+        count[ctx.inherited[k]["replica"]] += 1
+    if len(count) > 1 and len(set(count.values())) > 1:
+        yield Finding(f"KV cache nodes per replica differ ({dict(sorted(count.items(), key=str))}); every DP replica "
+                      "keeps a full KV cache for its own sequences - DP does not divide a sequence's cache", [])
+
+
+@checker("KV-BELONGS-TO-ATTENTION")
+def check_kv_attention(ctx: Context) -> Iterator[Finding]:
+    _, k2a = _attention_kv(ctx)
+    orphans = [k for k in ctx.of(NodeType.KV_CACHE) if k not in k2a]
+    if orphans:
+        yield Finding(f"{len(orphans)} KVCacheUpdateNode(s) are not attached to any attention node (e.g. "
+                      f"{orphans[0]}); "
+                      "the KV of a layer is written and read by that layer's attention", orphans)
+    off = [k for k, attns in k2a.items() if not ctx.devices[k] <= frozenset().union(*(ctx.devices[a] for a in attns))]
+    if off:
+        yield Finding(f"{len(off)} KV node(s) run on GPUs their attention does not use (e.g. {off[0]} on "
+                      f"{sorted(ctx.devices[off[0]])[:8]}); the KV cache lives on the attention GPUs", off)
+
+
+@fixer("GPU-EXCEEDS-CLUSTER")
+def fix_exceeds(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    """Fewer DP replicas first (they only add throughput); then the smallest fitting layout of one replica."""
+    assert ctx.plan is not None and ctx.layout is not None
+    have, per = ctx.plan.hardware.num_gpus, ctx.layout.replica_gpus
+    if ctx.layout.dp > 1 and per <= have:
+        dp = have // per
+        par = plan.setdefault("parallel", {})
+        changes = [Change(rule_id="GPU-EXCEEDS-CLUSTER", message=f"lowered dp from {ctx.layout.dp} to {dp}: "
+                          f"{have} GPUs hold {dp} replica(s) of {per} GPUs", field="plan.parallel.dp",
+                          before=par.get("dp", 1), after=dp)]
+        par["dp"] = dp
+        for o in (plan.get("phases") or {}).values():
+            if isinstance(o, dict):
+                o.pop("dp", None)
+        return changes
+    return _resize(plan, ctx, "GPU-EXCEEDS-CLUSTER", f"the plan needed more than the {have} GPUs of the cluster")

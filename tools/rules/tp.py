@@ -1,0 +1,244 @@
+"""TP-*: tensor parallelism shards attention heads and FFN width inside one operator and rejoins at once."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from tools.dag import NodeType
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+
+TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
+NOT_TP_TYPES = {NodeType.EMBEDDING, NodeType.NORM, NodeType.ROUTER, NodeType.LM_HEAD}
+REJOIN_OK = {NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL,
+             NodeType.KV_CACHE}
+
+
+def _tp_groups(ctx: Context) -> Iterator[tuple[Any, list[str]]]:
+    """Operators split over two or more TP ranks (expert TP shards included)."""
+    for key, shards in ctx.ops.items():
+        if ctx.tp_width(shards) > 1:
+            yield key, shards
+
+
+@checker("TP-OPERATOR-SCOPE")
+def check_operator_scope(ctx: Context) -> Iterator[Finding]:
+    bad = [n for n, a in ctx.nattr.items()
+           if (a.get("tp_rank") is not None or "tp_shard" in (a.get("meta") or {}))
+           and ctx.types[n] not in TP_OK_TYPES | NOT_TP_TYPES | {NodeType.EXPERT}]
+    if bad:
+        yield Finding(f"{len(bad)} node(s) of type {ctx.types[bad[0]]} are TP-sharded (e.g. {bad[0]}); TP shards only "
+                      "attention (by heads) and FFN / shared experts (by width)", bad,
+                      hint="shard the attention and FFN operators inside the layer instead")
+
+
+def _layer_stage(ctx: Context, n: str) -> tuple[Any, Any]:
+    return ctx.key(n, "layer", "stage")
+
+
+@checker("TP-REJOIN-BEFORE-NEXT-LAYER")
+def check_rejoin(ctx: Context) -> Iterator[Finding]:
+    for key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
+        members = set(shards)
+        bad = []
+        joined: set[int] = set()
+        for s in shards:
+            for v in ctx.succ[s]:
+                t = ctx.types[v]
+                if v in members or ctx.succ[s][v].get("type") == "sync":
+                    continue
+                if t in REJOIN_OK:
+                    if t != NodeType.KV_CACHE:
+                        joined |= ctx.devices[v]
+                else:
+                    bad.append((s, v))
+        if bad:
+            s, v = bad[0]
+            yield Finding(f"TP shard {s} feeds the {ctx.types[v]} {v} directly; the shards of a TP operator rejoin "
+                          "through an explicit AllReduceNode (or AllGather/ReduceScatter) before anything else reads "
+                          "them", [s, v], hint="insert an AllReduceNode on the shards' GPUs")
+            continue
+        devs = frozenset().union(*(ctx.devices[s] for s in shards))
+        if not devs <= joined:
+            yield Finding(f"the TP shards of {key[0]} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
+                          "those GPUs", shards, hint="insert an AllReduceNode over all shard GPUs")
+
+
+@checker("TP-NO-CROSS-LAYER")
+def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
+    for _key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
+        for s in shards:
+            ls = _layer_stage(ctx, s)
+            for v in ctx.succ[s]:
+                if ctx.types[v] in (NodeType.KV_CACHE,) or ctx.succ[s][v].get("type") == "sync":
+                    continue
+                lv = _layer_stage(ctx, v)
+                if (lv[0] is not None and ls[0] is not None and lv[0] != ls[0]) or \
+                        (lv[1] is not None and ls[1] is not None and lv[1] != ls[1]):
+                    yield Finding(f"TP shard {s} (layer {ls[0]}, stage {ls[1]}) feeds {v} (layer {lv[0]}, stage "
+                                  f"{lv[1]}); a TP region starts and ends inside one operator of one layer", [s, v])
+                    return
+
+
+@checker("TP-NOT-EMBED-NORM-ROUTER")
+def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
+    bad = [n for n in ctx.of(*NOT_TP_TYPES) if ctx.attr(n, "tp_rank") is not None
+           or "tp_shard" in (ctx.attr(n, "meta") or {})]
+    if bad:
+        yield Finding(f"{len(bad)} {ctx.types[bad[0]]}(s) are TP-sharded (e.g. {bad[0]}); embeddings, norms, routers "
+                      "and the LM head are not TP-sharded: they run replicated on the neighbouring operator's GPUs",
+                      bad)
+    for root in ctx.of(NodeType.REQUEST):
+        kids = [k for k in ctx.succ[root] if ctx.attr(k, "tp_rank") is not None]
+        if kids:
+            yield Finding("TP shards hang directly under the RequestNode: TP never wraps the whole model",
+                          [root, *kids])
+
+
+def _tp_ok(spec: Any, t: int, kv_ok: bool) -> bool:
+    if spec.num_heads % t:
+        return False
+    if spec.attention != "mla" and spec.num_kv_heads % t and not (t % spec.num_kv_heads == 0 and kv_ok):
+        return False
+    if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
+        return False
+    return not (spec.moe and spec.moe.shared_expert_intermediate_size % t)
+
+
+@checker("TP-HEADS-DIVISIBLE", needs="plan")
+def check_heads(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    spec = ctx.plan.spec
+    for ph, pl in ctx.layout.phases.items():
+        hs = pl.head_shards
+        if spec.num_heads % hs:
+            yield Finding(f"{ph}: {spec.num_heads} attention heads do not divide into {hs} head shards (tp {pl.tp}, "
+                          f"sp {pl.sp}); heads must divide by TP", field=field_of(ph, "tp", ctx.plan),
+                          hint=f"use a tp that divides {spec.num_heads}")
+            return
+        widths = []
+        if spec.dense_layer_indices and spec.intermediate_size:
+            widths.append(("dense FFN intermediate size", spec.intermediate_size))
+        if spec.moe and spec.moe.shared_expert_intermediate_size:
+            widths.append(("shared-expert intermediate size", spec.moe.shared_expert_intermediate_size))
+        for what, size in widths:
+            if size % pl.tp:
+                yield Finding(f"{ph}: the {what} {size} does not divide by tp = {pl.tp}",
+                              field=field_of(ph, "tp", ctx.plan), hint="use a tp that divides it")
+                return
+
+
+def nearest_tp(ctx: Context, tp: int, kv_ok: bool) -> int:
+    """The valid tp closest to the current one (on a log scale), preferring one whose layout fits in memory and
+    then the smaller one (fewer GPUs): a single step instead of 'round down, then grow for memory'."""
+    from tools.rules.memory import fits_with
+
+    assert ctx.plan is not None
+    spec = ctx.plan.spec
+    valid = [t for t in range(1, spec.num_heads + 1) if _tp_ok(spec, t, kv_ok)]
+    valid.sort(key=lambda t: (abs(math.log2(t / tp)), t))
+    for t in valid[:4]:
+        if fits_with(ctx.plan, tp=t):
+            return t
+    return valid[0]
+
+
+def set_tp(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, kv_ok: bool) -> list[Change]:
+    changes = []
+    par = plan.setdefault("parallel", {})
+    targets = [("plan.parallel.tp", par)] + [(f"plan.phases.{ph}.tp", o) for ph, o in
+                                            (plan.get("phases") or {}).items() if isinstance(o, dict) and "tp" in o]
+    for path, d in targets:
+        before = d.get("tp", 1)
+        new = nearest_tp(ctx, before, kv_ok)
+        if new != before:
+            d["tp"] = new
+            changes.append(Change(rule_id=rule_id, message=f"set tp from {before} to {new}: {why}", field=path,
+                                  before=before, after=new))
+    return changes
+
+
+@fixer("TP-HEADS-DIVISIBLE")
+def fix_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    return set_tp(plan, ctx, "TP-HEADS-DIVISIBLE", "the nearest degree that divides the heads and FFN width",
+                  ctx.options.kv_replication_ok)
+
+
+@checker("TP-KV-HEADS-DIVISIBLE", needs="plan")
+def check_kv_heads(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    spec = ctx.plan.spec
+    if spec.attention == "mla":
+        return
+    kv = spec.num_kv_heads
+    for ph, pl in ctx.layout.phases.items():
+        hs = pl.head_shards
+        if kv % hs == 0:
+            continue
+        if hs % kv == 0:
+            if not ctx.plan.options.kv_replication_ok:
+                yield Finding(f"{ph}: {hs} head shards exceed the {kv} KV heads, so each KV head is replicated "
+                              f"{hs // kv} times; the plan must state it (options.kv_replication_ok)",
+                              field="plan.options.kv_replication_ok",
+                              hint="set options.kv_replication_ok = true, or use tp <= the KV heads")
+        else:
+            yield Finding(f"{ph}: {kv} KV heads neither divide by nor divide {hs} head shards; each rank would hold a "
+                          "fraction of a KV head", field=field_of(ph, "tp", ctx.plan),
+                          hint=f"use a tp that divides {kv} or a multiple of it")
+        return
+
+
+@fixer("TP-KV-HEADS-DIVISIBLE")
+def fix_kv_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    assert ctx.plan is not None and ctx.layout is not None
+    kv = ctx.plan.spec.num_kv_heads
+    if all(pl.head_shards % kv == 0 or kv % pl.head_shards == 0 for pl in ctx.layout.phases.values()):
+        opts = plan.setdefault("options", {})
+        opts["kv_replication_ok"] = True
+        return [Change(rule_id="TP-KV-HEADS-DIVISIBLE", message=f"set options.kv_replication_ok: tp exceeds the {kv} "
+                       "KV heads, which are replicated across TP ranks (stated, as the rule asks)",
+                       field="plan.options.kv_replication_ok", before=False, after=True)]
+    return set_tp(plan, ctx, "TP-KV-HEADS-DIVISIBLE", f"a degree compatible with the {kv} KV heads",
+                  ctx.options.kv_replication_ok)
+
+
+@checker("TP-WITHIN-NODE", needs="any")
+def check_within_node(ctx: Context) -> Iterator[Finding]:
+    if ctx.plan is not None and ctx.layout is not None:
+        lay, gpn = ctx.layout, ctx.plan.hardware.gpus_per_node
+        w = lay.group_width
+        if max(pl.tp for pl in lay.phases.values()) <= 1:
+            return
+        if w > gpn:
+            yield Finding(f"the TP group spans W = {w} GPUs but a node has {gpn}; TP belongs inside the fast "
+                          "intra-node domain", field="plan.parallel.tp",
+                          hint=f"keep tp <= {gpn} and add pp (or dp) for the other GPUs")
+            return
+        for r in range(lay.dp):
+            for s in range(lay.pp):
+                first, last = lay.device(r, s, 0), lay.device(r, s, w - 1)
+                if first // gpn != last // gpn:
+                    yield Finding(f"replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles a node "
+                                  f"boundary ({gpn} GPUs per node)", field="plan.parallel.tp",
+                                  hint="use a stage group width that divides gpus_per_node")
+                    return
+        return
+    if ctx.graph is None:
+        return
+    gpn = ctx.gpus_per_node
+    bad = [n for n in ctx.of(NodeType.ALL_REDUCE) if len({d // gpn for d in ctx.devices[n]}) > 1]
+    if bad:
+        yield Finding(f"{len(bad)} TP all-reduce(s) span more than one node of {gpn} GPUs (e.g. {bad[0]}); TP "
+                      "belongs inside a node", bad)
+
+
+@checker("TP-DECODE-COMM-COST", needs="plan")
+def check_decode_comm(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    pl = ctx.layout.phases["decode"]
+    gpn = ctx.plan.hardware.gpus_per_node
+    if pl.tp > 8 or (pl.tp > 1 and pl.tp > gpn):
+        yield Finding(f"decode tp = {pl.tp}: every decode step pays one collective per sharded operator"
+                      f"{' across nodes' if pl.tp > gpn else ''}; beyond 8 ranks decode latency rarely improves",
+                      field=field_of("decode", "tp", ctx.plan), hint="keep decode tp <= 8 and within a node")

@@ -1,0 +1,354 @@
+"""validate_dag: a plan or a DAG (possibly hand-drafted and malformed) -> every rule it breaks, where and why.
+
+A DAG is checked first against the published JSON Schema (errors carry the JSON path), then loaded leniently
+(unknown node fields go to ``meta``, bad values are dropped) so that the rules still run on what is there.
+A plan is checked at plan level (degrees, divisibility, GPU counts, memory) and at graph level on the DAG
+pdag builds from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from typing import Any, Literal
+
+import jsonschema
+import networkx as nx
+from pydantic import BaseModel, Field, ValidationError
+
+from tools.build import build_graph, estimated_node_count, gc_paused
+from tools.dag import MAX_EDGES, MAX_NODES, Dag, Node, dag_json_schema
+from tools.errors import PdagInputError
+from tools.layout import Layout
+from tools.models import resolve_model
+from tools.plan import Plan, parse_plan
+from tools.rules.registry import (
+    CHECKERS,
+    Context,
+    Violation,
+    load_all,
+    run_checkers,
+)
+
+__all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
+
+SEVERITY_ORDER = {"error": 0, "warning": 1}
+CLAIM_KEYS = ("gpus_used", "estimate")
+MAX_SCHEMA_ERRORS = 25
+
+
+class ValidationResult(BaseModel):
+    valid: bool = Field(description="true when there is no violation of severity error")
+    violations: list[Violation]
+    errors: int
+    warnings: int
+    rules_checked: int = Field(description="rules whose checkers ran on this input")
+    input: Literal["plan", "dag"]
+    gpus_used: int | None = Field(None, description="distinct GPUs the DAG uses (None if it could not be built)")
+    summary: str
+    notes: list[str] = Field(default_factory=list)
+    elapsed_ms: float = 0.0
+
+
+# ----------------------------------------------------------------------------------------------- DAG loading
+_INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "heads", "kv_heads")
+_STR_FIELDS = ("op", "role")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _schema_rule(path: list[Any], validator: str) -> str:
+    last = [p for p in path if isinstance(p, str)]
+    tail = last[-1] if last else ""
+    if path[:1] in (["nodes"], ["edges"]) and tail == "type":
+        return "STRUCT-KNOWN-TYPES"
+    if path[:1] == ["nodes"] and tail == "devices":
+        return "STRUCT-DEVICES-ASSIGNED"
+    return "STRUCT-SCHEMA"
+
+
+def _json_path(path: list[Any]) -> str:
+    out = "dag"
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def _schema_errors(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(rule id, JSON path, message) for each way ``doc`` breaks the published schema (first 25)."""
+    try:
+        Dag.model_validate(doc)
+        return []
+    except ValidationError:
+        pass
+    validator = jsonschema.Draft202012Validator(dag_json_schema())
+    out: list[tuple[str, str, str]] = []
+    for err in validator.iter_errors(doc):
+        path = list(err.absolute_path)
+        if err.validator == "required":
+            missing = err.message.split("'")[1] if "'" in err.message else ""
+            rule = "STRUCT-DEVICES-ASSIGNED" if missing == "devices" else "STRUCT-SCHEMA"
+        else:
+            rule = _schema_rule(path, str(err.validator))
+        out.append((rule, _json_path(path), err.message[:300]))
+        if len(out) >= MAX_SCHEMA_ERRORS:
+            break
+    return out
+
+
+def _clean_node(raw: dict[str, Any]) -> dict[str, Any]:
+    """Keep what is usable of a node: right-typed known fields; unknown fields move into meta."""
+    node: dict[str, Any] = {"type": raw.get("type") if isinstance(raw.get("type"), str) else "?"}
+    devs = raw.get("devices")
+    node["devices"] = sorted({d for d in devs if _is_int(d) and d >= 0}) if isinstance(devs, list) else []
+    meta = dict(raw["meta"]) if isinstance(raw.get("meta"), dict) else {}
+    known = set(Node.model_fields)
+    for k, v in raw.items():
+        if k in ("id", "type", "devices", "meta"):
+            continue
+        if k in _INT_FIELDS:
+            if _is_int(v) and v >= 0:
+                node[k] = v
+        elif k in _STR_FIELDS:
+            if isinstance(v, str):
+                node[k] = v
+        elif k == "phase":
+            if v in ("prefill", "decode"):
+                node[k] = v
+        elif k in ("layers", "experts"):
+            if isinstance(v, list) and all(_is_int(x) for x in v):
+                node[k] = list(v)
+        elif k not in known:
+            meta[k] = v
+    if meta:
+        node["meta"] = meta
+    return node
+
+
+def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
+    """A context over a DAG document, plus the violations found while loading it (schema, limits)."""
+    if not isinstance(dag, dict):
+        raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}",
+                             "an object with 'nodes' and 'edges' (see the published DAG JSON Schema)")
+    claims: dict[str, Any] = {}
+    if "nodes" not in dag and isinstance(dag.get("dag"), dict):  # a build_dag answer pasted whole
+        claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
+        dag = dag["dag"]
+    if "nodes" not in dag:
+        raise PdagInputError("dag.nodes", "missing: this is not a DAG",
+                             "a DAG object with 'nodes' and 'edges' lists; a plan goes in the 'plan' argument")
+    nodes, edges = dag.get("nodes"), dag.get("edges", [])
+    if not isinstance(nodes, list):
+        raise PdagInputError("dag.nodes", f"expected a list of nodes, got {type(nodes).__name__}", "a list")
+    if not isinstance(edges, list):
+        raise PdagInputError("dag.edges", f"expected a list of edges, got {type(edges).__name__}", "a list")
+    ctx = Context()
+    if len(nodes) > MAX_NODES or len(edges) > MAX_EDGES:
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "dag.nodes",
+                                  f"the DAG has {len(nodes):,} nodes and {len(edges):,} edges; the limit is "
+                                  f"{MAX_NODES:,} nodes and {MAX_EDGES:,} edges, so it was refused unread"))
+        return ctx, []
+    doc = {k: v for k, v in dag.items() if k not in CLAIM_KEYS}
+    claims.update({k: dag[k] for k in CLAIM_KEYS if k in dag})
+    ctx.claims = claims
+    ctx.schema_errors.extend(_schema_errors(doc))
+
+    g = nx.DiGraph()
+    seen: set[str] = set()
+    for raw in nodes:
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
+            continue
+        nid = raw["id"]
+        if nid in seen:
+            ctx.duplicate_ids.append(nid)
+            continue
+        seen.add(nid)
+        g.add_node(nid, **_clean_node(raw))
+    for raw in edges:
+        if not isinstance(raw, dict):
+            continue
+        u, v = raw.get("source"), raw.get("target")
+        if not isinstance(u, str) or not isinstance(v, str):
+            continue
+        if u not in g or v not in g:
+            ctx.dangling.append((u, v))
+            continue
+        t = raw.get("type", "data")
+        g.add_edge(u, v, type=t if isinstance(t, str) else "?")
+    ctx.graph = g
+    req = [n for n, t in g.nodes(data="type") if t == "RequestNode"]
+    if req:
+        meta = g.nodes[req[0]].get("meta") or {}
+        for k in CLAIM_KEYS:
+            if k in meta and k not in ctx.claims:
+                ctx.claims[k] = meta[k]
+
+    extra: list[Violation] = []
+    plan_raw = dag.get("plan")
+    if isinstance(plan_raw, dict):
+        ctx.raw_plan = plan_raw
+        try:
+            ctx.plan = parse_plan(plan_raw)
+            ctx.layout = Layout(ctx.plan)
+            ctx.spec = ctx.plan.spec
+        except PdagInputError as exc:
+            ctx.schema_errors.append(("STRUCT-SCHEMA", f"dag.{exc.field}", f"the embedded plan is unusable: "
+                                      f"{exc.problem}" + (f" (allowed: {exc.allowed})" if exc.allowed else "")))
+    if ctx.spec is None and isinstance(dag.get("model"), str):
+        with contextlib.suppress(PdagInputError):
+            ctx.spec = resolve_model(dag["model"])
+    return ctx, extra
+
+
+# ----------------------------------------------------------------------------------------------- plan context
+def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Context, list[Violation]]:
+    """Context of a plan: raw-dict rules first (a plan breaking them cannot be parsed), then the built graph."""
+    if isinstance(plan, Plan):
+        raw = plan.model_dump(mode="json", exclude_none=True)
+    elif isinstance(plan, dict):
+        raw = plan
+    else:
+        raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
+    ctx = Context(raw_plan=raw)
+    early = run_checkers(ctx, ["raw"])
+    if early:
+        return ctx, early
+    parsed = plan if isinstance(plan, Plan) else parse_plan(raw)
+    ctx.plan, ctx.spec, ctx.layout = parsed, parsed.spec, Layout(parsed)
+    count = estimated_node_count(ctx.layout)
+    if count > MAX_NODES:  # build_dag refuses this plan: say so as the rule it breaks
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "plan.parallel", f"this plan's DAG would have about "
+                                  f"{count:,} nodes, above the limit of {MAX_NODES:,}; build_dag refuses it"))
+    if not build:
+        return ctx, []
+    one = parsed.model_copy(deep=True)
+    one.parallel = one.parallel.model_copy(update={"dp": 1})
+    for ph in ("prefill", "decode"):
+        o = getattr(one.phases, ph)
+        if o is not None and o.dp is not None:
+            setattr(one.phases, ph, o.model_copy(update={"dp": None}))
+    try:
+        ctx.graph = build_graph(one)
+        ctx.from_plan = True
+    except PdagInputError as exc:
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", exc.field, exc.problem))
+    return ctx, []
+
+
+def plan_violations(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Context, list[Violation]]:
+    """Violations of a plan; ``build=False`` checks the plan level only (no DAG), which autofix uses to score
+    candidate repairs quickly.  Raises PdagInputError when it is not a plan."""
+    ctx, early = plan_context(plan, build)
+    if early:
+        return ctx, sort_violations(early)
+    return ctx, check(ctx)
+
+
+def check(ctx: Context) -> list[Violation]:
+    """Run every applicable checker over a context (schema violations included), in deterministic order."""
+    load_all()
+    out = run_checkers(ctx, ["any"])
+    if any(r == "STRUCT-NODE-LIMIT" for r, _, _ in ctx.schema_errors) and ctx.plan is None:
+        return sort_violations(out)
+    stages: list[Any] = []
+    if ctx.plan is not None:
+        stages.append("plan")
+    if ctx.graph is not None:
+        stages.append("graph")
+    out.extend(run_checkers(ctx, stages))
+    ctx.violations = out
+    out.extend(run_checkers(ctx, ["late"]))
+    return sort_violations(out)
+
+
+def sort_violations(vs: list[Violation]) -> list[Violation]:
+    return sorted(vs, key=lambda v: (SEVERITY_ORDER[v.severity], v.rule_id, v.location.field or "",
+                                     v.location.nodes, v.message))
+
+
+def result_of(ctx: Context, violations: list[Violation], kind: Literal["plan", "dag"], t0: float,
+              notes: list[str] | None = None) -> ValidationResult:
+    errors = sum(v.severity == "error" for v in violations)
+    warnings = len(violations) - errors
+    gpus = ctx.gpus_used if ctx.graph is not None else None
+    if errors:
+        rules = sorted({v.rule_id for v in violations if v.severity == "error"})
+        summary = f"invalid: {errors} error(s) ({', '.join(rules[:8])}{'...' if len(rules) > 8 else ''})"
+    else:
+        summary = "valid"
+    if warnings:
+        summary += f", {warnings} warning(s)"
+    return ValidationResult(
+        valid=errors == 0, violations=violations, errors=errors, warnings=warnings,
+        rules_checked=len(CHECKERS), input=kind, gpus_used=gpus, summary=summary,
+        notes=list(notes or []) + ctx_notes(ctx), elapsed_ms=round((time.perf_counter() - t0) * 1000, 2),
+    )
+
+
+def ctx_notes(ctx: Context) -> list[str]:
+    return list(ctx.notes)
+
+
+def validate_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> ValidationResult:
+    """Check a plan (dict or Plan) or a DAG (node-link JSON) against every rule of the catalog.
+
+    Raises PdagInputError only when the input is not a plan or a DAG at all (naming the field)."""
+    t0 = time.perf_counter()
+    with gc_paused():  # tens of thousands of small acyclic objects: the cyclic GC would rescan them all
+        return _validate(plan, dag, t0)
+
+
+def _validate(plan: Any, dag: Any, t0: float) -> ValidationResult:
+    if (plan is None) == (dag is None):
+        raise PdagInputError("plan" if plan is None else "dag", "give exactly one of plan or dag",
+                             "validate_dag(plan={...}) or validate_dag(dag={...})")
+    if plan is not None:
+        ctx, early = plan_context(plan)
+        if early:
+            note = "the plan cannot be built until these are fixed; other rules were not checked"
+            return result_of(ctx, sort_violations(early), "plan", t0, [note])
+        return result_of(ctx, check(ctx), "plan", t0)
+    ctx, _ = load_dag(copy.copy(dag))
+    return result_of(ctx, check(ctx), "dag", t0)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def cli_input(args: Any) -> dict[str, Any]:
+    """``plan=`` or ``dag=`` from the CLI: a JSON file holding a DAG (it has 'nodes') goes in as a DAG."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from tools.cli import plan_from_args
+
+    if args.plan_file:
+        text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict) and ("nodes" in data or isinstance(data.get("dag"), dict)):
+            return {"dag": data}
+        args.plan_file = None
+        plan = plan_from_args(args)
+        if isinstance(data, dict):
+            data.update({k: v for k, v in plan.items() if k not in data})
+        return {"plan": data}
+    return {"plan": plan_from_args(args)}
+
+
+def cmd_validate(args: Any) -> int:
+    result = validate_dag(**cli_input(args))
+    if args.json:
+        print(result.model_dump_json())
+        return 0 if result.valid else 1
+    print(result.summary + (f" - {result.gpus_used} GPUs" if result.gpus_used else ""))
+    for v in result.violations:
+        where = v.location.field or ", ".join(v.location.nodes)
+        print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}" + (f" [{where}]" if where else ""))
+        if v.hint:
+            print(f"          fix: {v.hint}")
+    return 0 if result.valid else 1
