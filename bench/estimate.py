@@ -1,0 +1,42 @@
+"""Estimate timing: `python -m bench.estimate` prints how long estimate_performance takes."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from tools import estimate_performance
+from tools.estimate import core
+
+CASES = {
+    "Llama-3.1-70B, 8x H100-SXM, TP8": {
+        "model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+        "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8},
+    },
+    "DeepSeek-V3 fp8, 64x H200, DP4 PP2 TP8 EP8": {
+        "model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
+        "parallel": {"dp": 4, "pp": 2, "tp": 8, "ep": 8}, "dtype": "fp8",
+        "workload": {"input_len": 2048, "output_len": 256, "batch_size": 32},
+    },
+}
+
+
+def main(repeats: int = 7) -> None:
+    for name, plan in CASES.items():
+        estimate_performance(plan=plan)  # warm the model/accelerator catalogs
+        cold, warm = [], []
+        for _ in range(repeats):
+            core._PREPARED.clear()  # cold: build the DAG again
+            t = time.perf_counter()
+            est = estimate_performance(plan=plan)
+            cold.append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            estimate_performance(plan=plan)  # warm: same plan, DAG reused
+            warm.append((time.perf_counter() - t) * 1e3)
+        print(f"{name}: cold median {statistics.median(cold):.1f} ms (min {min(cold):.1f}), "
+              f"warm median {statistics.median(warm):.1f} ms over {repeats} runs "
+              f"(TTFT {est.prefill_latency_ms:.1f} ms, TPOT {est.decode_latency_ms_per_token:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Estimator: contract fields, honesty properties and hand-checked node costs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tools import estimate_performance
+from tools.build import build_dag
+from tools.errors import PdagInputError
+from tools.estimate.costs import CostModel, expert_load
+from tools.estimate.efficiency import efficiency_for
+from tools.layout import Layout
+from tools.plan import parse_plan
+
+
+def P(model: str, gpu: str, n: int, b: int = 1, i: int = 2048, o: int = 128, dtype: str = "bf16",
+      **par: int) -> dict:
+    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": par,
+            "workload": {"input_len": i, "output_len": o, "batch_size": b}, "dtype": dtype}
+
+
+def est(**kw: object):
+    return estimate_performance(plan=P(**kw))  # type: ignore[arg-type]
+
+
+def test_contract_fields() -> None:
+    e = estimate_performance(plan=P("llama-3.1-70b", "h100-sxm", 8, tp=8)).model_dump()
+    for key in ("prefill_latency_ms", "decode_latency_ms_per_token", "e2e_latency_ms", "gpus_used"):
+        assert e[key] > 0
+    assert e["throughput"]["output_tokens_per_s"] > 0
+    assert e["kv_cache"]["bytes_total"] > 0 and e["kv_cache"]["bytes_per_gpu_max"] > 0
+    assert {"fits", "max_gpu_bytes", "capacity_bytes"} <= set(e["memory"])
+    assert e["gpus_used"] == 8
+    assert e["e2e_latency_ms"] == pytest.approx(e["prefill_latency_ms"] + 128 * e["decode_latency_ms_per_token"])
+    assert 1 <= len(e["critical_path"]["prefill"]) <= 8 and 1 <= len(e["critical_path"]["decode"]) <= 8
+    assert e["assumptions"] and e["provenance"] and set(e["bottleneck"]) == {"prefill", "decode"}
+
+
+def test_accepts_dag_and_rejects_bad_input() -> None:
+    plan = P("llama-3.1-8b", "h100-sxm", 1)
+    dag = build_dag(plan).dag
+    assert estimate_performance(dag=dag).prefill_latency_ms == pytest.approx(
+        estimate_performance(plan=plan).prefill_latency_ms)
+    with pytest.raises(PdagInputError):
+        estimate_performance()
+    with pytest.raises(PdagInputError):
+        estimate_performance(plan={"model": "nope", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}})
+    with pytest.raises(PdagInputError):
+        estimate_performance(dag={"nodes": [], "edges": []})
+
+
+@pytest.mark.parametrize("model,gpu,tp,ep", [("llama-3.1-8b", "h100-sxm", 1, 1), ("mixtral-8x7b", "h100-sxm", 2, 2),
+                                             ("deepseek-v3", "h200", 8, 8)])
+def test_dp_never_changes_latency_and_scales_throughput(model: str, gpu: str, tp: int, ep: int) -> None:
+    dtype = "fp8" if model == "deepseek-v3" else "bf16"
+    one = est(model=model, gpu=gpu, n=tp, b=4, dtype=dtype, tp=tp, ep=ep)
+    three = est(model=model, gpu=gpu, n=3 * tp, b=4, dtype=dtype, tp=tp, ep=ep, dp=3)
+    assert three.prefill_latency_ms == pytest.approx(one.prefill_latency_ms)
+    assert three.decode_latency_ms_per_token == pytest.approx(one.decode_latency_ms_per_token)
+    assert three.throughput.output_tokens_per_s == pytest.approx(3 * one.throughput.output_tokens_per_s)
+    assert three.gpus_used == 3 * one.gpus_used
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b"])
+def test_tp_speeds_up_prefill_and_decode_sublinearly(model: str) -> None:
+    t = {tp: est(model=model, gpu="h100-sxm", n=tp, i=4096, tp=tp) for tp in (1, 2, 4, 8) if
+         not (model == "llama-3.1-70b" and tp == 1)}
+    tps = sorted(t)
+    for a, b in zip(tps, tps[1:], strict=False):
+        assert t[b].prefill_latency_ms < t[a].prefill_latency_ms
+        # decode gains less than the TP ratio
+        assert t[a].decode_latency_ms_per_token / t[b].decode_latency_ms_per_token < b / a
+
+
+def test_tp_across_nodes_can_reverse_decode() -> None:
+    inside = est(model="llama-3.1-8b", gpu="h100-sxm", n=8, tp=8)
+    across = est(model="llama-3.1-8b", gpu="h100-sxm", n=16, tp=16)
+    assert across.decode_latency_ms_per_token > inside.decode_latency_ms_per_token
+
+
+@pytest.mark.parametrize("model,tp", [("llama-3.1-70b", 4), ("qwen2.5-72b", 4), ("mixtral-8x7b", 2)])
+def test_pp_does_not_reduce_batch1_decode(model: str, tp: int) -> None:
+    base = est(model=model, gpu="h100-sxm", n=tp, tp=tp)
+    pp = est(model=model, gpu="h100-sxm", n=2 * tp, tp=tp, pp=2)
+    assert pp.decode_latency_ms_per_token >= base.decode_latency_ms_per_token * 0.999
+    assert pp.prefill_latency_ms >= base.prefill_latency_ms * 0.999
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mistral-7b"])
+def test_prefill_superlinear_in_long_prompts(model: str) -> None:
+    a = est(model=model, gpu="h100-sxm", n=1, i=16384)
+    b = est(model=model, gpu="h100-sxm", n=1, i=65536)
+    if parse_plan(P(model, "h100-sxm", 1)).spec.sliding_window:
+        assert b.prefill_latency_ms > 3.5 * a.prefill_latency_ms
+    else:
+        assert b.prefill_latency_ms > 4.5 * a.prefill_latency_ms
+
+
+def test_decode_grows_with_context() -> None:
+    a = est(model="llama-3.1-8b", gpu="h100-sxm", n=1, b=16, i=1024)
+    b = est(model="llama-3.1-8b", gpu="h100-sxm", n=1, b=16, i=16384)
+    assert b.decode_latency_ms_per_token > a.decode_latency_ms_per_token
+
+
+def test_kv_bytes_follow_formula() -> None:
+    g = est(model="llama-3.1-70b", gpu="h100-sxm", n=8, b=2, i=1000, o=24, tp=8)
+    assert g.kv_cache.bytes_per_token == 80 * 2 * 8 * 128 * 2
+    assert g.kv_cache.bytes_total == pytest.approx(2 * 1024 * 327_680)
+    assert g.kv_cache.bytes_per_gpu_max == pytest.approx(2 * 1024 * 327_680 / 8)
+    m = est(model="deepseek-v3", gpu="h200", n=8, b=2, i=1000, o=24, dtype="fp8", tp=8, ep=8)
+    assert m.kv_cache.bytes_per_token == 61 * (512 + 64)
+    assert m.kv_cache.bytes_per_gpu_max == pytest.approx(2 * 1024 * 61 * 576)  # latent whole on each TP rank
+
+
+def test_ep_time_not_below_balanced() -> None:
+    for model, gpu, n, ep, dt in (("mixtral-8x7b", "h100-sxm", 8, 8, "bf16"), ("deepseek-v3", "h200", 8, 8, "fp8"),
+                                  ("qwen3-30b-a3b", "h100-sxm", 4, 4, "bf16")):
+        plan = P(model, gpu, n, b=8, dtype=dt, tp=n, ep=ep)
+        real = estimate_performance(plan=plan)
+        even = estimate_performance(plan=plan, balanced_experts=True)
+        assert real.prefill_latency_ms >= even.prefill_latency_ms
+        assert real.decode_latency_ms_per_token >= even.decode_latency_ms_per_token
+    mean, worst, hit_mean, hit_worst = expert_load(1000, 8, 256, 32, 8)
+    assert mean == pytest.approx(1000 * 8 * 32 / 256) and worst > mean and hit_worst >= hit_mean
+
+
+def test_overlap_is_switchable() -> None:
+    plan = P("llama-3.1-70b", "h100-sxm", 8, b=8, tp=8)
+    on = estimate_performance(plan=plan, overlap=True)
+    off = estimate_performance(plan=plan, overlap=False)
+    assert on.prefill_latency_ms < off.prefill_latency_ms
+    assert any("overlap_comm on" in a for a in on.assumptions)
+    assert any("overlap_comm off" in a for a in off.assumptions)
+
+
+def test_not_fitting_plan_still_estimated() -> None:
+    e = est(model="deepseek-v3", gpu="h200", n=8, tp=8, ep=8)
+    assert not e.fits and e.warnings and e.prefill_latency_ms > 0
+
+
+# ------------------------------------------------------------------ node costs by hand
+def _model(plan: dict, overlap: bool = False) -> tuple[CostModel, dict[str, float]]:
+    p = parse_plan(plan)
+    eff = efficiency_for(p.accelerator.id)
+    return CostModel(p, Layout(p), eff, overlap), eff
+
+
+def test_ffn_node_cost_by_hand() -> None:
+    m, e = _model(P("llama-3.1-8b", "h100-sxm", 2, i=4096, tp=2))
+    attrs = {"type": "FFNNode", "phase": "prefill", "devices": [0], "meta": {"of": 2}, "layer": 0}
+    c = m.cost(attrs, 1)
+    tok, h, i_l = 4096, 4096, 14336 / 2
+    flops = 2 * tok * h * 3 * i_l
+    peak = 989.5e12 * e["compute_efficiency_gemm"]
+    # compute-bound: the two GEMMs at peak*eff plus a memory-bound activation kernel and 3 launches
+    act = tok * 3 * i_l * 2 / (3.35e12 * e["small_gemm_memory_efficiency"])
+    assert c.seconds == pytest.approx(flops / peak + act + 3 * e["kernel_overhead_us"] * 1e-6, rel=0.02)
+    assert c.kind == "compute"
+
+
+def test_decode_attention_reads_kv() -> None:
+    m, e = _model(P("llama-3.1-8b", "h100-sxm", 1, b=32, i=8192, o=128))
+    attrs = {"type": "AttentionNode", "phase": "decode", "devices": [0], "heads": 32, "kv_heads": 8, "layer": 0}
+    c = m.cost(attrs, 32)
+    ctx = 8192 + 64
+    kv = 32 * ctx * 2 * 8 * 128 * 2
+    assert c.bytes >= kv
+    assert c.kind == "memory"
+    assert c.seconds >= kv / (3.35e12 * e["memory_efficiency"])
+
+
+def test_allreduce_cost_by_hand() -> None:
+    m, e = _model(P("llama-3.1-70b", "h100-sxm", 8, i=4096, tp=8))
+    attrs = {"type": "AllReduceNode", "phase": "prefill", "devices": list(range(8)), "role": "tp_sync"}
+    c = m.cost(attrs, 1)
+    size = 4096 * 8192 * 2
+    bw = 450e9 * e["comm_bandwidth_efficiency"]
+    ring = 2 * 7 / 8 * size / bw + 14 * 2e-6
+    two_shot = 2 * 7 / 8 * size / bw + 2 * 2e-6
+    assert c.seconds == pytest.approx(min(ring, two_shot), rel=1e-6)
+    # across two nodes the slow network link is used
+    m2, _ = _model(P("llama-3.1-70b", "h100-sxm", 16, i=4096, tp=16))
+    c2 = m2.cost({**attrs, "devices": list(range(16))}, 1)
+    assert c2.seconds > 5 * c.seconds
+
+
+def test_expert_load_formula() -> None:
+    mean, worst, _, _ = expert_load(4096, 2, 8, 1, 8)
+    sd = math.sqrt(4096 * 2 * (1 / 8) * (7 / 8) * (6 / 7))
+    assert worst == pytest.approx(mean + sd * math.sqrt(2 * math.log(8)))
+    assert expert_load(10, 2, 8, 8, 1)[1] == pytest.approx(20)  # one rank holds all: no imbalance

@@ -1,0 +1,117 @@
+"""Memory model: hand calculations against tools.memory.memory_report."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tools.layout import Layout
+from tools.memory import memory_report
+from tools.plan import parse_plan
+
+
+def plan(model: str, gpu: str, n: int, **kw: object) -> dict:
+    par = {k: kw.pop(k) for k in ("dp", "pp", "tp", "ep", "sp") if k in kw}
+    wl = {k: kw.pop(k) for k in ("input_len", "output_len", "batch_size") if k in kw}
+    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": par, "workload": wl, **kw}
+
+
+def test_llama70b_tp8_weights_per_gpu() -> None:
+    p = parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=8))
+    spec = p.spec
+    emb = spec.embedding_params() + spec.lm_head_params() + spec.final_norm_params()
+    norms = spec.num_layers * spec.layer_norm_params()
+    sharded = spec.param_count() - emb - norms
+    expected = (sharded / 8 + emb + norms) * 2
+    r = memory_report(p)
+    assert r.per_gpu[0].weights_bytes == pytest.approx(expected, rel=1e-9)
+    # ~70.55e9 params: 1/8 of the sharded part plus the two 128256x8192 matrices replicated (~21.3 GB).
+    assert 21.0e9 < r.weights_bytes < 21.6e9
+    assert r.fits and len(r.per_gpu) == 8
+
+
+def test_llama70b_kv_per_token_and_tp_sharding() -> None:
+    p = parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=4, batch_size=16, input_len=4096, output_len=512))
+    r = memory_report(p)
+    assert r.kv_bytes_per_token == 327_680  # 80 layers x 2 x 8 heads x 128 x 2 B
+    total = 16 * 4608 * 327_680
+    assert r.per_gpu[0].kv_cache_bytes == pytest.approx(total / 4)
+    assert r.kv_cache_bytes_total == pytest.approx(total)
+
+
+def test_kv_replicated_beyond_kv_heads() -> None:
+    # Llama-3.1-8B has 8 KV heads: at tp 16 (2 nodes) every GPU holds 1 head, i.e. 2x replication.
+    p = parse_plan(plan("llama-3.1-8b", "h100-sxm", 16, tp=16, batch_size=4, input_len=1000, output_len=24))
+    r = memory_report(p)
+    per_tok = 32 * 2 * 1 * 128 * 2
+    assert r.per_gpu[0].kv_cache_bytes == pytest.approx(4 * 1024 * per_tok)
+    assert r.kv_cache_bytes_total == pytest.approx(2 * 4 * 1024 * r.kv_bytes_per_token)
+
+
+def test_mla_latent_replicated_on_tp_ranks() -> None:
+    p = parse_plan(plan("deepseek-v3", "h200", 16, tp=8, ep=8, pp=2, dtype="fp8", batch_size=2,
+                        input_len=1000, output_len=24))
+    r = memory_report(p)
+    assert r.kv_bytes_per_token == 61 * 576  # (kv_lora_rank 512 + rope 64) x 61 layers x 1 B
+    layers0 = len(Layout(p).stage_layers[0])
+    assert r.per_gpu[0].kv_cache_bytes == pytest.approx(2 * 1024 * layers0 * 576)
+    assert r.per_gpu[7].kv_cache_bytes == r.per_gpu[0].kv_cache_bytes
+
+
+def test_sp_splits_kv_by_sequence() -> None:
+    base = memory_report(parse_plan(plan("llama-3.1-8b", "h100-sxm", 2, tp=1, sp=1, input_len=8192)))
+    sp = memory_report(parse_plan(plan("llama-3.1-8b", "h100-sxm", 2, sp=2, input_len=8192)))
+    assert sp.per_gpu[0].kv_cache_bytes == pytest.approx(base.per_gpu[0].kv_cache_bytes / 2)
+
+
+def test_deepseek_v3_bf16_on_8_h200_does_not_fit() -> None:
+    r = memory_report(parse_plan(plan("deepseek-v3", "h200", 8, tp=8, ep=8)))
+    assert not r.fits
+    assert r.weights_bytes > 671e9 * 2 / 8  # 168 GB of weights per GPU > 141 GB
+    assert r.max_batch_size_that_fits == 0 and r.max_context_that_fits == 0
+    assert "does NOT fit" in r.message
+
+
+def test_deepseek_v3_fp8_16_h200_fits() -> None:
+    r = memory_report(parse_plan(plan("deepseek-v3", "h200", 16, tp=8, ep=8, pp=2, dtype="fp8")))
+    # ~671e9 params at 1 B over 16 GPUs ~ 42 GB, plus replicated 16-bit embedding/LM head (1.85 GB each).
+    assert 40e9 < r.weights_bytes < 50e9
+    assert r.fits and r.max_batch_size_that_fits > 1000
+
+
+def test_expert_weights_follow_ep() -> None:
+    p = parse_plan(plan("mixtral-8x7b", "h100-sxm", 8, tp=2, ep=8))
+    r = memory_report(p)
+    spec = p.spec
+    # GPU 7 holds only its expert (1 of 8) of every layer: no attention, no embedding.
+    assert r.per_gpu[7].weights_bytes == pytest.approx(32 * spec.expert_params() * 2)
+    assert r.per_gpu[7].kv_cache_bytes == 0
+
+
+def test_pp_splits_weights_and_first_last_stage_hold_embeddings() -> None:
+    p = parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=4, pp=2))
+    r = memory_report(p)
+    s0, s1 = r.per_gpu[0], r.per_gpu[4]
+    assert s0.weights_bytes == pytest.approx(s1.weights_bytes, rel=0.01)
+    one = memory_report(parse_plan(plan("llama-3.1-70b", "h100-sxm", 4, tp=4)))
+    assert s0.weights_bytes < 0.6 * one.weights_bytes
+
+
+def test_max_batch_is_consistent() -> None:
+    d = plan("llama-3.1-70b", "h100-sxm", 8, tp=8, batch_size=8, input_len=2048, output_len=256)
+    r = memory_report(parse_plan(d))
+    b = r.max_batch_size_that_fits
+    d["workload"]["batch_size"] = b
+    assert memory_report(parse_plan(d)).fits
+    d["workload"]["batch_size"] = b + 1
+    assert not memory_report(parse_plan(d)).fits
+
+
+def test_memory_report_is_fast() -> None:
+    p = parse_plan(plan("deepseek-v3", "h200", 64, dp=4, pp=2, tp=8, ep=8, dtype="fp8"))
+    memory_report(p)
+    t = time.perf_counter()
+    for _ in range(10):
+        memory_report(p)
+    assert (time.perf_counter() - t) / 10 < 0.005

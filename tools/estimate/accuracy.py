@@ -1,0 +1,328 @@
+"""Accuracy of the estimator against published measurements, and calibration of efficiency factors.
+
+Measurements file (``evals/measurements/published.json``): ``{"points": [...]}``, each point with ``model``,
+``gpu``, ``parallel`` (degrees), ``dtype``, optional ``kv_dtype`` and ``gpus_per_node``, ``input_len``,
+``output_len``, ``batch_size``, ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``output_tokens_per_s``,
+``output_tokens_per_s_per_gpu``), ``value`` and ``source``.
+
+Scores: absolute percentage error per point (median and p90) and, inside every group of points with the same
+model, GPU and metric (3 points or more), the Spearman rank correlation of prediction and measurement.
+
+Fitting (``calibrate`` and the leave-one-group-out score): four scale factors, one each for the compute-bound,
+memory-bound, communication and overhead parts of the critical path (``PhaseDetail.breakdown_ms``).  A
+prediction is approximately linear in them, ``t ~ s_c*C + s_m*M + s_x*X + s_o*O``; we minimise the squared log
+error of that linear form by coordinate search on a log grid, apply the factors to the efficiency keys
+(``compute_efficiency_* / s_c``, ``*memory_efficiency / s_m``, ``comm_bandwidth_efficiency / s_x`` and
+``comm_latency_scale * s_x``, overheads ``* s_o``), re-run the exact estimator, and repeat (3 rounds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from tools.errors import PdagInputError
+from tools.estimate.efficiency import efficiency_for
+
+DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
+METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
+PARTS = ("compute", "memory", "communication", "overhead")
+SCALED_KEYS = {
+    "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_attention", -1),
+                ("compute_efficiency_experts", -1)),
+    "memory": (("memory_efficiency", -1), ("small_gemm_memory_efficiency", -1)),
+    "communication": (("comm_bandwidth_efficiency", -1), ("comm_latency_scale", 1), ("allreduce_min_us", 1),
+                      ("alltoall_min_us", 1)),
+    "overhead": (("kernel_overhead_us", 1), ("layer_overhead_us", 1), ("step_overhead_ms", 1),
+                 ("moe_dispatch_overhead_us", 1)),
+}
+EFF_CAP = 0.98  # an efficiency never exceeds this
+
+
+def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
+    p = Path(path) if path else DEFAULT_FILE
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise PdagInputError("measurements", f"not valid JSON ({exc.msg})", "a JSON file") from None
+    points = data.get("points") if isinstance(data, dict) else data
+    if not isinstance(points, list) or not points:
+        raise PdagInputError("measurements.points", "expected a non-empty list of points", "see published.json")
+    for i, pt in enumerate(points):
+        if not isinstance(pt, dict):
+            raise PdagInputError(f"measurements.points[{i}]", "expected an object", "a measurement point")
+        for key in ("model", "gpu", "metric", "value"):
+            if key not in pt:
+                raise PdagInputError(f"measurements.points[{i}].{key}", "missing", "see published.json")
+        if pt["metric"] not in METRICS:
+            raise PdagInputError(f"measurements.points[{i}].metric", f"unknown metric {pt['metric']!r}",
+                                 ", ".join(METRICS))
+    return points
+
+
+def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
+    par = dict(pt.get("parallel") or {})
+    n = max(1, par.get("dp", 1)) * max(1, par.get("pp", 1)) * max(par.get("tp", 1), par.get("ep", 1),
+                                                                   par.get("sp", 1))
+    plan: dict[str, Any] = {
+        "model": pt["model"],
+        "hardware": {"gpu": pt["gpu"], "num_gpus": pt.get("num_gpus", n), "gpus_per_node": pt.get("gpus_per_node", 8)},
+        "parallel": par,
+        "workload": {"input_len": pt["input_len"], "output_len": pt["output_len"], "batch_size": pt["batch_size"]},
+        "dtype": pt.get("dtype", "bf16"),
+    }
+    if pt.get("kv_dtype"):
+        plan["kv_dtype"] = pt["kv_dtype"]
+    options = dict(pt.get("options") or {})
+    if "overlap_comm" in pt:
+        options["overlap_comm"] = bool(pt["overlap_comm"])
+    if options:
+        plan["options"] = options
+    return plan
+
+
+@dataclass
+class Prediction:
+    value: float
+    parts: dict[str, float]  # linear decomposition of the metric's time in the four parts
+    kind: str  # "time" (value proportional to time) or "rate" (value = numerator / time)
+    numerator: float = 0.0
+
+
+def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> Prediction:
+    from tools.estimate.core import estimate_performance
+
+    est = estimate_performance(plan=point_plan(pt), efficiency=overlay)
+    pre, dec = est.prefill.breakdown_ms, est.decode.breakdown_ms
+    out = pt["output_len"]
+    metric = pt["metric"]
+    if metric == "ttft_ms":
+        return Prediction(est.prefill_latency_ms, dict(pre), "time")
+    if metric == "tpot_ms":
+        return Prediction(est.decode_latency_ms_per_token, dict(dec), "time")
+    e2e = {k: pre[k] + out * dec[k] for k in PARTS}
+    if metric == "e2e_ms":
+        return Prediction(est.e2e_latency_ms, e2e, "time")
+    value = est.throughput.output_tokens_per_s
+    if metric == "output_tokens_per_s_per_gpu":
+        value = est.throughput.output_tokens_per_s_per_gpu
+    return Prediction(value, e2e, "rate", value * est.e2e_latency_ms)
+
+
+def _linear(pred: Prediction, s: dict[str, float]) -> float:
+    t = sum(pred.parts[k] * s[k] for k in PARTS)
+    if pred.kind == "time":
+        return t
+    return pred.numerator / t if t > 0 else float("inf")
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    if not ys:
+        return float("nan")
+    pos = q * (len(ys) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def _ranks(xs: list[float]) -> list[float]:
+    order = sorted(range(len(xs)), key=xs.__getitem__)
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    ra, rb = _ranks(a), _ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va and vb else float("nan")
+
+
+def _group(pt: dict[str, Any]) -> str:
+    return f"{pt['model']}@{pt['gpu']}"
+
+
+# ---------------------------------------------------------------------------------------------- fitting
+def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction]) -> dict[str, float]:
+    grid = [2 ** (x / 8) for x in range(-24, 25)]  # 1/8 .. 8 in 2^(1/8) steps
+    s = dict.fromkeys(PARTS, 1.0)
+
+    def loss(sc: dict[str, float]) -> float:
+        return sum(math.log(max(_linear(p, sc), 1e-12) / pt["value"]) ** 2 for p, pt in zip(preds, points, strict=True))
+
+    best = loss(s)
+    for _ in range(4):
+        for k in PARTS:
+            if all(p.parts[k] == 0 for p in preds):
+                continue
+            for g in grid:
+                trial = {**s, k: g}
+                v = loss(trial)
+                if v < best - 1e-12:
+                    best, s = v, trial
+    return s
+
+
+def _apply_scales(eff: dict[str, float], s: dict[str, float]) -> dict[str, float]:
+    out = dict(eff)
+    for part, keys in SCALED_KEYS.items():
+        for key, sign in keys:
+            out[key] = eff[key] * (s[part] if sign > 0 else 1 / s[part])
+            if sign < 0 and key != "comm_latency_scale":
+                out[key] = min(out[key], EFF_CAP)
+    return out
+
+
+def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, dict[str, float]]:
+    """Per-accelerator efficiency overrides fitted to ``points`` (one set of scales per GPU id)."""
+    overlay: dict[str, dict[str, float]] = {}
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for pt in points:
+        by_gpu.setdefault(pt["gpu"], []).append(pt)
+    for gpu, pts in by_gpu.items():
+        eff = efficiency_for(gpu)
+        for _ in range(rounds):
+            doc = {"accelerators": {gpu: eff}}
+            preds = [predict(pt, doc) for pt in pts]
+            s = _fit_scales(pts, preds)
+            if all(abs(v - 1) < 1e-9 for v in s.values()):
+                break
+            eff = _apply_scales(eff, s)
+        overlay[gpu] = eff
+    return overlay
+
+
+# ---------------------------------------------------------------------------------------------- report
+@dataclass
+class Row:
+    id: str
+    group: str
+    metric: str
+    measured: float
+    predicted: float
+    loo: float | None = None
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+
+@dataclass
+class AccuracyReport:
+    rows: list[Row]
+    spearman: dict[str, float] = field(default_factory=dict)
+    loo_note: str = ""
+
+    def stats(self, attr: str = "predicted") -> tuple[float, float]:
+        errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
+        return median(errs) if errs else float("nan"), _quantile(errs, 0.9)
+
+    def as_dict(self) -> dict[str, Any]:
+        med, p90 = self.stats()
+        out: dict[str, Any] = {
+            "points": len(self.rows), "median_ape": med, "p90_ape": p90,
+            "spearman_by_group": self.spearman,
+            "mean_spearman": _mean([v for v in self.spearman.values() if not math.isnan(v)]),
+            "rows": [r.__dict__ for r in self.rows],
+        }
+        if any(r.loo is not None for r in self.rows):
+            lmed, lp90 = self.stats("loo")
+            out.update(loo_median_ape=lmed, loo_p90_ape=lp90, loo_note=self.loo_note)
+        return out
+
+    def text(self) -> str:
+        lines = [f"{'point':<62} {'metric':<28} {'measured':>10} {'predicted':>10} {'err':>7}"
+                 + ("  {:>10} {:>7}".format("LOO-fit", "err") if any(r.loo is not None for r in self.rows) else "")]
+        for r in self.rows:
+            line = f"{r.id[:62]:<62} {r.metric:<28} {r.measured:>10.1f} {r.predicted:>10.1f} {r.error:>+7.0%}"
+            if r.loo is not None:
+                line += f"  {r.loo:>10.1f} {(r.loo - r.measured) / r.measured:>+7.0%}"
+            lines.append(line)
+        med, p90 = self.stats()
+        lines.append(f"\n{len(self.rows)} points. catalog factors: median APE {med:.1%}, p90 APE {p90:.1%}")
+        if any(r.loo is not None for r in self.rows):
+            lmed, lp90 = self.stats("loo")
+            lines.append(f"leave-one-group-out fitted factors: median APE {lmed:.1%}, p90 APE {lp90:.1%} "
+                         f"({self.loo_note})")
+        valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
+        if valid:
+            lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
+                         f"{_mean(list(valid.values())):.2f}, min {min(valid.values()):.2f} over {len(valid)} groups")
+        return "\n".join(lines)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, Any] | None = None,
+                    leave_one_out: bool = True) -> AccuracyReport:
+    rows = []
+    for pt in points:
+        p = predict(pt, efficiency)
+        rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
+                        p.value))
+    report = AccuracyReport(rows)
+    buckets: dict[str, list[Row]] = {}
+    for r in rows:
+        buckets.setdefault(f"{r.group}/{r.metric}", []).append(r)
+    for key, rs in buckets.items():
+        if len(rs) >= 3:
+            report.spearman[key] = spearman([r.predicted for r in rs], [r.measured for r in rs])
+    if leave_one_out:
+        groups = sorted({_group(pt) for pt in points})
+        for g in groups:
+            train = [pt for pt in points if _group(pt) != g]
+            overlay = {"accelerators": fit_efficiency(train, rounds=2)}
+            for pt, row in zip(points, rows, strict=True):
+                if _group(pt) == g:
+                    row.loo = predict(pt, overlay).value
+        report.loo_note = (f"{len(groups)} model@GPU groups; each held out in turn, efficiency scales fitted per "
+                           "GPU on the remaining groups (a GPU seen only in the held-out group keeps catalog factors)")
+    return report
+
+
+def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) -> dict[str, Any]:
+    """Fit ``gpu``'s efficiency factors to the points measured on it; write an overlay JSON and report."""
+    mine = [pt for pt in points if str(pt.get("gpu", "")).lower() == gpu.lower()]
+    if not mine:
+        raise PdagInputError("gpu", f"no measurement point on {gpu!r}",
+                             ", ".join(sorted({str(pt.get('gpu')) for pt in points})))
+    gpu = mine[0]["gpu"]
+    before = [_ape(predict(pt).value, pt["value"]) for pt in mine]
+    fitted = fit_efficiency(mine)
+    overlay = {"version": 1, "fitted_from": f"{len(mine)} points", "accelerators": {gpu: fitted[gpu]}}
+    after = [_ape(predict(pt, overlay).value, pt["value"]) for pt in mine]
+    path = out or f"efficiency-{gpu}.json"
+    Path(path).write_text(json.dumps(overlay, indent=2) + "\n", encoding="utf-8")
+    base = efficiency_for(gpu)
+    changed = {k: (base[k], v) for k, v in fitted[gpu].items() if abs(v - base[k]) > 1e-12}
+    text = [f"calibrated {gpu} on {len(mine)} points; overlay written to {path}",
+            f"before: median APE {median(before):.1%}, p90 {_quantile(before, 0.9):.1%}",
+            f"after:  median APE {median(after):.1%}, p90 {_quantile(after, 0.9):.1%} (in-sample)",
+            f"use it: PDAG_EFFICIENCY={path} pdag estimate ...  or  estimate_performance(..., efficiency='{path}')"]
+    text += [f"  {k}: {a:g} -> {b:.4g}" for k, (a, b) in changed.items()]
+    return {"gpu": gpu, "points": len(mine), "overlay_path": path, "overlay": overlay,
+            "median_ape_before": median(before), "p90_ape_before": _quantile(before, 0.9),
+            "median_ape_after": median(after), "p90_ape_after": _quantile(after, 0.9), "text": "\n".join(text)}

@@ -1,0 +1,57 @@
+"""`pdag estimate`, `pdag accuracy` and `pdag calibrate` (registered in tools/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def estimate_args(p: argparse.ArgumentParser) -> None:
+    from tools.cli import add_plan_args
+
+    add_plan_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--overlap", dest="overlap", action="store_true", default=None,
+                   help="assume TP/EP collectives overlap with compute (default: plan.options.overlap_comm)")
+    g.add_argument("--no-overlap", dest="overlap", action="store_false", help="put every collective on the path")
+    p.add_argument("--efficiency", help="efficiency overlay JSON (as written by `pdag calibrate`)")
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from tools.cli import plan_from_args
+    from tools.estimate.core import estimate_performance
+
+    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency)
+    print(est.model_dump_json(indent=2) if args.json else est.summary())
+    return 0
+
+
+def accuracy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", nargs="?", help="measurement JSON (default: evals/measurements/published.json)")
+    p.add_argument("--efficiency", help="efficiency overlay JSON to score instead of the catalog factors")
+    p.add_argument("--no-loo", action="store_true", help="skip the leave-one-group-out fitted score (faster)")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_accuracy(args: argparse.Namespace) -> int:
+    from tools.estimate.accuracy import accuracy_report, load_measurements
+
+    report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
+                             leave_one_out=not args.no_loo)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    return 0
+
+
+def calibrate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", help="measurement JSON (same shape as evals/measurements/published.json)")
+    p.add_argument("--gpu", required=True, help="accelerator id whose efficiency factors to fit")
+    p.add_argument("--out", help="where to write the overlay (default: efficiency-<gpu>.json)")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from tools.estimate.accuracy import calibrate, load_measurements
+
+    result = calibrate(load_measurements(args.measurements), gpu=args.gpu, out=args.out)
+    print(json.dumps(result, indent=2) if args.json else result["text"])
+    return 0

@@ -1,0 +1,488 @@
+"""estimate_performance: critical-path latency, throughput, KV cache and memory of a plan.
+
+How (seed 004): build the plan's DAG, cost every node of replica 0 (roofline / alpha-beta, see ``costs.py``),
+and take the node-weighted longest path of each phase's sub-DAG (a dynamic programme over
+``networkx.topological_sort``).  DP replicas are identical and independent: they never change latency and
+multiply throughput.  Identical layers cost the same (costs are cached by node shape).
+
+Pipeline parallelism:
+
+* prefill: the whole batch as one pass (sum of the stages, plus the stage transfers); with ``batch > 1``
+  and ``pp > 1`` the batch may instead be split into ``m = min(batch, pp)`` micro-batches, taking
+  ``(m + pp - 1) * slowest_stage(batch/m)``; the smaller of the two is reported.
+* decode: a token must pass every stage, so one step of the batch takes the full critical path; with
+  ``batch >= 2`` the batch is split into ``m = min(batch, pp)`` micro-batches cycling through the pipeline,
+  and a step takes ``max(critical_path(batch/m), m * slowest_stage(batch/m))``; the bubble (idle share of
+  the stages) is ``1 - m/pp``.  Batch 1 gets no speed-up from PP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, Field
+
+from tools.build import build_graph, devices_used, gc_paused
+from tools.dag import CONTROL_TYPES, NodeType
+from tools.errors import PdagInputError
+from tools.estimate.costs import CostModel, NodeCost
+from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
+from tools.layout import Layout
+from tools.memory import MemoryReport, memory_report
+from tools.plan import Plan, parse_plan
+
+__all__ = ["Estimate", "estimate_performance"]
+
+
+class Contributor(BaseModel):
+    name: str = Field(description="operator kind on the critical path (e.g. attention, tp all-reduce)")
+    node: str = Field(description="one example node id")
+    kind: str = Field(description="compute | memory | communication | overhead")
+    time_ms: float
+    share: float
+    count: int = Field(description="nodes of this kind on the critical path")
+
+
+class PhaseDetail(BaseModel):
+    latency_ms: float
+    critical_path_ms: float
+    step_overhead_ms: float
+    tokens: int = Field(description="tokens processed in one pass of the replica")
+    micro_batches: int
+    bubble_fraction: float
+    stage_ms: list[float] = Field(description="time of each pipeline stage on the critical path")
+    communication_ms: float
+    communication_hidden_ms: float = Field(description="communication time hidden by overlap")
+    breakdown_ms: dict[str, float] = Field(
+        description="latency split into compute-bound, memory-bound, communication and overhead time")
+    critical_path: list[Contributor]
+    bottleneck: str
+
+
+class Throughput(BaseModel):
+    output_tokens_per_s: float = Field(description="whole deployment (all DP replicas), prefill included")
+    total_tokens_per_s: float = Field(description="input + output tokens per second, whole deployment")
+    output_tokens_per_s_per_gpu: float
+    replica_output_tokens_per_s: float = Field(description="one DP replica with its batch")
+    decode_tokens_per_s: float = Field(description="deployment, decode steps only (steady state)")
+    single_request_tokens_per_s: float = Field(description="output tokens/s seen by one request")
+
+
+class KvCache(BaseModel):
+    bytes_per_token: float = Field(description="whole model, all layers")
+    bytes_total: float = Field(description="all replicas, with TP replication of KV heads")
+    bytes_per_gpu_max: float
+    per_gpu: dict[int, float] = Field(description="KV bytes per GPU of replica 0")
+
+
+class Provenance(BaseModel):
+    figure: str
+    kind: str = Field(description="catalog | modelled | assumption | calibrated")
+    value: str
+    source: str
+
+
+class Estimate(BaseModel):
+    prefill_latency_ms: float
+    decode_latency_ms_per_token: float
+    e2e_latency_ms: float
+    throughput: Throughput
+    kv_cache: KvCache
+    memory: MemoryReport
+    gpus_used: int
+    fits: bool
+    prefill: PhaseDetail
+    decode: PhaseDetail
+    critical_path: dict[str, list[Contributor]]
+    bottleneck: dict[str, str]
+    assumptions: list[str]
+    provenance: list[Provenance]
+    warnings: list[str]
+
+    def summary(self) -> str:
+        """A readable multi-line breakdown (the CLI prints it)."""
+        lines = [
+            f"TTFT (prefill) {self.prefill_latency_ms:.2f} ms | TPOT {self.decode_latency_ms_per_token:.3f} ms | "
+            f"e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
+            f"throughput: {self.throughput.output_tokens_per_s:,.0f} output tok/s deployment "
+            f"({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU), "
+            f"decode {self.throughput.decode_tokens_per_s:,.0f} tok/s, "
+            f"per request {self.throughput.single_request_tokens_per_s:,.1f} tok/s",
+            f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token, total {self.kv_cache.bytes_total / 1e9:.2f} GB, "
+            f"max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
+            f"memory: {self.memory.message}",
+        ]
+        for phase in ("prefill", "decode"):
+            d: PhaseDetail = getattr(self, phase)
+            lines.append(f"{phase}: {d.latency_ms:.3f} ms, bottleneck {d.bottleneck}; stages "
+                         + ", ".join(f"{s:.2f}" for s in d.stage_ms) + " ms"
+                         + (f"; {d.micro_batches} micro-batches, bubble {d.bubble_fraction:.0%}" if d.micro_batches > 1
+                            or d.bubble_fraction else ""))
+            for c in d.critical_path:
+                lines.append(f"  {c.name:<28} {c.kind:<13} {c.time_ms:9.3f} ms {c.share:6.1%}  x{c.count}")
+        if self.warnings:
+            lines += [f"warning: {w}" for w in self.warnings]
+        lines.append("assumptions:")
+        lines += [f"  - {a}" for a in self.assumptions]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- input
+def _resolve_plan(plan: Plan | dict[str, Any] | None, dag: Any) -> Plan:
+    if plan is not None:
+        return parse_plan(plan)
+    if dag is None:
+        raise PdagInputError("plan", "give a plan (or a dag built from one)", "plan={...} or dag={...}")
+    data = dag.model_dump() if isinstance(dag, BaseModel) else dag
+    if not isinstance(data, dict):
+        raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}", "a DAG object")
+    inner = data.get("dag") if isinstance(data.get("dag"), dict) else data  # a build_dag result
+    embedded = inner.get("plan")
+    if not isinstance(embedded, dict):
+        raise PdagInputError("dag.plan", "this DAG does not carry the plan it was built from",
+                             "a DAG produced by build_dag (it embeds its plan), or pass plan=")
+    try:
+        return parse_plan(embedded)
+    except PdagInputError as exc:
+        raise PdagInputError("dag." + exc.field, exc.problem, exc.allowed) from None
+
+
+def _single_replica(plan: Plan) -> Plan:
+    """The same plan with dp = 1: replica 0 of the full plan, on the same GPU ids."""
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"]["dp"] = 1
+    for ph in ("prefill", "decode"):
+        if data.get("phases", {}).get(ph):
+            data["phases"][ph].pop("dp", None)
+    one = Plan.model_validate(data)
+    # share the resolved model / accelerator objects (the cached properties) and the GPU count
+    one.__dict__["spec"] = plan.spec
+    one.__dict__["accelerator"] = plan.accelerator
+    one.__dict__["cluster"] = plan.cluster
+    return one
+
+
+# ---------------------------------------------------------------------------------------------- paths
+_NAMES = {
+    NodeType.ATTENTION: "attention",
+    NodeType.FFN: "ffn",
+    NodeType.EXPERT: "experts",
+    NodeType.ROUTER: "router",
+    NodeType.NORM: "norms/elementwise",
+    NodeType.EMBEDDING: "embedding",
+    NodeType.LM_HEAD: "lm head",
+    NodeType.KV_CACHE: "kv-cache write",
+    NodeType.ALL_REDUCE: "all-reduce",
+    NodeType.ALL_GATHER: "all-gather",
+    NodeType.REDUCE_SCATTER: "reduce-scatter",
+    NodeType.ALL_TO_ALL: "all-to-all",
+    NodeType.SEND_RECV: "pipeline send/recv",
+    NodeType.KV_TRANSFER: "kv reshard",
+}
+
+
+def _label(attrs: dict[str, Any]) -> str:
+    base = _NAMES.get(attrs["type"], str(attrs["type"]))
+    role = attrs.get("role")
+    if role in ("dispatch", "combine"):
+        return f"ep {role} ({base})"
+    if role == "shared_expert":
+        return "shared expert ffn"
+    if role == "tp_sync":
+        return "tp all-reduce"
+    if role == "sp_sync":
+        return "sp all-gather"
+    return base
+
+
+class _PhaseGraph:
+    """Replica 0's nodes of one phase in topological order, with predecessors inside the phase."""
+
+    def __init__(self, graph: nx.DiGraph, order: list[str], phase: str) -> None:
+        self.graph = graph
+        self.phase = phase
+        nodes = graph._node  # plain dict access: this runs over every node
+        # control nodes (stages, MoE fan-outs) stay in, with zero cost: they carry the pipeline edges
+        self.order = [v for v in order if (nodes[v].get("phase") or "prefill") == phase]
+        members = set(self.order)
+        self.preds = {v: [u for u in graph._pred[v] if u in members] for v in self.order}
+
+    def longest(self, weight: dict[str, float]) -> tuple[float, list[str]]:
+        dist: dict[str, float] = {}
+        best: dict[str, str | None] = {}
+        for v in self.order:
+            top, arg = 0.0, None
+            for u in self.preds[v]:
+                if dist[u] > top:
+                    top, arg = dist[u], u
+            dist[v] = top + weight[v]
+            best[v] = arg
+        if not dist:
+            return 0.0, []
+        end = max(dist, key=dist.__getitem__)
+        path = [end]
+        while (prev := best[path[-1]]) is not None:
+            path.append(prev)
+        path.reverse()
+        return dist[end], path
+
+
+def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, NodeCost]:
+    nodes = pg.graph._node
+    return {v: model.cost(nodes[v], batch) for v in pg.order}
+
+
+def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int) -> list[float]:
+    out = [0.0] * pp
+    nodes = pg.graph.nodes
+    for v in path:
+        s = nodes[v].get("stage") or 0
+        out[min(s, pp - 1)] += costs[v].seconds
+    return out
+
+
+def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], total: float,
+                  step_overhead: float) -> list[Contributor]:
+    nodes = pg.graph.nodes
+    agg: dict[str, list[Any]] = defaultdict(lambda: [0.0, "", "", 0])
+    for v in path:
+        c = costs[v]
+        if c.seconds <= 0:
+            continue
+        a = agg[_label(nodes[v])]
+        a[0] += c.seconds
+        a[1] = a[1] or v
+        a[2] = c.kind if c.kind == "communication" else ("compute" if c.kind == "compute" else "memory")
+        a[3] += 1
+    if step_overhead > 0:
+        agg["engine step overhead"] = [step_overhead, "-", "overhead", 1]
+    items = sorted(agg.items(), key=lambda kv: -kv[1][0])
+    out = [Contributor(name=k, node=v[1], kind=v[2], time_ms=v[0] * 1e3, share=v[0] / total if total else 0.0,
+                       count=v[3]) for k, v in items[:8]]
+    return out
+
+
+def _bottleneck(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost]) -> str:
+    by_kind: dict[str, float] = defaultdict(float)
+    for v in path:
+        by_kind[costs[v].kind] += costs[v].seconds
+    if not by_kind:
+        return "none"
+    kind = max(by_kind, key=by_kind.__getitem__)
+    total = sum(by_kind.values())
+    word = {"compute": "compute-bound", "memory": "memory-bandwidth-bound",
+            "communication": "communication-bound", "overhead": "overhead-bound"}[kind]
+    return f"{word} ({by_kind[kind] / total:.0%} of the critical path)"
+
+
+def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead: float) -> PhaseDetail:
+    costs = _cost_phase(model, pg, batch)
+    weight = {v: c.seconds for v, c in costs.items()}
+    cp, path = pg.longest(weight)
+    stages = _stage_times(pg, path, costs, pp)
+    latency, micro, bubble = cp, 1, 0.0
+    m = min(batch, pp)
+    if pp > 1 and m > 1:
+        mb = math.ceil(batch / m)
+        mcosts = _cost_phase(model, pg, mb)
+        mcp, mpath = pg.longest({v: c.seconds for v, c in mcosts.items()})
+        slowest = max(_stage_times(pg, mpath, mcosts, pp))
+        piped = (m + pp - 1) * slowest if pg.phase == "prefill" else max(mcp, m * slowest)
+        if piped < cp:
+            latency, micro = piped, m
+            bubble = (pp - 1) / (m + pp - 1) if pg.phase == "prefill" else 1 - m / pp
+    elif pp > 1:
+        bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
+    comm = sum(costs[v].seconds for v in path if costs[v].kind == "communication")
+    hidden = sum(costs[v].hidden_seconds for v in path)
+    total = latency + step_overhead
+    scale = latency / cp if cp else 0.0  # micro-batching rescales the whole path
+    breakdown = {
+        "compute": scale * sum(costs[v].compute_s for v in path) * 1e3,
+        "memory": scale * sum(costs[v].memory_s for v in path) * 1e3,
+        "communication": scale * comm * 1e3,
+        "overhead": (scale * sum(costs[v].overhead_s for v in path) + step_overhead) * 1e3,
+    }
+    return PhaseDetail(
+        latency_ms=total * 1e3, critical_path_ms=cp * 1e3, step_overhead_ms=step_overhead * 1e3,
+        tokens=model.tokens(pg.phase, batch), micro_batches=micro, bubble_fraction=bubble,
+        stage_ms=[s * 1e3 for s in stages], communication_ms=comm * 1e3, communication_hidden_ms=hidden * 1e3,
+        breakdown_ms=breakdown,
+        critical_path=_contributors(pg, path, costs, cp + step_overhead, step_overhead),
+        bottleneck=_bottleneck(pg, path, costs),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- main
+class _Prepared:
+    """What does not depend on efficiency factors or overlap: replica 0's DAG and its phase sub-DAGs."""
+
+    def __init__(self, full: Plan) -> None:
+        self.layout_full = Layout(full)
+        self.one = _single_replica(full) if self.layout_full.dp > 1 else full
+        self.layout = Layout(self.one)
+        with gc_paused():
+            self.graph = build_graph(self.one, self.layout)
+            order = list(nx.topological_sort(self.graph))
+            self.phases = {ph: _PhaseGraph(self.graph, order, ph) for ph in ("prefill", "decode")}
+            self.replica_gpus = len(devices_used(self.graph))
+
+
+_PREPARED: dict[str, _Prepared] = {}
+_PREPARED_MAX = 32
+
+
+def _prepared(full: Plan) -> _Prepared:
+    key = full.model_dump_json(exclude_none=True)
+    hit = _PREPARED.pop(key, None)
+    if hit is None:
+        hit = _Prepared(full)
+        while len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.pop(next(iter(_PREPARED)))
+    _PREPARED[key] = hit  # most recent last
+    return hit
+
+
+def estimate_performance(
+    plan: Plan | dict[str, Any] | None = None,
+    dag: Any = None,
+    overlap: bool | None = None,
+    efficiency: Overlay = None,
+    *,
+    balanced_experts: bool = False,
+) -> Estimate:
+    """Estimate latency, throughput, KV cache and memory of a plan (or of a DAG that embeds its plan).
+
+    ``overlap`` overrides ``plan.options.overlap_comm``; ``efficiency`` is an overlay (dict or JSON path) of
+    efficiency factors, defaulting to the file named by ``$PDAG_EFFICIENCY`` if set.  ``balanced_experts``
+    (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.
+    """
+    full = _resolve_plan(plan, dag)
+    if overlap is not None and not isinstance(overlap, bool):
+        raise PdagInputError("overlap", f"expected true or false, got {overlap!r}", "a boolean")
+    use_overlap = full.options.overlap_comm if overlap is None else overlap
+    prep = _prepared(full)
+    layout_full, one, layout = prep.layout_full, prep.one, prep.layout
+    eff = efficiency_for(full.accelerator.id, efficiency)
+    calibrated = load_overlay(efficiency) is not None
+    model = CostModel(one, layout, eff, use_overlap, balanced_experts)
+    pp = layout.pp
+    step = eff["step_overhead_ms"] * 1e-3
+    wl = full.workload
+    pre = _phase(model, prep.phases["prefill"], wl.batch_size, pp, step)
+    dec = _phase(model, prep.phases["decode"], wl.batch_size, pp, step)
+    replica_gpus = prep.replica_gpus
+    mem = memory_report(full, layout_full, efficiency)
+    dp = layout_full.dp
+    tpot = dec.latency_ms
+    e2e = pre.latency_ms + wl.output_len * tpot
+    out_rep = wl.batch_size * wl.output_len / (e2e / 1e3)
+    gpus = replica_gpus * dp
+    thr = Throughput(
+        output_tokens_per_s=out_rep * dp,
+        total_tokens_per_s=out_rep * dp * (wl.input_len + wl.output_len) / wl.output_len,
+        output_tokens_per_s_per_gpu=out_rep * dp / gpus,
+        replica_output_tokens_per_s=out_rep,
+        decode_tokens_per_s=dp * wl.batch_size / (tpot / 1e3),
+        single_request_tokens_per_s=wl.output_len / (e2e / 1e3),
+    )
+    per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
+    kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
+                 bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
+    warnings = []
+    if not mem.fits:
+        warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message)
+    if gpus > full.hardware.num_gpus:
+        warnings.append(f"the DAG uses {gpus} GPUs but hardware.num_gpus is {full.hardware.num_gpus}")
+    return Estimate(
+        prefill_latency_ms=pre.latency_ms,
+        decode_latency_ms_per_token=tpot,
+        e2e_latency_ms=e2e,
+        throughput=thr,
+        kv_cache=kv,
+        memory=mem,
+        gpus_used=gpus,
+        fits=mem.fits,
+        prefill=pre,
+        decode=dec,
+        critical_path={"prefill": pre.critical_path, "decode": dec.critical_path},
+        bottleneck={"prefill": pre.bottleneck, "decode": dec.bottleneck},
+        assumptions=_assumptions(full, model, use_overlap, layout_full),
+        provenance=_provenance(full, eff, calibrated),
+        warnings=warnings,
+    )
+
+
+def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) -> list[str]:
+    wl = plan.workload
+    e = model.eff
+    out = [
+        "roofline per kernel: time = max(FLOPs/(peak*eff), bytes/(HBM bw*eff)) + launch overhead; "
+        f"GEMMs run in {model.gemm_dtype}, attention in 16-bit",
+        f"decode reads the KV cache of the average context input_len + output_len/2 = {model.decode_context:g} tokens",
+        "prefill processes the whole batch in one pass (chunked prefill would not change the FLOPs)",
+        "causal attention: each prompt token attends to (L+1)/2 keys on average (flash attention, no L^2 memory)",
+        f"engine overhead of {e['step_overhead_ms']:g} ms per forward pass (scheduler, sampling, host)",
+        "collectives: alpha-beta with the catalog link (intra-node NVLink/xGMI/PCIe, inter-node network); "
+        "all-reduce takes the fastest of ring, one-shot and two-shot (intra-node) or ring and tree (inter-node)",
+        "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
+    ]
+    if overlap:
+        out.append(f"overlap_comm on: {e['overlap_hidden_fraction']:.0%} of TP all-reduce / EP all-to-all / SP "
+                   "all-gather time is hidden behind compute when the phase has >= 2 tokens (micro-batch overlap)")
+    else:
+        out.append("overlap_comm off: every collective is on the critical path")
+    if plan.spec.is_moe:
+        out.append("MoE: the slowest Expert node carries the expected maximum routed load under uniform random "
+                   "top-k routing (mean + sd*sqrt(2 ln ep)); no expert-load balancer or redundant experts")
+    if plan.spec.attention == "mla":
+        out.append("MLA: prefill expands the latent to per-head K/V; decode uses the absorbed form over the latent")
+    if layout.pp > 1:
+        out.append("PP: micro-batches of min(batch, pp) are used when that is faster; batch-1 decode gets none")
+    if plan.dtype in ("int4",) or model.gemm_dtype != plan.dtype:
+        out.append(f"{plan.dtype} weights: weight-only quantisation, math in {model.gemm_dtype}")
+    if wl.batch_size > 1:
+        out.append("throughput: static batch (all sequences start and finish together), prefill included")
+    return out
+
+
+def _provenance(plan: Plan, eff: dict[str, float], calibrated: bool) -> list[Provenance]:
+    acc, spec = plan.accelerator, plan.spec
+    src = acc.sources
+    out = [
+        Provenance(figure=f"{acc.id} peak {plan.dtype} FLOP/s", kind="catalog",
+                   value=str(getattr(acc.dense_tflops, plan.dtype)), source=src.get(f"dense_tflops.{plan.dtype}", "")),
+        Provenance(figure=f"{acc.id} HBM bandwidth", kind="catalog", value=f"{acc.memory_bandwidth_bytes_per_s:g}",
+                   source=src.get("memory_bandwidth_bytes_per_s", "")),
+        Provenance(figure=f"{acc.id} memory", kind="catalog", value=str(acc.memory_bytes),
+                   source=src.get("memory_bytes", "")),
+        Provenance(figure=f"{acc.id} intra-node link", kind="catalog",
+                   value=f"{acc.intra_node.kind} {acc.intra_node.bandwidth_bytes_per_s:g} B/s",
+                   source=src.get("intra_node.bandwidth_bytes_per_s", "")),
+        Provenance(figure=f"{acc.id} inter-node link", kind="catalog",
+                   value=f"{acc.inter_node.kind} {acc.inter_node.bandwidth_bytes_per_s:g} B/s",
+                   source=src.get("inter_node.bandwidth_bytes_per_s", "")),
+        Provenance(figure=f"model {spec.id} dimensions", kind="catalog", value=spec.name, source=spec.source or ""),
+    ]
+    for key in ("compute_efficiency_gemm", "compute_efficiency_attention", "memory_efficiency",
+                "comm_bandwidth_efficiency", "kernel_overhead_us", "step_overhead_ms", "overlap_hidden_fraction"):
+        out.append(Provenance(figure=key, kind="calibrated" if calibrated else "assumption", value=f"{eff[key]:g}",
+                              source="efficiency overlay" if calibrated else efficiency_source(key)))
+    out.append(Provenance(figure="latencies, throughput, KV, memory", kind="modelled", value="",
+                          source="tools/estimate (critical path over the DAG) and tools/memory.py"))
+    return out
+
+
+def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[str, NodeCost]:
+    """Every node of replica 0 with its cost (for inspection and tests)."""
+    p = parse_plan(plan)
+    layout = Layout(p)
+    graph = build_graph(p, layout)
+    model = CostModel(p, layout, efficiency_for(p.accelerator.id), p.options.overlap_comm)
+    b = batch or p.workload.batch_size
+    return {v: model.cost(a, b) for v, a in graph.nodes(data=True)
+            if a["type"] not in CONTROL_TYPES and (a.get("replica") or 0) == 0}
+

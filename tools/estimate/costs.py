@@ -1,0 +1,328 @@
+"""Cost of one DAG node: roofline for compute nodes, alpha-beta for communication nodes.
+
+Every compute node is a short sequence of kernels; each kernel takes
+``max(flops / (peak * eff_compute), bytes / (hbm_bw * eff_mem)) + kernel_overhead``.  Efficiency factors come
+from ``knowledge/hardware/efficiency.json`` (see ``tools/estimate/efficiency.py``).
+
+Token counts per phase (``batch`` sequences of the DP replica, or of one micro-batch):
+
+* prefill: ``T = batch * input_len`` tokens; causal attention, each query sees on average ``(L+1)/2`` keys
+  (sliding-window layers: ``min`` of that and the window), so attention FLOPs grow with ``L^2``;
+* decode: ``T = batch`` tokens, each query sees the average context of the output,
+  ``input_len + output_len/2`` keys (window-capped); the KV cache of that context is read once per step.
+
+MoE (seed 004 "load imbalance dominates"): with ``T`` tokens routed top-``k`` over ``E`` experts, the routed
+token copies landing on an Expert node holding ``e`` experts have mean ``T*k*e/E`` and, per token, the
+hypergeometric variance ``k*(e/E)*(1-e/E)*(E-k)/(E-1)``.  The slowest of the ``n`` Expert nodes carries the
+expected maximum, approximated as ``mean + sd*sqrt(2 ln n)`` (Gaussian extreme value), capped at
+``T*min(k, e)``.  Weight traffic counts the experts that receive at least one token: each is hit with
+probability ``1-(1-k/E)^T``, again taking the expected maximum over the Expert nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.dag import NodeType
+from tools.hardware import DTYPE_BYTES, Link
+from tools.layout import Layout
+from tools.plan import Plan
+
+T = NodeType
+COMM_ROLES_OVERLAPPABLE = frozenset({"tp_sync", "dispatch", "combine", "sp_sync"})
+
+
+@dataclass
+class NodeCost:
+    seconds: float
+    kind: str  # compute | memory | communication | overhead
+    flops: float = 0.0
+    bytes: float = 0.0
+    hidden_seconds: float = 0.0  # communication time hidden by overlap (not on the critical path)
+    compute_s: float = 0.0  # time of the compute-bound kernels (excluding launch overheads)
+    memory_s: float = 0.0  # time of the memory-bound kernels
+    overhead_s: float = 0.0  # launch and fixed per-layer overheads
+
+
+@dataclass
+class Kernel:
+    flops: float
+    bytes: float
+    attention: bool = False
+    small: bool = False  # weight-streaming GEMM with few tokens
+    experts: bool = False  # grouped GEMM over routed experts
+
+
+def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
+    """(mean, expected max) routed token copies per Expert node and (mean, expected max) experts hit."""
+    if held <= 0 or tokens <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    frac = held / num_experts
+    mean = tokens * k * frac
+    var_tok = k * frac * (1 - frac) * ((num_experts - k) / (num_experts - 1) if num_experts > 1 else 0.0)
+    z = math.sqrt(2 * math.log(ranks)) if ranks > 1 else 0.0
+    worst = min(mean + z * math.sqrt(tokens * var_tok), tokens * min(k, held))
+    p_hit = 1 - (1 - k / num_experts) ** tokens
+    hit_mean = held * p_hit
+    hit_max = min(held, hit_mean + z * math.sqrt(held * p_hit * (1 - p_hit)), max(1.0, math.ceil(worst)))
+    return mean, max(mean, worst), hit_mean, max(hit_mean, hit_max)
+
+
+@dataclass
+class CostModel:
+    plan: Plan
+    layout: Layout
+    eff: dict[str, float]
+    overlap: bool
+    balanced_experts: bool = False
+    _cache: dict[tuple[Any, ...], NodeCost] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        plan, acc = self.plan, self.plan.accelerator
+        self.spec = plan.spec
+        self.wb = DTYPE_BYTES[plan.dtype]
+        self.hb = max(self.wb, 2.0)
+        self.kvb = DTYPE_BYTES[plan.effective_kv_dtype]
+        self.ab = self.eff["activation_bytes"]
+        self.gemm_dtype = self.gemm_compute_dtype()
+        self.peak_gemm = acc.peak_flops(self.gemm_dtype)
+        self.peak_attn = acc.peak_flops("bf16" if acc.supports("bf16") else "fp16")
+        self.hbm = acc.memory_bandwidth_bytes_per_s
+        wl = plan.workload
+        self.input_len, self.output_len = wl.input_len, wl.output_len
+        self.decode_context = wl.input_len + wl.output_len / 2
+
+    def gemm_compute_dtype(self) -> str:
+        """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
+        weights are de-quantised in the kernel and the math runs in 16-bit (weight-only quantisation)."""
+        acc, dt = self.plan.accelerator, self.plan.dtype
+        if dt in ("fp8", "int8", "bf16", "fp16") and acc.supports(dt):
+            return dt
+        return "bf16" if acc.supports("bf16") else "fp16"
+
+    # ------------------------------------------------------------------ kernels
+    def run(self, kernels: list[Kernel]) -> NodeCost:
+        e = self.eff
+        total = flops = nbytes = 0.0
+        t_c = t_m = 0.0
+        for k in kernels:
+            if k.attention:
+                peak = self.peak_attn * e["compute_efficiency_attention"]
+            else:
+                peak = self.peak_gemm * e["compute_efficiency_experts" if k.experts else "compute_efficiency_gemm"]
+            bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
+            tc, tm = k.flops / peak, k.bytes / bw
+            t_c += tc if tc >= tm else 0.0
+            t_m += tm if tm > tc else 0.0
+            total += max(tc, tm) + e["kernel_overhead_us"] * 1e-6
+            flops += k.flops
+            nbytes += k.bytes
+        over = total - t_c - t_m
+        return NodeCost(total, "compute" if t_c >= t_m else "memory", flops, nbytes, 0.0, t_c, t_m, over)
+
+    def tokens(self, phase: str, batch: int) -> int:
+        return batch * self.input_len if phase == "prefill" else batch
+
+    def keys_per_query(self, phase: str, sliding: bool) -> float:
+        w = self.spec.sliding_window if sliding and self.spec.sliding_window else None
+        if phase == "prefill":
+            avg = (self.input_len + 1) / 2
+            return min(avg, w) if w else avg
+        return min(self.decode_context, w) if w else self.decode_context
+
+    # ------------------------------------------------------------------ node costs
+    def cost(self, attrs: dict[str, Any], batch: int) -> NodeCost:
+        ntype = attrs["type"]
+        phase = attrs.get("phase") or "prefill"
+        layer = attrs.get("layer")
+        sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
+        meta = attrs.get("meta") or {}
+        devices = attrs["devices"]
+        key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
+               meta.get("of"), meta.get("seq_shards"), len(attrs.get("experts") or ()), sliding,
+               len(devices), self.crosses_nodes(devices) if len(devices) > 1 else None)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
+            self._cache[key] = hit
+        return hit
+
+    def crosses_nodes(self, devices: list[int]) -> bool:
+        gpn = self.plan.cluster.gpus_per_node
+        first = devices[0] // gpn
+        return any(d // gpn != first for d in devices) or max(devices) >= self.plan.cluster.num_gpus
+
+    def link(self, devices: list[int]) -> Link:
+        c = self.plan.cluster
+        if max(devices) >= c.num_gpus:  # plan asks for more GPUs than it has: treat as crossing nodes
+            return c.accelerator.inter_node
+        return c.link_for(devices)
+
+    def _cost(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any],
+              sliding: bool) -> NodeCost:
+        spec, e = self.spec, self.eff
+        tok = self.tokens(phase, batch)
+        h, ab = spec.hidden_size, self.ab
+        small = phase == "decode"
+        if ntype == T.ATTENTION:
+            return self.attention(phase, batch, attrs, meta, sliding)
+        if ntype == T.NORM:
+            c = self.run([Kernel(0.0, 2 * tok * h * ab, small=True)])
+            if attrs.get("role") in ("pre_attention", "pre_ffn"):
+                c.seconds += e["layer_overhead_us"] * 0.5e-6
+                c.overhead_s += e["layer_overhead_us"] * 0.5e-6
+            return c
+        if ntype == T.FFN:
+            inter = spec.moe.shared_expert_intermediate_size if (attrs.get("role") == "shared_expert"
+                                                                  and spec.moe) else spec.intermediate_size
+            i_l = inter / max(1, int(meta.get("of", 1)))
+            return self.run([
+                Kernel(2 * tok * h * 2 * i_l, 2 * h * i_l * self.wb + tok * (h + 2 * i_l) * ab, small=small),
+                Kernel(tok * 2 * i_l, tok * 3 * i_l * ab, small=True),
+                Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small),
+            ])
+        if ntype == T.EXPERT:
+            return self.expert(tok, attrs, meta, small)
+        if ntype == T.ROUTER:
+            assert spec.moe is not None
+            n_e = spec.moe.num_experts
+            c = self.run([Kernel(2 * tok * h * n_e, h * n_e * self.hb + tok * (h * ab + n_e * 4), small=small),
+                          Kernel(tok * n_e * 4, tok * n_e * 4 * 2, small=True)])
+            c.seconds += e["moe_dispatch_overhead_us"] * 1e-6
+            c.overhead_s += e["moe_dispatch_overhead_us"] * 1e-6
+            return c
+        if ntype == T.EMBEDDING:
+            return self.run([Kernel(0.0, 2 * tok * h * self.hb, small=True)])
+        if ntype == T.LM_HEAD:
+            v = spec.vocab_size
+            return self.run([Kernel(2 * batch * h * v, h * v * self.hb + batch * v * 4, small=True),
+                             Kernel(batch * v * 4, batch * v * 8, small=True)])  # sampling / softmax
+        if ntype == T.KV_CACHE:
+            kv_local = self.kv_elems_local(attrs)
+            sp = max(1, int(meta.get("seq_shards", 1) or 1))
+            if phase == "prefill":
+                return self.run([Kernel(0.0, tok / max(1, self.attn_sp(attrs)) * kv_local * self.kvb, small=True)])
+            return self.run([Kernel(0.0, batch * kv_local * self.kvb / sp, small=True)])
+        if ntype in (T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL, T.SEND_RECV, T.KV_TRANSFER):
+            return self.comm(ntype, phase, batch, attrs)
+        return NodeCost(0.0, "overhead")
+
+    def attn_sp(self, attrs: dict[str, Any]) -> int:
+        phase = attrs.get("phase") or "prefill"
+        return self.layout.phases[phase].sp  # type: ignore[index]
+
+    def kv_elems_local(self, attrs: dict[str, Any]) -> float:
+        spec = self.spec
+        if spec.attention == "mla":
+            return float(spec.kv_elements_per_token_per_layer(0))
+        return 2.0 * (attrs.get("kv_heads") or spec.num_kv_heads) * spec.head_dim
+
+    def attention(self, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any],
+                  sliding: bool) -> NodeCost:
+        spec, ab, wb = self.spec, self.ab, self.wb
+        h = spec.hidden_size
+        sp = max(1, int(meta.get("seq_shards", 1) or 1))
+        hq = attrs.get("heads") or spec.num_heads
+        tok = self.tokens(phase, batch) / sp
+        keys = self.keys_per_query(phase, sliding)
+        small = phase == "decode"
+        if spec.attention == "mla":
+            m = spec.mla
+            assert m is not None
+            ql, kvl, rope, nope, vd = m.q_lora_rank or 0, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, \
+                m.v_head_dim
+            qk = m.qk_head_dim
+            q_w = (h * ql + ql * hq * qk) if ql else h * hq * qk
+            kva_w = h * (kvl + rope)
+            kvb_w = kvl * hq * (nope + vd)
+            o_w = hq * vd * h
+            kernels = [Kernel(2 * tok * (q_w + kva_w), (q_w + kva_w) * wb + tok * (h + hq * qk + kvl + rope) * ab,
+                              small=small)]
+            if phase == "prefill":  # naive form: expand the latent to per-head K and V
+                kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab))
+                kernels.append(Kernel(2 * tok * keys * hq * (qk + vd),
+                                      tok * hq * (2 * qk + 2 * vd) * ab, attention=True))
+            else:  # absorbed form: attend over the cached latent directly
+                kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
+                                      small=True))
+                ctx_bytes = batch * keys * (kvl + rope) * self.kvb / 1  # latent is whole on every TP rank
+                kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True))
+                kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
+                                      small=True))
+            kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small))
+            return self.run(kernels)
+        d = spec.head_dim
+        hkv = attrs.get("kv_heads") or spec.num_kv_heads
+        qkv_w = h * (hq + 2 * hkv) * d
+        o_w = hq * d * h
+        kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small)]
+        if phase == "prefill":
+            kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True))
+        else:
+            kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb
+            kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
+        kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small))
+        return self.run(kernels)
+
+    def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
+        spec = self.spec
+        moe = spec.moe
+        assert moe is not None
+        held = len(attrs.get("experts") or ())
+        etp = max(1, int(meta.get("of", 1) or 1))
+        ranks = self.layout.phases[attrs.get("phase") or "prefill"].ep  # type: ignore[index]
+        mean, worst, hit_mean, hit_worst = expert_load(tok, moe.experts_per_token, moe.num_experts, held, ranks)
+        load, hit = (mean, hit_mean) if self.balanced_experts else (worst, hit_worst)
+        h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
+        w1 = hit * 2 * h * i_l * self.wb
+        w2 = hit * i_l * h * self.wb
+        return self.run([
+            Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True),
+            Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
+            Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True),
+        ])
+
+    # ------------------------------------------------------------------ communication
+    def comm(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any]) -> NodeCost:
+        e, spec = self.eff, self.spec
+        devices = attrs["devices"]
+        n = len(devices)
+        tok = self.tokens(phase, batch)
+        size = tok * spec.hidden_size * self.ab
+        if n <= 1 and ntype != T.SEND_RECV:
+            return NodeCost(0.0, "communication")
+        link = self.link(devices)
+        bw = link.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
+        alpha = link.latency_us * e["comm_latency_scale"] * 1e-6
+        switched = link.kind in ("nvlink", "xgmi")
+        if ntype == T.ALL_REDUCE:
+            ring = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
+            options = [ring]
+            if switched:
+                options.append((n - 1) * size / bw + alpha)  # one-shot: read every peer's buffer
+                options.append(2 * (n - 1) / n * size / bw + 2 * alpha)  # two-shot: reduce-scatter + all-gather
+            else:
+                options.append(2 * size / bw + 2 * math.ceil(math.log2(n)) * alpha)  # tree
+            t = max(min(options), e["allreduce_min_us"] * 1e-6)
+        elif ntype in (T.ALL_GATHER, T.REDUCE_SCATTER):
+            t = max((n - 1) / n * size / bw + ((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
+        elif ntype == T.ALL_TO_ALL:
+            k = spec.moe.experts_per_token if spec.moe else 1
+            per_gpu = tok * k * spec.hidden_size * self.ab / n
+            t = max((n - 1) / n * per_gpu / bw + (n - 1) * alpha, e["alltoall_min_us"] * 1e-6)
+        elif ntype == T.KV_TRANSFER:
+            layer_kv = self.tokens("prefill", batch) * self.kv_elems_local({"kv_heads": spec.num_kv_heads}) * self.kvb
+            t = alpha + layer_kv / max(1, n) / bw
+        else:  # SEND_RECV: activations of the batch between two pipeline stages
+            t = alpha + size / bw
+        hidden = 0.0
+        if self.overlap and attrs.get("role") in COMM_ROLES_OVERLAPPABLE and self.can_overlap(phase, batch):
+            hidden = t * e["overlap_hidden_fraction"]
+        return NodeCost(t - hidden, "communication", 0.0, size, hidden)
+
+    def can_overlap(self, phase: str, batch: int) -> bool:
+        """Overlap needs two independent pieces of work (two micro-batches): a batch of >= 2 sequences in
+        decode, a prompt of >= 2 tokens in prefill (chunked)."""
+        return self.tokens(phase, batch) >= 2

@@ -1,0 +1,82 @@
+"""Efficiency factors of the performance and memory models (``knowledge/hardware/efficiency.json``).
+
+Resolution order for one accelerator: the file's ``defaults``, then ``accelerators.<id>`` of the file, then an
+*overlay* (the JSON ``pdag calibrate`` writes) given as an argument or through the ``PDAG_EFFICIENCY``
+environment variable.  An overlay has the same shape as the file (``defaults`` and/or ``accelerators``);
+a flat ``{key: value}`` object is also accepted and applies to every accelerator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tools.errors import PdagInputError
+
+EFFICIENCY_FILE = Path(__file__).resolve().parent.parent.parent / "knowledge" / "hardware" / "efficiency.json"
+ENV_VAR = "PDAG_EFFICIENCY"
+
+Overlay = dict[str, Any] | str | Path | None
+
+
+@lru_cache(maxsize=1)
+def efficiency_catalog() -> dict[str, Any]:
+    with open(EFFICIENCY_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=32)
+def _read_overlay(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise PdagInputError("efficiency", f"cannot read overlay {path!r}: {exc.strerror}", "a JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise PdagInputError("efficiency", f"overlay {path!r} is not valid JSON ({exc.msg})", "a JSON file") from None
+    if not isinstance(data, dict):
+        raise PdagInputError("efficiency", "overlay must be a JSON object", "{defaults: {...}, accelerators: {...}}")
+    return data
+
+
+def load_overlay(overlay: Overlay) -> dict[str, Any] | None:
+    """The overlay given, else the file named by ``PDAG_EFFICIENCY``, else None."""
+    if overlay is None:
+        env = os.environ.get(ENV_VAR)
+        return _read_overlay(env) if env else None
+    if isinstance(overlay, str | Path):
+        return _read_overlay(str(overlay))
+    if isinstance(overlay, dict):
+        return overlay
+    raise PdagInputError("efficiency", f"cannot use {type(overlay).__name__} as an overlay", "a dict or a path")
+
+
+def _apply(out: dict[str, float], layer: dict[str, Any], accel_id: str) -> None:
+    known = set(efficiency_catalog()["defaults"])
+    flat = {k: v for k, v in layer.items() if k in known}
+    nested = dict(layer.get("defaults") or {})
+    nested.update((layer.get("accelerators") or {}).get(accel_id) or {})
+    for key, value in {**flat, **nested}.items():
+        if key not in known:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise PdagInputError(f"efficiency.{key}", f"expected a non-negative number, got {value!r}", "a number")
+        out[key] = float(value)
+
+
+def efficiency_for(accel_id: str, overlay: Overlay = None) -> dict[str, float]:
+    """Every efficiency key resolved for ``accel_id`` (unknown accelerators get the defaults)."""
+    cat = efficiency_catalog()
+    out = {k: float(v) for k, v in cat["defaults"].items()}
+    out.update({k: float(v) for k, v in (cat["accelerators"].get(accel_id) or {}).items()})
+    extra = load_overlay(overlay)
+    if extra:
+        _apply(out, extra, accel_id)
+    return out
+
+
+def efficiency_source(key: str) -> str:
+    return str(efficiency_catalog()["sources"].get(key, "assumption"))
