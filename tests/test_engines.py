@@ -1,0 +1,125 @@
+"""Export to and import from engine launch commands; round trips; refusals with reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools import export_plan, import_command
+from tools.engines import EngineCannotExpress, model_for_repo
+from tools.plan import parse_plan
+
+
+def _plan(model: str, gpu: str, parallel: dict, **extra) -> dict:
+    width = max(parallel.get("tp", 1), parallel.get("ep", 1))
+    n = parallel.get("dp", 1) * parallel.get("pp", 1) * width
+    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n, "gpus_per_node": 8},
+            "parallel": parallel, **extra}
+
+
+ROUND_TRIP = [
+    _plan("llama-3.1-70b", "h100-sxm", {"tp": 8}),
+    _plan("llama-3.1-8b", "h100-sxm", {"tp": 2, "dp": 4}),
+    _plan("llama-3.1-405b", "h100-sxm", {"tp": 8, "pp": 2}),
+    _plan("llama-3.1-405b", "h100-sxm", {"tp": 8}, dtype="fp8"),
+    _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8}, dtype="fp8"),
+    _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "pp": 2}, dtype="fp8"),
+    _plan("mixtral-8x7b", "h100-sxm", {"tp": 4, "dp": 2}, options={"allow_expert_tp": True}),
+    _plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 8}),
+    _plan("qwen2.5-72b", "a100-80gb", {"tp": 4}, workload={"input_len": 4096, "output_len": 256, "batch_size": 32}),
+]
+SGLANG_ONLY = [_plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 2}, options={"allow_expert_tp": True})]
+
+
+def _canonical(plan: dict) -> dict:
+    p = parse_plan(plan)
+    return {
+        "model": p.model_id, "hardware": p.hardware.model_dump(), "parallel": p.parallel.model_dump(),
+        "workload": p.workload.model_dump(), "dtype": p.dtype, "kv_dtype": p.effective_kv_dtype,
+        "allow_expert_tp": p.options.allow_expert_tp if p.spec.is_moe else False,
+    }
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("plan", ROUND_TRIP + SGLANG_ONLY, ids=lambda p: f"{p['model']}-{p['parallel']}")
+def test_export_then_import_gives_the_same_plan(engine: str, plan: dict) -> None:
+    if engine == "vllm" and plan in SGLANG_ONLY:
+        with pytest.raises(EngineCannotExpress):
+            export_plan(plan, engine)
+        return
+    exported = export_plan(plan, engine)
+    back = import_command(exported.command, gpu=plan["hardware"]["gpu"], gpus_per_node=8)
+    assert _canonical(back.plan) == _canonical(plan)
+    assert exported.gpus == back.plan["hardware"]["num_gpus"]
+
+
+def test_vllm_command_shape() -> None:
+    cmd = export_plan(_plan("deepseek-v3", "h200", {"tp": 8, "ep": 8}), "vllm").command
+    assert cmd.startswith("vllm serve deepseek-ai/DeepSeek-V3 ")
+    assert "--tensor-parallel-size 8" in cmd and "--enable-expert-parallel" in cmd
+    assert "--data-parallel-size 1" in cmd and "--pipeline-parallel-size 1" in cmd
+
+
+def test_vllm_refuses_ep_not_equal_tp_times_dp() -> None:
+    plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2})
+    with pytest.raises(EngineCannotExpress) as exc:
+        export_plan(plan, "vllm")
+    assert "tp*dp" in exc.value.problem and exc.value.field == "parallel.ep"
+    assert "--ep 8" in export_plan(plan, "sglang").command  # SGLang: EP inside each replica
+
+
+def test_refuses_sp_and_phase_overrides() -> None:
+    plan = _plan("llama-3.1-8b", "h100-sxm", {"tp": 4}, phases={"prefill": {"sp": 2}})
+    for engine in ("vllm", "sglang", "trtllm"):
+        with pytest.raises(EngineCannotExpress) as exc:
+            export_plan(plan, engine)
+        assert exc.value.field == "parallel.sp"
+
+
+def test_refuses_whole_experts_under_tp() -> None:
+    plan = _plan("mixtral-8x7b", "h100-sxm", {"tp": 4})  # experts not TP-sharded, ep=1 < tp
+    with pytest.raises(EngineCannotExpress) as exc:
+        export_plan(plan, "vllm")
+    assert exc.value.field == "options.allow_expert_tp"
+
+
+def test_trtllm_moe_tp_times_ep_and_dp_servers() -> None:
+    r = export_plan(_plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 4}, options={"allow_expert_tp": True}),
+                    "trtllm")
+    assert "--tp_size 8" in r.command and "--ep_size 4" in r.command
+    assert any("moe_tp_size=2" in n for n in r.notes)
+    r = export_plan(_plan("llama-3.1-8b", "h100-sxm", {"tp": 2, "dp": 2}), "trtllm")
+    assert len(r.argv) == 2 and "CUDA_VISIBLE_DEVICES=2,3" in r.command and r.gpus == 4
+
+
+def test_import_variants() -> None:
+    r = import_command("CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4 "
+                       "--gpu-memory-utilization 0.9", gpu="h200")
+    assert r.plan["parallel"]["tp"] == 4 and r.plan["hardware"] == {"gpu": "h200", "num_gpus": 4, "gpus_per_node": 8}
+    assert any("gpu-memory-utilization" in n for n in r.notes)
+    r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
+    assert r.plan["model"] == "deepseek-v3" and r.plan["parallel"]["ep"] == 8
+    r = import_command("vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --tensor-parallel-size 2")
+    assert r.plan["options"] == {"allow_expert_tp": True}
+
+
+@pytest.mark.parametrize("command,field", [
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention",
+     "command.--enable-dp-attention"),
+    ("vllm serve deepseek-ai/DeepSeek-V3 --data-parallel-size 8 --enable-expert-parallel",
+     "command.--enable-expert-parallel"),
+    ("vllm serve some-org/unknown-model -tp 2", "command.model"),
+    ("docker run image", "command"),
+    ("vllm serve meta-llama/Llama-3.1-8B -tp two", "command.tp"),
+])
+def test_import_refusals(command: str, field: str) -> None:
+    from tools.errors import PdagInputError
+
+    with pytest.raises(PdagInputError) as exc:
+        import_command(command)
+    assert exc.value.field == field
+
+
+def test_model_for_repo() -> None:
+    assert model_for_repo("meta-llama/Meta-Llama-3.1-405B-Instruct-FP8")[0] == "llama-3.1-405b"
+    assert model_for_repo("Qwen/Qwen3-235B-A22B-Instruct-2507")[0] == "qwen3-235b-a22b"
+    assert model_for_repo("openai/gpt-oss-120b") == ("gpt-oss-120b", None)

@@ -1,0 +1,73 @@
+"""Published deployment recipes (knowledge/recipes/recipes.json) against search_strategies' top plans."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.search import search_strategies
+
+RECIPES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "recipes" / "recipes.json"
+RECIPES: list[dict[str, Any]] = json.loads(RECIPES_FILE.read_text(encoding="utf-8"))["recipes"]
+TOP_N = 3
+
+
+def run_recipe(recipe: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """(rank of the first top plan matching the recipe's stated degrees, or None; the top labels)."""
+    return _run(recipe["id"])
+
+
+@cache
+def _run(recipe_id: str) -> tuple[int | None, list[str]]:
+    recipe = next(r for r in RECIPES if r["id"] == recipe_id)
+    result = search_strategies(
+        model=recipe["model"],
+        hardware={"gpu": recipe["gpu"], "num_gpus": recipe["num_gpus"], "gpus_per_node": recipe["gpus_per_node"]},
+        workload=recipe.get("workload"),
+        objective=recipe["objective"],
+        dtype=recipe.get("dtype", "bf16"),
+        kv_dtype=recipe.get("kv_dtype"),
+        top_k=TOP_N,
+    )
+    stated = {k: v for k, v in recipe["parallel"].items() if v is not None}
+    for plan in result.top:
+        par = plan.plan["parallel"]
+        if all(par[k] == v for k, v in stated.items()):
+            return plan.rank, [p.label for p in result.top]
+    return None, [p.label for p in result.top]
+
+
+def test_recipes_are_well_formed() -> None:
+    assert len(RECIPES) >= 10
+    ids = [r["id"] for r in RECIPES]
+    assert len(ids) == len(set(ids))
+    for r in RECIPES:
+        assert r["source"].startswith("https://")
+        assert r["objective"] in ("latency", "throughput")
+        assert set(r["parallel"]) == {"tp", "pp", "dp", "ep"}
+        assert r["engine"] in ("vllm", "sglang", "trtllm")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r["id"] for r in RECIPES])
+def test_recipe_search_runs(recipe: dict[str, Any]) -> None:
+    rank, labels = run_recipe(recipe)
+    assert labels, f"search found no plan for {recipe['id']}"
+
+
+def test_recipe_match_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """At least 10 recipes have their degrees in the top-3 plans; the count is printed."""
+    top1 = top3 = 0
+    lines = []
+    for recipe in RECIPES:
+        rank, labels = run_recipe(recipe)
+        top1 += rank == 1
+        top3 += rank is not None
+        lines.append(f"{recipe['id']}: rank {rank} (top: {', '.join(labels)})")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+        print(f"recipes matched: top-1 {top1}/{len(RECIPES)}, top-{TOP_N} {top3}/{len(RECIPES)}")
+    assert top3 >= 10

@@ -1,0 +1,564 @@
+"""Translate plans to and from the launch commands of serving engines (vLLM, SGLang, TensorRT-LLM).
+
+Each engine counts GPUs and places experts its own way; ``knowledge/engines.md`` documents every mapping
+with its source.  In short (pdag: a replica uses ``pp * W`` GPUs, ``W = max(tp, sp, ep)``):
+
+* **vLLM** ``vllm serve``: GPUs = ``tp * pp * dp``.  Attention and dense layers use TP; MoE layers are
+  tensor-sharded over the TP ranks unless ``--enable-expert-parallel``, which makes the EP size
+  ``tp * dp`` (derived, not settable).  So an EP plan must have ``ep == tp`` and ``dp == 1``; EP that spans
+  DP ranks is attention-DP, which pdag does not model yet.
+* **SGLang** ``python -m sglang.launch_server``: plain ``--dp`` launches ``dp`` independent replicas of
+  ``tp * pp`` GPUs; ``--ep`` splits the experts inside the TP group (MoE-TP = ``tp / ep``).
+  ``--enable-dp-attention`` carves DP out of the TP world (GPU count ``tp``): attention-DP, refused.
+* **TensorRT-LLM** ``trtllm-serve``: ``--tp_size --pp_size --ep_size`` with ``tp = moe_tp * moe_ep``; there
+  is no plain DP flag, so DP replicas are separate servers (one command each).
+
+Plans an engine cannot express raise ``EngineCannotExpress`` (a ``PdagInputError``) naming the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tools.errors import PdagInputError
+from tools.layout import Layout
+from tools.models import MODELS_DIR, preset_ids
+from tools.plan import Plan, parse_plan
+
+__all__ = [
+    "ENGINES",
+    "EngineCannotExpress",
+    "ExportResult",
+    "ImportResult",
+    "export_plan",
+    "import_command",
+    "model_for_repo",
+]
+
+Engine = Literal["vllm", "sglang", "trtllm"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+
+_DTYPE_FLAG = {"bf16": "bfloat16", "fp16": "float16"}
+_DTYPE_FROM_FLAG = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+# Names of models that share a preset's architecture (weights differ, shapes do not).
+_ALIASES = {
+    "deepseek-r1": "deepseek-v3",
+    "llama-3.3-70b": "llama-3.1-70b",
+    "meta-llama-3.1-70b": "llama-3.1-70b",
+    "meta-llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama-3.1-405b": "llama-3.1-405b",
+}
+_SUFFIX = re.compile(
+    r"(-(instruct|chat|it|base|hf|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|thinking|terminus)"
+    r"|-v\d+(\.\d+)*|-\d{4})$"
+)
+
+
+class EngineCannotExpress(PdagInputError):
+    """The plan is valid for pdag but the engine has no way to launch it."""
+
+
+class ExportResult(BaseModel):
+    engine: str
+    command: str = Field(description="the launch command (one line per server when the engine needs several)")
+    argv: list[list[str]] = Field(description="each server's command as an argument list")
+    gpus: int = Field(description="GPUs the engine will use (its own counting)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ImportResult(BaseModel):
+    engine: str
+    plan: dict[str, Any] = Field(description="the plan the command describes; validate or estimate it next")
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- models
+def _norm_name(name: str) -> str:
+    base = name.strip().rstrip("/").split("/")[-1].lower()
+    while True:
+        stripped = _SUFFIX.sub("", base)
+        if stripped == base:
+            break
+        base = stripped
+    return base.removeprefix("meta-")
+
+
+@lru_cache(maxsize=1)
+def _repo_index() -> dict[str, str]:
+    with open(MODELS_DIR / "index.json", encoding="utf-8") as f:
+        index = json.load(f)
+    out: dict[str, str] = {}
+    for pid, entry in index.items():
+        out[pid] = pid
+        repo = entry.get("hf_repo")
+        if repo:
+            out[repo.lower()] = pid
+            out.setdefault(_norm_name(repo), pid)
+    return out
+
+
+def model_for_repo(repo: str) -> tuple[str, str | None]:
+    """The preset id for a Hugging Face repo name (``index.json``'s ``hf_repo``), plus a note when matched
+    loosely (an instruct/quantised variant or an architecture alias).  Unknown names raise."""
+    idx = _repo_index()
+    key = repo.strip().rstrip("/").lower()
+    if key in idx:
+        return idx[key], None
+    norm = _norm_name(key)
+    if norm in idx:
+        return idx[norm], f"model {repo!r} read as preset {idx[norm]!r} (same architecture as its base checkpoint)"
+    if norm in _ALIASES:
+        pid = _ALIASES[norm]
+        return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
+    raise PdagInputError(
+        "command.model", f"no preset matches the model {repo!r}",
+        "a Hugging Face repo of a preset (" + ", ".join(sorted(preset_ids())) + ") or pass the plan with hf_config",
+    )
+
+
+def _hf_repo(plan: Plan) -> str:
+    if plan.spec.hf_repo:
+        return plan.spec.hf_repo
+    return plan.model_id
+
+
+# ---------------------------------------------------------------------------------------------- export
+def _common_checks(plan: Plan, engine: str) -> None:
+    phases = plan.phases.model_dump(exclude_none=True)
+    overrides = {p: {k: v for k, v in d.items() if v is not None} for p, d in phases.items()}
+    changed = {
+        p: d for p, d in overrides.items()
+        if any(getattr(plan.parallel, k) != v for k, v in d.items())
+    }
+    if any("sp" in d for d in changed.values()) or plan.parallel.sp > 1:
+        raise EngineCannotExpress(
+            "parallel.sp",
+            f"{engine} has no sequence-parallel attention that re-partitions the TP GPUs as pdag's SP does "
+            "(vLLM's decode/prefill context parallel and TensorRT-LLM's context parallel shard the KV cache or "
+            "add ranks with different semantics)",
+            "sp = 1 in every phase",
+        )
+    if changed:
+        raise EngineCannotExpress(
+            "phases", f"{engine} serves both phases with one layout; per-phase overrides {changed} cannot be launched",
+            "no per-phase overrides (or disaggregated serving, not exported yet)",
+        )
+
+
+def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
+    """(ep, moe_tp) of a MoE plan, checked against what engines can do inside one TP group."""
+    tp, ep = plan.parallel.tp, plan.parallel.ep
+    if ep > tp:
+        raise EngineCannotExpress(
+            "parallel.ep",
+            f"ep={ep} is wider than tp={tp}: attention would run on {tp} of the {ep} GPUs of the stage group. "
+            f"{engine} spreads experts over more GPUs than attention TP only through attention data parallelism "
+            "(DP-attention), which pdag does not model yet",
+            "ep <= tp (ep = tp for pure EP, ep < tp with options.allow_expert_tp)",
+        )
+    if tp % ep:
+        raise EngineCannotExpress("parallel.ep", f"ep={ep} does not divide tp={tp}", "ep dividing tp")
+    moe_tp = tp // ep
+    if moe_tp > 1 and not plan.options.allow_expert_tp:
+        raise EngineCannotExpress(
+            "options.allow_expert_tp",
+            f"with tp={tp} and ep={ep}, {engine} splits every expert over {moe_tp} TP ranks (expert TP), "
+            "but the plan keeps experts whole on the first ep GPUs",
+            "options.allow_expert_tp = true, or ep = tp",
+        )
+    return ep, moe_tp
+
+
+def _layer_split_note(plan: Plan, layout: Layout) -> str | None:
+    if plan.options.layer_split is None or layout.pp == 1:
+        return None
+    return ",".join(str(n) for n in layout.layer_split)
+
+
+def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
+    p = plan.parallel
+    notes: list[str] = []
+    argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
+            "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.dp)]
+    if plan.spec.is_moe:
+        ep, moe_tp = _moe_layout(plan, "vLLM")
+        if ep > 1:
+            derived = p.tp * p.dp
+            if ep != derived:
+                raise EngineCannotExpress(
+                    "parallel.ep",
+                    f"vLLM derives the EP size as tp*dp = {derived}; this plan has ep={ep}. With dp > 1 vLLM's EP "
+                    "group spans the DP replicas (attention-DP), which pdag does not model yet",
+                    f"ep = tp*dp (here dp = 1 and ep = tp = {p.tp})",
+                )
+            argv.append("--enable-expert-parallel")
+        elif moe_tp > 1:
+            notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
+    elif p.ep > 1:
+        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
+    argv += ["--max-num-seqs", str(plan.workload.batch_size),
+             "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
+    argv += _vllm_dtype_flags(plan, notes)
+    env: list[str] = []
+    split = _layer_split_note(plan, layout)
+    if split:
+        env.append(f"VLLM_PP_LAYER_PARTITION={split}")
+    gpus = p.tp * p.pp * p.dp
+    if p.tp * p.pp > plan.hardware.gpus_per_node:
+        notes.append("a replica spans nodes: start a Ray cluster first (or use --nnodes/--node-rank) as vLLM's "
+                     "multi-node guide describes")
+    command = " ".join([*env, shlex.join(argv)])
+    return ExportResult(engine="vllm", command=command, argv=[env + argv], gpus=gpus, notes=notes)
+
+
+def _vllm_dtype_flags(plan: Plan, notes: list[str]) -> list[str]:
+    out: list[str] = []
+    if plan.dtype in _DTYPE_FLAG:
+        out += ["--dtype", _DTYPE_FLAG[plan.dtype]]
+    elif plan.dtype == "fp8":
+        out += ["--quantization", "fp8"]
+        notes.append("fp8 weights: drop --quantization when the checkpoint already ships FP8 (e.g. DeepSeek-V3)")
+    else:
+        notes.append(f"{plan.dtype} weights need a quantised checkpoint (AWQ/GPTQ); serve that repo instead")
+    if plan.effective_kv_dtype == "fp8":
+        out += ["--kv-cache-dtype", "fp8"]
+    return out
+
+
+def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
+    p = plan.parallel
+    notes: list[str] = []
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp", str(p.tp)]
+    if p.pp > 1:
+        argv += ["--pp-size", str(p.pp)]
+    if p.dp > 1:
+        argv += ["--dp", str(p.dp)]
+        notes.append(f"plain --dp launches {p.dp} independent replicas (no --enable-dp-attention), "
+                     f"{p.tp * p.pp} GPUs each")
+    if plan.spec.is_moe:
+        ep, moe_tp = _moe_layout(plan, "SGLang")
+        if ep > 1:
+            argv += ["--ep", str(ep)]
+        if moe_tp > 1:
+            notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
+    elif p.ep > 1:
+        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
+    if plan.options.layer_split is not None and p.pp > 1:
+        raise EngineCannotExpress("options.layer_split", "SGLang's launcher takes no explicit layer split",
+                                  "the default even split (remove options.layer_split)")
+    argv += ["--max-running-requests", str(plan.workload.batch_size),
+             "--context-length", str(plan.workload.input_len + plan.workload.output_len)]
+    if plan.dtype in _DTYPE_FLAG:
+        argv += ["--dtype", _DTYPE_FLAG[plan.dtype]]
+    elif plan.dtype == "fp8":
+        argv += ["--quantization", "fp8"]
+        notes.append("fp8 weights: drop --quantization when the checkpoint already ships FP8 (e.g. DeepSeek-V3)")
+    else:
+        notes.append(f"{plan.dtype} weights need a quantised checkpoint; serve that repo instead")
+    if plan.effective_kv_dtype == "fp8":
+        argv += ["--kv-cache-dtype", "fp8_e4m3"]
+    replica = p.tp * p.pp
+    if replica > plan.hardware.gpus_per_node:
+        nodes = -(-replica // plan.hardware.gpus_per_node)
+        argv += ["--nnodes", str(nodes)]
+        notes.append(f"run the command on each of the {nodes} nodes with --node-rank i and a shared --dist-init-addr")
+    return ExportResult(engine="sglang", command=shlex.join(argv), argv=[argv], gpus=replica * p.dp, notes=notes)
+
+
+def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
+    p = plan.parallel
+    notes: list[str] = []
+    base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(p.tp), "--pp_size", str(p.pp)]
+    if plan.spec.is_moe:
+        ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
+        base += ["--ep_size", str(ep)]
+        notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
+    elif p.ep > 1:
+        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
+    if plan.options.layer_split is not None and p.pp > 1:
+        raise EngineCannotExpress("options.layer_split", "trtllm-serve takes no explicit layer split",
+                                  "the default even split (remove options.layer_split)")
+    base += ["--max_batch_size", str(plan.workload.batch_size),
+             "--max_seq_len", str(plan.workload.input_len + plan.workload.output_len)]
+    if plan.dtype not in _DTYPE_FLAG:
+        notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
+    if plan.effective_kv_dtype == "fp8":
+        notes.append("fp8 KV cache: set kv_cache_config.dtype: fp8 in the --config YAML")
+    replica = p.tp * p.pp
+    if replica > plan.hardware.gpus_per_node:
+        notes.append("a replica spans nodes: launch under mpirun/srun (trtllm-llmapi-launch) across the nodes")
+    argvs: list[list[str]] = []
+    if p.dp == 1:
+        argvs.append(base)
+        command = shlex.join(base)
+    else:
+        notes.append(f"trtllm-serve has no plain data-parallel flag (its attention DP is a different strategy): "
+                     f"{p.dp} independent servers, one per replica, behind a load balancer")
+        lines = []
+        for r in range(p.dp):
+            devices = ",".join(str(g) for g in layout.replica_devices(r))
+            argv = [f"CUDA_VISIBLE_DEVICES={devices}", *base, "--port", str(8000 + r)]
+            argvs.append(argv)
+            lines.append(f"CUDA_VISIBLE_DEVICES={devices} " + shlex.join(argv[1:]))
+        command = "\n".join(lines)
+    return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, notes=notes)
+
+
+def export_plan(plan: Plan | dict[str, Any], engine: str) -> ExportResult:
+    """The launch command of ``engine`` (vllm, sglang, trtllm) for ``plan``; raises EngineCannotExpress
+    (with the reason) for plans the engine cannot launch."""
+    parsed = parse_plan(plan)
+    key = str(engine).strip().lower().replace("-", "").replace("_", "")
+    key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
+    if key not in ENGINES:
+        raise PdagInputError("engine", f"unknown engine {engine!r}", ", ".join(ENGINES))
+    layout = Layout(parsed)
+    _common_checks(parsed, {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}[key])
+    result = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}[key](parsed, layout)
+    if layout.gpus_needed != result.gpus:
+        result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- import
+_VLLM_FLAGS = {
+    "--tensor-parallel-size": "tp", "-tp": "tp",
+    "--pipeline-parallel-size": "pp", "-pp": "pp",
+    "--data-parallel-size": "dp", "-dp": "dp",
+    "--max-num-seqs": "batch", "--max-model-len": "context",
+    "--dtype": "dtype", "--quantization": "quant", "-q": "quant", "--kv-cache-dtype": "kv",
+    "--model": "model",
+}
+_VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on"}
+_VLLM_REFUSE = {
+    "--decode-context-parallel-size": "decode context parallel (DCP) shards the KV cache over TP ranks in decode; "
+                                      "pdag's SP is prefill attention only",
+    "-dcp": "decode context parallel (DCP) is not pdag's SP",
+    "--prefill-context-parallel-size": "prefill context parallel adds ranks; pdag's SP re-partitions TP GPUs",
+    "--data-parallel-size-local": None,
+}
+_SGLANG_FLAGS = {
+    "--tp": "tp", "--tp-size": "tp", "--tensor-parallel-size": "tp",
+    "--dp": "dp", "--dp-size": "dp", "--data-parallel-size": "dp",
+    "--ep": "ep", "--ep-size": "ep", "--expert-parallel-size": "ep",
+    "--pp": "pp", "--pp-size": "pp", "--pipeline-parallel-size": "pp",
+    "--max-running-requests": "batch", "--context-length": "context",
+    "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
+    "--model-path": "model", "--model": "model",
+}
+_SGLANG_REFUSE = {
+    "--enable-dp-attention": "DP-attention carves data-parallel attention out of the TP world (GPU count = tp); "
+                             "pdag does not model attention-DP yet",
+    "--disaggregation-mode": "disaggregated prefill/decode is not modelled yet",
+}
+
+
+def _split_command(command: str) -> list[str]:
+    try:
+        tokens = shlex.split(command.replace("\\\n", " "))
+    except ValueError as exc:
+        raise PdagInputError("command", f"cannot parse the command line ({exc})", "a shell command") from None
+    # Leading environment assignments (CUDA_VISIBLE_DEVICES=0,1 ...) and launchers are skipped.
+    while tokens and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]):
+        tokens.pop(0)
+    return tokens
+
+
+def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
+    """(engine, the arguments after the entry point, positional model if any)."""
+    for i, tok in enumerate(tokens):
+        name = tok.split("/")[-1]
+        if name == "vllm" and i + 1 < len(tokens) and tokens[i + 1] == "serve":
+            rest = tokens[i + 2:]
+            if rest and not rest[0].startswith("-"):
+                return "vllm", rest[1:], rest[0]
+            return "vllm", rest, None
+        if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
+            return "vllm", tokens[i + 1:], None
+        if tok in ("sglang.launch_server",) or (name == "sglang" and tokens[i + 1:i + 2] == ["serve"]):
+            skip = 1 if tok == "sglang.launch_server" else 2
+            return "sglang", tokens[i + skip:], None
+    raise PdagInputError("command", "not a vLLM or SGLang launch command",
+                         "'vllm serve <model> ...' or 'python -m sglang.launch_server --model-path <model> ...'")
+
+
+def _int(flag: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise PdagInputError(f"command.{flag}", f"expected an integer, got {value!r}", "an integer >= 1") from None
+    if n < 1:
+        raise PdagInputError(f"command.{flag}", f"value {n} must be >= 1", "an integer >= 1")
+    return n
+
+
+def _parse_flags(args: list[str], table: dict[str, str], bools: dict[str, str], refuse: dict[str, str | None],
+                 engine: str) -> tuple[dict[str, str], list[str]]:
+    values: dict[str, str] = {}
+    ignored: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        flag, eq, inline = tok.partition("=")
+        if flag in refuse:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "")
+            reason = refuse[flag]
+            if reason and value not in ("1", "null", "None", "false", "False"):
+                raise EngineCannotExpress(f"command.{flag}", f"{engine}: {reason}", "a plan without it")
+            i += 1 if (eq or not value) else 2
+            continue
+        if flag in bools:
+            values[bools[flag]] = "1"
+            i += 1
+            continue
+        if flag in table:
+            if eq:
+                values[table[flag]] = inline
+                i += 1
+            else:
+                if i + 1 >= len(args):
+                    raise PdagInputError(f"command.{flag}", "missing value", "a value after the flag")
+                values[table[flag]] = args[i + 1]
+                i += 2
+            continue
+        if tok.startswith("-"):
+            has_value = not eq and i + 1 < len(args) and not args[i + 1].startswith("-")
+            ignored.append(tok if not has_value else f"{tok} {args[i + 1]}")
+            i += 2 if has_value else 1
+            continue
+        ignored.append(tok)
+        i += 1
+    return values, ignored
+
+
+def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) -> ImportResult:
+    """A plan from a pasted vLLM or SGLang launch command.  The model comes from the Hugging Face repo
+    (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
+    and node size come from the arguments and the GPU count is the engine's own count."""
+    if not isinstance(command, str) or not command.strip():
+        raise PdagInputError("command", "empty command", "a vLLM or SGLang launch command")
+    tokens = _split_command(command)
+    engine, args, positional = _detect(tokens)
+    if engine == "vllm":
+        values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
+    else:
+        values, ignored = _parse_flags(args, _SGLANG_FLAGS, {}, _SGLANG_REFUSE, "SGLang")
+    repo = positional or values.get("model")
+    if not repo:
+        raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
+    model, note = model_for_repo(repo)
+    notes = [note] if note else []
+    tp = _int("tp", values.get("tp", "1"))
+    pp = _int("pp", values.get("pp", "1"))
+    dp = _int("dp", values.get("dp", "1"))
+    plan: dict[str, Any] = {"model": model}
+    spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
+    options: dict[str, Any] = {}
+    if engine == "vllm":
+        ep = 1
+        if values.get("ep_on"):
+            if not spec.is_moe:
+                notes.append("--enable-expert-parallel ignored: the model has no MoE layers")
+            elif dp > 1:
+                raise EngineCannotExpress(
+                    "command.--enable-expert-parallel",
+                    f"vLLM's EP group is tp*dp = {tp * dp} GPUs spanning the {dp} DP ranks (attention-DP); "
+                    "pdag does not model attention-DP yet",
+                    "--data-parallel-size 1 with expert parallelism",
+                )
+            else:
+                ep = tp
+        if spec.is_moe and ep < tp:
+            options["allow_expert_tp"] = True
+    else:
+        ep = _int("ep", values.get("ep", "1"))
+        if ep > 1 and not spec.is_moe:
+            notes.append("--ep ignored: the model has no MoE layers")
+            ep = 1
+        if spec.is_moe:
+            if ep > tp or tp % ep:
+                raise EngineCannotExpress("command.--ep", f"SGLang needs ep to divide tp (ep={ep}, tp={tp})",
+                                          "ep dividing tp")
+            if ep < tp:
+                options["allow_expert_tp"] = True
+    if tp > spec.num_kv_heads and spec.attention != "mla":
+        options["kv_replication_ok"] = True
+    parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
+    plan["hardware"] = {"gpu": gpu, "num_gpus": dp * pp * tp, "gpus_per_node": gpus_per_node}
+    plan["parallel"] = parallel
+    workload: dict[str, int] = {}
+    if "batch" in values:
+        workload["batch_size"] = _int("batch", values["batch"])
+    if "context" in values:
+        context = _int("context", values["context"])
+        workload["output_len"] = 256 if context > 256 else max(1, context // 2)
+        workload["input_len"] = max(1, context - workload["output_len"])
+        notes.append(f"context length {context} read as input_len {workload['input_len']} + output_len "
+                     f"{workload['output_len']}; set the real lengths before estimating")
+    if workload:
+        plan["workload"] = workload
+    dtype = values.get("dtype", "auto").lower()
+    quant = values.get("quant", "").lower()
+    if quant == "fp8":
+        plan["dtype"] = "fp8"
+    elif quant:
+        notes.append(f"quantisation {quant!r} not mapped; dtype left at bf16")
+    elif dtype in _DTYPE_FROM_FLAG:
+        plan["dtype"] = _DTYPE_FROM_FLAG[dtype]
+    kv = values.get("kv", "auto").lower()
+    if kv.startswith("fp8"):
+        plan["kv_dtype"] = "fp8"
+    if options:
+        plan["options"] = options
+    if ignored:
+        notes.append("flags without a plan field, ignored: " + " ".join(ignored))
+    parse_plan(plan)  # fail here, with field paths, if the result is malformed
+    return ImportResult(engine=engine, plan=plan, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def export_args(p: Any) -> None:
+    """Arguments of ``pdag export``."""
+    p.add_argument("plan_file", help="a plan JSON file ('-' for stdin)")
+    p.add_argument("--engine", required=True, choices=list(ENGINES))
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_export(args: Any) -> int:
+    import sys
+    from pathlib import Path
+
+    text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
+    try:
+        plan = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})", "a plan object") from None
+    result = export_plan(plan, args.engine)
+    if args.json:
+        print(result.model_dump_json())
+        return 0
+    print(result.command)
+    for note in result.notes:
+        print(f"# {note}")
+    return 0
+
+
+def import_args(p: Any) -> None:
+    """Arguments of ``pdag import``."""
+    p.add_argument("launch_command", help="a pasted 'vllm serve ...' or 'python -m sglang.launch_server ...' line")
+    p.add_argument("--gpu", default="h100-sxm")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+
+
+def cmd_import(args: Any) -> int:
+    result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    print(json.dumps(result.plan, indent=2))
+    for note in result.notes:
+        print(f"# {note}", file=__import__("sys").stderr)
+    return 0
