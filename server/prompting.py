@@ -1,0 +1,59 @@
+"""MCP prompts: ready-made requests for planning, reviewing and explaining, with texts kept in prompts/."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from mcp import MCPError
+from mcp.server.mcpserver import MCPServer
+from mcp.types import INVALID_PARAMS
+from pydantic import Field
+
+import prompts
+from tools.errors import PdagInputError
+from tools.lookup import lookup_rule
+
+
+def register_prompts(server: MCPServer) -> None:
+    @server.prompt(name="plan_deployment", title="Plan a deployment")
+    def plan_deployment(
+        model: Annotated[str, Field(description="model preset id (see pdag://models), e.g. deepseek-v3")],
+        gpus: Annotated[str, Field(description="number of GPUs available, e.g. 64")],
+        gpu: Annotated[str, Field(description="accelerator preset id (see pdag://hardware)")] = "h100-sxm",
+        objective: Annotated[str, Field(description="latency or throughput")] = "latency",
+        input_len: Annotated[str, Field(description="prompt tokens per sequence")] = "2048",
+        output_len: Annotated[str, Field(description="generated tokens per sequence")] = "256",
+        batch_size: Annotated[str, Field(description="sequences per replica")] = "1",
+        gpus_per_node: Annotated[str, Field(description="GPUs per node")] = "8",
+        constraints: Annotated[str, Field(description="optional extra constraints or SLOs, free text")] = "",
+    ) -> str:
+        """Plan a parallel strategy for a model on a cluster, validated and estimated with the pdag tools."""
+        extra = f"- Constraints: {constraints}\n" if constraints.strip() else ""
+        return prompts.render("plan_deployment", model=model, gpus=gpus, gpu=gpu, objective=objective,
+                              input_len=input_len, output_len=output_len, batch_size=batch_size,
+                              gpus_per_node=gpus_per_node, constraints=extra)
+
+    @server.prompt(name="review_plan", title="Review a plan")
+    def review_plan(
+        plan_json: Annotated[str, Field(description="the plan as JSON text (pdag://schema/plan)")],
+    ) -> str:
+        """Review an existing plan: violations, fixes, estimates and one validated improvement."""
+        try:
+            text = json.dumps(json.loads(plan_json), indent=2)
+        except json.JSONDecodeError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=f"plan_json is not valid JSON ({exc.msg})") from None
+        return prompts.render("review_plan", plan_json=text)
+
+    @server.prompt(name="explain_violation", title="Explain a rule violation")
+    def explain_violation(
+        rule_id: Annotated[str, Field(description="a rule id from a violation, e.g. TP-HEADS-DIVISIBLE")],
+    ) -> str:
+        """Explain a rule (why it exists, what breaks it, how to fix a plan) from the rule catalog."""
+        try:
+            found = lookup_rule(rule_id=rule_id)
+        except PdagInputError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=f"{exc.problem}; {exc.allowed}") from None
+        item = found.rules[0] if found.rules else found.conflicts[0]
+        body = json.dumps(item.model_dump(mode="json", exclude_none=True), indent=1)
+        return prompts.render("explain_violation", rule_id=item.id, rule_text=f"```json\n{body}\n```")

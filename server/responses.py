@@ -1,0 +1,349 @@
+"""Answer shaping: concise by default, complete on request.
+
+The core returns complete objects (a DeepSeek-V3 DAG on 64 GPUs is ~20k nodes, megabytes of JSON); an agent's
+context window cannot take that on every call.  The summary forms below keep what an agent decides with
+(GPU count, folded structure, violations grouped by rule) and always say what was left out and how to get it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from tools.lookup import LookupResult
+from tools.render import FoldedDag
+
+Detail = Literal["summary", "full"]
+
+LOCATIONS_SHOWN = 3  # locations listed per violated rule in a summary
+GROUPS_SHOWN = 25  # rule groups listed in a summary
+LIST_ITEMS_SHOWN = 12  # items of any other list kept in a summary
+RULES_IN_FULL = 5  # lookup_rule: rules shown complete in a summary; the rest as id + title + statement
+_LOCATION_KEYS = ("node", "nodes", "node_id", "node_ids", "edge", "edges", "field", "path", "location", "where")
+
+
+class ViolationItem(BaseModel):
+    """A violation (detail="full") or all violations of one rule (detail="summary": count + first locations)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rule_id: str
+    severity: str = Field(description="error or warning")
+    message: str = Field(description="the first violation's message when grouped")
+    count: int | None = Field(None, description="summary only: how many violations of this rule")
+    locations: list[str] | None = Field(None, description="summary only: the first few nodes/fields involved")
+
+    @model_serializer(mode="wrap")
+    def _drop_unused(self, handler: Any):  # noqa: ANN202 - no return type keeps the field schema
+        """A full violation has no count/locations: leave them out rather than send nulls."""
+        data = handler(self)
+        for key in ("count", "locations"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class BuildAnswer(BaseModel):
+    gpus_used: int = Field(description="distinct GPUs the DAG runs on (from the devices, not a product of degrees)")
+    gpus_available: int = Field(description="hardware.num_gpus of the plan")
+    summary: FoldedDag = Field(description="the DAG folded: replica 0 per phase and stage, identical layers once")
+    dag: dict[str, Any] | None = Field(None, description='node-link DAG JSON; only with detail="full"')
+    note: str | None = Field(None, description="what was left out and how to get it")
+
+
+class ValidateAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    valid: bool = Field(description="true when no violation has severity error")
+    error_count: int
+    warning_count: int
+    violations: list[ViolationItem]
+    note: str | None = None
+
+
+class AutofixAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    valid: bool = Field(description="validity after fixing")
+    changes: list[ViolationItem] = Field(description="what autofix changed, each with the rule it repairs")
+    plan: dict[str, Any] | None = Field(None, description="the fixed plan (when a plan was given)")
+    dag: dict[str, Any] | None = Field(None, description='the fixed DAG; only with detail="full"')
+    dag_summary: FoldedDag | None = Field(None, description="the fixed DAG, folded (summary detail)")
+    violations: list[ViolationItem] = Field(description="what is left after fixing")
+    note: str | None = None
+
+
+class EstimateAnswer(BaseModel):
+    """The estimate's fields (see the contract); long lists are cut in a summary, as `note` says."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prefill_latency_ms: float | None = Field(None, description="time to first token for the batch, ms")
+    decode_latency_ms_per_token: float | None = Field(None, description="time per output token (one step), ms")
+    e2e_latency_ms: float | None = Field(None, description="prefill plus all decode steps for one request, ms")
+    throughput: dict[str, Any] | None = Field(None, description="output_tokens_per_s of the whole deployment, ...")
+    kv_cache: dict[str, Any] | None = Field(None, description="bytes_total, bytes_per_gpu_max, ...")
+    memory: dict[str, Any] | None = Field(None, description="fits, max_gpu_bytes, capacity_bytes, ...")
+    gpus_used: int | None = None
+    note: str | None = None
+
+
+class SearchAnswer(BaseModel):
+    """Ranked plans with their estimates; long lists are cut in a summary, as `note` says."""
+
+    model_config = ConfigDict(extra="allow")
+
+    top: list[dict[str, Any]] = Field(description="best plans for the objective, best first")
+    note: str | None = None
+
+
+class RuleBrief(BaseModel):
+    id: str
+    title: str
+    statement: str
+    severity: str
+
+
+class LookupAnswer(LookupResult):
+    more: list[RuleBrief] = Field(default_factory=list, description="further matches, briefly (summary detail)")
+    note: str | None = None
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A core result (pydantic model or dict) as plain JSON data."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Mapping):
+        return json.loads(json.dumps(obj, default=str))
+    raise TypeError(f"unexpected core result {type(obj).__name__}")
+
+
+def _location(v: Mapping[str, Any]) -> str | None:
+    for key in _LOCATION_KEYS:
+        value = v.get(key)
+        if value in (None, "", [], {}):
+            continue
+        if isinstance(value, Mapping):  # e.g. {"nodes": [...], "field": "plan.parallel.tp"}
+            inner = _location(value)
+            if inner:
+                return inner
+            continue
+        if isinstance(value, list):
+            shown = ", ".join(str(x) for x in value[:2])
+            return shown + (f" (+{len(value) - 2})" if len(value) > 2 else "")
+        return str(value)
+    return None
+
+
+def group_by_rule(items: Iterable[Mapping[str, Any]]) -> list[ViolationItem]:
+    """One item per (rule id, severity), errors first, each with its count and first few locations."""
+    groups: dict[tuple[str, str], ViolationItem] = {}
+    for v in items:
+        key = (str(v.get("rule_id", "?")), str(v.get("severity", "error")))
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = ViolationItem(rule_id=key[0], severity=key[1], message=str(v.get("message", "")),
+                                            count=0, locations=[])
+            if v.get("hint"):
+                g.hint = str(v["hint"])  # type: ignore[attr-defined]  # extra field: how to fix it
+        g.count = (g.count or 0) + 1
+        loc = _location(v)
+        if loc and g.locations is not None and len(g.locations) < LOCATIONS_SHOWN:
+            g.locations.append(loc)
+    out = sorted(groups.values(), key=lambda g: (g.severity != "error", -(g.count or 0), g.rule_id))
+    for g in out:
+        if not g.locations:
+            g.locations = None
+    return out
+
+
+def _counts(violations: list[Mapping[str, Any]]) -> tuple[int, int]:
+    errors = sum(1 for v in violations if v.get("severity", "error") == "error")
+    return errors, len(violations) - errors
+
+
+def _shape_violations(raw: list[Mapping[str, Any]], detail: Detail, tool: str) -> tuple[list[ViolationItem], str]:
+    if detail == "full":
+        return [ViolationItem.model_validate(dict(v)) for v in raw], ""
+    groups = group_by_rule(raw)
+    note = ""
+    if len(groups) > GROUPS_SHOWN:
+        note = f"{len(groups) - GROUPS_SHOWN} more rule groups not shown. "
+        groups = groups[:GROUPS_SHOWN]
+    if any((g.count or 0) > LOCATIONS_SHOWN for g in groups) or note:
+        note += f'Violations are grouped by rule with the first {LOCATIONS_SHOWN} locations; call {tool} with ' \
+                'detail="full" for every violation.'
+    return groups, note
+
+
+def shape_build(result: Any, detail: Detail) -> BuildAnswer:
+    if detail == "full":
+        return BuildAnswer(gpus_used=result.gpus_used, gpus_available=result.gpus_available, summary=result.summary,
+                           dag=result.dag)
+    nodes = result.summary.total_nodes
+    return BuildAnswer(
+        gpus_used=result.gpus_used,
+        gpus_available=result.gpus_available,
+        summary=result.summary,
+        note=f'Folded summary only: the full DAG ({nodes:,} nodes) is omitted. Call build_dag with detail="full" '
+        "for the node-link JSON (large), or pass the plan itself to validate_dag / estimate_performance.",
+    )
+
+
+def shape_validate(result: Any, detail: Detail) -> ValidateAnswer:
+    data = as_dict(result)
+    raw = list(data.pop("violations", []) or [])
+    errors, warnings = _counts(raw)
+    items, note = _shape_violations(raw, detail, "validate_dag")
+    for key in ("error_count", "warning_count", "errors", "warnings"):  # recounted above from the violations
+        data.pop(key, None)
+    extra_note = data.pop("note", None)
+    if detail == "summary":
+        data, cut = trim(data)
+        if cut:
+            note = (note + " " if note else "") + cut
+    note = " ".join(x for x in (extra_note, note) if x) or None
+    return ValidateAnswer(valid=bool(data.pop("valid", errors == 0)), error_count=errors, warning_count=warnings,
+                          violations=items, note=note, **data)
+
+
+def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
+    data = as_dict(result)
+    raw_changes = list(data.pop("changes", []) or [])
+    raw_left = list(data.pop("violations", []) or [])
+    left, note = _shape_violations(raw_left, detail, "autofix_dag")
+    if detail == "full":
+        changes = [ViolationItem.model_validate(dict(c)) for c in raw_changes]
+    else:
+        changes = group_by_rule(raw_changes) if len(raw_changes) > GROUPS_SHOWN else \
+            [ViolationItem.model_validate(dict(c)) for c in raw_changes]
+    dag = data.pop("dag", None)
+    dag_summary = None
+    notes = [n for n in (data.pop("note", None), note) if n]
+    if dag is not None and detail == "summary":
+        dag_summary = fold_dag_json(dag)
+        notes.append('The fixed DAG is shown folded; call autofix_dag with detail="full" for its node-link JSON.')
+        dag = None
+    if detail == "summary":
+        data, cut = trim(data)
+        if cut:
+            notes.append(cut)
+    return AutofixAnswer(valid=bool(data.pop("valid", not any(v.severity == "error" for v in left))),
+                         changes=changes, plan=data.pop("plan", None), dag=dag, dag_summary=dag_summary,
+                         violations=left, note=" ".join(notes) or None, **data)
+
+
+ESTIMATE_DROPPED = ("per_gpu", "provenance")  # bulky in a summary; the worst GPU and the totals stay
+
+
+def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
+    data = as_dict(result)
+    note = data.pop("note", None)
+    if detail == "summary":
+        dropped: list[str] = []
+        data = round_floats(drop_keys(data, ESTIMATE_DROPPED, dropped))
+        data, cut = trim(data)
+        parts = [note] if note else []
+        if dropped:
+            parts.append(f"Omitted: {', '.join(sorted(set(dropped)))}; numbers rounded to 4 significant digits.")
+        if cut:
+            parts.append(cut)
+        parts.append('Call estimate_performance with detail="full" for every figure and its provenance.')
+        note = " ".join(parts)
+    return EstimateAnswer(note=note, **data)
+
+
+def shape_search(result: Any, detail: Detail) -> SearchAnswer:
+    data = as_dict(result)
+    notes = data.pop("notes", None) or []
+    if detail == "summary":
+        data = round_floats(data)
+        data, cut = trim(data)
+        if cut:
+            notes.append(cut + ' Call search_strategies with detail="full" for all of it.')
+    return SearchAnswer(note=" ".join(notes) or None, **data)
+
+
+def drop_keys(data: Any, keys: tuple[str, ...], dropped: list[str], where: str = "") -> Any:
+    """Remove the named keys at any depth, recording their paths."""
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            path = f"{where}.{k}" if where else k
+            if k in keys:
+                dropped.append(path)
+                continue
+            out[k] = drop_keys(v, keys, dropped, path)
+        return out
+    if isinstance(data, list):
+        return [drop_keys(v, keys, dropped, where) for v in data]
+    return data
+
+
+def round_floats(data: Any, digits: int = 4) -> Any:
+    """Floats to `digits` significant digits: estimates are not that precise, and each digit costs tokens."""
+    if isinstance(data, float):
+        return float(f"{data:.{digits}g}")
+    if isinstance(data, dict):
+        return {k: round_floats(v, digits) for k, v in data.items()}
+    if isinstance(data, list):
+        return [round_floats(v, digits) for v in data]
+    return data
+
+
+def shape_lookup(result: LookupResult, detail: Detail) -> LookupAnswer:
+    rules = result.rules
+    if detail == "full" or len(rules) <= RULES_IN_FULL:
+        return LookupAnswer(**result.model_dump())
+    more = [RuleBrief(id=r.id, title=r.title, statement=r.statement, severity=r.severity)
+            for r in rules[RULES_IN_FULL:]]
+    return LookupAnswer(
+        rules=rules[:RULES_IN_FULL],
+        total_matches=result.total_matches,
+        conflicts=result.conflicts,
+        more=more,
+        note=f"The first {RULES_IN_FULL} matches are complete; the other {len(more)} are listed briefly. Call "
+        'lookup_rule with rule_id=<id> for one of them, or detail="full" for all.',
+    )
+
+
+def trim(data: Any, path: str = "") -> tuple[Any, str]:
+    """Cut lists longer than LIST_ITEMS_SHOWN anywhere in the data; say which were cut."""
+    cuts: list[str] = []
+
+    def walk(x: Any, where: str) -> Any:
+        if isinstance(x, list):
+            if len(x) > LIST_ITEMS_SHOWN:
+                cuts.append(f"{where or 'answer'} ({len(x)} items)")
+                x = x[:LIST_ITEMS_SHOWN]
+            return [walk(v, f"{where}[]") for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v, f"{where}.{k}" if where else k) for k, v in x.items()}
+        return x
+
+    out = walk(data, path)
+    if not cuts:
+        return out, ""
+    return out, f"Lists cut to their first {LIST_ITEMS_SHOWN} items: {', '.join(cuts[:5])}."
+
+
+def fold_dag_json(dag: Mapping[str, Any]) -> FoldedDag:
+    """Fold a node-link DAG document (e.g. autofix's fixed DAG) for a summary."""
+    from tools.dag import Dag, json_to_graph
+    from tools.render import fold
+
+    return fold(json_to_graph(Dag.model_validate(dag)))
+
+
+def to_result(answer: BaseModel) -> CallToolResult:
+    """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured content.
+
+    Top-level ``None`` fields are dropped, so a summary does not list ``"dag": null``.
+    """
+    data = {k: v for k, v in answer.model_dump(mode="json").items() if v is not None}
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)

@@ -1,0 +1,354 @@
+"""The MCP tools: thin wrappers over the core in `tools/`, registered only when their core function exists.
+
+Adding a tool is one decorated function here: `@pdag_tool(core="name_in_tools", ...)`.  The wrapper's
+signature is the input schema (made strict below), its return annotation the output schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from server import responses as R
+from tools.dag import NodeType
+from tools.errors import PdagInputError
+from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
+from tools.plan import Hardware, HFModel, Plan, Workload
+
+logger = logging.getLogger("pdag.server")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+DetailArg = Annotated[
+    Literal["summary", "full"],
+    Field(description='"summary" (default): concise, folded, grouped. "full": the complete object (can be large).'),
+]
+PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
+OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
+# The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
+# malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
+# tool list does not repeat the 5 kB DAG schema in three tools.
+OptDagArg = Annotated[
+    dict[str, Any] | None,
+    Field(description="a node-link DAG {nodes: [...], edges: [...]} as build_dag returns with detail=full; "
+                      "schema at pdag://schema/dag (checked by the tool, errors name the JSON path)"),
+]
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    name: str
+    core: str
+    fn: Callable[..., Any]
+    title: str
+
+
+REGISTRY: list[ToolDef] = []
+
+
+def pdag_tool(core: str, title: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare an MCP tool backed by `tools.<core>`; its docstring is the description the LLM reads."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        REGISTRY.append(ToolDef(fn.__name__, core, fn, title))
+        return fn
+
+    return deco
+
+
+def core(name: str) -> Callable[..., Any] | None:
+    """The core function `tools.<name>`, or None while its module has not landed yet."""
+    try:
+        module = importlib.import_module("tools")
+    except ImportError:  # pragma: no cover - the core package always exists
+        return None
+    fn = getattr(module, name, None)
+    return fn if callable(fn) else None
+
+
+def input_error_text(exc: PdagInputError) -> str:
+    text = f"invalid `{exc.field}`: {exc.problem}"
+    if exc.allowed:
+        text += f". Allowed: {exc.allowed}"
+    return text
+
+
+def _allowed(err: dict[str, Any], known_args: list[str]) -> str | None:
+    ctx = err.get("ctx") or {}
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        if len(err["loc"]) == 1:
+            return "arguments " + ", ".join(known_args)
+        return "only the fields of the published schema (pdag://schema/plan, pdag://schema/dag)"
+    if kind == "literal_error" and "expected" in ctx:
+        return str(ctx["expected"])
+    if kind == "missing":
+        return None
+    bounds = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "max_length": "at most", "min_length": "at least"}
+    parts = [f"{sign} {ctx[k]}" for k, sign in bounds.items() if k in ctx]
+    return ", ".join(parts) or None
+
+
+_UNION_TAGS = frozenset({"str", "HFModel", "Plan", "Dag", "int", "dict[str,any]"})
+
+
+def argument_error_text(exc: ValidationError, known_args: list[str]) -> str:
+    """One readable line per bad field (first 5): the field path, the problem, what is allowed."""
+    lines = []
+    errors = exc.errors(include_url=False)
+    for err in errors[:5]:
+        loc = ".".join(str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and "[" not in str(p))
+        msg = "unknown argument" if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 else err["msg"]
+        allowed = _allowed(err, known_args)
+        lines.append(f"invalid `{loc or 'arguments'}`: {msg}" + (f". Allowed: {allowed}" if allowed else ""))
+    if len(errors) > 5:
+        lines.append(f"... and {len(errors) - 5} more")
+    return "; ".join(lines)
+
+
+def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn anticipated failures into tool errors the model can act on; never leak a traceback or a path."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ToolError:
+            raise
+        except PdagInputError as exc:
+            raise ToolError(input_error_text(exc)) from None
+        except ValidationError as exc:
+            raise ToolError(argument_error_text(exc, [])) from None
+        except Exception:
+            logger.exception("tool %s failed", name)
+            raise ToolError(
+                "internal error in pdag while handling this call (logged on the server). The input passed the "
+                "schema; try a smaller or different plan, or report the plan that caused it."
+            ) from None
+
+    return wrapper
+
+
+def _strict(model: type[BaseModel]) -> type[BaseModel]:
+    """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped."""
+    return type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
+                                           "__module__": model.__module__})
+
+
+def make_tool(d: ToolDef) -> Tool:
+    tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title, annotations=READ_ONLY,
+                              structured_output=True)
+    strict = _strict(tool.fn_metadata.arg_model)
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
+def available_tools() -> list[Tool]:
+    """Tools whose core function exists now, in registry order (tools/list order is deterministic)."""
+    out = []
+    for d in REGISTRY:
+        if core(d.core) is None:
+            logger.info("tool %s not registered: tools.%s does not exist yet", d.name, d.core)
+            continue
+        out.append(make_tool(d))
+    return out
+
+
+def _plan_dict(plan: Plan | None) -> dict[str, Any] | None:
+    return None if plan is None else plan.model_dump(mode="json", exclude_unset=True)
+
+
+def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any]:
+    if plan is None and dag is None:
+        raise PdagInputError("plan", "give a plan or a dag", "plan (a plan object) or dag (build_dag's full DAG)")
+    kwargs: dict[str, Any] = {}
+    if plan is not None:
+        kwargs["plan"] = _plan_dict(plan)
+    if dag is not None:
+        kwargs["dag"] = dag
+    return kwargs
+
+
+# ---------------------------------------------------------------------------------------------- the tools
+
+
+@pdag_tool(core="build_dag", title="Build the execution DAG of a plan")
+def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
+    """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
+
+    Use it right after drafting a plan, to see the structure pdag derives from the degrees: the DP fan-out,
+    each replica's prefill and decode branches, pipeline stages (which layers, which GPUs), and inside each
+    layer the TP/SP shards, EP expert nodes and every communication node (all-reduce, all-gather, all-to-all).
+    `gpus_used` counts the distinct devices in the DAG; compare it with hardware.num_gpus.
+    Do not use it to check a plan's correctness: that is validate_dag (it builds the DAG itself).
+
+    Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (dp replicas, pp stages, tp/sp
+    shards, ep = GPUs each MoE layer's experts are spread over); workload lengths in tokens, batch_size in
+    sequences per replica. `detail`: "summary" (default) or "full".
+    Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+    "parallel": {"tp": 8}}}
+    Returns gpus_used, gpus_available and a folded summary (replica 0; runs of identical layers once with a
+    repeat count; node and edge counts by type). It does not return the node list unless detail="full"
+    (tens of thousands of nodes for large models), and it does not validate or estimate anything.
+    """
+    fn = core("build_dag")
+    assert fn is not None
+    return R.to_result(R.shape_build(fn(plan), detail))  # type: ignore[return-value]
+
+
+@pdag_tool(core="validate_dag", title="Check a plan or DAG against the rules")
+def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.ValidateAnswer:
+    """Check a plan (or a DAG) against pdag's rule catalog and say whether it is valid.
+
+    Use it on every plan before you present it, and again after any change. It checks the degrees against
+    the model (heads divisible by TP, experts by EP, layers by PP), the GPU count against the hardware,
+    memory fit, phase consistency and the DAG structure (explicit communication, acyclic, DP only at the
+    root, ...). Valid means no violation of severity "error"; warnings are advice.
+    Give `plan` (preferred) or `dag` (a node-link DAG from build_dag with detail="full").
+    Example: {"plan": {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+    "parallel": {"tp": 8, "ep": 8}}}
+    Returns valid, error_count, warning_count and violations; by default grouped by rule_id (count, first
+    message, first few node ids/fields). Each violation has rule_id, severity and message; call lookup_rule
+    with the rule_id to learn why the rule exists and how to fix it. It does not fix anything (autofix_dag)
+    and gives no performance figures (estimate_performance).
+    """
+    fn = core("validate_dag")
+    assert fn is not None
+    return R.to_result(R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+
+
+@pdag_tool(core="autofix_dag", title="Repair a plan or DAG")
+def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.AutofixAnswer:
+    """Repair rule violations of a plan (or DAG) with deterministic, minimal changes, then re-validate.
+
+    Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
+    divide the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the
+    result: a fix can change degrees your objective depended on. Do not use it as a planner: it repairs, it
+    does not optimise.
+    Give `plan` (preferred) or `dag`, as for validate_dag.
+    Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
+    "parallel": {"tp": 3}}}
+    Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (and, with
+    detail="full", the fixed DAG; by default only folded) and the violations left. It does not estimate
+    performance.
+    """
+    fn = core("autofix_dag")
+    assert fn is not None
+    return R.to_result(R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+
+
+@pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
+def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
+                         detail: DetailArg = "summary") -> R.EstimateAnswer:
+    """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
+
+    Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
+    roofline estimates (compute, memory bandwidth, interconnect) over the DAG's critical path, not
+    measurements: trust differences between plans more than absolute values.
+    Give `plan` (or a `dag` built from one).
+    Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+    "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
+    Returns prefill_latency_ms (time to first token), decode_latency_ms_per_token, e2e_latency_ms,
+    throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
+    memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used. It does not validate the plan: an
+    invalid plan can still get numbers, so call validate_dag first.
+    """
+    fn = core("estimate_performance")
+    assert fn is not None
+    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+
+
+Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+Level = Literal[LEVELS]  # type: ignore[valid-type]
+NodeTypeName = Literal[tuple(t.value for t in NodeType)]  # type: ignore[valid-type]
+
+
+@pdag_tool(core="lookup_rule", title="Look up pdag's parallelism rules")
+def lookup_rule(
+    rule_id: Annotated[str | None, Field(description="a rule id, case-insensitive, e.g. TP-HEADS-DIVISIBLE",
+                                         max_length=80)] = None,
+    query: Annotated[str | None, Field(description="free text, e.g. 'why can TP not span nodes'",
+                                       max_length=MAX_QUERY)] = None,
+    strategy: Annotated[Strategy | None, Field(description="only rules about this strategy")] = None,
+    phase: Annotated[Literal["prefill", "decode", "both"] | None,
+                     Field(description="only rules for this phase (rules for both phases always match)")] = None,
+    node_type: Annotated[NodeTypeName | None, Field(description="only rules about this DAG node type")] = None,
+    layer: Annotated[Level | None, Field(description="only rules at this level of the plan/DAG")] = None,
+    limit: Annotated[int, Field(ge=1, le=25, description="most rules to return (1-25)")] = 10,
+    detail: DetailArg = "summary",
+) -> R.LookupAnswer:
+    """Find pdag's rules for parallel inference plans: by id, by free-text question, or by topic.
+
+    Use it when validate_dag or autofix_dag cites a rule_id you need to understand, or before planning to
+    learn the constraints of a strategy (e.g. strategy="EP"). Give rule_id for one rule; otherwise a query
+    (ranked by relevance) and/or the filters strategy, phase, node_type, layer (combined with AND).
+    Example: {"rule_id": "TP-HEADS-DIVISIBLE"} or {"query": "KV cache size with MLA", "limit": 3}.
+    Each rule comes with its statement, rationale, source (seed document and section), the checker and
+    fixer that enforce it, an example that violates it and one that satisfies it, and related rule ids.
+    By default the first 5 matches are complete and the rest brief (id, title, statement). An unknown id is
+    an error that lists the closest ids. It does not check any plan (use validate_dag).
+    """
+    fn = core("lookup_rule")
+    assert fn is not None
+    result = fn(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
+                limit=limit)
+    return R.to_result(R.shape_lookup(result, detail))  # type: ignore[return-value]
+
+
+class SloArg(BaseModel):
+    """Service-level objectives a searched plan must meet."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_ttft_ms: float | None = Field(None, gt=0, le=3_600_000, description="max time to first token, ms")
+    max_tpot_ms: float | None = Field(None, gt=0, le=3_600_000, description="max time per output token, ms")
+    min_throughput_tokens_per_s: float | None = Field(None, gt=0, le=1e12,
+                                                      description="min output tokens/s of the whole deployment")
+
+
+@pdag_tool(core="search_strategies", title="Search for the best parallel plans")
+def search_strategies(
+    model: Annotated[str | HFModel, Field(description="model preset id (pdag://models) or {'hf_config': {...}}")],
+    hardware: Annotated[Hardware, Field(description="gpu preset id, num_gpus available, gpus_per_node")],
+    workload: Annotated[Workload | None, Field(description="input_len, output_len (tokens); batch_size "
+                                                           "(sequences per replica; searched if omitted for "
+                                                           "throughput)")] = None,
+    objective: Annotated[Literal["latency", "throughput"], Field(description="what to optimise")] = "latency",
+    slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,
+    top_k: Annotated[int, Field(ge=1, le=20, description="plans to return, best first")] = 5,
+    dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="weights dtype")] = "bf16",
+    detail: DetailArg = "summary",
+) -> R.SearchAnswer:
+    """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
+
+    Use it to start planning, or to check that a hand-made plan is not far from the best; then validate_dag
+    and estimate_performance the plan you pick (each returned `plan` can be passed to them as is). Do not
+    use it to check one given plan (validate_dag) or to explain a rule (lookup_rule).
+    Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
+    "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
+    Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
+    whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), and how many
+    alternatives each rule rejected. Figures are analytical estimates, not measurements.
+    """
+    fn = core("search_strategies")
+    assert fn is not None
+    result = fn(
+        model=model if isinstance(model, str) else model.model_dump(mode="json"),
+        hardware=hardware.model_dump(mode="json", exclude_unset=True),
+        workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
+        objective=objective,
+        slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
+        top_k=top_k,
+        dtype=dtype,
+    )
+    return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]
