@@ -1,0 +1,159 @@
+"""The agents the suite can run: each hands the loop an ``AsyncAnthropic`` client for one case.
+
+- ``scripted`` (offline default): ``ScriptedModel`` answers through respx and the httpx2 bridge, so the real
+  SDK, the real loop and the real MCP server run; only the model is simulated.
+- ``anthropic``: the live Messages API (``ANTHROPIC_API_KEY``, ``--model``).
+- ``replay``: serves the responses of recorded transcripts (``--record DIR`` on a live run) through respx.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import anthropic
+import httpx
+import httpx2
+import respx
+
+from evals.agent import Transcript
+from evals.agents.respx_bridge import API_BASE, respx_transport
+from evals.agents.scripted import ScriptedModel
+from evals.cases import Case
+
+__all__ = ["Agent", "LiveAgent", "ReplayAgent", "ScriptedAgent", "make_agent", "mocked_client"]
+
+
+class Agent(Protocol):
+    name: str
+
+    def injects_mistakes(self, case: Case) -> bool:
+        """Whether the first draft carries the case's listed mistakes (then scored as caught or not)."""
+        ...
+
+    def model_for(self, case: Case) -> str: ...
+
+    def client(self, case: Case) -> Any:  # async context manager yielding AsyncAnthropic
+        ...
+
+
+@asynccontextmanager
+async def mocked_client(router: respx.Router) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """An ``AsyncAnthropic`` whose HTTP requests are answered by ``router`` (no network, no SDK retries)."""
+    http = httpx2.AsyncClient(transport=respx_transport(router))
+    async with anthropic.AsyncAnthropic(
+        api_key="offline-no-key", base_url=API_BASE, max_retries=0, http_client=http
+    ) as llm:
+        yield llm
+
+
+class ScriptedAgent:
+    name = "scripted"
+
+    def __init__(self, model: str = "pdag-scripted") -> None:
+        self.model = model
+
+    def model_for(self, case: Case) -> str:
+        return self.model
+
+    def injects_mistakes(self, case: Case) -> bool:
+        return True
+
+    @asynccontextmanager
+    async def client(self, case: Case) -> AsyncIterator[anthropic.AsyncAnthropic]:
+        router = respx.Router(base_url=API_BASE, assert_all_mocked=True)
+        router.post("/v1/messages").mock(side_effect=ScriptedModel(case, self.model))
+        async with mocked_client(router) as llm:
+            yield llm
+
+
+class LiveAgent:
+    name = "anthropic"
+
+    def __init__(self, model: str, api_key: str | None = None) -> None:
+        self.model = model
+        self.api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not self.api_key:
+            raise SystemExit("the anthropic agent needs ANTHROPIC_API_KEY in the environment (and --model)")
+
+    def model_for(self, case: Case) -> str:
+        return self.model
+
+    def injects_mistakes(self, case: Case) -> bool:
+        return False
+
+    @asynccontextmanager
+    async def client(self, case: Case) -> AsyncIterator[anthropic.AsyncAnthropic]:
+        async with anthropic.AsyncAnthropic(api_key=self.api_key, max_retries=0) as llm:
+            yield llm
+
+
+def _error_body(message: str, kind: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+_ERROR_TYPES = {429: "rate_limit_error", 529: "overloaded_error"}
+
+
+class ReplayAgent:
+    """Replays ``<dir>/<case id>.jsonl``: recorded responses and API errors, in order; tools run for real."""
+
+    name = "replay"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise SystemExit(f"replay: no transcript directory {self.directory}")
+
+    def records(self, case: Case) -> list[dict[str, Any]]:
+        path = self.directory / f"{case.id}.jsonl"
+        return Transcript.read(path) if path.exists() else []
+
+    def meta(self, case: Case) -> dict[str, Any]:
+        return next((r for r in self.records(case) if r["type"] == "meta"), {})
+
+    def model_for(self, case: Case) -> str:
+        return str(self.meta(case).get("model") or "replay")
+
+    def injects_mistakes(self, case: Case) -> bool:
+        return self.meta(case).get("agent") == "scripted"
+
+    @asynccontextmanager
+    async def client(self, case: Case) -> AsyncIterator[anthropic.AsyncAnthropic]:
+        queue: list[httpx.Response] = []
+        for rec in self.records(case):
+            if rec["type"] == "response":
+                queue.append(httpx.Response(200, json=rec["body"]))
+            elif rec["type"] == "api_error":
+                status = int(rec.get("status") or 503)
+                kind = _ERROR_TYPES.get(status, "api_error")
+                queue.append(httpx.Response(status, json=_error_body(str(rec.get("error", "")), kind)))
+
+        def serve(request: httpx.Request) -> httpx.Response:
+            if not queue:
+                body = _error_body(f"replay: transcript of {case.id} has no more responses", "invalid_request_error")
+                return httpx.Response(400, json=body)
+            return queue.pop(0)
+
+        router = respx.Router(base_url=API_BASE, assert_all_mocked=True)
+        router.post("/v1/messages").mock(side_effect=serve)
+        async with mocked_client(router) as llm:
+            yield llm
+
+
+def make_agent(kind: str, *, model: str | None = None, replay_dir: Path | None = None) -> Agent:
+    """The agent named on the command line."""
+    if kind == "scripted":
+        return ScriptedAgent(model or "pdag-scripted")
+    if kind == "anthropic":
+        if not model:
+            raise SystemExit("the anthropic agent needs --model (e.g. --model claude-sonnet-4-6)")
+        return LiveAgent(model)
+    if kind == "replay":
+        if replay_dir is None:
+            raise SystemExit("the replay agent needs --replay DIR (a folder of <case id>.jsonl transcripts)")
+        return ReplayAgent(replay_dir)
+    raise SystemExit(f"unknown agent {kind!r}; use scripted, anthropic or replay")
