@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.errors import PdagInputError
+from tools.estimate import commands as estimate_commands
 
 DEFAULT_PLAN: dict[str, Any] = {
     "model": "llama-3.1-70b",
@@ -154,6 +155,94 @@ def _json_only(p: argparse.ArgumentParser) -> None:
 
 command("models", "list the model presets", _json_only)(cmd_models)
 command("gpus", "list the accelerator presets", _json_only)(cmd_gpus)
+
+
+def _rule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("rule_id", nargs="?", help="a rule id, e.g. TP-HEADS-DIVISIBLE (case-insensitive)")
+    p.add_argument("-q", "--query", help="free text, ranked by relevance")
+    p.add_argument("--strategy", help="DP, PP, TP, EP or SP")
+    p.add_argument("--phase", help="prefill, decode or both")
+    p.add_argument("--node-type", help="e.g. AttentionNode")
+    p.add_argument("--layer", help="request, structural, operator, plan or graph")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_rule(args: argparse.Namespace) -> int:
+    from tools.lookup import lookup_rule
+
+    result = lookup_rule(rule_id=args.rule_id, query=args.query, strategy=args.strategy, phase=args.phase,
+                         node_type=args.node_type, layer=args.layer, limit=args.limit)
+    if args.json:
+        print(result.model_dump_json(exclude_none=True))
+        return 0
+    for c in result.conflicts:
+        print(f"{c.id}: {c.topic}\n  decision: {c.pdag_decision}")
+    full = len(result.rules) == 1
+    for r in result.rules:
+        print(f"{r.id} [{r.severity}] {r.title}")
+        print(f"  {r.statement}")
+        if full:
+            print(f"  why: {r.rationale}")
+            print(f"  breaks it: {r.examples.violating}")
+            print(f"  satisfies it: {r.examples.satisfying}")
+            print("  source: " + "; ".join(f"{s.seed} {s.section}" for s in r.source))
+            print(f"  checker: {r.checker or '-'}  fixer: {r.fixer or '-'}  related: {', '.join(r.related) or '-'}")
+    if result.total_matches > len(result.rules):
+        print(f"({result.total_matches - len(result.rules)} more; raise --limit)")
+    return 0
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--allow-remote", action="store_true")
+    p.add_argument("--allowed-host", action="append", default=[])
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Hand the process over to `python -m server`: the core never imports the protocol glue."""
+    import os
+
+    argv = ["--host", args.host, "--port", str(args.port)] + (["--http"] if args.http else [])
+    argv += ["--allow-remote"] if args.allow_remote else []
+    for h in args.allowed_host:
+        argv += ["--allowed-host", h]
+    os.execv(sys.executable, [sys.executable, "-m", "server", *argv])
+    return 0  # not reached
+
+
+command("rule", "look up rules by id, free text or topic", _rule_args)(cmd_rule)
+command("serve", "start the MCP server (stdio; --http for streamable HTTP on loopback)", _serve_args)(cmd_serve)
+command("estimate", "plan -> latency, throughput, KV cache and memory estimate",
+        estimate_commands.estimate_args)(estimate_commands.cmd_estimate)
+command("accuracy", "score the estimator against published measurements",
+        estimate_commands.accuracy_args)(estimate_commands.cmd_accuracy)
+command("calibrate", "fit an accelerator's efficiency factors to measurements",
+        estimate_commands.calibrate_args)(estimate_commands.cmd_calibrate)
+
+
+def _register_search_and_engines() -> None:
+    from tools import engines, search
+
+    command("search", "search parallel plans for a model and cluster", search.search_args)(search.cmd_search)
+    command("export", "plan -> vLLM / SGLang / TensorRT-LLM launch command", engines.export_args)(engines.cmd_export)
+    command("import", "vLLM / SGLang launch command -> plan", engines.import_args)(engines.cmd_import)
+
+
+_register_search_and_engines()
+
+
+def _register_validate_and_fix() -> None:
+    from tools.autofix import cmd_fix
+    from tools.validate import cmd_validate
+
+    command("validate", "plan or DAG (JSON file) -> the rules it breaks, where and why")(cmd_validate)
+    command("fix", "plan or DAG (JSON file) -> repaired plan, with the changes and what is left")(cmd_fix)
+
+
+_register_validate_and_fix()
 
 
 def main(argv: list[str] | None = None) -> int:
