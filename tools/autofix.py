@@ -274,24 +274,3 @@ def _fix_dag(dag: Any, t0: float) -> AutofixResult:
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
                               "rule is gone", field="dag"))
     return _finish(state, changes, found, "dag", t0, rebuilt, notes)
-
-
-def cmd_fix(args: Any) -> int:
-    import json
-
-    from tools.validate import cli_input
-
-    result = autofix_dag(**cli_input(args))
-    if args.json:
-        print(result.model_dump_json())
-        return 0 if result.valid else 1
-    print(result.summary)
-    for c in result.changes:
-        print(f"  CHANGED {c.rule_id}: {c.message}")
-    for v in result.violations:
-        print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}\n          left because: {v.reason}")
-    for a in result.alternatives:
-        print(f"  ALTERNATIVE {a.parallel}: {a.note}")
-    if result.plan is not None:
-        print("fixed plan: " + json.dumps(result.plan))
-    return 0 if result.valid else 1

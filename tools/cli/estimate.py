@@ -1,14 +1,14 @@
-"""`pdag estimate`, `pdag accuracy` and `pdag calibrate` (registered in tools/cli.py)."""
+"""`pdag estimate`, `pdag accuracy` and `pdag calibrate` ."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from tools.cli.common import add_plan_args, command, plan_from_args
+
 
 def estimate_args(p: argparse.ArgumentParser) -> None:
-    from tools.cli import add_plan_args
-
     add_plan_args(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--overlap", dest="overlap", action="store_true", default=None,
@@ -18,7 +18,6 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from tools.cli import plan_from_args
     from tools.estimate.core import estimate_performance
 
     est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency)
@@ -55,3 +54,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = calibrate(load_measurements(args.measurements), gpu=args.gpu, out=args.out)
     print(json.dumps(result, indent=2) if args.json else result["text"])
     return 0
+
+
+command("estimate", "plan -> latency, throughput, KV cache and memory estimate", estimate_args)(cmd_estimate)
+command("accuracy", "score the estimator against published measurements", accuracy_args)(cmd_accuracy)
+command("calibrate", "fit an accelerator's efficiency factors to measurements", calibrate_args)(cmd_calibrate)

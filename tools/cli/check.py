@@ -1,0 +1,69 @@
+"""`pdag validate` and `pdag fix`: a plan (flags or JSON file) or a DAG JSON file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.autofix import autofix_dag
+from tools.cli.common import command, plan_from_args
+from tools.errors import PdagInputError
+from tools.validate import validate_dag
+
+
+def cli_input(args: Any) -> dict[str, Any]:
+    """``plan=`` or ``dag=`` from the CLI: a JSON file holding a DAG (it has 'nodes') goes in as a DAG."""
+    import json
+    import sys
+    from pathlib import Path
+
+    if args.plan_file:
+        text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if isinstance(data, dict) and ("nodes" in data or isinstance(data.get("dag"), dict)):
+            return {"dag": data}
+        args.plan_file = None
+        plan = plan_from_args(args)
+        if isinstance(data, dict):
+            data.update({k: v for k, v in plan.items() if k not in data})
+        return {"plan": data}
+    return {"plan": plan_from_args(args)}
+
+
+def cmd_validate(args: Any) -> int:
+    result = validate_dag(**cli_input(args))
+    if args.json:
+        print(result.model_dump_json())
+        return 0 if result.valid else 1
+    print(result.summary + (f" - {result.gpus_used} GPUs" if result.gpus_used else ""))
+    for v in result.violations:
+        where = v.location.field or ", ".join(v.location.nodes)
+        print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}" + (f" [{where}]" if where else ""))
+        if v.hint:
+            print(f"          fix: {v.hint}")
+    return 0 if result.valid else 1
+
+
+def cmd_fix(args: Any) -> int:
+    import json
+
+    result = autofix_dag(**cli_input(args))
+    if args.json:
+        print(result.model_dump_json())
+        return 0 if result.valid else 1
+    print(result.summary)
+    for c in result.changes:
+        print(f"  CHANGED {c.rule_id}: {c.message}")
+    for v in result.violations:
+        print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}\n          left because: {v.reason}")
+    for a in result.alternatives:
+        print(f"  ALTERNATIVE {a.parallel}: {a.note}")
+    if result.plan is not None:
+        print("fixed plan: " + json.dumps(result.plan))
+    return 0 if result.valid else 1
+
+
+command("validate", "plan or DAG (JSON file) -> the rules it breaks, where and why")(cmd_validate)
+command("fix", "plan or DAG (JSON file) -> repaired plan, with the changes and what is left")(cmd_fix)
