@@ -16,7 +16,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType, graph_to_json
+from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType, lists_to_json
 from tools.errors import PdagInputError
 from tools.layout import Layout, PhaseLayout, Pool
 from tools.plan import Phase, Plan, parse_plan
@@ -65,6 +65,7 @@ class _Builder:
         self.layout = layout
         self.g = nx.DiGraph(model=plan.model_id, plan=plan.model_dump(mode="json", exclude_none=True))
         self.nodes: list[tuple[str, dict[str, Any]]] = []
+        self.first_nodes = self.first_edges = 0
         self.edges: list[tuple[str, str, dict[str, EdgeType]]] = []
         # (replica id, layer, gpu) -> (prefill KV node, stage): where decode finds the cache it reads
         self.prefill_kv: dict[tuple[str, int, int], tuple[str, int]] = {}
@@ -81,7 +82,8 @@ class _Builder:
     def edge(self, u: str, v: str, etype: EdgeType = DATA) -> None:
         self.edges.append((u, v, self._etype[etype]))
 
-    def build(self) -> nx.DiGraph:
+    def build(self, first_replica_only: bool = False) -> None:
+        """Fill the node and edge lists; ``first_*`` mark where replica 0 (or pools p0 and d0) end."""
         lay = self.layout
         root = self.node("request", NodeType.REQUEST, list(range(lay.gpus_needed)),
                          meta={"dp": lay.dp} if not lay.disaggregated else
@@ -91,21 +93,28 @@ class _Builder:
             self.edge(root, rep)
             last_prefill = self.phase_branch("r0", 0, "prefill", rep, None)
             self.phase_branch("r0", 0, "decode", rep, last_prefill)
-            self.clone_replicas()
-        else:
-            pre, dec = lay.pools["prefill"], lay.pools["decode"]
-            heads = []
-            for i in range(pre.dp):
-                rep = self.node(f"p{i}", NodeType.REPLICA, pre.replica_devices(i), replica=i, meta={"pool": "prefill"})
-                self.edge(root, rep)
-                heads.append(self.phase_branch(f"p{i}", i, "prefill", rep, None))
-            for j in range(dec.dp):
-                rep = self.node(f"d{j}", NodeType.REPLICA, dec.replica_devices(j), replica=j, meta={"pool": "decode"})
-                self.edge(root, rep)
-                src = j % pre.dp  # decode replicas take requests from the prefill replicas in turn
-                self.phase_branch(f"d{j}", j, "decode", rep, heads[src], kv_source=f"p{src}")
-        self.g.add_nodes_from(self.nodes)
-        self.g.add_edges_from(self.edges)
+            self.first_nodes, self.first_edges = len(self.nodes), len(self.edges)
+            if not first_replica_only:
+                self.clone_replicas()
+            return
+        pre, dec = lay.pools["prefill"], lay.pools["decode"]
+        heads = []
+        for i in range(1 if first_replica_only else pre.dp):
+            rep = self.node(f"p{i}", NodeType.REPLICA, pre.replica_devices(i), replica=i, meta={"pool": "prefill"})
+            self.edge(root, rep)
+            heads.append(self.phase_branch(f"p{i}", i, "prefill", rep, None))
+        for j in range(1 if first_replica_only else dec.dp):
+            rep = self.node(f"d{j}", NodeType.REPLICA, dec.replica_devices(j), replica=j, meta={"pool": "decode"})
+            self.edge(root, rep)
+            src = j % pre.dp  # decode replicas take requests from the prefill replicas in turn
+            self.phase_branch(f"d{j}", j, "decode", rep, heads[src % len(heads)], kv_source=f"p{src % len(heads)}")
+        self.first_nodes, self.first_edges = len(self.nodes), len(self.edges)
+
+    def graph(self, first_replica_only: bool = False) -> nx.DiGraph:
+        nodes = self.nodes[: self.first_nodes] if first_replica_only else self.nodes
+        edges = self.edges[: self.first_edges] if first_replica_only else self.edges
+        self.g.add_nodes_from(nodes)
+        self.g.add_edges_from(edges)
         return self.g
 
     def clone_replicas(self) -> None:
@@ -395,8 +404,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def build_graph(plan: Plan, layout: Layout | None = None) -> nx.DiGraph:
-    """Build the execution DAG of a parsed plan as a networkx graph (the form the other tools work on)."""
+def _builder(plan: Plan, layout: Layout | None, first_replica_only: bool) -> _Builder:
     layout = layout or Layout(plan)
     count = estimated_node_count(layout)
     if count > MAX_NODES:
@@ -405,9 +413,20 @@ def build_graph(plan: Plan, layout: Layout | None = None) -> nx.DiGraph:
             f"this plan would build about {count:,} DAG nodes, above the limit of {MAX_NODES:,}",
             "fewer replicas or smaller degrees (dp x pp x max(tp, ep) GPUs)",
         )
-    with gc_paused():
-        return _Builder(plan, layout).build()
+    builder = _Builder(plan, layout)
+    builder.build(first_replica_only)
+    return builder
 
+
+def build_graph(plan: Plan, layout: Layout | None = None, first_replica_only: bool = False) -> nx.DiGraph:
+    """Build the execution DAG of a parsed plan as a networkx graph (the form the other tools work on).
+
+    ``first_replica_only`` builds replica 0 (pools p0 and d0 when disaggregated) on the full plan's GPU ids:
+    every other replica is the same sub-DAG shifted to other GPUs, so the checkers and the estimator that
+    look at one replica need not pay for all of them.
+    """
+    with gc_paused():
+        return _builder(plan, layout, first_replica_only).graph()
 
 def devices_used(graph: nx.DiGraph) -> list[int]:
     """Distinct GPUs that compute or communication nodes run on: the GPU count comes from here."""
@@ -429,13 +448,22 @@ class BuildResult(BaseModel):
 
 
 def build_dag(plan: Plan | dict[str, Any]) -> BuildResult:
-    """Build the explicit execution DAG of a plan (raises PdagInputError on bad input)."""
+    """Build the explicit execution DAG of a plan (raises PdagInputError on bad input).
+
+    Only replica 0 goes through networkx (for the folded view); the full node-link JSON is written straight
+    from the builder's lists, which is where most of the time of a many-replica DAG would otherwise go.
+    """
     parsed = parse_plan(plan)
-    graph = build_graph(parsed)
     with gc_paused():
+        builder = _builder(parsed, None, first_replica_only=False)
+        first = builder.graph(first_replica_only=True)
+        used: set[int] = set()
+        for _, attrs in builder.nodes:
+            if attrs["type"] not in CONTROL_TYPES:
+                used.update(attrs["devices"])
         return BuildResult.model_construct(
-            gpus_used=len(devices_used(graph)),
+            gpus_used=len(used),
             gpus_available=parsed.hardware.num_gpus,
-            summary=fold(graph),
-            dag=graph_to_json(graph),
+            summary=fold(first, everything=(builder.nodes, builder.edges)),
+            dag=lists_to_json(builder.nodes, builder.edges, first.graph.get("model"), first.graph.get("plan")),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -127,15 +128,19 @@ def dag_json_schema() -> dict[str, Any]:
 
 def graph_to_json(graph: nx.DiGraph) -> dict[str, Any]:
     """Serialise a DAG graph to node-link JSON, in insertion order (deterministic)."""
-    nodes = [{"id": node_id, **attrs} for node_id, attrs in graph.nodes(data=True)]
-    edges = [{"source": u, "target": v, "type": t} for u, v, t in graph.edges(data="type")]
+    return lists_to_json(graph.nodes(data=True), graph.edges(data=True), graph.graph.get("model"),
+                         graph.graph.get("plan"))
+
+
+def lists_to_json(nodes: Iterable[tuple[str, dict[str, Any]]], edges: Iterable[tuple[str, str, dict[str, Any]]],
+                  model: str | None, plan: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "format": DAG_FORMAT,
         "version": DAG_VERSION,
-        "model": graph.graph.get("model"),
-        "plan": graph.graph.get("plan"),
-        "nodes": nodes,
-        "edges": edges,
+        "model": model,
+        "plan": plan,
+        "nodes": [{"id": node_id, **attrs} for node_id, attrs in nodes],
+        "edges": [{"source": u, "target": v, "type": a["type"]} for u, v, a in edges],
     }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 import networkx as nx
 from pydantic import BaseModel, Field
@@ -92,22 +94,33 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     return " > ".join(parts), dict(sorted(by_type.items()))
 
 
-def fold(graph: nx.DiGraph) -> FoldedDag:
-    """Summarise a DAG: per phase, per stage, runs of identical layers with their operator pattern."""
+def fold(
+    graph: nx.DiGraph,
+    everything: tuple[Sequence[tuple[str, dict[str, Any]]], Sequence[tuple[str, str, dict[str, Any]]]] | None = None,
+) -> FoldedDag:
+    """Summarise a DAG: per phase, per stage, runs of identical layers with their operator pattern.
+
+    ``graph`` needs to hold replica 0 only when ``everything`` gives the full DAG's node and edge lists (the
+    counts and the replica shapes come from there).
+    """
+    all_nodes = everything[0] if everything else list(graph.nodes(data=True))
+    all_edges = everything[1] if everything else list(graph.edges(data=True))
     replicas: set[int] = set()
     replica_sizes: list[int] = []
     pools: dict[str, list[int]] = {}
-    per_layer: dict[tuple[str, int], list[str]] = defaultdict(list)
-    stage_nodes: dict[str, list[tuple[int, str]]] = defaultdict(list)
     node_counts: Counter[str] = Counter()
-    first_replica = None
-    for n, a in graph.nodes(data=True):  # one pass: this runs on DAGs of tens of thousands of nodes
+    for _, a in all_nodes:
         t = a.get("type")
         node_counts[str(t)] += 1
         if t == NodeType.REPLICA:
             replicas.add(a.get("replica", 0))
             replica_sizes.append(len(a.get("devices", ())))
             pools.setdefault((a.get("meta") or {}).get("pool", "prefill+decode"), []).append(len(a["devices"]))
+    edge_counts = Counter(str(a.get("type")) for _, _, a in all_edges)
+    per_layer: dict[tuple[str, int], list[str]] = defaultdict(list)
+    stage_nodes: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    first_replica = None
+    for n, a in graph.nodes(data=True):
         rep = a.get("replica")
         if first_replica is None and rep is not None:
             first_replica = rep
@@ -115,7 +128,7 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
             continue
         if a.get("layer") is not None and a.get("phase"):
             per_layer[(a["phase"], a["layer"])].append(n)
-        elif t == NodeType.STAGE:
+        elif a.get("type") == NodeType.STAGE:
             stage_nodes[a.get("phase", "")].append((a.get("stage", 0), n))
     phases = []
     for phase in ("prefill", "decode"):
@@ -134,7 +147,6 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
             stages.append(StageView(stage=s, layers=[first, stop], devices=list(a["devices"]), blocks=blocks))
         if stages:
             phases.append(PhaseView(phase=phase, stages=stages))
-    edge_counts = Counter(str(t) for _, _, t in graph.edges(data="type"))
     return FoldedDag(
         model=graph.graph.get("model"),
         replicas=len(replicas),
@@ -143,8 +155,8 @@ def fold(graph: nx.DiGraph) -> FoldedDag:
         phases=phases,
         node_counts=dict(sorted(node_counts.items())),
         edge_counts=dict(sorted(edge_counts.items())),
-        total_nodes=graph.number_of_nodes(),
-        total_edges=graph.number_of_edges(),
+        total_nodes=len(all_nodes),
+        total_edges=len(all_edges),
     )
 
 

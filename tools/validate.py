@@ -224,14 +224,8 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
                                   f"{count:,} nodes, above the limit of {MAX_NODES:,}; build_dag refuses it"))
     if not build:
         return ctx, []
-    one = parsed.model_copy(deep=True)
-    one.parallel = one.parallel.model_copy(update={"dp": 1})
-    for ph in ("prefill", "decode"):
-        o = getattr(one.phases, ph)
-        if o is not None and o.dp is not None:
-            setattr(one.phases, ph, o.model_copy(update={"dp": None}))
     try:
-        ctx.graph = build_graph(one)
+        ctx.graph = build_graph(parsed, ctx.layout, first_replica_only=True)
         ctx.from_plan = True
     except PdagInputError as exc:
         ctx.schema_errors.append(("STRUCT-NODE-LIMIT", exc.field, exc.problem))

@@ -150,21 +150,6 @@ def _resolve_plan(plan: Plan | dict[str, Any] | None, dag: Any) -> Plan:
         raise PdagInputError("dag." + exc.field, exc.problem, exc.allowed) from None
 
 
-def _single_replica(plan: Plan) -> Plan:
-    """The same plan with dp = 1: replica 0 of the full plan, on the same GPU ids."""
-    data = plan.model_dump(mode="json", exclude_none=True)
-    data["parallel"]["dp"] = 1
-    for ph in ("prefill", "decode"):
-        if data.get("phases", {}).get(ph):
-            data["phases"][ph].pop("dp", None)
-    one = Plan.model_validate(data)
-    # share the resolved model / accelerator objects (the cached properties) and the GPU count
-    one.__dict__["spec"] = plan.spec
-    one.__dict__["accelerator"] = plan.accelerator
-    one.__dict__["cluster"] = plan.cluster
-    return one
-
-
 # ---------------------------------------------------------------------------------------------- paths
 _NAMES = {
     NodeType.ATTENTION: "attention",
@@ -321,11 +306,9 @@ class _Prepared:
     """What does not depend on efficiency factors or overlap: replica 0's DAG and its phase sub-DAGs."""
 
     def __init__(self, full: Plan) -> None:
-        self.layout_full = Layout(full)
-        self.one = _single_replica(full) if self.layout_full.dp > 1 else full
-        self.layout = Layout(self.one)
+        self.layout = Layout(full)
         with gc_paused():
-            self.graph = build_graph(self.one, self.layout)
+            self.graph = build_graph(full, self.layout, first_replica_only=True)
             order = list(nx.topological_sort(self.graph))
             self.phases = {ph: _PhaseGraph(self.graph, order, ph) for ph in ("prefill", "decode")}
             self.replica_gpus = len(devices_used(self.graph))
@@ -365,18 +348,18 @@ def estimate_performance(
         raise PdagInputError("overlap", f"expected true or false, got {overlap!r}", "a boolean")
     use_overlap = full.options.overlap_comm if overlap is None else overlap
     prep = _prepared(full)
-    layout_full, one, layout = prep.layout_full, prep.one, prep.layout
+    layout = prep.layout
     eff = efficiency_for(full.accelerator.id, efficiency)
     calibrated = load_overlay(efficiency) is not None
-    model = CostModel(one, layout, eff, use_overlap, balanced_experts)
+    model = CostModel(full, layout, eff, use_overlap, balanced_experts)
     pp = layout.pp
     step = eff["step_overhead_ms"] * 1e-3
     wl = full.workload
     pre = _phase(model, prep.phases["prefill"], wl.batch_size, pp, step)
     dec = _phase(model, prep.phases["decode"], wl.batch_size, pp, step)
     replica_gpus = prep.replica_gpus
-    mem = memory_report(full, layout_full, efficiency)
-    dp = layout_full.dp
+    mem = memory_report(full, layout, efficiency)
+    dp = layout.dp
     tpot = dec.latency_ms
     e2e = pre.latency_ms + wl.output_len * tpot
     out_rep = wl.batch_size * wl.output_len / (e2e / 1e3)
@@ -410,7 +393,7 @@ def estimate_performance(
         decode=dec,
         critical_path={"prefill": pre.critical_path, "decode": dec.critical_path},
         bottleneck={"prefill": pre.bottleneck, "decode": dec.bottleneck},
-        assumptions=_assumptions(full, model, use_overlap, layout_full),
+        assumptions=_assumptions(full, model, use_overlap, layout),
         provenance=_provenance(full, eff, calibrated),
         warnings=warnings,
     )
@@ -480,7 +463,7 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     """Every node of replica 0 with its cost (for inspection and tests)."""
     p = parse_plan(plan)
     layout = Layout(p)
-    graph = build_graph(p, layout)
+    graph = build_graph(p, layout, first_replica_only=True)
     model = CostModel(p, layout, efficiency_for(p.accelerator.id), p.options.overlap_comm)
     b = batch or p.workload.batch_size
     return {v: model.cost(a, b) for v, a in graph.nodes(data=True)
