@@ -27,12 +27,12 @@ __all__ = ["AutofixResult", "Alternative", "RemainingViolation", "autofix_dag"]
 MAX_STEPS = 24
 # Which fixer to try first: what makes the plan parseable, then structure, then GPU counts, then memory.
 PRIORITY = [
-    "GPU-MIN-ONE", "COMBO-CLOSED-SET", "OBJ-EXPLICIT", "HW-ACCELERATOR-SPEC",
-    "EP-MOE-ONLY", "COMBO-DP-OUTER", "PHASE-SHARED-WEIGHT-LAYOUT", "PP-DEGREE-LE-LAYERS", "PP-CONTIGUOUS-LAYERS",
-    "TP-HEADS-DIVISIBLE", "TP-KV-HEADS-DIVISIBLE", "SP-WITH-TP", "EP-EXPERT-NODES-EQ-GPUS",
-    "GPU-DEGREES-DIVIDE-GROUP", "GPU-NO-MULTIPLICATION", "EP-TP-NOT-MULTIPLIED", "MEM-FITS", "GPU-EXCEEDS-CLUSTER",
-    "ORDER-REASONING", "DP-NOT-FOR-LATENCY", "SP-DECODE-INEFFECTIVE", "EP-EVEN-EXPERTS", "EP-SPANS-STAGE-GROUP",
-    "PP-MEMORY-DRIVEN", "GPU-IDLE",
+    "GPU-MIN-ONE", "COMBO-CLOSED-SET", "OBJ-EXPLICIT", "HW-ACCELERATOR-SPEC", "EP-MOE-ONLY", "ADP-MOE-ONLY",
+    "ADP-OPT-IN", "DISAGG-OPT-IN", "COMBO-DP-OUTER", "PHASE-SHARED-WEIGHT-LAYOUT", "PP-DEGREE-LE-LAYERS",
+    "PP-CONTIGUOUS-LAYERS", "TP-HEADS-DIVISIBLE", "TP-KV-HEADS-DIVISIBLE", "SP-WITH-TP", "EP-EXPERT-NODES-EQ-GPUS",
+    "ADP-EP-SPANS-GROUPS", "GPU-DEGREES-DIVIDE-GROUP", "GPU-NO-MULTIPLICATION", "EP-TP-NOT-MULTIPLIED", "MEM-FITS",
+    "GPU-EXCEEDS-CLUSTER", "ORDER-REASONING", "DP-NOT-FOR-LATENCY", "SP-DECODE-INEFFECTIVE", "EP-EVEN-EXPERTS",
+    "EP-SPANS-STAGE-GROUP", "PP-MEMORY-DRIVEN", "GPU-IDLE",
 ]
 ORDER = {r: i for i, r in enumerate(PRIORITY)}
 
@@ -178,8 +178,37 @@ def _alternatives(found: list[Any], base: dict[str, Any]) -> list[Alternative]:
     return out
 
 
+# Opt-in strategies: when autofix turns one off, setting its option instead is offered as an alternative.
+OPT_INS = {"ADP-OPT-IN": "allow_attention_dp", "DISAGG-OPT-IN": "disaggregated"}
+
+
+def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change]) -> list[Alternative]:
+    """The input plan with the opt-in(s) autofix turned off set instead, when that plan is valid as it stands."""
+    opts = sorted({OPT_INS[c.rule_id] for c in changes if c.rule_id in OPT_INS})
+    if not opts or original is None:
+        return []
+    from tools.memory import memory_report
+
+    alt = copy.deepcopy(original)
+    alt["options"] = {**(alt.get("options") or {}), **dict.fromkeys(opts, True)}
+    try:
+        ctx, vs = plan_violations(alt, build=True)
+        if any(v.severity == "error" for v in vs) or ctx.plan is None or ctx.layout is None:
+            return []
+        report = memory_report(ctx.plan, ctx.layout)
+    except Exception:  # an alternative is a bonus, never a reason to fail
+        return []
+    d = ctx.plan.parallel
+    return [Alternative(plan=alt, parallel={k: getattr(d, k) for k in ("dp", "pp", "tp", "ep", "sp", "attn_dp")},
+                        gpus_used=ctx.layout.gpus_needed, max_gpu_bytes=report.max_gpu_bytes,
+                        capacity_bytes=report.capacity_bytes,
+                        note=f"keep the plan as given and opt in ({', '.join('options.' + o for o in opts)} = true): "
+                             "valid with that opt-in, beyond the seeds' default rules")]
+
+
 def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str, t0: float,
-            dag: dict[str, Any] | None = None, notes: list[str] | None = None) -> AutofixResult:
+            dag: dict[str, Any] | None = None, notes: list[str] | None = None,
+            original: dict[str, Any] | None = None) -> AutofixResult:
     try:
         ctx, vs = plan_violations(state, build=True)
     except PdagInputError as exc:
@@ -197,7 +226,8 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         summary = f"valid after {len(changes)} change(s)" if changes else "valid: nothing to change"
     return AutofixResult(
         valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
-        alternatives=_alternatives(found, state) if found else [], input=kind, summary=summary,
+        alternatives=(_alternatives(found, state) if found else []) + _opt_in_alternatives(original, changes),
+        input=kind, summary=summary,
         notes=(notes or []) + ctx.notes, elapsed_ms=round((time.perf_counter() - t0) * 1000, 2),
     )
 
@@ -240,7 +270,7 @@ def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] |
             raw = _plan_dict(plan)
             plan_violations(raw, build=False)  # raises PdagInputError for what is not a plan at all
             state, changes, _ctx, _vs, found = fix_plan(raw)
-            return _finish(state, changes, found, "plan", t0)
+            return _finish(state, changes, found, "plan", t0, original=raw)
         return _fix_dag(dag, t0)
 
 
@@ -273,4 +303,4 @@ def _fix_dag(dag: Any, t0: float) -> AutofixResult:
         changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
                               "rule is gone", field="dag"))
-    return _finish(state, changes, found, "dag", t0, rebuilt, notes)
+    return _finish(state, changes, found, "dag", t0, rebuilt, notes, original=raw)

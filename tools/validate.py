@@ -52,7 +52,7 @@ class ValidationResult(BaseModel):
 
 
 # ----------------------------------------------------------------------------------------------- DAG loading
-_INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "heads", "kv_heads")
+_INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "attn_group", "heads", "kv_heads")
 _STR_FIELDS = ("op", "role")
 
 

@@ -31,6 +31,15 @@ def _producers(ctx: Context) -> dict[str, frozenset[str]]:
     return out
 
 
+def _group_join(ctx: Context, v: str) -> frozenset[int]:
+    """Attention-DP: a node fed by two or more groups (e.g. the final norm) works on each group's own rows where
+    they already are, so it may run on the union of those groups' GPUs without moving data."""
+    feeders = [p for p in ctx.pred[v] if ctx.attr(p, "attn_group") is not None]
+    if len({ctx.attr(p, "attn_group") for p in feeders}) < 2:
+        return ctx.devices[feeders[0]] if feeders else frozenset()
+    return frozenset().union(*(ctx.devices[p] for p in ctx.pred[v]))
+
+
 @checker("COMM-NO-IMPLICIT")
 def check_no_implicit(ctx: Context) -> Iterator[Finding]:
     """data/kv edge u -> v, neither a communication node (containers seen through): v's GPUs within u's."""
@@ -46,6 +55,8 @@ def check_no_implicit(ctx: Context) -> Iterator[Finding]:
             have = frozenset().union(*(ctx.devices[s] for s in srcs))
         else:
             have = ctx.devices[u]
+            if ctx.attr(u, "attn_group") is not None and ctx.attr(v, "attn_group") is None:
+                have = _group_join(ctx, v)
         extra = ctx.devices[v] - have
         if extra:
             bad.append((u, v, extra))

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import CONTROL_TYPES, NodeType
+from tools.rules.attention_dp import attention_dp_without_opt_in
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 
@@ -18,19 +19,26 @@ def check_root_only(ctx: Context) -> Iterator[Finding]:
             yield Finding(f"ReplicaNode {n} hangs under the {ctx.types[bad[0]]} {bad[0]}; DP replicas fan out only "
                           "from "
                           "the root RequestNode", [n, *bad], hint="move the replica fan-out to the RequestNode")
+    for f in attention_dp_without_opt_in(ctx):  # attention-DP groups are a DP fan-out below the root
+        f.message += "; DP fans out only at the root RequestNode unless attention-DP is opted in"
+        yield f
 
 
 def _replica_members(ctx: Context) -> tuple[dict[str, set[Any]], dict[Any, set[int]]]:
-    """Replicas reaching each node (one BFS per replica: the replicas partition the graph, so linear)."""
+    """Replicas reaching each node (one BFS per replica: the replicas partition the graph, so linear).
+
+    Disaggregated serving (opted in): prefill and decode replicas are told apart by node id, and the KV edges
+    from a prefill replica into the decode replicas it serves are the designed hand-over, not shared nodes."""
     reach: dict[str, set[Any]] = defaultdict(set)
+    disagg = ctx.options.disaggregated
     for i, r in enumerate(ctx.of(NodeType.REPLICA)):
-        rid = ctx.attr(r, "replica") if ctx.attr(r, "replica") is not None else i
+        rid = r if disagg else ctx.attr(r, "replica") if ctx.attr(r, "replica") is not None else i
         stack, seen = [r], {r}
         while stack:
             u = stack.pop()
             reach[u].add(rid)
             for v, a in ctx.succ[u].items():
-                if v not in seen and a.get("type") != "sync":
+                if v not in seen and a.get("type") != "sync" and not (disagg and a.get("type") == "kv"):
                     seen.add(v)
                     stack.append(v)
     devices: dict[Any, set[int]] = defaultdict(set)
@@ -68,6 +76,7 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
         r, ph, lyr = ctx.rpl[n]
         if lyr is not None:
             layers[(r, ph)].add(lyr)
+    yield from _layer_split_by_groups(ctx)
     if not layers:
         return
     full = set(range(ctx.spec.num_layers)) if ctx.spec is not None else set().union(*layers.values())
@@ -76,6 +85,13 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
         if missing and len({k[0] for k in layers}) > 1:
             yield Finding(f"replica {r} ({ph}) lacks layers {_ranges(missing)}; every DP replica holds the complete "
                           "model - DP never splits layers (that is PP's job)", hint="use pp to split layers")
+
+
+def _layer_split_by_groups(ctx: Context) -> Iterator[Finding]:
+    for f in attention_dp_without_opt_in(ctx):
+        f.message = (f.message.split(", each for")[0] + ": each group holds only the attention of the layer while "
+                     "the rest of it is shared, so DP cuts through the layer (a DP replica holds whole layers)")
+        yield f
 
 
 def _ranges(xs: set[int]) -> str:
@@ -91,8 +107,9 @@ def _ranges(xs: set[int]) -> str:
 @checker("DP-NOT-FOR-LATENCY", needs="plan")
 def check_not_for_latency(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
-    if ctx.plan.objective == "latency" and ctx.layout.dp > 1:
-        yield Finding(f"objective is latency but dp = {ctx.layout.dp}: DP replicas serve other requests and never "
+    dp = max(p.dp for p in ctx.layout.pools.values())
+    if ctx.plan.objective == "latency" and dp > 1:
+        yield Finding(f"objective is latency but dp = {dp}: DP replicas serve other requests and never "
                       "shorten one request's latency", field="plan.parallel.dp",
                       hint="set dp to 1 (spend the GPUs on TP within a node if the latency needs it)")
 

@@ -222,7 +222,11 @@ def check_not_inside_tp(ctx: Context) -> Iterator[Finding]:
                           [n, *bad])
             return
     for key, grp in sorted(_moe_layers(ctx).items(), key=str):
-        if len(grp.get(NodeType.ROUTER, [])) > 1:
+        routers = grp.get(NodeType.ROUTER, [])
+        groups = [ctx.attr(r, "attn_group") for r in routers]
+        if None not in groups and len(set(groups)) == len(routers):
+            continue  # one router per attention-DP group (ADP-* rules judge the groups)
+        if len(routers) > 1:
             yield Finding(f"MoE layer {key} has {len(grp[NodeType.ROUTER])} routers: the EP fan-out is repeated per TP "
                           "shard; one router per MoE layer", grp[NodeType.ROUTER])
             return
@@ -290,8 +294,8 @@ def check_spans_group(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
     if not ctx.plan.spec.is_moe or ctx.plan.options.allow_expert_tp:
         return
-    w = ctx.layout.group_width
     for ph, pl in ctx.layout.phases.items():
+        w = ctx.layout.pools[ph].group_width
         if pl.ep < w:
             yield Finding(f"{ph}: ep = {pl.ep} Expert nodes on a {w}-GPU stage group: {w - pl.ep} GPU(s) idle in every "
                           "MoE block", field=field_of(ph, "ep", ctx.plan),

@@ -80,12 +80,13 @@ def fix_min_one(plan: dict[str, Any], ctx: Context) -> list[Change]:
 @checker("GPU-DEGREES-DIVIDE-GROUP", needs="plan")
 def check_divide_group(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
-    w = ctx.layout.group_width
     moe = ctx.plan.spec.is_moe
     for ph, pl in ctx.layout.phases.items():
+        w = ctx.layout.pools[ph].group_width
         for name, deg in (("tp", pl.tp), ("sp", pl.sp), ("ep", pl.ep if moe else 1)):
             if w % deg:
-                yield Finding(f"{ph}: {name} = {deg} does not divide the stage group width W = max(tp, sp, ep) = {w}; "
+                yield Finding(f"{ph}: {name} = {deg} does not divide the stage group width W = {w} (max(tp, sp, ep), "
+                              "attention-DP groups included); "
                               "each degree must divide W so every operator's shards map onto whole GPU subsets",
                               field=field_of(ph, name, ctx.plan),
                               hint=f"choose {name} among the divisors of {w}, or make W a multiple of {deg}")
@@ -178,8 +179,10 @@ def check_exceeds(ctx: Context) -> Iterator[Finding]:
     used = ctx.gpus_used if ctx.graph is not None else ctx.layout.gpus_needed
     have = ctx.plan.hardware.num_gpus
     if used > have:
-        lay = ctx.layout
-        yield Finding(f"the plan needs {used} GPUs (dp {lay.dp} x pp {lay.pp} x W {lay.group_width}) but "
+        how = " + ".join(f"{ph} dp {p.dp} x pp {p.pp} x W {p.group_width}" for ph, p in
+                         ({"prefill": ctx.layout.pools["prefill"], "decode": ctx.layout.pools["decode"]}.items()
+                          if ctx.layout.disaggregated else [("", ctx.layout.pools["prefill"])]))
+        yield Finding(f"the plan needs {used} GPUs ({how.strip()}) but "
                       f"hardware.num_gpus is {have}", field="plan.hardware.num_gpus",
                       hint="lower dp first, then pp or tp, or use a larger cluster")
 

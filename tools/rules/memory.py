@@ -351,6 +351,15 @@ def check_kv_sp(ctx: Context) -> Iterator[Finding]:
 @checker("KV-DP-PER-REPLICA")
 def check_kv_dp(ctx: Context) -> Iterator[Finding]:
     count: dict[Any, int] = defaultdict(int)
+    if ctx.options.disaggregated:  # prefill and decode pools differ in layout: compare replicas of one pool
+        for k in ctx.of(NodeType.KV_CACHE):
+            count[(ctx.inherited[k]["phase"], ctx.inherited[k]["replica"])] += 1
+        for ph in ("prefill", "decode"):
+            sizes = {c for (p, _), c in count.items() if p == ph}
+            if len(sizes) > 1:
+                yield Finding(f"{ph} replicas hold different numbers of KV cache nodes ({sorted(sizes)}); every "
+                              "replica of a pool keeps a full KV cache for its own sequences", [])
+        return
     for r in ctx.replicas:
         count[r] = 0
     for k in ctx.of(NodeType.KV_CACHE):

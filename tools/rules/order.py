@@ -146,7 +146,7 @@ def fix_closed_set(plan: dict[str, Any], ctx: Context) -> list[Change]:
 def check_dp_outer(ctx: Context) -> Iterator[Finding]:
     if ctx.plan is not None and ctx.layout is not None:
         pre, dec = ctx.layout.phases["prefill"].dp, ctx.layout.phases["decode"].dp
-        if pre != dec:
+        if pre != dec and not ctx.plan.options.disaggregated:  # separate pools may differ (DISAGG-OPT-IN)
             yield Finding(f"dp is {pre} in prefill but {dec} in decode; DP is the outer request-level fan-out around "
                           "both phases, not a per-phase dimension", field="plan.phases",
                           hint="set one plan-wide dp")

@@ -24,14 +24,22 @@ def _phase(ctx: Context, n: str) -> Any:
 @checker("PHASE-PREFILL-DECODE-SPLIT")
 def check_split(ctx: Context) -> Iterator[Finding]:
     parents = ctx.of(NodeType.REPLICA) or ctx.of(NodeType.REQUEST)
+    disagg = ctx.options.disaggregated  # opted in: p<i> hold only prefill, d<j> only decode
+    pools: set[str] = set()
     for r in parents:
         kids = [k for k in ctx.succ[r] if ctx.types[k] == NodeType.PHASE]
         got = sorted(str(_phase(ctx, k)) for k in kids)
+        if disagg and got in (["prefill"], ["decode"]) and ctx.types[r] == NodeType.REPLICA:
+            pools.add(got[0])
+            continue
         if got != ["decode", "prefill"]:
             yield Finding(f"{ctx.types[r]} {r} has phase branches {got or 'none'}; every replica has exactly one "
                           "Prefill "
                           "and one Decode PhaseNode, each with its own sub-DAG", [r, *kids],
                           hint="split the replica into a prefill branch and a decode branch")
+    if disagg and pools and pools != {"prefill", "decode"}:
+        yield Finding(f"the disaggregated DAG has only {sorted(pools)[0]} replicas; it needs a prefill pool and a "
+                      "decode pool", [r for r in parents if ctx.types[r] == NodeType.REPLICA][:5])
     ph = ctx.phase
     bad = [(u, v) for u, v, t in ctx.edge_list if t in ("data", "pipeline") and ph[u] != ph[v]
            and {ph[u], ph[v]} == {"prefill", "decode"}]
@@ -51,6 +59,8 @@ def _differs(ctx: Context) -> list[str]:
 @checker("PHASE-SHARED-WEIGHT-LAYOUT", needs="any")
 def check_shared_layout(ctx: Context) -> Iterator[Finding]:
     if ctx.plan is not None and ctx.layout is not None:
+        if ctx.plan.options.disaggregated:  # each pool holds its own weights (DISAGG-OPT-IN)
+            return
         for k in _differs(ctx):
             pre, dec = getattr(ctx.layout.phases["prefill"], k), getattr(ctx.layout.phases["decode"], k)
             yield Finding(f"{k} is {pre} in prefill but {dec} in decode; the weights are resident once, so tp, pp and "
@@ -137,10 +147,12 @@ def check_single_token(ctx: Context) -> Iterator[Finding]:
     for a in ctx.of(NodeType.ATTENTION):
         r, ph, lyr = ctx.rpl[a]
         if ph == "decode" and lyr is not None:
-            # one logical operator per layer: shards share `op`, or else differ by their (tp, sp) rank
-            ops[(r, lyr)].add(ctx.attr(a, "op") or ("rank", ctx.attr(a, "tp_rank"), ctx.attr(a, "sp_rank")))
-            nodes[(r, lyr)].append(a)
-    for (r, lyr), v in sorted(ops.items(), key=str):
+            # one logical operator per layer (per attention-DP group, which the ADP rules judge): shards share
+            # `op`, or else differ by their (tp, sp) rank
+            k = (r, lyr, ctx.attr(a, "attn_group"))
+            ops[k].add(ctx.attr(a, "op") or ("rank", ctx.attr(a, "tp_rank"), ctx.attr(a, "sp_rank")))
+            nodes[k].append(a)
+    for (r, lyr, _g), v in sorted(ops.items(), key=str):
         named = {x for x in v if isinstance(x, str)}
         unnamed = [a for a in nodes[(r, lyr)] if ctx.attr(a, "op") is None]
         if len(named) > 1 or len(unnamed) > len(v - named):

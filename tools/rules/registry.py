@@ -126,7 +126,9 @@ def rule_meta(rule_id: str) -> dict[str, Any]:
 def load_all() -> None:
     """Import every rule module so that their decorators register."""
     from tools.rules import (  # noqa: F401
+        attention_dp,
         comm,
+        disagg,
         dp,
         ep,
         gpus,
@@ -191,11 +193,16 @@ class Context:
 
     @cached_property
     def gpus_used(self) -> int:
-        """Distinct GPUs of compute/communication nodes (x dp for a plan graph: replicas are disjoint copies)."""
-        devs = set()
+        """Distinct GPUs of compute/communication nodes; for a plan graph (replica 0 of each pool built), each
+        pool's GPUs times its replica count (replicas are disjoint copies)."""
+        devs: set[int] = set()
         for n in self.real_nodes:
             devs.update(self.devices[n])
-        return len(devs) * (self.layout.dp if self.from_plan and self.layout else 1)
+        if not (self.from_plan and self.layout):
+            return len(devs)
+        # replica 0 of each pool was built: scale each pool's share by its replica count
+        pools = {id(p): p for p in self.layout.pools.values()}.values()
+        return sum(len(devs & set(p.replica_devices(0))) * p.dp for p in pools)
 
     # ------------------------------------------------------------------ graph indexes (linear passes)
     @cached_property

@@ -207,22 +207,28 @@ def fix_kv_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
 def check_within_node(ctx: Context) -> Iterator[Finding]:
     if ctx.plan is not None and ctx.layout is not None:
         lay, gpn = ctx.layout, ctx.plan.hardware.gpus_per_node
-        w = lay.group_width
         if max(pl.tp for pl in lay.phases.values()) <= 1:
             return
-        if w > gpn:
-            yield Finding(f"the TP group spans W = {w} GPUs but a node has {gpn}; TP belongs inside the fast "
-                          "intra-node domain", field="plan.parallel.tp",
-                          hint=f"keep tp <= {gpn} and add pp (or dp) for the other GPUs")
-            return
-        for r in range(lay.dp):
-            for s in range(lay.pp):
-                first, last = lay.device(r, s, 0), lay.device(r, s, w - 1)
-                if first // gpn != last // gpn:
-                    yield Finding(f"replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles a node "
-                                  f"boundary ({gpn} GPUs per node)", field="plan.parallel.tp",
-                                  hint="use a stage group width that divides gpus_per_node")
-                    return
+        for ph, pl in lay.phases.items():
+            if pl.tp <= 1:
+                continue
+            pool = lay.pools[ph]
+            # the TP group: the whole stage group, or one attention group's GPUs under attention-DP
+            w = pool.group_width if pl.attn_dp == 1 else pl.attn_width
+            if w > gpn:
+                yield Finding(f"the TP group spans W = {w} GPUs but a node has {gpn}; TP belongs inside the fast "
+                              "intra-node domain", field="plan.parallel.tp",
+                              hint=f"keep tp <= {gpn} and add pp (or dp) for the other GPUs")
+                return
+            for r in range(pool.dp):
+                for s in range(pool.pp):
+                    for g in range(pool.group_width // w):
+                        first, last = pool.device(r, s, g * w), pool.device(r, s, g * w + w - 1)
+                        if first // gpn != last // gpn:
+                            yield Finding(f"{ph} replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles "
+                                          f"a node boundary ({gpn} GPUs per node)", field="plan.parallel.tp",
+                                          hint="use a stage group width that divides gpus_per_node")
+                            return
         return
     if ctx.graph is None:
         return
