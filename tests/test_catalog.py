@@ -123,7 +123,7 @@ def test_catalog_matches_schema(catalog: dict) -> None:
 def test_rule_keys_exact(catalog: dict) -> None:
     for rule in catalog["rules"]:
         keys = set(rule)
-        assert RULE_KEYS <= keys <= RULE_KEYS | {"decision"}, rule["id"]
+        assert RULE_KEYS <= keys <= RULE_KEYS | {"decision", "parameters"}, rule["id"]
 
 
 def test_ids_unique_and_well_formed(catalog: dict) -> None:
@@ -204,3 +204,23 @@ def test_docs_cite_rules(rule_ids: set[str]) -> None:
     for relative in DOCS:
         mentioned |= set(MENTION_RE.findall((knowledge.ROOT / relative).read_text(encoding="utf-8")))
     assert len(mentioned & rule_ids) >= len(rule_ids) // 2
+
+
+def test_rule_thresholds_are_catalog_data(monkeypatch) -> None:
+    """Checkers read their numbers from the catalog: changing the data changes the verdict."""
+    import copy
+
+    from tools import validate_dag
+    from tools.rules import registry
+
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+            "phases": {"prefill": {"sp": 2}}, "workload": {"input_len": 4096, "output_len": 64}}
+
+    def ids() -> set[str]:
+        return {v.rule_id for v in validate_dag(plan=plan).violations}
+
+    assert "SP-LONG-CONTEXT-ONLY" in ids()  # 4096 < the catalog's 8192
+    edited = copy.deepcopy(registry.catalog())
+    edited["SP-LONG-CONTEXT-ONLY"]["parameters"]["min_input_len"] = 2048
+    monkeypatch.setattr(registry, "catalog", lambda: edited)
+    assert "SP-LONG-CONTEXT-ONLY" not in ids()

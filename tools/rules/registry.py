@@ -7,23 +7,22 @@ Fixers take a plan dict (a deep copy they may edit) and the context, and return 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 import networkx as nx
 from pydantic import BaseModel, Field
 
+from knowledge import ROOT as KNOWLEDGE_ROOT
+from knowledge import load_json
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
 from tools.layout import Layout
 from tools.models import ModelSpec
 from tools.plan import Plan
 
-CATALOG_FILE = Path(__file__).resolve().parents[2] / "knowledge" / "rules" / "catalog.json"
 Severity = Literal["error", "warning"]
 Needs = Literal["raw", "any", "plan", "graph", "late"]
 MAX_LOCATION_NODES = 5
@@ -113,10 +112,17 @@ def dotted(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__name__}"
 
 
+CATALOG_FILE = KNOWLEDGE_ROOT / "rules" / "catalog.json"  # sync_catalog writes here
+
+
 @cache
 def catalog() -> dict[str, dict[str, Any]]:
-    with open(CATALOG_FILE, encoding="utf-8") as f:
-        return {r["id"]: r for r in json.load(f)["rules"]}
+    return {r["id"]: r for r in load_json("rules/catalog.json")["rules"]}
+
+
+def param(rule_id: str, name: str) -> float:
+    """A threshold of a rule, as the catalog states it (rule numbers are knowledge, not code)."""
+    return catalog()[rule_id]["parameters"][name]
 
 
 def rule_meta(rule_id: str) -> dict[str, Any]:

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import CONTROL_TYPES, NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 SP_OK_TYPES = {NodeType.ATTENTION, NodeType.KV_CACHE}
 SP_SYNC = {NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER}
-LONG_CONTEXT = 8192
 
 
 def _sp_nodes(ctx: Context) -> list[str]:
@@ -91,8 +90,9 @@ def check_long_context(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
     sp = ctx.layout.phases["prefill"].sp
     n = ctx.plan.workload.input_len
-    if sp > 1 and n < LONG_CONTEXT:
-        yield Finding(f"prefill sp = {sp} with input_len = {n} < {LONG_CONTEXT}: for short prompts the sequence "
+    long_context = int(param("SP-LONG-CONTEXT-ONLY", "min_input_len"))
+    if sp > 1 and n < long_context:
+        yield Finding(f"prefill sp = {sp} with input_len = {n} < {long_context}: for short prompts the sequence "
                       "communication outweighs the attention compute it saves",
                       field=field_of("prefill", "sp", ctx.plan),
                       hint="use SP for long contexts only; TP shards short prompts better")

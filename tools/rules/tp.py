@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
 NOT_TP_TYPES = {NodeType.EMBEDDING, NodeType.NORM, NodeType.ROUTER, NodeType.LM_HEAD}
@@ -244,7 +244,8 @@ def check_decode_comm(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
     pl = ctx.layout.phases["decode"]
     gpn = ctx.plan.hardware.gpus_per_node
-    if pl.tp > 8 or (pl.tp > 1 and pl.tp > gpn):
+    max_tp = int(param("TP-DECODE-COMM-COST", "max_tp"))
+    if pl.tp > max_tp or (pl.tp > 1 and pl.tp > gpn):
         yield Finding(f"decode tp = {pl.tp}: every decode step pays one collective per sharded operator"
-                      f"{' across nodes' if pl.tp > gpn else ''}; beyond 8 ranks decode latency rarely improves",
-                      field=field_of("decode", "tp", ctx.plan), hint="keep decode tp <= 8 and within a node")
+                      f"{' across nodes' if pl.tp > gpn else ''}; beyond {max_tp} ranks decode latency rarely improves",
+                      field=field_of("decode", "tp", ctx.plan), hint=f"keep decode tp <= {max_tp} and within a node")
