@@ -8,7 +8,7 @@ from typing import Any
 
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.rules.attention_dp import attention_dp_without_opt_in
-from tools.rules.registry import Change, Context, Finding, checker, fixer
+from tools.rules.registry import Change, Context, Finding, checker, fixer, set_degree
 
 
 @checker("DP-ROOT-ONLY")
@@ -116,16 +116,5 @@ def check_not_for_latency(ctx: Context) -> Iterator[Finding]:
 
 @fixer("DP-NOT-FOR-LATENCY")
 def fix_not_for_latency(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    changes = []
-    par = plan.setdefault("parallel", {})
-    if par.get("dp", 1) != 1:
-        changes.append(Change(rule_id="DP-NOT-FOR-LATENCY", severity="warning", message=f"set dp from {par['dp']} to "
-                              "1: objective latency, and DP does not reduce a request's latency",
-                              field="plan.parallel.dp", before=par["dp"], after=1))
-        par["dp"] = 1
-    for ph, o in (plan.get("phases") or {}).items():
-        if isinstance(o, dict) and o.get("dp") not in (None, 1):
-            changes.append(Change(rule_id="DP-NOT-FOR-LATENCY", severity="warning", message=f"removed phases.{ph}.dp",
-                                  field=f"plan.phases.{ph}.dp", before=o["dp"], after=None))
-            del o["dp"]
-    return changes
+    return set_degree(plan, "dp", 1, "DP-NOT-FOR-LATENCY",
+                      "objective latency, and DP does not reduce a request's latency", severity="warning")

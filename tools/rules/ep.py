@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
 
 
 def _moe_layers(ctx: Context) -> dict[Any, dict[str, list[str]]]:
@@ -41,17 +41,7 @@ def check_moe_only(ctx: Context) -> Iterator[Finding]:
 
 @fixer("EP-MOE-ONLY")
 def fix_moe_only(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    changes = []
-    par = plan.setdefault("parallel", {})
-    if par.get("ep", 1) != 1:
-        changes.append(Change(rule_id="EP-MOE-ONLY", message=f"set ep from {par['ep']} to 1: the model is dense",
-                              field="plan.parallel.ep", before=par["ep"], after=1))
-        par["ep"] = 1
-    for ph, o in (plan.get("phases") or {}).items():
-        if isinstance(o, dict) and o.get("ep") not in (None, 1):
-            changes.append(Change(rule_id="EP-MOE-ONLY", message=f"removed phases.{ph}.ep: the model is dense",
-                                  field=f"plan.phases.{ph}.ep", before=o.pop("ep"), after=None))
-    return changes
+    return set_degree(plan, "ep", 1, "EP-MOE-ONLY", "the model is dense")
 
 
 @checker("EP-EXPLICIT-DECOMPOSITION")
@@ -310,15 +300,5 @@ def fix_spans_group(plan: dict[str, Any], ctx: Context) -> list[Change]:
     w = ctx.layout.group_width
     if w > e or (e % w and not ctx.plan.options.expert_imbalance_ok):
         return []
-    changes = []
-    par = plan.setdefault("parallel", {})
-    if par.get("ep", 1) != w:
-        changes.append(Change(rule_id="EP-SPANS-STAGE-GROUP", severity="warning", message=f"set ep from "
-                              f"{par.get('ep', 1)} to {w}: the experts now use every GPU of the stage group",
-                              field="plan.parallel.ep", before=par.get("ep", 1), after=w))
-        par["ep"] = w
-    for ph, o in (plan.get("phases") or {}).items():
-        if isinstance(o, dict) and "ep" in o:
-            changes.append(Change(rule_id="EP-SPANS-STAGE-GROUP", severity="warning", message=f"removed phases.{ph}.ep",
-                                  field=f"plan.phases.{ph}.ep", before=o.pop("ep"), after=None))
-    return changes
+    return set_degree(plan, "ep", w, "EP-SPANS-STAGE-GROUP", "the experts now use every GPU of the stage group",
+                      severity="warning")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import CONTROL_TYPES, NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
 
 
 def _crossings(ctx: Context) -> dict[tuple[Any, Any], dict[tuple[int, int], list[str]]]:
@@ -255,18 +255,9 @@ def check_memory_driven(ctx: Context) -> Iterator[Finding]:
 
 @fixer("PP-MEMORY-DRIVEN")
 def fix_memory_driven(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    changes = []
-    par = plan.setdefault("parallel", {})
-    if par.get("pp", 1) != 1:
-        changes.append(Change(rule_id="PP-MEMORY-DRIVEN", severity="warning", message=f"set pp from {par['pp']} to 1: "
-                              "the model fits without pipelining and objective latency gains nothing from it",
-                              field="plan.parallel.pp", before=par["pp"], after=1))
-        par["pp"] = 1
-    for ph, o in (plan.get("phases") or {}).items():
-        if isinstance(o, dict) and o.get("pp") not in (None, 1):
-            changes.append(Change(rule_id="PP-MEMORY-DRIVEN", severity="warning", message=f"removed phases.{ph}.pp",
-                                  field=f"plan.phases.{ph}.pp", before=o["pp"], after=None))
-            del o["pp"]
+    changes = set_degree(plan, "pp", 1, "PP-MEMORY-DRIVEN",
+                         "the model fits without pipelining and objective latency gains nothing from it",
+                         severity="warning")
     opts = plan.get("options") or {}
     if opts.get("layer_split") is not None:
         changes.append(Change(rule_id="PP-MEMORY-DRIVEN", severity="warning", message="removed options.layer_split "

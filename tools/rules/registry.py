@@ -57,6 +57,23 @@ class Change(BaseModel):
     after: Any = None
 
 
+def set_degree(plan: dict[str, Any], degree: str, value: int, rule_id: str, why: str,
+               severity: Severity = "error") -> list[Change]:
+    """Set a plan-wide degree and drop the phase overrides that disagree with it, recording each change."""
+    changes = []
+    par = plan.setdefault("parallel", {})
+    old = par.get(degree, 1)
+    if old != value:
+        changes.append(Change(rule_id=rule_id, severity=severity, message=f"set {degree} from {old} to {value}: {why}",
+                              field=f"plan.parallel.{degree}", before=old, after=value))
+        par[degree] = value
+    for ph, o in (plan.get("phases") or {}).items():
+        if isinstance(o, dict) and o.get(degree) not in (None, value):
+            changes.append(Change(rule_id=rule_id, severity=severity, message=f"removed phases.{ph}.{degree}: {why}",
+                                  field=f"plan.phases.{ph}.{degree}", before=o.pop(degree), after=None))
+    return changes
+
+
 @dataclass
 class Finding:
     """What a checker reports; the registry turns it into a Violation."""
