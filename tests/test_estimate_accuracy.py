@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,79 @@ def test_overlay_env_and_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         efficiency_for("h100-sxm", {"memory_efficiency": -1})
     with pytest.raises(PdagInputError):
         calibrate(load_measurements(), gpu="no-such-gpu", out=str(tmp_path / "x.json"))
+
+
+# ---------------------------------------------------------------------------------------------- data and figures
+def test_measurements_cover_several_sources_engines_and_tp() -> None:
+    pts = load_measurements()
+    assert len(pts) >= 150
+    assert len({p["source"] for p in pts}) >= 6
+    assert len({p["gpu"] for p in pts}) >= 5
+    assert {p["metric"] for p in pts} >= {"ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s"}
+    assert sum(1 for p in pts if (p.get("parallel") or {}).get("tp", 1) > 1) >= 60
+    ids = [p["id"] for p in pts]
+    assert len(ids) == len(set(ids))
+    # file defaults reach the points (engines without TP all-reduce / compute overlap)
+    assert all(p.get("overlap_comm") is False for p in pts)
+
+
+def test_catalog_accuracy_figures_hold() -> None:
+    """Catalog factors (nothing fitted): 160 points at median 12.6 %, p90 34.7 %, Spearman mean 0.96, min 0.80."""
+    rep = accuracy_report(load_measurements(), leave_one_out=False)
+    med, p90 = rep.stats()
+    assert med <= 0.135 and p90 <= 0.37
+    rho = [v for v in rep.spearman.values() if v == v]
+    assert len(rho) >= 25 and sum(rho) / len(rho) >= 0.94 and min(rho) >= 0.75
+
+
+@pytest.mark.skipif(not os.environ.get("PDAG_SLOW_TESTS"), reason="about 100 s; set PDAG_SLOW_TESTS=1")
+def test_leave_one_group_out_figures_hold() -> None:
+    """Fitted factors scored on groups they were not fitted on: median 13.7 %, p90 39.7 % (pdag accuracy)."""
+    rep = accuracy_report(load_measurements(), leave_one_out=True)
+    med, p90 = rep.stats("loo")
+    assert med <= 0.145 and p90 <= 0.415
+
+
+def test_moe_expert_math_switch() -> None:
+    """Without fp8 grouped GEMMs the expert GEMMs of a long Mixtral prefill run at the 16-bit rate: slower."""
+    plan = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2},
+            "options": {"allow_expert_tp": True}, "dtype": "fp8",
+            "workload": {"input_len": 2048, "output_len": 1, "batch_size": 1}}
+    fast = estimate_performance(plan=plan).prefill_latency_ms
+    slow = estimate_performance(plan=plan, efficiency={"experts_low_precision_math": 0}).prefill_latency_ms
+    assert slow > 1.4 * fast
+
+
+# ---------------------------------------------------------------------------------------------- calibration from CSV
+CSV_TEXT = """model,gpu,tp,dtype,kv_dtype,input_len,output_len,batch_size,metric,value,overlap_comm
+llama-2-7b,h100-sxm,1,fp8,fp8,128,1,1,ttft_ms,7.0,false
+llama-2-7b,h100-sxm,1,fp8,fp8,2048,1,1,ttft_ms,36.0,false
+llama-2-7b,h100-sxm,1,fp8,fp8,128,2048,112,output_tokens_per_s_per_gpu,6818,false
+llama-2-70b,h100-sxm,4,fp8,fp8,2048,1,1,ttft_ms,109,false
+"""
+
+
+def test_calibrate_from_a_small_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "mine.csv"
+    src.write_text(CSV_TEXT)
+    pts = load_measurements(src)
+    assert len(pts) == 4 and pts[3]["parallel"] == {"tp": 4} and pts[0]["overlap_comm"] is False
+    out = tmp_path / "overlay.json"
+    res = calibrate(pts, gpu="H100-SXM", out=str(out))
+    assert res["points"] == 4 and out.exists()
+    assert res["median_ape_after"] <= res["median_ape_before"] + 1e-9
+    assert "before:" in res["text"] and "after:" in res["text"]
+    monkeypatch.setenv("PDAG_EFFICIENCY", str(out))
+    est = estimate_performance(plan={"model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+                                     "dtype": "fp8"})
+    assert any(p.kind == "calibrated" for p in est.provenance)
+
+
+def test_csv_errors_name_the_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,gpu,metric,value\nllama-2-7b,h100-sxm,ttft_ms,7\n")
+    with pytest.raises(PdagInputError, match="input_len"):
+        load_measurements(bad)
+    bad.write_text(CSV_TEXT.replace("7.0,false", "fast,false"))
+    with pytest.raises(PdagInputError, match="line 2"):
+        load_measurements(bad)

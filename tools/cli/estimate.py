@@ -26,7 +26,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def accuracy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("measurements", nargs="?", help="measurement JSON (default: evals/measurements/published.json)")
+    p.add_argument("measurements", nargs="?",
+                   help="measurement JSON or CSV file, or a directory of JSON files (default: every JSON file in "
+                        "evals/measurements/)")
     p.add_argument("--efficiency", help="efficiency overlay JSON to score instead of the catalog factors")
     p.add_argument("--no-loo", action="store_true", help="skip the leave-one-group-out fitted score (faster)")
     p.add_argument("--json", action="store_true")
@@ -42,7 +44,12 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 
 
 def calibrate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("measurements", help="measurement JSON (same shape as evals/measurements/published.json)")
+    p.add_argument("measurements",
+                   help="your measurements: JSON (shape of evals/measurements/published.json) or CSV with columns "
+                        "model,gpu,metric,value,input_len,output_len,batch_size and optional "
+                        "tp,pp,dp,ep,dtype,kv_dtype,gpus_per_node,overlap_comm,id,source; "
+                        "metric is ttft_ms, tpot_ms, e2e_ms, output_tokens_per_s "
+                        "or output_tokens_per_s_per_gpu")
     p.add_argument("--gpu", required=True, help="accelerator id whose efficiency factors to fit")
     p.add_argument("--out", help="where to write the overlay (default: efficiency-<gpu>.json)")
     p.add_argument("--json", action="store_true")

@@ -1,9 +1,22 @@
 """Accuracy of the estimator against published measurements, and calibration of efficiency factors.
 
-Measurements file (``evals/measurements/published.json``): ``{"points": [...]}``, each point with ``model``,
-``gpu``, ``parallel`` (degrees), ``dtype``, optional ``kv_dtype`` and ``gpus_per_node``, ``input_len``,
-``output_len``, ``batch_size``, ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``output_tokens_per_s``,
-``output_tokens_per_s_per_gpu``), ``value`` and ``source``.
+Measurements (``evals/measurements/*.json``; ``load_measurements()`` reads every JSON file there, ``published.json``
+first): ``{"defaults": {...}, "points": [...]}``.  Each point has ``model``, ``gpu``, ``parallel`` (degrees),
+``dtype``, optional ``kv_dtype``, ``gpus_per_node``, ``overlap_comm`` and ``options``, ``input_len``, ``output_len``,
+``batch_size``, ``metric``, ``value`` and ``source``, and optionally ``efficiency``: efficiency keys that state facts
+about the measuring engine (``_point_overlay``), never fitted values.  A file's ``defaults`` fill keys a point leaves
+out.  Metrics:
+
+* ``ttft_ms``: time to first token of a batch of ``batch_size`` prompts processed together (prefill);
+* ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
+* ``e2e_ms``: prefill plus all decode steps of one static batch;
+* ``output_tokens_per_s`` / ``output_tokens_per_s_per_gpu``: ``batch_size * output_len / e2e`` of a static batch,
+  whole deployment or per GPU.
+
+A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
+columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
+kv_dtype, gpus_per_node, overlap_comm, id, source`` (optional; degrees default to 1, ``dtype`` to bf16,
+``overlap_comm`` to the plan default).  See ``CSV_COLUMNS``.
 
 Scores: absolute percentage error per point (median and p90) and, inside every group of points with the same
 model, GPU and metric (3 points or more), the Spearman rank correlation of prediction and measurement.
@@ -18,6 +31,7 @@ error of that linear form by coordinate search on a log grid, apply the factors 
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
@@ -26,7 +40,7 @@ from statistics import median
 from typing import Any
 
 from tools.errors import PdagInputError
-from tools.estimate.efficiency import efficiency_for
+from tools.estimate.efficiency import efficiency_for, load_overlay
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
@@ -43,26 +57,99 @@ SCALED_KEYS = {
 EFF_CAP = 0.98  # an efficiency never exceeds this
 
 
-def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
-    p = Path(path) if path else DEFAULT_FILE
+MEASUREMENTS_DIR = DEFAULT_FILE.parent
+CSV_REQUIRED = ("model", "gpu", "metric", "value", "input_len", "output_len", "batch_size")
+CSV_OPTIONAL = ("tp", "pp", "dp", "ep", "dtype", "kv_dtype", "gpus_per_node", "overlap_comm", "id", "source")
+CSV_COLUMNS = CSV_REQUIRED + CSV_OPTIONAL
+_INT_KEYS = ("input_len", "output_len", "batch_size", "gpus_per_node")
+
+
+def _read_json_points(p: Path) -> list[Any]:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a JSON file") from None
+        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a JSON or CSV file") from None
     except json.JSONDecodeError as exc:
-        raise PdagInputError("measurements", f"not valid JSON ({exc.msg})", "a JSON file") from None
+        raise PdagInputError("measurements", f"{p.name} is not valid JSON ({exc.msg})", "a JSON file") from None
     points = data.get("points") if isinstance(data, dict) else data
-    if not isinstance(points, list) or not points:
+    if not isinstance(points, list):
+        raise PdagInputError("measurements.points", f"{p.name}: expected a list of points", "see published.json")
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    if isinstance(defaults, dict):
+        points = [{**defaults, **pt} if isinstance(pt, dict) else pt for pt in points]
+    return points
+
+
+def _csv_bool(text: str, where: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise PdagInputError(where, f"expected true or false, got {text!r}", "true/false, yes/no or 1/0")
+
+
+def _read_csv_points(p: Path) -> list[dict[str, Any]]:
+    try:
+        with open(p, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a CSV file") from None
+    if not rows:
+        raise PdagInputError("measurements", f"{p.name} has no data rows", "a header row and one row per point")
+    header = {k.strip() for k in rows[0] if k}
+    missing = [c for c in CSV_REQUIRED if c not in header]
+    if missing:
+        raise PdagInputError("measurements", f"{p.name} lacks the column(s) {', '.join(missing)}",
+                             "columns " + ", ".join(CSV_COLUMNS))
+    out = []
+    for n, row in enumerate(rows, start=2):
+        cells = {k.strip(): (v or "").strip() for k, v in row.items() if k}
+        where = f"{p.name} line {n}"
+        pt: dict[str, Any] = {"id": cells.get("id") or f"{p.stem}:{n}", "source": cells.get("source") or str(p)}
+        try:
+            for key in ("model", "gpu", "metric"):
+                pt[key] = cells[key]
+            pt["value"] = float(cells["value"])
+            for key in _INT_KEYS:
+                if cells.get(key):
+                    pt[key] = int(float(cells[key]))
+            par = {k: int(float(cells[k])) for k in ("tp", "pp", "dp", "ep") if cells.get(k)}
+        except ValueError as exc:
+            raise PdagInputError(f"measurements ({where})", f"not a number: {exc}",
+                                 "numbers in numeric columns") from None
+        pt["parallel"] = par or {"tp": 1}
+        for key in ("dtype", "kv_dtype"):
+            if cells.get(key):
+                pt[key] = cells[key]
+        if cells.get("overlap_comm"):
+            pt["overlap_comm"] = _csv_bool(cells["overlap_comm"], f"measurements ({where}).overlap_comm")
+        out.append(pt)
+    return out
+
+
+def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Measurement points from a JSON file, a CSV file or a directory of JSON files (default: every JSON file in
+    ``evals/measurements/``, ``published.json`` first).  Every point is checked for what ``predict`` needs."""
+    p = Path(path) if path else MEASUREMENTS_DIR
+    files = sorted(p.glob("*.json"), key=lambda f: (f.name != DEFAULT_FILE.name, f.name)) if p.is_dir() else [p]
+    points: list[Any] = []
+    for f in files:
+        points += _read_csv_points(f) if f.suffix.lower() == ".csv" else _read_json_points(f)
+    if not points:
         raise PdagInputError("measurements.points", "expected a non-empty list of points", "see published.json")
     for i, pt in enumerate(points):
         if not isinstance(pt, dict):
             raise PdagInputError(f"measurements.points[{i}]", "expected an object", "a measurement point")
-        for key in ("model", "gpu", "metric", "value"):
+        for key in ("model", "gpu", "metric", "value", "input_len", "output_len", "batch_size"):
             if key not in pt:
                 raise PdagInputError(f"measurements.points[{i}].{key}", "missing", "see published.json")
         if pt["metric"] not in METRICS:
             raise PdagInputError(f"measurements.points[{i}].metric", f"unknown metric {pt['metric']!r}",
                                  ", ".join(METRICS))
+        if isinstance(pt["value"], bool) or not isinstance(pt["value"], int | float) or pt["value"] <= 0:
+            raise PdagInputError(f"measurements.points[{i}].value", f"expected a positive number, got {pt['value']!r}",
+                                 "a measured value > 0")
     return points
 
 
@@ -95,10 +182,24 @@ class Prediction:
     numerator: float = 0.0
 
 
+def _point_overlay(pt: dict[str, Any], overlay: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+    """The overlay with the point's own ``efficiency`` keys on top: facts about the engine that measured it (e.g.
+    ``experts_low_precision_math: 0`` for an engine without fp8 MoE kernels), never fitted values."""
+    own = pt.get("efficiency")
+    if not own:
+        return overlay
+    base = load_overlay(overlay) or {}
+    known = set(efficiency_for(pt["gpu"]))
+    flat = {k: v for k, v in base.items() if k in known}
+    accels = dict(base.get("accelerators") or {})
+    accels[pt["gpu"]] = {**(accels.get(pt["gpu"]) or {}), **own}
+    return {"defaults": {**flat, **(base.get("defaults") or {})}, "accelerators": accels}
+
+
 def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> Prediction:
     from tools.estimate.core import estimate_performance
 
-    est = estimate_performance(plan=point_plan(pt), efficiency=overlay)
+    est = estimate_performance(plan=point_plan(pt), efficiency=_point_overlay(pt, overlay))
     pre, dec = est.prefill.breakdown_ms, est.decode.breakdown_ms
     out = pt["output_len"]
     metric = pt["metric"]

@@ -110,8 +110,12 @@ class CostModel:
         for k in kernels:
             if k.attention:
                 peak = self.peak_attn * e["compute_efficiency_attention"]
+            elif k.experts:
+                # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
+                low = e["experts_low_precision_math"] >= 0.5
+                peak = (self.peak_gemm if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
-                peak = self.peak_gemm * e["compute_efficiency_experts" if k.experts else "compute_efficiency_gemm"]
+                peak = self.peak_gemm * e["compute_efficiency_gemm"]
             bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
             tc, tm = k.flops / peak, k.bytes / bw
             t_c += tc if tc >= tm else 0.0
@@ -261,7 +265,9 @@ class CostModel:
         if phase == "prefill":
             kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True))
         else:
-            kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb
+            # a decode kernel without GQA support streams each K/V head once per query head of its group
+            reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)
+            kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb * reread
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
         kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small))
         return self.run(kernels)
