@@ -39,6 +39,8 @@ def main(repeats: int = 3) -> None:
             f"{verdict}); {result.estimated} estimates, {result.considered} alternatives, "
             f"{sum(result.rejected.values())} rejected; top: {best.label} ({best.reason.split(';')[0]})"
         )
+        if result.comparison:
+            print(f"    {result.comparison[:240]}")
 
 
 if __name__ == "__main__":

@@ -62,3 +62,17 @@ def test_disaggregated_pools_are_disjoint_and_linked_by_kv_transfer():
     assert "p0.prefill.lm_head" in g.predecessors("d1.decode.step")
     assert nx.is_directed_acyclic_graph(g)
     assert len(devices_used(g)) == 16
+
+
+def test_disaggregated_pools_may_pipeline_differently():
+    """A deeper prefill pipeline than decode is legal: the KV hand-off belongs to no stage of either pool."""
+    from tools import validate_dag
+
+    plan = {**DISAGG, "phases": {"prefill": {"dp": 1, "pp": 2, "tp": 4}, "decode": {"dp": 1, "tp": 8}}}
+    g = build_graph(parse_plan(plan))
+    transfers = nodes(g, NodeType.KV_TRANSFER)
+    assert transfers and all("stage" not in g.nodes[t] for t in transfers)
+    sources = {g.nodes[p]["stage"] for t in transfers for p in g.predecessors(t)}
+    assert sources == {0, 1}
+    result = validate_dag(plan=plan)
+    assert result.valid, [v.rule_id for v in result.violations if v.severity == "error"]

@@ -10,7 +10,7 @@ from tools.plan import parse_plan
 
 
 def _plan(model: str, gpu: str, parallel: dict, **extra) -> dict:
-    width = max(parallel.get("tp", 1), parallel.get("ep", 1))
+    width = max(parallel.get("tp", 1) * parallel.get("attn_dp", 1), parallel.get("ep", 1))
     n = parallel.get("dp", 1) * parallel.get("pp", 1) * width
     return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n, "gpus_per_node": 8},
             "parallel": parallel, **extra}
@@ -27,7 +27,21 @@ ROUND_TRIP = [
     _plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 8}),
     _plan("qwen2.5-72b", "a100-80gb", {"tp": 4}, workload={"input_len": 4096, "output_len": 256, "batch_size": 32}),
 ]
-SGLANG_ONLY = [_plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 2}, options={"allow_expert_tp": True})]
+ADP = {"allow_attention_dp": True}
+ROUND_TRIP += [
+    # attention-DP: SGLang --tp 8 --dp 8 --enable-dp-attention --ep 8,
+    # vLLM --data-parallel-size 8 --enable-expert-parallel
+    _plan("deepseek-v3", "h200", {"tp": 1, "attn_dp": 8, "ep": 8}, dtype="fp8", options=ADP,
+          workload={"input_len": 2048, "output_len": 256, "batch_size": 256}),
+    _plan("deepseek-v3", "h200", {"tp": 2, "attn_dp": 4, "ep": 8}, dtype="fp8", options=ADP,
+          workload={"input_len": 2048, "output_len": 256, "batch_size": 64}),
+]
+SGLANG_ONLY = [
+    _plan("qwen3-235b-a22b", "h100-sxm", {"tp": 8, "ep": 2}, options={"allow_expert_tp": True}),
+    # DP attention without --ep: experts tensor-sharded over the whole TP world
+    _plan("deepseek-v3", "h200", {"tp": 1, "attn_dp": 8, "ep": 1}, dtype="fp8",
+          options={"allow_attention_dp": True, "allow_expert_tp": True}),
+]
 
 
 def _canonical(plan: dict) -> dict:
@@ -36,6 +50,7 @@ def _canonical(plan: dict) -> dict:
         "model": p.model_id, "hardware": p.hardware.model_dump(), "parallel": p.parallel.model_dump(),
         "workload": p.workload.model_dump(), "dtype": p.dtype, "kv_dtype": p.effective_kv_dtype,
         "allow_expert_tp": p.options.allow_expert_tp if p.spec.is_moe else False,
+        "allow_attention_dp": p.options.allow_attention_dp,
     }
 
 
@@ -103,10 +118,10 @@ def test_import_variants() -> None:
 
 
 @pytest.mark.parametrize("command,field", [
-    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention",
+    ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --tp 8 --dp 8 --enable-dp-attention",
      "command.--enable-dp-attention"),
-    ("vllm serve deepseek-ai/DeepSeek-V3 --data-parallel-size 8 --enable-expert-parallel",
-     "command.--enable-expert-parallel"),
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --disaggregation-mode prefill",
+     "command.--disaggregation-mode"),
     ("vllm serve some-org/unknown-model -tp 2", "command.model"),
     ("docker run image", "command"),
     ("vllm serve meta-llama/Llama-3.1-8B -tp two", "command.tp"),
@@ -123,3 +138,39 @@ def test_model_for_repo() -> None:
     assert model_for_repo("meta-llama/Meta-Llama-3.1-405B-Instruct-FP8")[0] == "llama-3.1-405b"
     assert model_for_repo("Qwen/Qwen3-235B-A22B-Instruct-2507")[0] == "qwen3-235b-a22b"
     assert model_for_repo("openai/gpt-oss-120b") == ("gpt-oss-120b", None)
+
+
+def test_attention_dp_import_counts_gpus_inside_the_tp_world() -> None:
+    r = import_command("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 "
+                       "--enable-dp-attention --ep 8", gpu="h200")
+    assert r.plan["parallel"] == {"dp": 1, "pp": 1, "tp": 1, "ep": 8, "sp": 1, "attn_dp": 8}
+    assert r.plan["hardware"]["num_gpus"] == 8 and r.plan["options"]["allow_attention_dp"] is True
+    r = import_command("vllm serve deepseek-ai/DeepSeek-R1 --data-parallel-size 8 --enable-expert-parallel "
+                       "--max-num-seqs 32", gpu="h200")
+    assert r.plan["parallel"]["attn_dp"] == 8 and r.plan["parallel"]["ep"] == 8
+    assert r.plan["workload"]["batch_size"] == 256  # 32 per DP engine
+
+
+def test_attention_dp_export_flags() -> None:
+    plan = _plan("deepseek-v3", "h200", {"tp": 1, "attn_dp": 8, "ep": 8}, dtype="fp8", options=ADP)
+    sg = export_plan(plan, "sglang")
+    assert "--tp 8 --dp 8 --enable-dp-attention --ep 8" in sg.command and sg.gpus == 8
+    assert "--data-parallel-size 8 --enable-expert-parallel" in export_plan(plan, "vllm").command
+    trt = export_plan(plan, "trtllm")
+    assert "--tp_size 8" in trt.command and "--ep_size 8" in trt.command
+    assert any("enable_attention_dp: true" in n for n in trt.notes)
+    with pytest.raises(EngineCannotExpress):
+        export_plan(_plan("deepseek-v3", "h200", {"tp": 2, "attn_dp": 4, "ep": 8}, dtype="fp8", options=ADP),
+                    "trtllm")
+
+
+@pytest.mark.parametrize("engine,flag", [("vllm", "--kv-transfer-config"), ("sglang", "--disaggregation-mode"),
+                                         ("trtllm", "--tp_size")])
+def test_disaggregated_exports_one_command_per_pool(engine: str, flag: str) -> None:
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16},
+            "parallel": {"tp": 8}, "phases": {"decode": {"dp": 2, "tp": 4}}, "options": {"disaggregated": True}}
+    r = export_plan(plan, engine)
+    assert r.gpus == 16 and len(r.argv) >= 2 and flag in r.command
+    assert r.argv[0][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
+    assert r.argv[-1][0].startswith("CUDA_VISIBLE_DEVICES=") and "15" in r.argv[-1][0]
+    assert any("KV" in n for n in r.notes)

@@ -191,3 +191,116 @@ def test_expert_load_formula() -> None:
     sd = math.sqrt(4096 * 2 * (1 / 8) * (7 / 8) * (6 / 7))
     assert worst == pytest.approx(mean + sd * math.sqrt(2 * math.log(8)))
     assert expert_load(10, 2, 8, 8, 1)[1] == pytest.approx(20)  # one rank holds all: no imbalance
+
+
+# ---------------------------------------------------------------------------------- attention-DP
+def _dsv3(parallel: dict, batch: int) -> dict:
+    return {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "dtype": "fp8",
+            "parallel": parallel, "options": {"allow_attention_dp": True},
+            "workload": {"input_len": 2048, "output_len": 256, "batch_size": batch}}
+
+
+TP8_EP8 = {"tp": 8, "ep": 8}
+ADP8_EP8 = {"tp": 1, "attn_dp": 8, "ep": 8}
+
+
+def test_attention_dp_wins_at_large_batch_not_at_batch_one() -> None:
+    tp, adp = estimate_performance(_dsv3(TP8_EP8, 1)), estimate_performance(_dsv3(ADP8_EP8, 1))
+    assert adp.decode_latency_ms_per_token >= tp.decode_latency_ms_per_token  # one group works, seven idle
+    assert adp.throughput.decode_tokens_per_s <= tp.throughput.decode_tokens_per_s
+    big = 512
+    tp, adp = estimate_performance(_dsv3(TP8_EP8, big)), estimate_performance(_dsv3(ADP8_EP8, big))
+    assert adp.fits and tp.fits
+    assert adp.throughput.decode_tokens_per_s > 1.05 * tp.throughput.decode_tokens_per_s
+    assert adp.kv_cache.bytes_per_gpu_max == pytest.approx(tp.kv_cache.bytes_per_gpu_max / 8)
+    assert adp.memory.max_batch_size_that_fits > tp.memory.max_batch_size_that_fits
+    names = {c.name for c in adp.decode.critical_path}
+    assert "tp all-reduce" not in names and "ep dispatch (all-to-all)" in names
+    assert any("attention-DP" in a for a in adp.assumptions)
+
+
+def test_attention_dp_groups_take_their_share_of_the_batch() -> None:
+    from tools.estimate.core import node_costs
+
+    costs = node_costs(_dsv3(ADP8_EP8, 64))
+    attn = costs["r0.decode.L10.attn.g0.t0"]
+    assert attn.seconds == pytest.approx(node_costs(_dsv3(ADP8_EP8, 57))["r0.decode.L10.attn.g0.t0"].seconds)
+    assert attn.seconds < node_costs(_dsv3(ADP8_EP8, 65))["r0.decode.L10.attn.g0.t0"].seconds  # ceil(65/8) = 9
+    # dispatch carries every group's tokens: 64 routed sequences, not 8
+    assert costs["r0.decode.L10.dispatch"].bytes == pytest.approx(64 * 7168 * 2, rel=0.01)
+
+
+def test_fast_estimator_matches_the_dag_estimate() -> None:
+    from tools.estimate.fast import FastEstimator
+
+    for plan in (_dsv3(ADP8_EP8, 24), _dsv3({"tp": 2, "attn_dp": 4, "ep": 8, "pp": 2}, 7),
+                 P("llama-3.1-70b", "h100-sxm", 8, b=5, tp=4, pp=2), DISAGG):
+        e = estimate_performance(plan)
+        h = FastEstimator(parse_plan(plan)).headline(plan["workload"]["batch_size"])
+        assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
+        assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
+        assert h.throughput.output_tokens_per_s == pytest.approx(e.throughput.output_tokens_per_s, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------- disaggregated
+DISAGG = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16},
+          "parallel": {"tp": 8}, "phases": {"decode": {"dp": 1, "tp": 8}}, "options": {"disaggregated": True},
+          "workload": {"input_len": 8192, "output_len": 256, "batch_size": 8}}
+
+
+def _with(plan: dict, **changes: object) -> dict:
+    out = {**plan, **{k: v for k, v in changes.items() if k not in ("input_len",)}}
+    if "input_len" in changes:
+        out["workload"] = {**plan["workload"], "input_len": changes["input_len"]}
+    return out
+
+
+def test_disaggregated_fields_and_rates() -> None:
+    e = estimate_performance(DISAGG)
+    assert e.pools is not None and e.kv_transfer is not None and e.pool_balance is not None
+    pre, dec = e.pools["prefill"], e.pools["decode"]
+    assert e.gpus_used == 16 and pre.gpus == dec.gpus == 8
+    assert e.prefill_latency_ms == pytest.approx(e.prefill.latency_ms + e.kv_transfer.ms)
+    rate = min(pre.requests_per_s, dec.requests_per_s)
+    assert e.throughput.output_tokens_per_s == pytest.approx(rate * 256)
+    assert e.pool_balance == pytest.approx(pre.requests_per_s / dec.requests_per_s)
+    assert e.balanced_prefill_per_decode == pytest.approx(dec.requests_per_s_per_replica
+                                                          / pre.requests_per_s_per_replica)
+    assert "inter-node" in e.kv_transfer.link  # prefill GPUs 0-7, decode 8-15: two nodes
+    # logical bytes: 8192 tokens x 80 layers x 2 x 8 KV heads x 128 x 2 B
+    assert e.kv_transfer.bytes_per_request == pytest.approx(8192 * 327_680)
+
+
+def test_disaggregation_removes_prefill_interference_from_tpot() -> None:
+    agg = estimate_performance({**DISAGG, "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "phases": {},
+                                "options": {}})
+    dis = estimate_performance(DISAGG)
+    assert dis.decode_latency_ms_per_token <= agg.decode_latency_ms_per_token * (1 + 1e-9)
+    # under continuous batching the aggregated decode also pays for the prefill passes in between
+    assert dis.tpot_with_prefill_ms < 0.8 * agg.tpot_with_prefill_ms
+    assert agg.tpot_with_prefill_ms == pytest.approx(agg.e2e_latency_ms / 256)
+
+
+def test_kv_transfer_scales_with_input_and_kv_dtype() -> None:
+    base = estimate_performance(DISAGG).kv_transfer
+    longer = estimate_performance(_with(DISAGG, input_len=16384)).kv_transfer
+    fp8 = estimate_performance(_with(DISAGG, kv_dtype="fp8")).kv_transfer
+    assert base and longer and fp8
+    assert longer.bytes_per_request == pytest.approx(2 * base.bytes_per_request)
+    assert longer.ms > 1.9 * base.ms
+    assert fp8.bytes_per_request == pytest.approx(base.bytes_per_request / 2)
+    assert fp8.ms < 0.6 * base.ms
+    # resharding TP8 -> TP4 on the decode side: each decode GPU receives twice as much
+    tp4 = estimate_performance({**DISAGG, "phases": {"decode": {"dp": 1, "tp": 4}}}).kv_transfer
+    assert tp4 and tp4.bytes_per_request == pytest.approx(base.bytes_per_request) and tp4.ms > 1.5 * base.ms
+
+
+def test_mla_transfers_fewer_bytes_than_gqa() -> None:
+    mla = estimate_performance({"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 16}, "dtype": "fp8",
+                                "parallel": {"tp": 8, "ep": 8}, "phases": {"decode": {"dp": 1}},
+                                "options": {"disaggregated": True},
+                                "workload": {"input_len": 8192, "output_len": 256, "batch_size": 8}})
+    gqa = estimate_performance({**DISAGG, "model": "llama-3.1-405b", "dtype": "fp8",
+                                "hardware": {"gpu": "h200", "num_gpus": 16}})
+    assert mla.kv_transfer and gqa.kv_transfer
+    assert mla.kv_transfer.bytes_per_request < 0.25 * gqa.kv_transfer.bytes_per_request

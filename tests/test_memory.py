@@ -115,3 +115,40 @@ def test_memory_report_is_fast() -> None:
     for _ in range(10):
         memory_report(p)
     assert (time.perf_counter() - t) / 10 < 0.005
+
+
+def _dsv3(parallel: dict, batch: int = 64, **kw: object) -> dict:
+    return {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "dtype": "fp8",
+            "parallel": parallel, "options": {"allow_attention_dp": True},
+            "workload": {"input_len": 2048, "output_len": 256, "batch_size": batch}, **kw}
+
+
+def test_attention_dp_keeps_kv_per_group() -> None:
+    tp = memory_report(parse_plan(_dsv3({"tp": 8, "ep": 8})))
+    adp = memory_report(parse_plan(_dsv3({"tp": 1, "attn_dp": 8, "ep": 8})))
+    # TP8: the MLA latent of all 64 sequences on every GPU; attention-DP 8: 8 sequences per group's GPU.
+    assert adp.kv_cache_bytes == pytest.approx(tp.kv_cache_bytes / 8)
+    assert adp.kv_cache_bytes_total == pytest.approx(tp.kv_cache_bytes_total / 8)
+    assert adp.max_batch_size_that_fits > 4 * tp.max_batch_size_that_fits
+    # attention replicated per group costs weights: more per GPU than TP8 (same experts)
+    assert adp.weights_bytes > tp.weights_bytes
+    # uneven batch: the fullest group holds ceil(batch / groups) sequences
+    odd = memory_report(parse_plan(_dsv3({"tp": 1, "attn_dp": 8, "ep": 8}, batch=9)))
+    two = memory_report(parse_plan(_dsv3({"tp": 1, "attn_dp": 8, "ep": 8}, batch=16)))
+    assert odd.kv_cache_bytes == pytest.approx(two.kv_cache_bytes)
+
+
+def test_disaggregated_pools_accounted_separately() -> None:
+    p = parse_plan({"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16},
+                    "parallel": {"tp": 8}, "phases": {"decode": {"dp": 2, "tp": 4}},
+                    "options": {"disaggregated": True},
+                    "workload": {"input_len": 2048, "output_len": 256, "batch_size": 16}})
+    r = memory_report(p)
+    assert r.pools is not None and set(r.pools) == {"prefill", "decode"}
+    assert len(r.per_gpu) == 8 + 4  # prefill replica 0 (TP8) and decode replica 0 (TP4)
+    pre = [g for g in r.per_gpu if g.gpu < 8]
+    dec = [g for g in r.per_gpu if g.gpu >= 8]
+    # prefill GPUs hold the prompt's KV (2048 tokens, 1 KV head), decode GPUs the whole context (2 heads)
+    assert pre[0].kv_cache_bytes == pytest.approx(16 * 2048 * 327_680 / 8)
+    assert dec[0].kv_cache_bytes == pytest.approx(16 * 2304 * 327_680 / 4)
+    assert r.max_batch_size_that_fits == min(v.max_batch_size_that_fits for v in r.pools.values())

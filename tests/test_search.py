@@ -66,12 +66,19 @@ def test_moe_plans_keep_ep_in_group_and_state_expert_tp() -> None:
     r = search_strategies("deepseek-v3", {"gpu": "h200", "num_gpus": 16}, dtype="fp8", top_k=10)
     assert r.top
     for p in r.top:
-        par = p.plan["parallel"]
-        width = max(par["tp"], par["ep"])
-        assert width <= 8 and 256 % par["ep"] == 0
-        assert p.gpus_used == par["dp"] * par["pp"] * width <= 16
-        if par["ep"] < width:
-            assert p.plan["options"]["allow_expert_tp"] is True
+        pools = [p.plan["parallel"]]
+        if p.kind == "disaggregated":
+            pools.append(p.plan["phases"]["decode"])
+        gpus = 0
+        for par in pools:
+            width = max(par.get("attn_dp", 1) * par["tp"], par["ep"])
+            assert width <= 8 and 256 % par["ep"] == 0
+            gpus += par["dp"] * par["pp"] * width
+            if par["ep"] < width:
+                assert p.plan["options"]["allow_expert_tp"] is True
+            if par.get("attn_dp", 1) > 1:
+                assert p.plan["options"]["allow_attention_dp"] is True and par["ep"] == width
+        assert p.gpus_used == gpus <= 16
     assert "TP-WITHIN-NODE" in r.rejected
 
 
@@ -134,3 +141,60 @@ def test_bad_input(kwargs, field) -> None:
     with pytest.raises(PdagInputError) as exc:
         search_strategies(**args)
     assert exc.value.field == field
+
+
+@pytest.fixture(scope="module")
+def dsv3_throughput():
+    return search_strategies("deepseek-v3", {"gpu": "h200", "num_gpus": 16}, dtype="fp8", objective="throughput",
+                             top_k=10)
+
+
+def test_moe_search_enumerates_attention_dp_with_opt_in(dsv3_throughput) -> None:
+    adp = [p for p in dsv3_throughput.top if p.plan["parallel"].get("attn_dp", 1) > 1]
+    assert adp, [p.label for p in dsv3_throughput.top]
+    for p in adp:
+        par = p.plan["parallel"]
+        assert p.plan["options"]["allow_attention_dp"] is True
+        assert par["ep"] == par["attn_dp"] * par["tp"] or p.plan["options"].get("allow_expert_tp")
+        assert "attention-DP" in p.reason
+    assert dsv3_throughput.rejected.get("ADP-EP-SPANS-GROUPS", 0) > 0
+    dense = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 8})
+    assert dense.rejected.get("ADP-MOE-ONLY", 0) > 0
+    assert not any(p.plan["parallel"].get("attn_dp", 1) > 1 for p in dense.top)
+
+
+def test_search_compares_aggregated_and_disaggregated(dsv3_throughput) -> None:
+    r = dsv3_throughput
+    agg, dis = r.best_aggregated, r.best_disaggregated
+    assert agg is not None and dis is not None and r.comparison
+    assert agg.kind == "aggregated" and dis.kind == "disaggregated"
+    assert r.comparison.split()[0] in ("aggregated", "disaggregated")
+    assert dis.plan["options"]["disaggregated"] is True and dis.pools and dis.pool_balance
+    assert dis.gpus_used == sum(v["gpus"] for v in dis.pools.values()) <= 16
+    best = r.top[0]
+    assert best.kind == r.comparison.split()[0]
+    # the disaggregated figures are estimate_performance's
+    from tools import estimate_performance
+
+    e = estimate_performance(dis.plan)
+    assert e.throughput.output_tokens_per_s == pytest.approx(dis.throughput_tokens_per_s, rel=1e-6)
+    assert e.prefill_latency_ms == pytest.approx(dis.ttft_ms, rel=1e-6)
+
+
+def test_new_kinds_validate(dsv3_throughput) -> None:
+    from tools.validate import validate_dag
+
+    picks = [p for p in dsv3_throughput.top if p.kind == "disaggregated" or p.plan["parallel"].get("attn_dp", 1) > 1]
+    if dsv3_throughput.best_disaggregated is not None:
+        picks.append(dsv3_throughput.best_disaggregated)
+    assert picks
+    for p in picks[:4]:
+        result = validate_dag(plan=p.plan)
+        assert result.valid, (p.label, [v for v in result.violations if v.severity == "error"])
+
+
+def test_single_gpu_has_no_disaggregated_plan() -> None:
+    r = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 1})
+    assert r.best_disaggregated is None and r.comparison is None
+    off = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 8}, disaggregated=False)
+    assert off.best_disaggregated is None and all(p.kind == "aggregated" for p in off.top)

@@ -14,10 +14,13 @@ from tools.search import search_strategies
 RECIPES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "recipes" / "recipes.json"
 RECIPES: list[dict[str, Any]] = json.loads(RECIPES_FILE.read_text(encoding="utf-8"))["recipes"]
 TOP_N = 3
+DEGREES = {"tp", "pp", "dp", "ep"}
 
 
 def run_recipe(recipe: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """(rank of the first top plan matching the recipe's stated degrees, or None; the top labels)."""
+    """(rank, among the top plans of the recipe's kind, of the first one matching the recipe's stated degrees,
+    or None; the labels of those plans).  Plans of the other kind (aggregated / disaggregated) are skipped:
+    a disaggregated plan's ``parallel`` holds only its prefill pool."""
     return _run(recipe["id"])
 
 
@@ -31,14 +34,17 @@ def _run(recipe_id: str) -> tuple[int | None, list[str]]:
         objective=recipe["objective"],
         dtype=recipe.get("dtype", "bf16"),
         kv_dtype=recipe.get("kv_dtype"),
-        top_k=TOP_N,
+        top_k=3 * TOP_N,
     )
+    kind = recipe.get("kind", "aggregated")
+    same = [p for p in result.top if p.kind == kind][:TOP_N]
     stated = {k: v for k, v in recipe["parallel"].items() if v is not None}
-    for plan in result.top:
+    stated.setdefault("attn_dp", 1)
+    for rank, plan in enumerate(same, 1):
         par = plan.plan["parallel"]
-        if all(par[k] == v for k, v in stated.items()):
-            return plan.rank, [p.label for p in result.top]
-    return None, [p.label for p in result.top]
+        if all(par.get(k, 1) == v for k, v in stated.items()):
+            return rank, [p.label for p in same]
+    return None, [p.label for p in same]
 
 
 def test_recipes_are_well_formed() -> None:
@@ -48,7 +54,8 @@ def test_recipes_are_well_formed() -> None:
     for r in RECIPES:
         assert r["source"].startswith("https://")
         assert r["objective"] in ("latency", "throughput")
-        assert set(r["parallel"]) == {"tp", "pp", "dp", "ep"}
+        assert DEGREES <= set(r["parallel"]) <= DEGREES | {"attn_dp"}
+        assert r.get("kind", "aggregated") in ("aggregated", "disaggregated")
         assert r["engine"] in ("vllm", "sglang", "trtllm")
 
 
@@ -59,15 +66,18 @@ def test_recipe_search_runs(recipe: dict[str, Any]) -> None:
 
 
 def test_recipe_match_count(capsys: pytest.CaptureFixture[str]) -> None:
-    """At least 10 recipes have their degrees in the top-3 plans; the count is printed."""
-    top1 = top3 = 0
+    """At least 10 recipes have their degrees in the top-3 plans of their kind, and at least one attention-DP
+    recipe is matched; the count is printed."""
+    top1 = top3 = adp = 0
     lines = []
     for recipe in RECIPES:
         rank, labels = run_recipe(recipe)
         top1 += rank == 1
         top3 += rank is not None
+        adp += rank is not None and recipe["parallel"].get("attn_dp", 1) > 1
         lines.append(f"{recipe['id']}: rank {rank} (top: {', '.join(labels)})")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
         print(f"recipes matched: top-1 {top1}/{len(RECIPES)}, top-{TOP_N} {top3}/{len(RECIPES)}")
     assert top3 >= 10
+    assert adp >= 1

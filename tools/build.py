@@ -371,7 +371,9 @@ class _Builder:
             sources = [(kv, st, d) for (rid, ll, d), (kv, st) in self.prefill_kv.items()
                        if rid == c.kv_source and ll == layer]
             devices = sorted({d for _, _, d in sources} | set(self.token_devices(c.pool, c.r, s, c.pl)))
-            self.node(nid, NodeType.KV_TRANSFER, devices, replica=c.r, layer=layer, stage=s, role=role,
+            # between pools the two sides' stages need not line up: the hand-off belongs to no pipeline stage
+            stage = None if self.layout.disaggregated else s
+            self.node(nid, NodeType.KV_TRANSFER, devices, replica=c.r, layer=layer, stage=stage, role=role,
                       meta={"from": {"replica": c.kv_source, "head_shards": pre.head_shards, "sp": pre.sp,
                                      "attn_dp": pre.attn_dp},
                             "to": {"head_shards": c.pl.head_shards, "sp": c.pl.sp, "attn_dp": c.pl.attn_dp}})

@@ -5,13 +5,19 @@ with its source.  In short (pdag: a replica uses ``pp * W`` GPUs, ``W = max(tp, 
 
 * **vLLM** ``vllm serve``: GPUs = ``tp * pp * dp``.  Attention and dense layers use TP; MoE layers are
   tensor-sharded over the TP ranks unless ``--enable-expert-parallel``, which makes the EP size
-  ``tp * dp`` (derived, not settable).  So an EP plan must have ``ep == tp`` and ``dp == 1``; EP that spans
-  DP ranks is attention-DP, which pdag does not model yet.
+  ``tp * dp`` (derived, not settable).  A plan with ``ep == tp`` and ``dp == 1`` is TP+EP; an attention-DP
+  plan (``attn_dp = a``, ``ep = a * tp``) is vLLM's DP+EP: ``--data-parallel-size a`` engines, each with its
+  own attention, scheduler and KV cache, whose MoE layers form one EP group of ``a * tp`` GPUs.
 * **SGLang** ``python -m sglang.launch_server``: plain ``--dp`` launches ``dp`` independent replicas of
   ``tp * pp`` GPUs; ``--ep`` splits the experts inside the TP group (MoE-TP = ``tp / ep``).
-  ``--enable-dp-attention`` carves DP out of the TP world (GPU count ``tp``): attention-DP, refused.
+  ``--enable-dp-attention`` carves ``--dp`` attention groups out of the TP world (GPU count ``tp``, attention
+  TP ``tp / dp``): pdag's attention-DP.
 * **TensorRT-LLM** ``trtllm-serve``: ``--tp_size --pp_size --ep_size`` with ``tp = moe_tp * moe_ep``; there
-  is no plain DP flag, so DP replicas are separate servers (one command each).
+  is no plain DP flag, so DP replicas are separate servers (one command each).  ``enable_attention_dp: true``
+  in the ``--config`` YAML runs attention data-parallel over the ``tp_size`` ranks (attention TP 1).
+* **Disaggregated** plans export as one command per pool (prefill GPUs first), with the engine's role and
+  KV-connector flags (vLLM ``--kv-transfer-config``, SGLang ``--disaggregation-mode``, TensorRT-LLM
+  ``cache_transceiver_config`` behind ``trtllm-serve disaggregated``).
 
 Plans an engine cannot express raise ``EngineCannotExpress`` (a ``PdagInputError``) naming the reason.
 """
@@ -147,13 +153,14 @@ def _common_checks(plan: Plan, engine: str) -> None:
     if changed:
         raise EngineCannotExpress(
             "phases", f"{engine} serves both phases with one layout; per-phase overrides {changed} cannot be launched",
-            "no per-phase overrides (or disaggregated serving, not exported yet)",
+            "no per-phase overrides, or options.disaggregated (one server per pool)",
         )
 
 
 def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
-    """(ep, moe_tp) of a MoE plan, checked against what engines can do inside one TP group."""
-    tp, ep = plan.parallel.tp, plan.parallel.ep
+    """(ep, moe_tp) of a MoE plan, checked against what engines can do inside one TP group (with attention-DP
+    the group is the engine's TP world, ``attn_dp * tp`` GPUs)."""
+    tp, ep = plan.parallel.tp * plan.parallel.attn_dp, plan.parallel.ep
     if ep > tp:
         raise EngineCannotExpress(
             "parallel.ep",
@@ -184,6 +191,8 @@ def _layer_split_note(plan: Plan, layout: Layout) -> str | None:
 def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
+    if p.attn_dp > 1:
+        return _export_vllm_attention_dp(plan)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.dp)]
     if plan.spec.is_moe:
@@ -200,6 +209,10 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             argv.append("--enable-expert-parallel")
         elif moe_tp > 1:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
+        if p.dp > 1:
+            notes.append(f"vLLM's data-parallel ranks of a MoE model are not independent: their expert layers form "
+                         f"one group of dp*tp = {p.dp * p.tp} GPUs; for {p.dp} independent replicas launch "
+                         f"{p.dp} separate deployments")
     elif p.ep > 1:
         raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
     argv += ["--max-num-seqs", str(plan.workload.batch_size),
@@ -215,6 +228,32 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
                      "multi-node guide describes")
     command = " ".join([*env, shlex.join(argv)])
     return ExportResult(engine="vllm", command=command, argv=[env + argv], gpus=gpus, notes=notes)
+
+
+def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
+    """Attention-DP as vLLM's DP+EP: ``attn_dp`` data-parallel engines whose MoE layers share one EP group."""
+    p = plan.parallel
+    if p.dp > 1:
+        raise EngineCannotExpress(
+            "parallel.dp", f"vLLM's --data-parallel-size already holds the {p.attn_dp} attention-DP groups; "
+            f"dp={p.dp} independent replicas on top need {p.dp} separate vLLM deployments",
+            "dp = 1 (or export one replica and launch it dp times)")
+    if p.ep != p.attn_dp * p.tp:
+        raise EngineCannotExpress(
+            "parallel.ep", f"vLLM derives EP as tp*dp = {p.attn_dp * p.tp}; this plan has ep={p.ep}",
+            f"ep = attn_dp * tp = {p.attn_dp * p.tp}")
+    notes = [f"vLLM DP+EP: {p.attn_dp} data-parallel engines (attention TP {p.tp} each, own scheduler and KV "
+             f"cache) whose MoE layers form one EP group of {p.ep} GPUs; idle ranks run dummy steps to keep "
+             "the MoE collectives in step (vLLM data-parallel deployment docs)"]
+    argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
+            "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.attn_dp),
+            "--enable-expert-parallel",
+            "--max-num-seqs", str(-(-plan.workload.batch_size // p.attn_dp)),
+            "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
+    notes.append(f"--max-num-seqs is per DP engine: batch {plan.workload.batch_size} / {p.attn_dp} groups, rounded up")
+    argv += _vllm_dtype_flags(plan, notes)
+    return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
+                        notes=notes)
 
 
 def _vllm_dtype_flags(plan: Plan, notes: list[str]) -> list[str]:
@@ -234,10 +273,20 @@ def _vllm_dtype_flags(plan: Plan, notes: list[str]) -> list[str]:
 def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp", str(p.tp)]
+    adp = p.attn_dp > 1
+    world = p.tp * p.attn_dp
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp", str(world)]
     if p.pp > 1:
         argv += ["--pp-size", str(p.pp)]
-    if p.dp > 1:
+    if adp:
+        if p.dp > 1:
+            raise EngineCannotExpress(
+                "parallel.dp", f"with --enable-dp-attention SGLang's --dp is the {p.attn_dp} attention groups; "
+                f"dp={p.dp} independent replicas on top need separate servers", "dp = 1")
+        argv += ["--dp", str(p.attn_dp), "--enable-dp-attention"]
+        notes.append(f"DP attention: {p.attn_dp} groups carved out of the TP world of {world} GPUs (attention TP "
+                     f"{p.tp} each); --max-running-requests is the whole server's")
+    elif p.dp > 1:
         argv += ["--dp", str(p.dp)]
         notes.append(f"plain --dp launches {p.dp} independent replicas (no --enable-dp-attention), "
                      f"{p.tp * p.pp} GPUs each")
@@ -263,7 +312,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"{plan.dtype} weights need a quantised checkpoint; serve that repo instead")
     if plan.effective_kv_dtype == "fp8":
         argv += ["--kv-cache-dtype", "fp8_e4m3"]
-    replica = p.tp * p.pp
+    replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)
         argv += ["--nnodes", str(nodes)]
@@ -274,7 +323,15 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
 def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
-    base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(p.tp), "--pp_size", str(p.pp)]
+    world = p.tp * p.attn_dp
+    if p.attn_dp > 1 and p.tp > 1:
+        raise EngineCannotExpress(
+            "parallel.tp", f"TensorRT-LLM's attention DP runs attention with TP 1 on each of the tp_size ranks; "
+            f"this plan has {p.attn_dp} groups of attention TP {p.tp}", "tp = 1 with attn_dp = ep")
+    base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(world), "--pp_size", str(p.pp)]
+    if p.attn_dp > 1:
+        notes.append("attention DP: put 'enable_attention_dp: true' in the YAML passed with --config "
+                     "(LLM API option; see TensorRT-LLM's DeepSeek-R1 serve example)")
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
@@ -290,7 +347,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
         notes.append("fp8 KV cache: set kv_cache_config.dtype: fp8 in the --config YAML")
-    replica = p.tp * p.pp
+    replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         notes.append("a replica spans nodes: launch under mpirun/srun (trtllm-llmapi-launch) across the nodes")
     argvs: list[list[str]] = []
@@ -319,11 +376,70 @@ def export_plan(plan: Plan | dict[str, Any], engine: str) -> ExportResult:
     if key not in ENGINES:
         raise PdagInputError("engine", f"unknown engine {engine!r}", ", ".join(ENGINES))
     layout = Layout(parsed)
+    if parsed.options.disaggregated:
+        return _export_disaggregated(parsed, layout, key)
     _common_checks(parsed, {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}[key])
     result = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}[key](parsed, layout)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
     return result
+
+
+def _pool_plan(plan: Plan, phase: str, gpus: int) -> Plan:
+    """The aggregated plan one pool of a disaggregated plan would be on its own."""
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = plan.degrees(phase).model_dump()  # type: ignore[arg-type]
+    data["phases"] = {}
+    data["options"] = {**data.get("options", {}), "disaggregated": False}
+    data["hardware"] = {**data["hardware"], "num_gpus": gpus}
+    return parse_plan(data)
+
+
+_ROLE_FLAGS: dict[str, dict[str, list[str]]] = {
+    "vllm": {"prefill": ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'],
+             "decode": ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']},
+    "sglang": {"prefill": ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl"],
+               "decode": ["--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl"]},
+    "trtllm": {"prefill": [], "decode": []},
+}
+_CONNECTOR_NOTE = {
+    "vllm": "KV hand-off through vLLM's KV connector (--kv-transfer-config, NixlConnector here; LMCache and "
+            "Mooncake connectors also exist); a proxy/router (e.g. NVIDIA Dynamo or llm-d) sends each request to a "
+            "prefill instance, then to a decode instance",
+    "sglang": "KV hand-off by SGLang's PD disaggregation (--disaggregation-mode, transfer backend mooncake or "
+              "nixl); front both pools with python -m sglang_router.launch_router --pd-disaggregation "
+              "--prefill <url> --decode <url>",
+    "trtllm": "KV hand-off: TensorRT-LLM serves disaggregated pools with 'trtllm-serve disaggregated -c <config>' "
+              "listing the context (prefill) and generation (decode) servers; each server's YAML needs "
+              "cache_transceiver_config (backend UCX or NIXL)",
+}
+
+
+def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
+    """One server command per pool, pinned to its GPUs, with the engine's role / KV-connector flags."""
+    argvs: list[list[str]] = []
+    lines: list[str] = []
+    notes: list[str] = [_CONNECTOR_NOTE[key]]
+    gpus = 0
+    port = 8000
+    for phase in ("prefill", "decode"):
+        pool = layout.pools[phase]  # type: ignore[index]
+        sub = _pool_plan(plan, phase, pool.gpus)
+        _common_checks(sub, key)
+        one = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}[key](sub, Layout(sub))
+        gpus += one.gpus
+        notes += [f"{phase}: {n}" for n in one.notes]
+        for i, argv in enumerate(one.argv):
+            argv = [a for a in argv if not a.startswith("CUDA_VISIBLE_DEVICES=")]
+            devices = ",".join(str(g) for g in (pool.replica_devices(i) if len(one.argv) > 1
+                                                else range(pool.offset, pool.offset + pool.gpus)))
+            full = [f"CUDA_VISIBLE_DEVICES={devices}", *argv, *_ROLE_FLAGS[key][phase]]
+            if "--port" not in full:
+                full += ["--port", str(port)]
+            port += 1
+            argvs.append(full)
+            lines.append(f"# {phase} pool\n" + full[0] + " " + shlex.join(full[1:]))
+    return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -352,10 +468,11 @@ _SGLANG_FLAGS = {
     "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
     "--model-path": "model", "--model": "model",
 }
+_SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
 _SGLANG_REFUSE = {
-    "--enable-dp-attention": "DP-attention carves data-parallel attention out of the TP world (GPU count = tp); "
-                             "pdag does not model attention-DP yet",
-    "--disaggregation-mode": "disaggregated prefill/decode is not modelled yet",
+    "--disaggregation-mode": "one --disaggregation-mode command describes one pool of a disaggregated deployment; "
+                             "import the pool without the flag, then combine prefill and decode pools in one plan "
+                             "with options.disaggregated and phases.decode",
 }
 
 
@@ -448,7 +565,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     if engine == "vllm":
         values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
     else:
-        values, ignored = _parse_flags(args, _SGLANG_FLAGS, {}, _SGLANG_REFUSE, "SGLang")
+        values, ignored = _parse_flags(args, _SGLANG_FLAGS, _SGLANG_BOOL, _SGLANG_REFUSE, "SGLang")
     repo = positional or values.get("model")
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
@@ -460,23 +577,42 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     plan: dict[str, Any] = {"model": model}
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
     options: dict[str, Any] = {}
+    attn_dp = 1
     if engine == "vllm":
         ep = 1
         if values.get("ep_on"):
             if not spec.is_moe:
                 notes.append("--enable-expert-parallel ignored: the model has no MoE layers")
             elif dp > 1:
-                raise EngineCannotExpress(
-                    "command.--enable-expert-parallel",
-                    f"vLLM's EP group is tp*dp = {tp * dp} GPUs spanning the {dp} DP ranks (attention-DP); "
-                    "pdag does not model attention-DP yet",
-                    "--data-parallel-size 1 with expert parallelism",
-                )
+                # vLLM DP+EP: dp engines with their own attention and KV, one EP group of tp*dp GPUs
+                attn_dp, ep, dp = dp, tp * dp, 1
+                options["allow_attention_dp"] = True
+                notes.append(f"vLLM DP+EP read as attention-DP: {attn_dp} groups of attention TP {tp}, experts "
+                             f"over all {ep} GPUs; --max-num-seqs is per DP engine")
             else:
                 ep = tp
         if spec.is_moe and ep < tp:
             options["allow_expert_tp"] = True
+    elif values.get("adp_on") and dp > 1:
+        if not spec.is_moe:
+            raise EngineCannotExpress("command.--enable-dp-attention", "DP attention on a model without MoE layers "
+                                      "(pdag's attention-DP shares experts between the groups)", "a MoE model")
+        if tp % dp:
+            raise EngineCannotExpress("command.--dp", f"--dp {dp} must divide --tp {tp} with DP attention",
+                                      "dp dividing tp")
+        ep = _int("ep", values.get("ep", "1"))
+        if ep > tp or tp % ep:
+            raise EngineCannotExpress("command.--ep", f"SGLang needs ep to divide tp (ep={ep}, tp={tp})",
+                                      "ep dividing tp")
+        attn_dp, tp, dp = dp, tp // dp, 1
+        options["allow_attention_dp"] = True
+        if ep < tp * attn_dp:
+            options["allow_expert_tp"] = True
+        notes.append(f"--enable-dp-attention: {attn_dp} attention groups of TP {tp} inside the TP world of "
+                     f"{tp * attn_dp} GPUs (GPU count = --tp)")
     else:
+        if values.get("adp_on"):
+            notes.append("--enable-dp-attention with --dp 1 is plain TP")
         ep = _int("ep", values.get("ep", "1"))
         if ep > 1 and not spec.is_moe:
             notes.append("--ep ignored: the model has no MoE layers")
@@ -490,11 +626,14 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     if tp > spec.num_kv_heads and spec.attention != "mla":
         options["kv_replication_ok"] = True
     parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
-    plan["hardware"] = {"gpu": gpu, "num_gpus": dp * pp * tp, "gpus_per_node": gpus_per_node}
+    if attn_dp > 1:
+        parallel["attn_dp"] = attn_dp
+    plan["hardware"] = {"gpu": gpu, "num_gpus": dp * pp * tp * attn_dp, "gpus_per_node": gpus_per_node}
     plan["parallel"] = parallel
     workload: dict[str, int] = {}
     if "batch" in values:
-        workload["batch_size"] = _int("batch", values["batch"])
+        per_engine = engine == "vllm" and attn_dp > 1  # vLLM's --max-num-seqs counts one DP engine's sequences
+        workload["batch_size"] = _int("batch", values["batch"]) * (attn_dp if per_engine else 1)
     if "context" in values:
         context = _int("context", values["context"])
         workload["output_len"] = 256 if context > 256 else max(1, context // 2)

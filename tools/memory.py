@@ -28,6 +28,16 @@ no ``L^2`` score matrix), dense FFN ``T*2*i/tp`` (gate and up outputs) or MoE ``
 Communication buffers: TP all-reduce staging ``2*T*h`` (in and out) when ``tp > 1``; EP dispatch and
 combine buffers ``2*T*k*h`` when ``ep > 1`` (every routed token copy sent and received once).
 
+Attention-DP (opt-in, ``attn_dp = a``): the ``a`` attention groups of a stage each hold ``ceil(batch/a)``
+sequences (rounded up: the fullest group counts), so KV cache, attention/dense-FFN activations and TP
+buffers follow the group's share; attention, dense FFN and shared experts are replicated per group (sharded
+by ``tp`` inside it); routed experts and the EP buffers see every group's tokens.
+
+Disaggregated serving (opt-in): each pool is accounted with its own layout.  A prefill GPU holds the KV of
+``batch * input_len`` tokens (until it is handed to decode) and the prefill activations; a decode GPU holds
+``batch * (input_len + output_len)`` tokens of KV and the activations of one token per sequence.  The report's
+top-level figures are those of the fuller pool; ``pools`` gives each pool's own.
+
 Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs) plus
 ``fragmentation_fraction`` of capacity; both from ``knowledge/hardware/efficiency.json``.
 """
@@ -42,10 +52,10 @@ from pydantic import BaseModel, Field
 
 from tools.estimate.efficiency import Overlay, efficiency_for
 from tools.hardware import DTYPE_BYTES
-from tools.layout import Layout, PhaseLayout
+from tools.layout import Layout, PhaseLayout, Pool
 from tools.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 
-__all__ = ["GpuMemory", "MemoryReport", "memory_report"]
+__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
 
 GB = 1e9
 
@@ -60,6 +70,14 @@ class GpuMemory(BaseModel):
     comm_buffer_bytes: float
     reserved_bytes: float
     total_bytes: float
+
+
+class PoolMemory(BaseModel):
+    fits: bool
+    max_gpu_bytes: float
+    worst_gpu: int
+    kv_cache_bytes: float = Field(description="of the pool's fullest GPU")
+    max_batch_size_that_fits: int = Field(description="largest batch per replica of this pool")
 
 
 class MemoryReport(BaseModel):
@@ -78,6 +96,8 @@ class MemoryReport(BaseModel):
     kv_bytes_per_token: float = Field(description="KV bytes per token of the whole model (all layers)")
     kv_cache_bytes_total: float = Field(description="KV of the whole deployment (all replicas, with replication)")
     message: str
+    pools: dict[str, PoolMemory] | None = Field(
+        None, description="disaggregated serving: each pool's fullest GPU and largest batch (None: aggregated)")
 
 
 @dataclass
@@ -91,18 +111,36 @@ class _Terms:
     kv_full: float  # KV bytes per (sequence x token) over the GPU's full-attention layers
     kv_window: float  # same over its sliding-window layers (tokens capped at the window)
     window: int
-    act_per_token: float
+    resid_per_token: float  # residual stream and its normalised copy, per token of the GPU's own share
+    act_per_token: float  # largest attention / dense-FFN working set, per token of the GPU's own share
     logits_per_seq: float
     comm_per_token: float
+    groups: int = 1  # attention-DP groups sharing the batch: the GPU's group holds ceil(batch / groups)
+    expert_act_per_token: float = 0.0  # routed-expert working set: every group's tokens reach the experts
+    shared_per_token: float = 0.0  # EP dispatch/combine buffers, per token of all groups
+
+    def seqs(self, batch: int) -> int:
+        return ceil(batch / self.groups)
 
     def kv(self, batch: int, context: int) -> float:
-        return batch * (self.kv_full * context + self.kv_window * min(context, self.window))
+        return self.seqs(batch) * (self.kv_full * context + self.kv_window * min(context, self.window))
 
-    def act(self, batch: int, tokens: int) -> float:
-        return self.act_per_token * tokens + self.logits_per_seq * batch
+    def tokens(self, batch: int, prompt: int, chunk: int) -> tuple[int, int]:
+        """(tokens of the GPU's group, tokens of all groups) in one forward pass."""
+        own = min(self.seqs(batch) * prompt, chunk)
+        return own, min(batch * prompt, chunk * self.groups)
 
-    def comm(self, tokens: int) -> float:
-        return self.comm_per_token * tokens
+    def act(self, batch: int, prompt: int, chunk: int) -> float:
+        own, every = self.tokens(batch, prompt, chunk)
+        work = max(self.act_per_token * own, self.expert_act_per_token * every)
+        return self.resid_per_token * own + work + self.logits_per_seq * self.seqs(batch)
+
+    def comm(self, batch: int, prompt: int, chunk: int) -> float:
+        own, every = self.tokens(batch, prompt, chunk)
+        return self.comm_per_token * own + self.shared_per_token * every
+
+    def total(self, batch: int, context: int, prompt: int, chunk: int) -> float:
+        return self.weights + self.kv(batch, context) + self.act(batch, prompt, chunk) + self.comm(batch, prompt, chunk)
 
 
 def _attention_split(plan: Plan) -> tuple[int, int]:
@@ -133,7 +171,8 @@ def _kv_elems_local(plan: Plan, pl: PhaseLayout) -> float:
     return 2.0 * _kv_heads_local(plan, pl) * spec.head_dim
 
 
-def _gpu_terms(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_Terms]:
+def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str, float]) -> list[_Terms]:
+    """One entry per GPU of replica 0 of ``pool``, which runs ``phases`` (both in aggregated serving)."""
     spec = plan.spec
     wb = DTYPE_BYTES[plan.dtype]
     hb = max(wb, 2.0)  # embedding, LM head, norms, router
@@ -141,49 +180,51 @@ def _gpu_terms(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_Terms
     ab = eff["activation_bytes"]
     h = spec.hidden_size
     rep_attn, shard_attn = _attention_split(plan)
-    phases = list(layout.phases.values())
     tp = max(p.tp for p in phases)
     ep = max(p.ep for p in phases) if spec.is_moe else 1
-    w = layout.group_width
+    w = pool.group_width
     attn_width = max(p.attn_width for p in phases)
+    groups = max(p.attn_dp for p in phases)
     moe = spec.moe
     expert_tp = w // ep if (spec.is_moe and plan.options.allow_expert_tp and ep < w) else 1
     n_exp = moe.num_experts if moe else 0
     base, extra = divmod(n_exp, ep) if moe else (0, 0)
     window = spec.sliding_window or 0
     out: list[_Terms] = []
-    for s, layers in enumerate(layout.stage_layers):
+    for s, layers in enumerate(pool.stage_layers):
         n_moe = sum(1 for i in layers if spec.is_moe_layer(i))
         n_dense = len(layers) - n_moe
         dense_ffn = sum(spec.ffn_params(i) for i in layers)
         n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
         n_full = len(layers) - n_slide
-        last = s == layout.pp - 1
+        last = s == pool.pp - 1
         for local in range(w):
-            gpu = layout.device(0, s, local)
+            gpu = pool.device(0, s, local)
+            # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
+            j = local % attn_width if local < groups * attn_width else local
             weights = 0.0
             kv_elems = 0.0
             act_attn = 0.0
             for pl in phases:
-                if local < pl.attn_width:
+                if local < pl.attention_gpus:
                     kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp)
                     q_local = spec.num_heads / pl.head_shards
                     kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
                     hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
                     act_attn = max(act_attn, (2 * q_local + 2 * kv_local) * hd / pl.sp)
-            attn_gpu = local < attn_width
+            attn_gpu = j < attn_width
             if attn_gpu:
-                shards = min(p.head_shards for p in phases if local < p.attn_width)
+                shards = min(p.head_shards for p in phases if local < p.attention_gpus)
                 weights += len(layers) * ((rep_attn + shard_attn / shards) * wb + spec.layer_norm_params() * hb)
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 if s == 0:
                     weights += spec.embedding_params() * hb
                 if last:
-                    head = spec.lm_head_params() or (spec.embedding_params() if layout.pp > 1 else 0)
+                    head = spec.lm_head_params() or (spec.embedding_params() if pool.pp > 1 else 0)
                     weights += (head + spec.final_norm_params()) * hb
-            act_ffn = 0.0
-            if local < tp:
+            act_ffn = act_exp = 0.0
+            if j < tp:
                 weights += dense_ffn / tp * wb
                 if moe:
                     weights += n_moe * spec.shared_expert_params() / tp * wb
@@ -196,26 +237,51 @@ def _gpu_terms(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_Terms
                 held = base + (1 if k < extra else 0)
                 weights += n_moe * held * spec.expert_params() / expert_tp * wb
                 routed = moe.experts_per_token * held / n_exp
-                act_ffn = max(act_ffn, routed * 2 * moe.expert_intermediate_size / expert_tp)
-            resid = 2 * h if attn_gpu or act_ffn else 0
-            act_per_token = (resid + max(act_attn, act_ffn)) * ab
+                act_exp = routed * 2 * moe.expert_intermediate_size / expert_tp
+            resid = 2 * h if attn_gpu or act_ffn or act_exp else 0
             logits = spec.vocab_size * 4.0 if (last and attn_gpu) else 0.0
-            comm = 0.0
-            if tp > 1 and local < tp:
+            comm = shared = 0.0
+            if tp > 1 and j < tp:
                 comm += 2 * h * ab
             if moe and n_moe and ep > 1 and local < ep * expert_tp:
-                comm += 2 * moe.experts_per_token * h * ab / ep
+                shared += 2 * moe.experts_per_token * h * ab / ep
             out.append(_Terms(
                 gpu=gpu, stage=s, local=local, weights=weights,
                 kv_full=n_full * kv_elems * kvb, kv_window=n_slide * kv_elems * kvb, window=window,
-                act_per_token=act_per_token, logits_per_seq=logits, comm_per_token=comm,
+                resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
+                comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
+                shared_per_token=shared,
             ))
     return out
 
 
-def _worst_total(terms: list[_Terms], batch: int, context: int, prompt: int, chunk: int, fixed: float) -> float:
-    tokens = min(batch * prompt, chunk)
-    return max(t.weights + t.kv(batch, context) + t.act(batch, tokens) + t.comm(tokens) for t in terms) + fixed
+@dataclass
+class _PoolTerms:
+    """The GPUs of one pool with the tokens they hold: context (KV) and prompt tokens per pass (activations)."""
+
+    name: str
+    terms: list[_Terms]
+    dp: int
+    context: int
+    prompt: int
+
+    def worst(self, batch: int, context: int | None, chunk: int, fixed: float) -> float:
+        ctx = self.context if context is None else context
+        prompt = self.prompt if context is None or self.prompt == 1 else ctx
+        return max(t.total(batch, ctx, prompt, chunk) for t in self.terms) + fixed
+
+
+def _pools(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_PoolTerms]:
+    wl = plan.workload
+    if not layout.disaggregated:
+        return [_PoolTerms("both", _gpu_terms(plan, layout.pools["prefill"], list(layout.phases.values()), eff),
+                           layout.dp, wl.input_len + wl.output_len, wl.input_len)]
+    return [
+        _PoolTerms("prefill", _gpu_terms(plan, layout.pools["prefill"], [layout.phases["prefill"]], eff),
+                   layout.pools["prefill"].dp, wl.input_len, wl.input_len),
+        _PoolTerms("decode", _gpu_terms(plan, layout.pools["decode"], [layout.phases["decode"]], eff),
+                   layout.pools["decode"].dp, wl.input_len + wl.output_len, 1),
+    ]
 
 
 def _largest(fits: Callable[[int], bool], hi: int) -> int:
@@ -243,31 +309,38 @@ def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay 
     cap = float(plan.accelerator.memory_bytes)
     reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
     chunk = int(eff["prefill_chunk_tokens"])
-    terms = _gpu_terms(plan, layout, eff)
-    batch, context = wl.batch_size, wl.input_len + wl.output_len
-    tokens = min(batch * wl.input_len, chunk)
+    pools = _pools(plan, layout, eff)
+    batch = wl.batch_size
     per_gpu: list[GpuMemory] = []
-    for t in terms:
-        kv, act, comm = t.kv(batch, context), t.act(batch, tokens), t.comm(tokens)
-        per_gpu.append(GpuMemory(
-            gpu=t.gpu, stage=t.stage, local=t.local, weights_bytes=t.weights, kv_cache_bytes=kv,
-            activation_bytes=act, comm_buffer_bytes=comm, reserved_bytes=reserved,
-            total_bytes=t.weights + kv + act + comm + reserved,
-        ))
+    pool_worst: dict[str, GpuMemory] = {}
+    for pt in pools:
+        for t in pt.terms:
+            kv = t.kv(batch, pt.context)
+            act, comm = t.act(batch, pt.prompt, chunk), t.comm(batch, pt.prompt, chunk)
+            g = GpuMemory(
+                gpu=t.gpu, stage=t.stage, local=t.local, weights_bytes=t.weights, kv_cache_bytes=kv,
+                activation_bytes=act, comm_buffer_bytes=comm, reserved_bytes=reserved,
+                total_bytes=t.weights + kv + act + comm + reserved,
+            )
+            per_gpu.append(g)
+            if pt.name not in pool_worst or g.total_bytes > pool_worst[pt.name].total_bytes:
+                pool_worst[pt.name] = g
     worst = max(per_gpu, key=lambda g: g.total_bytes)
     fits = worst.total_bytes <= cap
 
-    def batch_fits(b: int) -> bool:
-        return _worst_total(terms, b, context, wl.input_len, chunk, reserved) <= cap
+    def batch_fits_in(pt: _PoolTerms) -> Callable[[int], bool]:
+        return lambda b: pt.worst(b, None, chunk, reserved) <= cap
 
     def context_fits(c: int) -> bool:
-        return _worst_total(terms, batch, c, c, chunk, reserved) <= cap
+        return all(pt.worst(batch, c, chunk, reserved) <= cap for pt in pools)
 
-    max_batch = _largest(batch_fits, MAX_BATCH)
+    pool_batch = {pt.name: _largest(batch_fits_in(pt), MAX_BATCH) for pt in pools}
+    max_batch = min(pool_batch.values())
     max_ctx = _largest(context_fits, MAX_SEQ_LEN)
+    context = wl.input_len + wl.output_len
     kvb = DTYPE_BYTES[plan.effective_kv_dtype]
     kv_per_token = float(spec.kv_bytes_per_token(kvb))
-    kv_total = sum(t.kv(batch, context) for t in terms) * layout.dp
+    kv_total = sum(sum(t.kv(batch, pt.context) for t in pt.terms) * pt.dp for pt in pools)
     verdict = "fits" if fits else "does NOT fit"
     message = (
         f"{verdict}: worst GPU {worst.gpu} needs {worst.total_bytes / GB:.1f} GB of {cap / GB:.1f} GB "
@@ -276,11 +349,19 @@ def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay 
         f"reserve {reserved / GB:.1f}); max batch {max_batch} at {context} tokens, "
         f"max context {max_ctx} at batch {batch}"
     )
+    by_pool = None
+    if layout.disaggregated:
+        by_pool = {
+            name: PoolMemory(fits=g.total_bytes <= cap, max_gpu_bytes=g.total_bytes, worst_gpu=g.gpu,
+                             kv_cache_bytes=g.kv_cache_bytes, max_batch_size_that_fits=pool_batch[name])
+            for name, g in pool_worst.items()
+        }
+        message += "; " + ", ".join(f"{n} pool max batch {pool_batch[n]}" for n in ("prefill", "decode"))
     return MemoryReport(
         fits=fits, capacity_bytes=cap, max_gpu_bytes=worst.total_bytes, worst_gpu=worst.gpu,
         weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
         activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
         reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
         max_context_that_fits=max_ctx, kv_bytes_per_token=kv_per_token, kv_cache_bytes_total=kv_total,
-        message=message,
+        message=message, pools=by_pool,
     )

@@ -15,14 +15,30 @@ Dominated alternatives are not estimated either: ``PP-MEMORY-DRIVEN`` (latency: 
 smallest that fits), ``DP-NOT-FOR-LATENCY`` (latency: more replicas than a throughput SLO needs),
 ``GPU-IDLE`` (throughput: fewer replicas than fit in the cluster).
 
+Attention-DP (MoE models only; the plan states the opt-in ``options.allow_attention_dp``): ``attn_dp = a``
+groups of ``tp`` GPUs each, experts spread over all of them (``ep = a * tp``, the stage group).  The stage
+group may span nodes when ``tp = 1`` (expert parallelism over the network, as large EP deployments do); with
+``tp > 1`` it stays in a node.  Dropped alternatives: ``ADP-MOE-ONLY`` (dense model), ``ADP-EP-SPANS-GROUPS``
+(any other ep), plus the structural rules above.
+
+Disaggregated serving (``num_gpus >= 2``, unless turned off): the GPUs are split into a prefill pool and a
+decode pool, each with a layout from the same enumeration; the best few prefill layouts (TTFT for latency,
+prefill rate per GPU for throughput) are paired with the best few decode layouts (TPOT / decode rate per GPU),
+and the replica counts of each pair are chosen to balance the pools' request rates (throughput: the largest
+balanced rate that fits the cluster; latency: the best rate per GPU, fewest GPUs).  The result names the
+best aggregated and the best disaggregated plan and says which wins and why.
+
 Estimates.  DP replicas are independent copies, so a replica is estimated once (dp = 1) and the deployment's
 throughput is the replica's times dp.  For the throughput objective the batch per replica is searched over
 powers of two up to the largest that fits in memory (unless the workload fixes it): throughput grows and
-TPOT worsens with the batch, so the best batch under an SLO is found by bisection on the exponent.
+TPOT worsens with the batch, so the best batch under an SLO is found by bisection on the exponent.  Each
+layout is priced by ``tools.estimate.fast`` (one sub-DAG per distinct layer, the same node costs as
+``estimate_performance``, so the figures are equal), built once per layout and reused for every batch.
 
 Ranking (deterministic).  latency: meets the SLOs, then the latency metric (e2e by default), TPOT, TTFT,
 fewer GPUs, higher throughput.  throughput: meets the SLOs, then output tokens/s, tokens/s per GPU, e2e
-latency, fewer GPUs.  Remaining ties: smaller pp, then smaller tp, ep, sp, dp, batch, no expert TP first.
+latency, fewer GPUs.  Remaining ties: smaller pp, then smaller tp, ep, sp, dp, batch, no expert TP first, no
+attention-DP first, aggregated before disaggregated.
 """
 
 from __future__ import annotations
@@ -35,6 +51,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.errors import PdagInputError
+from tools.estimate.core import Headline, headline
+from tools.estimate.disagg import balanced_split
+from tools.estimate.fast import FastEstimator
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
@@ -44,10 +63,12 @@ __all__ = ["PlanSummary", "SearchResult", "Slo", "search_strategies"]
 SP_MIN_INPUT = 8192  # SP-LONG-CONTEXT-ONLY threshold of the catalog
 TIE_BREAK = {
     "latency": "meets SLOs, {metric} latency, TPOT, TTFT, fewer GPUs, higher throughput, "
-               "smaller pp, tp, ep, sp, dp, batch, no expert TP",
+               "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
     "throughput": "meets SLOs, output tokens/s, tokens/s per GPU, e2e latency, fewer GPUs, "
-                  "smaller pp, tp, ep, sp, dp, batch, no expert TP",
+                  "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
 }
+DISAGG_PREFILL_CANDIDATES = 3
+DISAGG_DECODE_CANDIDATES = 3
 
 
 class Slo(BaseModel):
@@ -75,6 +96,11 @@ class PlanSummary(BaseModel):
     meets_slo: bool
     slo_misses: list[str] = Field(default_factory=list)
     reason: str = ""
+    kind: Literal["aggregated", "disaggregated"] = "aggregated"
+    pools: dict[str, Any] | None = Field(
+        None, description="disaggregated: each pool's label, replicas, GPUs and request rate")
+    pool_balance: float | None = Field(None, description="disaggregated: prefill pool rate / decode pool rate")
+    kv_transfer_ms: float | None = Field(None, description="disaggregated: KV hand-off of one prefill batch")
 
 
 class SearchResult(BaseModel):
@@ -93,6 +119,10 @@ class SearchResult(BaseModel):
     tie_break: str
     elapsed_ms: float
     notes: list[str] = Field(default_factory=list)
+    best_aggregated: PlanSummary | None = Field(None, description="best plan with both phases on the same GPUs")
+    best_disaggregated: PlanSummary | None = Field(
+        None, description="best plan with separate prefill and decode pools (None: not searched or none fits)")
+    comparison: str | None = Field(None, description="which kind wins for this workload, and why")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -105,6 +135,25 @@ class _Shape:
     ep: int
     sp: int  # prefill SP (decode always 1)
     expert_tp: bool
+    attn_dp: int = 1  # attention-DP groups of tp GPUs each (ep = attn_dp * tp)
+
+    @property
+    def width(self) -> int:
+        return max(self.attn_dp * self.tp, self.ep)
+
+    @property
+    def gpus(self) -> int:
+        return self.pp * self.width
+
+    def degrees(self, dp: int) -> dict[str, int]:
+        d = {"dp": dp, "pp": self.pp, "tp": self.tp, "ep": self.ep, "sp": 1}
+        if self.attn_dp > 1:
+            d["attn_dp"] = self.attn_dp
+        return d
+
+    def what(self) -> str:
+        adp = f" attn_dp={self.attn_dp}" if self.attn_dp > 1 else ""
+        return f"pp={self.pp} tp={self.tp} ep={self.ep}{adp}" + (f" sp={self.sp}" if self.sp > 1 else "")
 
 
 @dataclass
@@ -120,6 +169,13 @@ class _Point:
     mem_max: float
     mem_cap: float
     misses: list[str] = field(default_factory=list)
+    dshape: _Shape | None = None  # disaggregated: the decode pool's layout (shape is the prefill pool's)
+    dp_d: int = 0
+    head: Headline | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.dshape is not None
 
     @property
     def per_gpu(self) -> float:
@@ -137,7 +193,7 @@ def _candidates(n: int, extra: tuple[int, ...] = ()) -> list[int]:
 
 
 def _label(s: _Shape, dp: int, width: int) -> str:
-    parts = [f"{name}{v}" for name, v in (("DP", dp), ("PP", s.pp), ("TP", s.tp)) if v > 1]
+    parts = [f"{name}{v}" for name, v in (("DP", dp), ("PP", s.pp), ("ADP", s.attn_dp), ("TP", s.tp)) if v > 1]
     core = " x ".join(parts) if parts else ("TP1" if s.ep > 1 else "1 GPU")
     if s.ep > 1:
         core += f" EP{s.ep}"
@@ -148,15 +204,16 @@ def _label(s: _Shape, dp: int, width: int) -> str:
     return core
 
 
-def _get(obj: Any, path: str) -> float:
-    for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part)
-    return float(obj)
+def _point_label(p: _Point) -> str:
+    if p.dshape is None:
+        return _label(p.shape, p.dp, p.shape.width)
+    return (f"disaggregated: prefill {_label(p.shape, p.dp, p.shape.width)} | "
+            f"decode {_label(p.dshape, p.dp_d, p.dshape.width)}")
 
 
 class _Search:
     def __init__(self, base: dict[str, Any], spec_plan: Plan, objective: str, slo: Slo, batch_fixed: bool,
-                 allow_expert_tp: bool, latency_metric: str) -> None:
+                 allow_expert_tp: bool, latency_metric: str, attention_dp: bool = True) -> None:
         self.base = base
         self.spec = spec_plan.spec
         self.hw = spec_plan.hardware
@@ -165,14 +222,15 @@ class _Search:
         self.slo = slo
         self.batch_fixed = batch_fixed
         self.allow_expert_tp = allow_expert_tp
+        self.attention_dp = attention_dp
         self.metric = latency_metric
         self.rejected: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
         self.slo_rejected: Counter[str] = Counter()
         self.estimates = 0
         self.considered = 0
-        self._est_cache: dict[tuple[_Shape, int], tuple[float, float, float, float]] = {}
-        self._mem_cache: dict[tuple[_Shape, int], Any] = {}
+        self._fast: dict[Any, FastEstimator] = {}
+        self._mem_cache: dict[Any, Any] = {}
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -182,19 +240,36 @@ class _Search:
         self.considered += n
         self.examples.setdefault(rule, what)
 
+    def _options(self, shapes: list[_Shape]) -> dict[str, Any]:
+        options = dict(self.base.get("options") or {})
+        if any(s.expert_tp for s in shapes):
+            options["allow_expert_tp"] = True
+        if any(s.attn_dp > 1 for s in shapes):
+            options["allow_attention_dp"] = True
+        if self.spec.attention != "mla" and any(s.tp > self.spec.num_kv_heads for s in shapes):
+            options["kv_replication_ok"] = True
+        return options
+
     def plan_dict(self, s: _Shape, dp: int, batch: int) -> dict[str, Any]:
         d = dict(self.base)
-        d["parallel"] = {"dp": dp, "pp": s.pp, "tp": s.tp, "ep": s.ep, "sp": 1}
+        d["parallel"] = s.degrees(dp)
         if s.sp > 1:
             d["phases"] = {"prefill": {"sp": s.sp}}
         d["workload"] = {**self.base["workload"], "batch_size": batch}
-        options = dict(self.base.get("options") or {})
-        if s.expert_tp:
-            options["allow_expert_tp"] = True
-        if self.spec.attention != "mla" and s.tp > self.spec.num_kv_heads:
-            options["kv_replication_ok"] = True
+        options = self._options([s])
         if options:
             d["options"] = options
+        return d
+
+    def disagg_dict(self, sp_: _Shape, n_p: int, sd: _Shape, n_d: int, batch: int) -> dict[str, Any]:
+        """Prefill pool = ``parallel`` (and prefill SP), decode pool = ``phases.decode`` (every degree stated)."""
+        d = dict(self.base)
+        d["parallel"] = sp_.degrees(n_p)
+        dec = sd.degrees(n_d)
+        dec.setdefault("attn_dp", 1)
+        d["phases"] = {"decode": dec} | ({"prefill": {"sp": sp_.sp}} if sp_.sp > 1 else {})
+        d["workload"] = {**self.base["workload"], "batch_size": batch}
+        d["options"] = self._options([sp_, sd]) | {"disaggregated": True}
         return d
 
     def plan(self, s: _Shape, dp: int, batch: int) -> Plan:
@@ -207,36 +282,60 @@ class _Search:
             self._mem_cache[key] = memory_report(plan, Layout(plan))
         return self._mem_cache[key]
 
-    def estimate(self, s: _Shape, batch: int) -> tuple[float, float, float, float]:
-        """(ttft, tpot, e2e, throughput) of one replica."""
-        key = (s, batch)
-        if key not in self._est_cache:
-            from tools.estimate import estimate_performance
+    def fast(self, s: _Shape, sd: _Shape | None = None) -> FastEstimator:
+        """The layout's fast estimator (batch 1, one replica per pool; the batch is priced later)."""
+        key = (s, sd)
+        hit = self._fast.get(key)
+        if hit is None:
+            d = self.plan_dict(s, 1, 1) if sd is None else self.disagg_dict(s, 1, sd, 1, 1)
+            hit = self._fast[key] = FastEstimator(Plan.model_validate(d))
+        return hit
 
-            est = estimate_performance(plan=self.plan(s, 1, batch))
-            self.estimates += 1
-            self._est_cache[key] = (
-                _get(est, "prefill_latency_ms"), _get(est, "decode_latency_ms_per_token"),
-                _get(est, "e2e_latency_ms"), _get(est, "throughput.output_tokens_per_s"),
-            )
-        return self._est_cache[key]
+    def estimate(self, s: _Shape, batch: int) -> Headline:
+        """One replica's figures at ``batch``."""
+        self.estimates += 1
+        return self.fast(s).headline(batch)
 
-    def point(self, s: _Shape, batch: int, dp: int) -> _Point:
-        ttft, tpot, e2e, tput = self.estimate(s, batch)
-        mem = self.memory(s, batch)
-        width = max(s.tp, s.ep)
-        p = _Point(s, batch, dp, dp * s.pp * width, ttft, tpot, e2e, tput * dp,
-                   float(mem.max_gpu_bytes), float(mem.capacity_bytes))
+    def _misses(self, p: _Point) -> None:
         slo = self.slo
-        if slo.max_ttft_ms is not None and ttft > slo.max_ttft_ms:
-            p.misses.append(f"TTFT {ttft:.1f} ms > {slo.max_ttft_ms:g}")
-        if slo.max_tpot_ms is not None and tpot > slo.max_tpot_ms:
-            p.misses.append(f"TPOT {tpot:.2f} ms > {slo.max_tpot_ms:g}")
+        if slo.max_ttft_ms is not None and p.ttft > slo.max_ttft_ms:
+            p.misses.append(f"TTFT {p.ttft:.1f} ms > {slo.max_ttft_ms:g}")
+        if slo.max_tpot_ms is not None and p.tpot > slo.max_tpot_ms:
+            p.misses.append(f"TPOT {p.tpot:.2f} ms > {slo.max_tpot_ms:g}")
         if slo.min_throughput_tokens_per_s is not None and p.tput < slo.min_throughput_tokens_per_s:
             p.misses.append(f"throughput {p.tput:.0f} tok/s < {slo.min_throughput_tokens_per_s:g}")
+
+    def point(self, s: _Shape, batch: int, dp: int) -> _Point:
+        h = self.estimate(s, batch)
+        mem = self.memory(s, batch)
+        p = _Point(s, batch, dp, dp * s.gpus, h.ttft_ms, h.tpot_ms, h.e2e_ms, h.throughput.output_tokens_per_s * dp,
+                   float(mem.max_gpu_bytes), float(mem.capacity_bytes))
+        self._misses(p)
         return p
 
     # -------------------------------------------------------------- enumeration
+    def _structural(self, what: str, tp: int, ep: int, pp: int, width: int, node: int, n: int,
+                    cross_node_ok: bool = False) -> bool:
+        """The checks shared by plain and attention-DP layouts; False (and counted) when one fails."""
+        spec = self.spec
+        if pp * width > n:
+            self.reject("GPU-EXCEEDS-CLUSTER", f"{what}: a replica needs {pp * width} > {n} GPUs")
+            return False
+        if pp > spec.num_layers:
+            self.reject("PP-DEGREE-LE-LAYERS", f"{what}: {spec.num_layers} layers")
+            return False
+        if (width > node and not (cross_node_ok and width % node == 0)) or (width <= node and node % width):
+            self.reject("TP-WITHIN-NODE", f"{what}: stage group of {width} GPUs leaves the {node}-GPU node")
+            return False
+        if spec.num_heads % tp:
+            self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
+            return False
+        kv = spec.num_kv_heads
+        if spec.attention != "mla" and kv % tp and tp % kv:
+            self.reject("TP-KV-HEADS-DIVISIBLE", f"{what}: {kv} KV heads")
+            return False
+        return True
+
     def shapes(self) -> list[_Shape]:
         """Every replica layout that passes the structural rules (memory not checked yet)."""
         spec, n, node = self.spec, self.hw.num_gpus, self.hw.gpus_per_node
@@ -251,22 +350,7 @@ class _Search:
                         self.reject("EP-MOE-ONLY", f"{what}: {spec.id} has no MoE layers")
                         continue
                     width = max(tp, ep)
-                    if pp * width > n:
-                        self.reject("GPU-EXCEEDS-CLUSTER", f"{what}: a replica needs {pp * width} > {n} GPUs")
-                        continue
-                    if pp > spec.num_layers:
-                        self.reject("PP-DEGREE-LE-LAYERS", f"{what}: {spec.num_layers} layers")
-                        continue
-                    if width > node or node % width:
-                        self.reject("TP-WITHIN-NODE", f"{what}: stage group of {width} GPUs leaves the "
-                                                      f"{node}-GPU node")
-                        continue
-                    if spec.num_heads % tp:
-                        self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
-                        continue
-                    kv = spec.num_kv_heads
-                    if spec.attention != "mla" and kv % tp and tp % kv:
-                        self.reject("TP-KV-HEADS-DIVISIBLE", f"{what}: {kv} KV heads")
+                    if not self._structural(what, tp, ep, pp, width, node, n):
                         continue
                     if width % tp or width % ep:
                         self.reject("GPU-DEGREES-DIVIDE-GROUP", f"{what}: degrees must divide W={width}")
@@ -294,39 +378,65 @@ class _Search:
                             out.append(_Shape(pp, tp, ep, sp, expert_tp))
                         self.reject("SP-DECODE-INEFFECTIVE", f"{what} sp={sp} in decode")
                     out.append(_Shape(pp, tp, ep, 1, expert_tp))
+        if self.attention_dp:
+            out += self.attention_dp_shapes(cands, node, n)
         return sorted(out)
+
+    def attention_dp_shapes(self, cands: list[int], node: int, n: int) -> list[_Shape]:
+        """Attention-DP layouts: attn_dp >= 2 groups of tp GPUs, experts over all of them (ep = attn_dp * tp)."""
+        spec = self.spec
+        moe = spec.moe if spec.is_moe else None
+        out: list[_Shape] = []
+        for a in cands[1:]:
+            for tp in cands:
+                for pp in cands:
+                    what = f"attn_dp={a} tp={tp} pp={pp}"
+                    if moe is None:
+                        self.reject("ADP-MOE-ONLY", f"{what}: {spec.id} has no MoE layers to share")
+                        continue
+                    width = a * tp
+                    if not self._structural(what, tp, width, pp, width, node, n, cross_node_ok=tp == 1):
+                        continue
+                    if width > moe.num_experts:
+                        self.reject("EP-EXPERT-NODES-EQ-GPUS", f"{what}: ep={width} > {moe.num_experts} experts")
+                        continue
+                    if moe.num_experts % width:
+                        self.reject("EP-EVEN-EXPERTS", f"{what}: {moe.num_experts} experts over ep={width}")
+                        continue
+                    self.reject("ADP-EP-SPANS-GROUPS", f"{what}: ep other than attn_dp x tp = {width}",
+                                len([e for e in cands if e != width]))
+                    out.append(_Shape(pp, tp, width, 1, False, a))
+        return out
 
     def fitting(self, shapes: list[_Shape], batch: int) -> list[tuple[_Shape, Any]]:
         """Shapes whose memory fits at ``batch``.  Latency keeps only the smallest fitting pp of each group
         (PP-MEMORY-DRIVEN); throughput keeps the smallest and the next one, whose extra memory can hold a
         larger batch, and drops deeper pipelines whose decode bubbles only grow (PP-DECODE-BUBBLES)."""
         keep: list[tuple[_Shape, Any]] = []
-        first: dict[tuple[int, int, int, bool], int] = {}
-        for s in sorted(shapes, key=lambda x: (x.tp, x.ep, x.sp, x.expert_tp, x.pp)):
-            group = (s.tp, s.ep, s.sp, s.expert_tp)
-            what = f"pp={s.pp} tp={s.tp} ep={s.ep} sp={s.sp}"
+        first: dict[tuple[int, int, int, bool, int], int] = {}
+        for s in sorted(shapes, key=lambda x: (x.tp, x.ep, x.sp, x.expert_tp, x.attn_dp, x.pp)):
+            group = (s.tp, s.ep, s.sp, s.expert_tp, s.attn_dp)
             if group in first:
                 if self.objective == "latency":
-                    self.reject("PP-MEMORY-DRIVEN", f"{what}: pp={first[group]} already fits")
+                    self.reject("PP-MEMORY-DRIVEN", f"{s.what()}: pp={first[group]} already fits")
                     continue
                 if s.pp > 2 * first[group]:
-                    self.reject("PP-DECODE-BUBBLES", f"{what}: pp={first[group]} already fits")
+                    self.reject("PP-DECODE-BUBBLES", f"{s.what()}: pp={first[group]} already fits")
                     continue
             mem = self.memory(s, batch)
             if not mem.fits:
-                self.reject("MEM-FITS", f"{what}: {mem.message}")
+                self.reject("MEM-FITS", f"{s.what()}: {mem.message}")
                 continue
             first.setdefault(group, s.pp)
             keep.append((s, mem))
         return keep
 
     # -------------------------------------------------------------- objectives
-    def run_latency(self, shapes: list[_Shape]) -> list[_Point]:
+    def run_latency(self, fitting: list[tuple[_Shape, Any]]) -> list[_Point]:
         batch = self.wl.batch_size
         points: list[_Point] = []
-        for s, _mem in self.fitting(shapes, batch):
-            width = max(s.tp, s.ep)
-            max_dp = self.hw.num_gpus // (s.pp * width)
+        for s, _mem in fitting:
+            max_dp = self.hw.num_gpus // s.gpus
             dp = 1
             p = self.point(s, batch, 1)
             need = self.slo.min_throughput_tokens_per_s
@@ -336,30 +446,28 @@ class _Search:
                 while dp < max_dp and per_replica * dp < need:
                     dp += 1
                 p = self.point(s, batch, dp)
-            self.reject("DP-NOT-FOR-LATENCY", f"pp={s.pp} tp={s.tp} ep={s.ep}: dp>{dp} adds no latency benefit",
+            self.reject("DP-NOT-FOR-LATENCY", f"{s.what()}: dp>{dp} adds no latency benefit",
                         max(0, len(_candidates(max_dp)) - 1 - (dp > 1)))
             self.considered += 1
             points.append(p)
         return points
 
-    def run_throughput(self, shapes: list[_Shape]) -> list[_Point]:
+    def run_throughput(self, fitting: list[tuple[_Shape, Any]]) -> list[_Point]:
         points: list[_Point] = []
         bmax_of: dict[_Shape, list[int]] = {}
-        for s, mem in self.fitting(shapes, 1 if not self.batch_fixed else self.wl.batch_size):
-            width = max(s.tp, s.ep)
-            dp = self.hw.num_gpus // (s.pp * width)
-            self.reject("GPU-IDLE", f"pp={s.pp} tp={s.tp} ep={s.ep}: fewer than {dp} replicas leave GPUs idle",
+        for s, mem in fitting:
+            dp = self.hw.num_gpus // s.gpus
+            self.reject("GPU-IDLE", f"{s.what()}: fewer than {dp} replicas leave GPUs idle",
                         len([d for d in _candidates(dp) if d < dp]))
             if self.batch_fixed:
                 self.considered += 1
                 points.append(self.point(s, self.wl.batch_size, dp))
                 continue
-            bmax = int(mem.max_batch_size_that_fits)
-            exps = [k for k in range(bmax.bit_length()) if (1 << k) <= bmax]
+            exps = _exponents(int(mem.max_batch_size_that_fits))
             self.considered += len(exps)
             if exps:
                 bmax_of[s] = exps
-                points.append(self._best_batch(s, dp, exps))
+                points.append(self._best_batch(lambda b, s=s, dp=dp: self.point(s, b, dp), exps))
         # Frontier samples (smaller batches) only for the best few layouts.
         if bmax_of:
             best = sorted(points, key=lambda p: _sort_key(p, "throughput", self.metric))[:3]
@@ -369,14 +477,14 @@ class _Search:
                 points.extend(self.point(p.shape, 1 << k, p.dp) for k in dict.fromkeys(picks))
         return points
 
-    def _best_batch(self, s: _Shape, dp: int, exps: list[int]) -> _Point:
+    def _best_batch(self, at_batch: Any, exps: list[int]) -> _Point:
         """The largest power-of-two batch meeting the latency SLOs (bisection on the exponent: TTFT and TPOT
         grow with the batch, throughput too), or the smallest batch when none does."""
         seen: dict[int, _Point] = {}
 
         def at(i: int) -> _Point:
             if i not in seen:
-                seen[i] = self.point(s, 1 << exps[i], dp)
+                seen[i] = at_batch(1 << exps[i])
             return seen[i]
 
         def latency_ok(p: _Point) -> bool:
@@ -395,10 +503,92 @@ class _Search:
                 hi = mid
         return at(lo)
 
+    # -------------------------------------------------------------- disaggregated serving
+    def run_disaggregated(self, points: list[_Point]) -> list[_Point]:
+        """Pair the best prefill layouts with the best decode layouts, each pair with balanced replica counts."""
+        n = self.hw.num_gpus
+        agg = [p for p in points if not p.disaggregated]
+        if n < 2 or not agg:
+            return []
+        best_of: dict[_Shape, _Point] = {}
+        for p in sorted(agg, key=lambda q: _sort_key(q, self.objective, self.metric)):
+            best_of.setdefault(p.shape, p)
+        if self.objective == "latency":
+            pre_key = lambda p: (p.ttft, p.shape)  # noqa: E731
+            dec_key = lambda p: (p.tpot, p.shape)  # noqa: E731
+        else:
+            pre_key = lambda p: (-p.batch / p.ttft / p.shape.gpus, p.shape)  # noqa: E731
+            dec_key = lambda p: (-p.batch / p.tpot / p.shape.gpus, p.shape)  # noqa: E731
+        smallest = min(s.gpus for s in best_of)
+        pre = [p.shape for p in sorted(best_of.values(), key=pre_key) if p.shape.gpus + smallest <= n]
+        dec = [p.shape for p in sorted(best_of.values(), key=dec_key)
+               if p.shape.sp == 1 and p.shape.gpus + smallest <= n]
+        # pairs in order of their combined rank, the first few that fit the cluster together
+        ranked = sorted((i + j, i, j) for i in range(len(pre)) for j in range(len(dec)))
+        pairs: list[tuple[_Shape, _Shape]] = []
+        for _, i, j in ranked:
+            if len(pairs) == DISAGG_PREFILL_CANDIDATES * DISAGG_DECODE_CANDIDATES:
+                break
+            if pre[i].gpus + dec[j].gpus > n:
+                self.reject("GPU-EXCEEDS-CLUSTER", f"prefill {pre[i].what()} + decode {dec[j].what()}: "
+                                                   f"{pre[i].gpus} + {dec[j].gpus} > {n} GPUs")
+                continue
+            pairs.append((pre[i], dec[j]))
+        out: list[_Point] = []
+        for sp_, sd in pairs:
+            what = f"prefill {sp_.what()} + decode {sd.what()}"
+            mem = self.disagg_memory(sp_, sd, 1 if not self.batch_fixed else self.wl.batch_size)
+            if not mem.fits:
+                self.reject("MEM-FITS", f"{what}: {mem.message}")
+                continue
+            if self.batch_fixed:
+                self.considered += 1
+                out.append(self.dpoint(sp_, sd, self.wl.batch_size))
+                continue
+            exps = _exponents(int(mem.max_batch_size_that_fits))
+            self.considered += len(exps)
+            if exps:
+                out.append(self._best_batch(lambda b, sp_=sp_, sd=sd: self.dpoint(sp_, sd, b), exps))
+        return out
+
+    def disagg_memory(self, sp_: _Shape, sd: _Shape, batch: int) -> Any:
+        key = (sp_, sd, batch)
+        if key not in self._mem_cache:
+            plan = Plan.model_validate(self.disagg_dict(sp_, 1, sd, 1, batch))
+            self._mem_cache[key] = memory_report(plan, Layout(plan))
+        return self._mem_cache[key]
+
+    def dpoint(self, sp_: _Shape, sd: _Shape, batch: int) -> _Point:
+        """A disaggregated plan at ``batch``, with the replica counts that balance the pools' rates."""
+        fe = self.fast(sp_, sd)
+        self.estimates += 1
+        pre_ms, dec_ms = fe.phase_ms("prefill", batch), fe.phase_ms("decode", batch)
+        one = fe.headline(batch)
+        assert one.pools is not None
+        r_p = one.pools["prefill"].requests_per_s_per_replica
+        r_d = one.pools["decode"].requests_per_s_per_replica
+        n_p, n_d = balanced_split(r_p, sp_.gpus, r_d, sd.gpus, self.hw.num_gpus,
+                                  per_gpu=self.objective == "latency")
+        plan = Plan.model_validate(self.disagg_dict(sp_, n_p, sd, n_d, batch))
+        layout = Layout(plan)
+        h = headline(plan, layout, fe.eff, pre_ms, dec_ms, sp_.gpus, num_gpus=self.hw.num_gpus)
+        mem = self.disagg_memory(sp_, sd, batch)
+        p = _Point(sp_, batch, n_p, layout.gpus_needed, h.ttft_ms, h.tpot_ms, h.e2e_ms,
+                   h.throughput.output_tokens_per_s, float(mem.max_gpu_bytes), float(mem.capacity_bytes),
+                   dshape=sd, dp_d=n_d, head=h)
+        self._misses(p)
+        return p
+
+
+def _exponents(bmax: int) -> list[int]:
+    return [k for k in range(bmax.bit_length()) if (1 << k) <= bmax]
+
 
 def _sort_key(p: _Point, objective: str, metric: str) -> tuple:
     s = p.shape
-    tail = (s.pp, s.tp, s.ep, s.sp, p.dp, p.batch, s.expert_tp)
+    d = p.dshape
+    tail = (s.pp, s.tp, s.ep, s.sp, p.dp, p.batch, s.expert_tp, s.attn_dp, d is not None,
+            (d.pp, d.tp, d.ep, d.expert_tp, d.attn_dp, p.dp_d) if d else ())
     if objective == "latency":
         lat = {"e2e": p.e2e, "tpot": p.tpot, "ttft": p.ttft}[metric]
         return (bool(p.misses), round(lat, 6), round(p.tpot, 6), round(p.ttft, 6), p.gpus, -round(p.tput, 6), *tail)
@@ -408,16 +598,30 @@ def _sort_key(p: _Point, objective: str, metric: str) -> tuple:
 def _pareto(points: list[_Point]) -> list[_Point]:
     """Non-dominated points on (per-user speed, throughput per GPU), fastest per user first."""
     best: list[_Point] = []
-    for p in sorted(points, key=lambda q: (-q.user_speed, -q.per_gpu, q.gpus, q.shape, q.batch)):
+    for p in sorted(points, key=lambda q: (-q.user_speed, -q.per_gpu, q.gpus, _sort_key(q, "throughput", "e2e"))):
         if not best or p.per_gpu > best[-1].per_gpu * (1 + 1e-9):
             best.append(p)
     return best
 
 
+def _layout_note(p: _Point) -> str:
+    notes = []
+    for role, s in (("", p.shape), ("decode ", p.dshape)):
+        if s is not None and s.attn_dp > 1:
+            notes.append(f"{role}attention-DP {s.attn_dp} groups x TP{s.tp} (opt-in allow_attention_dp set): KV per "
+                         "group, experts over all GPUs")
+    if p.disaggregated and p.head is not None and p.head.kv_transfer is not None:
+        notes.append(f"{p.dp} prefill : {p.dp_d} decode replicas balance the pools ({p.head.pool_balance:.2f}); "
+                     f"KV hand-off {p.head.kv_transfer.ms:.1f} ms per batch over {p.head.kv_transfer.link}")
+    return "; ".join(notes)
+
+
 def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: int) -> str:
     head = f"{p.mem_max / 1e9:.0f}/{p.mem_cap / 1e9:.0f} GB on the fullest GPU"
+    layout = _layout_note(p)
+    layout = f"; {layout}" if layout else ""
     if p.misses:
-        return f"misses the SLO ({'; '.join(p.misses)}); best effort; {head}"
+        return f"misses the SLO ({'; '.join(p.misses)}); best effort{layout}; {head}"
     if objective == "latency":
         lat = {"e2e": p.e2e, "tpot": p.tpot, "ttft": p.ttft}
         name = {"e2e": "e2e latency", "tpot": "TPOT", "ttft": "TTFT"}[metric]
@@ -429,28 +633,66 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
         extra = ""
         if p.shape.pp > 1:
             extra = f"; PP{p.shape.pp} needed for memory"
-        if p.dp > 1:
+        if p.dp > 1 and not p.disaggregated:
             extra += f"; DP{p.dp} to reach the throughput SLO"
-        return f"{why}; TTFT {p.ttft:.1f} ms, TPOT {p.tpot:.2f} ms{extra}; {head}"
+        return f"{why}; TTFT {p.ttft:.1f} ms, TPOT {p.tpot:.2f} ms{extra}{layout}; {head}"
     if rank == 1:
         why = f"highest throughput ({p.tput:.0f} tok/s, {p.per_gpu:.0f}/GPU) of {n} feasible points"
     else:
         why = f"{p.tput:.0f} tok/s ({100 * (p.tput / best.tput - 1):.0f}% vs best), {p.per_gpu:.0f}/GPU"
-    return f"{why} at batch {p.batch} x DP{p.dp}; TPOT {p.tpot:.2f} ms; {head}"
+    reps = f"DP{p.dp}" if not p.disaggregated else f"{p.dp}+{p.dp_d} replicas"
+    return f"{why} at batch {p.batch} x {reps}; TPOT {p.tpot:.2f} ms{layout}; {head}"
 
 
 def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
-    plan = search.plan_dict(p.shape, p.dp, p.batch) | {"objective": search.objective}
+    if p.dshape is None:
+        plan = search.plan_dict(p.shape, p.dp, p.batch) | {"objective": search.objective}
+    else:
+        plan = search.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch) | {"objective": search.objective}
     # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware): no idle GPUs to flag.
     plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
+    extra: dict[str, Any] = {}
+    if p.head is not None and p.head.pools is not None:
+        extra = {
+            "kind": "disaggregated",
+            "pools": {k: v.model_dump() for k, v in p.head.pools.items()},
+            "pool_balance": p.head.pool_balance,
+            "kv_transfer_ms": p.head.kv_transfer.ms if p.head.kv_transfer else None,
+        }
     return PlanSummary(
-        rank=rank, label=_label(p.shape, p.dp, max(p.shape.tp, p.shape.ep)),
+        rank=rank, label=_point_label(p),
         plan=plan,
         gpus_used=p.gpus, batch_size=p.batch, ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
-        slo_misses=list(p.misses), reason=reason,
+        slo_misses=list(p.misses), reason=reason, **extra,
     )
+
+
+def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: str) -> str | None:
+    """Which kind wins for the workload, and why (one or two sentences)."""
+    if dis is None or agg is None:
+        return None
+    a_key, d_key = _sort_key(agg, objective, metric), _sort_key(dis, objective, metric)
+    winner, loser = ("aggregated", "disaggregated") if a_key <= d_key else ("disaggregated", "aggregated")
+    assert dis.head is not None and dis.head.kv_transfer is not None
+    hand = dis.head.kv_transfer.ms
+    if objective == "latency":
+        name = {"e2e": "e2e", "tpot": "TPOT", "ttft": "TTFT"}[metric]
+        va = {"e2e": agg.e2e, "tpot": agg.tpot, "ttft": agg.ttft}[metric]
+        vd = {"e2e": dis.e2e, "tpot": dis.tpot, "ttft": dis.ttft}[metric]
+        why = (f"{name} {va:.1f} ms aggregated ({_point_label(agg)}) vs {vd:.1f} ms {_point_label(dis)}: TTFT "
+               f"{agg.ttft:.1f} vs {dis.ttft:.1f} ms (the latter with a {hand:.1f} ms KV hand-off), TPOT "
+               f"{agg.tpot:.2f} vs {dis.tpot:.2f} ms. Disaggregation lets each phase run its own layout, but each "
+               "phase gets only its own pool's GPUs")
+        return f"{winner} wins for latency: {why}."
+    pre_share = agg.ttft / agg.e2e if agg.e2e else 0.0
+    why = (f"{agg.tput:.0f} tok/s aggregated ({_point_label(agg)}, {agg.per_gpu:.0f}/GPU) vs {dis.tput:.0f} tok/s "
+           f"disaggregated ({dis.per_gpu:.0f}/GPU). In the aggregated plan prefill takes {pre_share:.0%} of a "
+           f"replica's time; the disaggregated decode pool never pauses for prefill but the {dis.gpus}-GPU split "
+           f"into pools balances them only to {dis.head.pool_balance:.2f} (prefill/decode rate) and each batch's KV "
+           f"moves in {hand:.1f} ms")
+    return f"{winner} wins for throughput (the {loser} plan is the best of its kind): {why}."
 
 
 def search_strategies(
@@ -464,12 +706,17 @@ def search_strategies(
     kv_dtype: str | None = None,
     allow_expert_tp: bool = True,
     latency_metric: Literal["e2e", "tpot", "ttft"] = "e2e",
+    attention_dp: bool = True,
+    disaggregated: bool | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``model`` on ``hardware`` for ``objective`` (see the module doc for the
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
     batch_size (per replica; searched for the throughput objective when absent).  ``slo``: max_ttft_ms,
     max_tpot_ms, min_throughput_tokens_per_s.  ``allow_expert_tp`` lets MoE plans shard experts over the
-    TP ranks (what vLLM and SGLang do without EP), stated in each plan's options."""
+    TP ranks (what vLLM and SGLang do without EP), stated in each plan's options.  ``attention_dp`` adds the
+    attention-DP layouts of MoE models; ``disaggregated`` (default: when the cluster has >= 2 GPUs) also
+    searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
+    ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side."""
     t0 = time.perf_counter()
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
@@ -495,19 +742,24 @@ def search_strategies(
     probe = parse_plan({**base, "parallel": {}})
     if isinstance(model, str):
         base["model"] = probe.model_id
-    search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric)
+    search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
     shapes = search.shapes()
-    points = search.run_latency(shapes) if objective == "latency" else search.run_throughput(shapes)
+    fitting = search.fitting(shapes, 1 if not batch_fixed else wl.batch_size)
+    points = search.run_latency(fitting) if objective == "latency" else search.run_throughput(fitting)
+    if disaggregated is None:
+        disaggregated = hw.num_gpus >= 2
+    dis_points = search.run_disaggregated(points) if disaggregated else []
+    points += dis_points
     for p in points:
         for m in p.misses:
             search.slo_rejected["SLO-" + m.split()[0].upper()] += 1
     ranked = sorted(points, key=lambda p: _sort_key(p, objective, latency_metric))
     # One entry per layout in the top list (the best batch of each), so top_k shows distinct strategies.
     top_points: list[_Point] = []
-    seen_shapes: set[_Shape] = set()
+    seen_shapes: set[tuple[_Shape, _Shape | None]] = set()
     for p in ranked:
-        if p.shape not in seen_shapes:
-            seen_shapes.add(p.shape)
+        if (p.shape, p.dshape) not in seen_shapes:
+            seen_shapes.add((p.shape, p.dshape))
             top_points.append(p)
         if len(top_points) == top_k:
             break
@@ -517,7 +769,7 @@ def search_strategies(
                      "context are needed)")
     elif top_points[0].misses:
         notes.append("no plan meets every SLO; the list shows the closest ones")
-    n_ok = len({p.shape for p in points})
+    n_ok = len({(p.shape, p.dshape) for p in points})
     top = [
         _summary(search, p, i + 1, _reason(p, i + 1, top_points[0], objective, latency_metric, n_ok))
         for i, p in enumerate(top_points)
@@ -528,6 +780,18 @@ def search_strategies(
                                f"(batch {p.batch}, {p.gpus} GPUs)")
         for p in _pareto(feasible)
     ]
+    best_agg = next((p for p in ranked if not p.disaggregated), None)
+    best_dis = next((p for p in ranked if p.disaggregated), None)
+
+    def side(p: _Point | None) -> PlanSummary | None:
+        if p is None:
+            return None
+        rank = next((i + 1 for i, q in enumerate(top_points) if q is p), 0)
+        return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok))
+
+    comparison = _comparison(best_agg, best_dis, objective, latency_metric)
+    if disaggregated and best_dis is None and points:
+        comparison = "no disaggregated split fits: a prefill pool and a decode pool need more GPUs or memory"
     return SearchResult(
         model=probe.model_id, hardware=hw.model_dump(), workload=wl.model_dump(), objective=objective,
         slo=slo_m.model_dump(exclude_none=True) or None, top=top, pareto=pareto,
@@ -536,4 +800,5 @@ def search_strategies(
         estimated=search.estimates,
         tie_break=TIE_BREAK[objective].format(metric=latency_metric),
         elapsed_ms=(time.perf_counter() - t0) * 1000, notes=notes,
+        best_aggregated=side(best_agg), best_disaggregated=side(best_dis), comparison=comparison,
     )

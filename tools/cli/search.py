@@ -27,6 +27,8 @@ def search_args(p: Any) -> None:
     p.add_argument("--max-tpot-ms", type=float)
     p.add_argument("--min-throughput", type=float, help="output tokens/s of the deployment")
     p.add_argument("--top", type=int, default=5)
+    p.add_argument("--no-attention-dp", action="store_true", help="leave attention-DP layouts out (MoE models)")
+    p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
@@ -38,7 +40,8 @@ def cmd_search(args: Any) -> int:
     result = search_strategies(
         model=args.model, hardware={"gpu": args.gpu, "num_gpus": args.gpus, "gpus_per_node": args.gpus_per_node},
         workload=workload or None, objective=args.objective, slo=slo or None, top_k=args.top,
-        dtype=args.dtype, kv_dtype=args.kv_dtype,
+        dtype=args.dtype, kv_dtype=args.kv_dtype, attention_dp=not args.no_attention_dp,
+        disaggregated=False if args.no_disaggregated else None,
     )
     if args.json:
         print(result.model_dump_json())
@@ -50,6 +53,8 @@ def cmd_search(args: Any) -> int:
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
         f"{p.label} b{p.batch_size} {p.user_tokens_per_s:.1f}/{p.throughput_per_gpu:.0f}" for p in result.pareto))
     print("rejected: " + ", ".join(f"{k} {v}" for k, v in result.rejected.items()))
+    if result.comparison:
+        print(f"aggregated vs disaggregated: {result.comparison}")
     for note in result.notes:
         print(f"note: {note}")
     return 0

@@ -14,6 +14,15 @@ Pipeline parallelism:
   ``batch >= 2`` the batch is split into ``m = min(batch, pp)`` micro-batches cycling through the pipeline,
   and a step takes ``max(critical_path(batch/m), m * slowest_stage(batch/m))``; the bubble (idle share of
   the stages) is ``1 - m/pp``.  Batch 1 gets no speed-up from PP.
+
+Attention-DP (opt-in): each of the ``attn_dp`` groups runs attention, KV cache, dense FFN, norms, embedding and
+LM head on its own ``ceil(batch / attn_dp)`` sequences (rounded up: the critical path runs through the fullest
+group); the AllToAll dispatch/combine and the Expert nodes carry every group's tokens.
+
+Disaggregated serving (opt-in): each pool is costed with its own layout (its own pp, tp, ep, attention-DP).
+TTFT is the prefill pool's latency plus the KV hand-off to the decode pool (``disagg.py``), TPOT the decode
+pool's step with no prefill passes in between, and the throughput the smaller of the pools' request rates
+times ``output_len``.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from tools.build import build_graph, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
+from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
@@ -85,10 +95,32 @@ class Provenance(BaseModel):
     source: str
 
 
+class PoolRate(BaseModel):
+    label: str = Field(description="the pool's degrees, e.g. 'DP2 x TP4'")
+    replicas: int
+    gpus: int
+    replica_gpus: int
+    batch_size: int = Field(description="sequences per replica")
+    latency_ms: float = Field(description="prefill: one pass of the batch; decode: one step (TPOT)")
+    requests_per_s: float = Field(description="whole pool")
+    requests_per_s_per_replica: float
+
+
+class KvTransfer(BaseModel):
+    bytes_per_request: float = Field(description="KV of one request's prompt, one copy (decode-side format)")
+    wire_bytes_per_request: float = Field(description="bytes the decode GPUs receive (replicated shards counted)")
+    ms: float = Field(description="hand-off of one prefill batch, after its pass")
+    ms_per_request: float
+    link: str
+
+
 class Estimate(BaseModel):
-    prefill_latency_ms: float
+    prefill_latency_ms: float = Field(description="TTFT: the prefill pass (plus the KV hand-off when disaggregated)")
     decode_latency_ms_per_token: float
     e2e_latency_ms: float
+    tpot_with_prefill_ms: float = Field(
+        description="TPOT under continuous batching: the decode step plus the prefill passes that interrupt it "
+                    "(aggregated: prefill latency / output_len; disaggregated: none)")
     throughput: Throughput
     kv_cache: KvCache
     memory: MemoryReport
@@ -101,6 +133,13 @@ class Estimate(BaseModel):
     assumptions: list[str]
     provenance: list[Provenance]
     warnings: list[str]
+    pools: dict[str, PoolRate] | None = Field(None, description="disaggregated: the prefill and decode pools")
+    kv_transfer: KvTransfer | None = Field(None, description="disaggregated: the KV hand-off between the pools")
+    pool_balance: float | None = Field(None, description="disaggregated: prefill pool rate / decode pool rate")
+    balanced_prefill_per_decode: float | None = Field(
+        None, description="disaggregated: prefill replicas per decode replica that would balance the rates")
+    balanced_split: dict[str, int] | None = Field(
+        None, description="disaggregated: prefill and decode replicas that best balance hardware.num_gpus")
 
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
@@ -115,6 +154,16 @@ class Estimate(BaseModel):
             f"max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
             f"memory: {self.memory.message}",
         ]
+        if self.pools and self.kv_transfer:
+            pre, dec = self.pools["prefill"], self.pools["decode"]
+            lines.append(
+                f"disaggregated: prefill {pre.label} ({pre.gpus} GPUs) {pre.requests_per_s:.2f} req/s, decode "
+                f"{dec.label} ({dec.gpus} GPUs) {dec.requests_per_s:.2f} req/s, balance {self.pool_balance:.2f} "
+                f"(balanced: {self.balanced_prefill_per_decode:.2f} prefill per decode replica"
+                + (f"; {self.balanced_split}" if self.balanced_split else "") + ")")
+            lines.append(f"KV hand-off: {self.kv_transfer.bytes_per_request / 1e6:.1f} MB per request "
+                         f"({self.kv_transfer.wire_bytes_per_request / 1e6:.1f} MB on the wire), "
+                         f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
         for phase in ("prefill", "decode"):
             d: PhaseDetail = getattr(self, phase)
             lines.append(f"{phase}: {d.latency_ms:.3f} ms, bottleneck {d.bottleneck}; stages "
@@ -186,12 +235,13 @@ def _label(attrs: dict[str, Any]) -> str:
 class _PhaseGraph:
     """Replica 0's nodes of one phase in topological order, with predecessors inside the phase."""
 
-    def __init__(self, graph: nx.DiGraph, order: list[str], phase: str) -> None:
+    def __init__(self, graph: nx.DiGraph, order: list[str], phase: str, skip: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.phase = phase
         nodes = graph._node  # plain dict access: this runs over every node
         # control nodes (stages, MoE fan-outs) stay in, with zero cost: they carry the pipeline edges
-        self.order = [v for v in order if (nodes[v].get("phase") or "prefill") == phase]
+        self.order = [v for v in order if (nodes[v].get("phase") or "prefill") == phase
+                      and nodes[v]["type"] not in skip]
         members = set(self.order)
         self.preds = {v: [u for u in graph._pred[v] if u in members] for v in self.order}
 
@@ -215,9 +265,23 @@ class _PhaseGraph:
         return dist[end], path
 
 
+_FULL_BATCH = frozenset({NodeType.ALL_TO_ALL, NodeType.EXPERT, NodeType.MOE})
+
+
+def node_batch(attrs: dict[str, Any], batch: int, groups: int) -> int:
+    """Sequences a node works on: with attention-DP, one group's share (rounded up) for everything but the
+    MoE exchange and the experts, which see every group's tokens."""
+    if groups > 1 and attrs["type"] not in _FULL_BATCH:
+        return -(-batch // groups)
+    return batch
+
+
 def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, NodeCost]:
     nodes = pg.graph._node
-    return {v: model.cost(nodes[v], batch) for v in pg.order}
+    groups = model.layout.phases[pg.phase].attn_dp  # type: ignore[index]
+    if groups == 1:
+        return {v: model.cost(nodes[v], batch) for v in pg.order}
+    return {v: model.cost(nodes[v], node_batch(nodes[v], batch, groups)) for v in pg.order}
 
 
 def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int) -> list[float]:
@@ -310,7 +374,9 @@ class _Prepared:
         with gc_paused():
             self.graph = build_graph(full, self.layout, first_replica_only=True)
             order = list(nx.topological_sort(self.graph))
-            self.phases = {ph: _PhaseGraph(self.graph, order, ph) for ph in ("prefill", "decode")}
+            # disaggregated: the KV hand-off is costed between the pools (disagg.py), not inside prefill
+            skip = frozenset({NodeType.KV_TRANSFER}) if self.layout.disaggregated else frozenset()
+            self.phases = {ph: _PhaseGraph(self.graph, order, ph, skip) for ph in ("prefill", "decode")}
             self.replica_gpus = len(devices_used(self.graph))
 
 
@@ -352,42 +418,34 @@ def estimate_performance(
     eff = efficiency_for(full.accelerator.id, efficiency)
     calibrated = load_overlay(efficiency) is not None
     model = CostModel(full, layout, eff, use_overlap, balanced_experts)
-    pp = layout.pp
     step = eff["step_overhead_ms"] * 1e-3
     wl = full.workload
-    pre = _phase(model, prep.phases["prefill"], wl.batch_size, pp, step)
-    dec = _phase(model, prep.phases["decode"], wl.batch_size, pp, step)
-    replica_gpus = prep.replica_gpus
+    pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp, step)
+    dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp, step)
     mem = memory_report(full, layout, efficiency)
-    dp = layout.dp
-    tpot = dec.latency_ms
-    e2e = pre.latency_ms + wl.output_len * tpot
-    out_rep = wl.batch_size * wl.output_len / (e2e / 1e3)
-    gpus = replica_gpus * dp
-    thr = Throughput(
-        output_tokens_per_s=out_rep * dp,
-        total_tokens_per_s=out_rep * dp * (wl.input_len + wl.output_len) / wl.output_len,
-        output_tokens_per_s_per_gpu=out_rep * dp / gpus,
-        replica_output_tokens_per_s=out_rep,
-        decode_tokens_per_s=dp * wl.batch_size / (tpot / 1e3),
-        single_request_tokens_per_s=wl.output_len / (e2e / 1e3),
-    )
+    figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
     warnings = []
     if not mem.fits:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message)
-    if gpus > full.hardware.num_gpus:
-        warnings.append(f"the DAG uses {gpus} GPUs but hardware.num_gpus is {full.hardware.num_gpus}")
+    if figures.gpus > full.hardware.num_gpus:
+        warnings.append(f"the DAG uses {figures.gpus} GPUs but hardware.num_gpus is {full.hardware.num_gpus}")
+    if figures.pool_balance is not None and not 0.5 <= figures.pool_balance <= 2:
+        slow = "prefill" if figures.pool_balance < 1 else "decode"
+        warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
+                        f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
+                        "decode replica would balance them")
     return Estimate(
-        prefill_latency_ms=pre.latency_ms,
-        decode_latency_ms_per_token=tpot,
-        e2e_latency_ms=e2e,
-        throughput=thr,
+        prefill_latency_ms=figures.ttft_ms,
+        decode_latency_ms_per_token=figures.tpot_ms,
+        e2e_latency_ms=figures.e2e_ms,
+        tpot_with_prefill_ms=figures.tpot_with_prefill_ms,
+        throughput=figures.throughput,
         kv_cache=kv,
         memory=mem,
-        gpus_used=gpus,
+        gpus_used=figures.gpus,
         fits=mem.fits,
         prefill=pre,
         decode=dec,
@@ -396,6 +454,97 @@ def estimate_performance(
         assumptions=_assumptions(full, model, use_overlap, layout),
         provenance=_provenance(full, eff, calibrated),
         warnings=warnings,
+        pools=figures.pools,
+        kv_transfer=figures.kv_transfer,
+        pool_balance=figures.pool_balance,
+        balanced_prefill_per_decode=figures.balanced_prefill_per_decode,
+        balanced_split=figures.balanced_split,
+    )
+
+
+class Headline(BaseModel):
+    """The deployment-level figures derived from the two phase latencies (shared with the search's fast path)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    tpot_with_prefill_ms: float
+    gpus: int
+    throughput: Throughput
+    pools: dict[str, PoolRate] | None = None
+    kv_transfer: KvTransfer | None = None
+    pool_balance: float | None = None
+    balanced_prefill_per_decode: float | None = None
+    balanced_split: dict[str, int] | None = None
+
+
+def pool_label(dp: int, pp: int, tp: int, ep: int, attn_dp: int = 1, sp: int = 1) -> str:
+    """Compact degrees of one pool or replica, e.g. 'DP2 x TP4 EP8' or 'ADP8 EP8'."""
+    parts = [f"{n}{v}" for n, v in (("DP", dp), ("PP", pp), ("ADP", attn_dp), ("TP", tp)) if v > 1]
+    core = " x ".join(parts) if parts else ("TP1" if ep > 1 else "1 GPU")
+    if ep > 1:
+        core += f" EP{ep}"
+    if sp > 1:
+        core += f" SP{sp}"
+    return core
+
+
+def headline(plan: Plan, layout: Layout, eff: dict[str, float], prefill_ms: float, tpot_ms: float,
+             replica_gpus: int, batch: int | None = None, num_gpus: int | None = None) -> Headline:
+    """TTFT, TPOT, e2e and throughput of the deployment from one replica's phase latencies (see module doc);
+    ``batch`` and ``num_gpus`` default to the plan's."""
+    wl = plan.workload
+    b, out_len = batch or wl.batch_size, wl.output_len
+    in_out = (wl.input_len + wl.output_len) / out_len
+    if not layout.disaggregated:
+        dp = layout.dp
+        e2e = prefill_ms + out_len * tpot_ms
+        out_rep = b * out_len / (e2e / 1e3)
+        gpus = replica_gpus * dp
+        thr = Throughput(
+            output_tokens_per_s=out_rep * dp, total_tokens_per_s=out_rep * dp * in_out,
+            output_tokens_per_s_per_gpu=out_rep * dp / gpus, replica_output_tokens_per_s=out_rep,
+            decode_tokens_per_s=dp * b / (tpot_ms / 1e3), single_request_tokens_per_s=out_len / (e2e / 1e3),
+        )
+        return Headline(ttft_ms=prefill_ms, tpot_ms=tpot_ms, e2e_ms=e2e, tpot_with_prefill_ms=e2e / out_len,
+                        gpus=gpus, throughput=thr)
+    p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
+    pre, dec = layout.phases["prefill"], layout.phases["decode"]
+    hand = kv_handoff(plan, layout, eff, b)
+    ttft = prefill_ms + hand.seconds_per_batch * 1e3
+    e2e = ttft + out_len * tpot_ms
+    r_p = b / max(prefill_ms / 1e3, hand.seconds_per_batch)  # requests/s of one prefill replica
+    r_d = b / (out_len * tpot_ms / 1e3)
+    rate = min(p_pool.dp * r_p, d_pool.dp * r_d)
+    gpus = layout.gpus_needed
+    out = rate * out_len
+    pools = {
+        "prefill": PoolRate(label=pool_label(p_pool.dp, pre.pp, pre.tp, pre.ep if plan.spec.is_moe else 1,
+                                             pre.attn_dp, pre.sp),
+                            replicas=p_pool.dp, gpus=p_pool.gpus, replica_gpus=p_pool.replica_gpus, batch_size=b,
+                            latency_ms=prefill_ms, requests_per_s=p_pool.dp * r_p, requests_per_s_per_replica=r_p),
+        "decode": PoolRate(label=pool_label(d_pool.dp, dec.pp, dec.tp, dec.ep if plan.spec.is_moe else 1,
+                                            dec.attn_dp, dec.sp),
+                           replicas=d_pool.dp, gpus=d_pool.gpus, replica_gpus=d_pool.replica_gpus, batch_size=b,
+                           latency_ms=tpot_ms, requests_per_s=d_pool.dp * r_d, requests_per_s_per_replica=r_d),
+    }
+    n_p, n_d = balanced_split(r_p, p_pool.replica_gpus, r_d, d_pool.replica_gpus,
+                              num_gpus or plan.hardware.num_gpus)
+    thr = Throughput(
+        output_tokens_per_s=out, total_tokens_per_s=out * in_out, output_tokens_per_s_per_gpu=out / gpus,
+        replica_output_tokens_per_s=r_d * out_len, decode_tokens_per_s=d_pool.dp * b / (tpot_ms / 1e3),
+        single_request_tokens_per_s=out_len / (e2e / 1e3),
+    )
+    return Headline(
+        ttft_ms=ttft, tpot_ms=tpot_ms, e2e_ms=e2e, tpot_with_prefill_ms=tpot_ms, gpus=gpus, throughput=thr,
+        pools=pools,
+        kv_transfer=KvTransfer(bytes_per_request=hand.bytes_per_request,
+                               wire_bytes_per_request=hand.wire_bytes_per_request,
+                               ms=hand.seconds_per_batch * 1e3, ms_per_request=hand.seconds_per_batch * 1e3 / b,
+                               link=hand.link),
+        pool_balance=(p_pool.dp * r_p) / (d_pool.dp * r_d), balanced_prefill_per_decode=r_d / r_p,
+        balanced_split={"prefill_replicas": n_p, "decode_replicas": n_d,
+                        "gpus": n_p * p_pool.replica_gpus + n_d * d_pool.replica_gpus} if n_p else None,
     )
 
 
@@ -429,6 +578,15 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         out.append(f"{plan.dtype} weights: weight-only quantisation, math in {model.gemm_dtype}")
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
+    if any(p.attn_dp > 1 for p in layout.phases.values()):
+        a = max(p.attn_dp for p in layout.phases.values())
+        out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "
+                   "sequences (the fullest group sets the pace); attention, KV, dense FFN run per group without "
+                   "cross-group traffic; dispatch/combine and experts carry all groups' tokens")
+    if layout.disaggregated:
+        out.append("disaggregated: TTFT = prefill pass + KV hand-off of the batch (after the pass, no layer-wise "
+                   "streaming); TPOT = decode step with no prefill in between; throughput = min(prefill pool, "
+                   "decode pool request rate) x output_len; batch_size is per replica in both pools")
     return out
 
 
@@ -466,6 +624,8 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     graph = build_graph(p, layout, first_replica_only=True)
     model = CostModel(p, layout, efficiency_for(p.accelerator.id), p.options.overlap_comm)
     b = batch or p.workload.batch_size
-    return {v: model.cost(a, b) for v, a in graph.nodes(data=True)
+    groups = {ph: pl.attn_dp for ph, pl in layout.phases.items()}
+    return {v: model.cost(a, node_batch(a, b, groups.get(a.get("phase") or "prefill", 1)))  # type: ignore[call-overload]
+            for v, a in graph.nodes(data=True)
             if a["type"] not in CONTROL_TYPES and (a.get("replica") or 0) == 0}
 

@@ -1,0 +1,94 @@
+"""Disaggregated prefill/decode: the KV hand-off between the pools, each pool's rate and their balance.
+
+KV hand-off.  A request's KV cache (``input_len`` tokens of every layer, sliding-window layers capped at the
+window) moves from the prefill replica that computed it to the decode replica that continues it.  The bytes
+follow the *decode* side's layout, since every decode GPU must end up with the shard it keeps: GQA/MHA KV heads
+split by the decode head shards (replicated once they run out), an MLA latent whole on every decode attention
+GPU, ``plan.effective_kv_dtype``.  The request lands in one attention-DP group.  Every GPU has its own link
+(NVLink inside a node, one NIC per GPU across nodes), so the time is the larger of what one prefill GPU sends
+and what one decode GPU receives, over the link between the pools: intra-node when both replicas sit in one
+node, else the inter-node network (``Cluster.link_for``).  The transfer of a batch starts after its prefill
+pass (layer-by-layer streaming, as NIXL/Mooncake connectors can do, would hide most of it; not assumed).
+
+Rates.  A prefill replica turns out ``batch`` requests per pass, a new pass every
+``max(prefill latency, transfer time)`` (the hand-off of one batch overlaps the next pass); a decode replica
+finishes ``batch`` requests every ``output_len`` decode steps.  The deployment's request rate is the smaller
+of the two pools' rates; ``pool_balance = prefill rate / decode rate`` (1 = balanced) and the replica ratio
+that would balance them is ``decode replica rate / prefill replica rate`` prefill replicas per decode replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from tools.hardware import DTYPE_BYTES
+from tools.layout import Layout, PhaseLayout
+from tools.plan import Plan
+
+
+@dataclass(frozen=True)
+class KvHandoff:
+    bytes_per_request: float  # logical KV of one request (one copy of every head / the latent)
+    wire_bytes_per_request: float  # what the decode GPUs receive in all (replicated heads or latent counted)
+    send_bytes_per_gpu: float  # per request, the busiest prefill GPU
+    recv_bytes_per_gpu: float  # per request, the busiest decode GPU
+    seconds_per_batch: float
+    link: str
+
+
+def _prompt_tokens_over_layers(plan: Plan) -> float:
+    """Sum over layers of the prompt tokens whose KV a layer keeps (sliding-window layers capped)."""
+    spec, n = plan.spec, plan.workload.input_len
+    window = spec.sliding_window or n
+    return float(sum(min(n, window) if spec.is_sliding_layer(i) else n for i in range(spec.num_layers)))
+
+
+def _kv_elems_per_shard(plan: Plan, pl: PhaseLayout) -> float:
+    spec = plan.spec
+    if spec.attention == "mla":
+        return float(spec.kv_elements_per_token_per_layer(0))
+    return 2.0 * max(1, ceil(spec.num_kv_heads / pl.head_shards)) * spec.head_dim
+
+
+def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) -> KvHandoff:
+    """Bytes and time of handing the KV of ``batch`` requests from a prefill replica to a decode replica."""
+    spec = plan.spec
+    kvb = DTYPE_BYTES[plan.effective_kv_dtype]
+    pre, dec = layout.phases["prefill"], layout.phases["decode"]
+    tokens = _prompt_tokens_over_layers(plan)
+    logical = float(spec.kv_bytes(plan.workload.input_len, kvb))
+    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) * kvb
+    p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
+    senders = p_pool.pp * pre.attn_width
+    receivers = d_pool.pp * dec.attn_width
+    send, recv = wire / senders, wire / receivers
+    cluster = plan.cluster
+    devices = p_pool.replica_devices(0) + d_pool.replica_devices(0)
+    one_node = max(devices) < cluster.num_gpus and len({cluster.node_of(d) for d in devices}) == 1
+    link = cluster.accelerator.intra_node if one_node else cluster.accelerator.inter_node
+    where = "intra-node" if one_node else "inter-node"
+    bw = link.bandwidth_bytes_per_s * eff["comm_bandwidth_efficiency"]
+    alpha = link.latency_us * eff["comm_latency_scale"] * 1e-6
+    seconds = alpha + batch * max(send, recv) / bw
+    return KvHandoff(logical, wire, send, recv, seconds, f"{link.kind} ({where})")
+
+
+def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus: int,
+                   per_gpu: bool = False) -> tuple[int, int]:
+    """(prefill replicas, decode replicas) within ``gpus`` GPUs that maximise min(prefill rate, decode rate)
+    (``per_gpu``: that rate per GPU used); ties: fewer GPUs.  (0, 0) when one replica of each does not fit."""
+    best: tuple[float, int, int, int] | None = None
+    for n_p in range(1, gpus // gpus_p + 1):
+        n_d = (gpus - n_p * gpus_p) // gpus_d
+        if n_d < 1:
+            break
+        # fewest decode replicas that reach the same rate (extra ones would idle)
+        while n_d > 1 and (n_d - 1) * rate_d >= n_p * rate_p:
+            n_d -= 1
+        rate = min(n_p * rate_p, n_d * rate_d)
+        used = n_p * gpus_p + n_d * gpus_d
+        key = (-(rate / used if per_gpu else rate), used, n_p, n_d)
+        if best is None or key < best:
+            best = key
+    return (best[2], best[3]) if best else (0, 0)

@@ -1,0 +1,170 @@
+"""Fast phase latencies for the search: one sub-DAG per distinct layer instead of the whole DAG.
+
+The critical path of a phase is additive over layers: every layer starts from one join of the previous
+layer's outputs (its pre-attention norm; with attention-DP each group's entry, and the groups are identical),
+so a stage's time is the sum, over its layers, of the longest path through one layer of that kind (dense or
+MoE, full or sliding-window attention), plus its embedding / final norm / LM head / stage transfer.  This
+module builds one such layer per kind and stage with the DAG builder itself (same nodes, same costs as
+``estimate_performance``), and then prices a batch in well under a millisecond.  Pipeline micro-batching and
+the deployment figures follow ``core._phase`` and ``core.headline``.  (Not modelled here: an aggregated
+plan whose prefill and decode differ in SP re-shards the KV after prefill; the search never builds one.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from tools.build import _Builder, _Ctx
+from tools.dag import NodeType
+from tools.estimate.core import Headline, headline, node_batch
+from tools.estimate.costs import CostModel
+from tools.estimate.efficiency import efficiency_for
+from tools.layout import Layout
+from tools.plan import PHASES, Phase, Plan
+
+__all__ = ["FastEstimator"]
+
+
+@dataclass
+class _Segment:
+    """One layer's nodes in topological order, with in-layer predecessors, and how many layers share it."""
+
+    nodes: list[dict[str, Any]]
+    preds: list[list[int]]
+    exits: list[int]
+    count: int
+
+
+@dataclass
+class _Stage:
+    layers: list[_Segment]
+    fixed: list[dict[str, Any]]  # embedding, final norm, LM head, stage transfer: a chain, costed as a sum
+
+
+def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int], list[list[int]]]:
+    index = {v: i for i, v in enumerate(ids)}
+    preds: list[list[int]] = [[] for _ in ids]
+    succ: list[list[int]] = [[] for _ in ids]
+    for u, v in edges:
+        if u in index and v in index:
+            preds[index[v]].append(index[u])
+            succ[index[u]].append(index[v])
+    indeg = [len(p) for p in preds]
+    order = [i for i, d in enumerate(indeg) if d == 0]
+    for i in order:  # grows while iterating (Kahn)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                order.append(j)
+    return order, preds
+
+
+class FastEstimator:
+    """Per-layout phase latencies at any batch; build once per layout (the batch is not part of it)."""
+
+    def __init__(self, plan: Plan, layout: Layout | None = None) -> None:
+        self.plan = plan
+        self.layout = layout or Layout(plan)
+        self.eff = efficiency_for(plan.accelerator.id)
+        self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm)
+        self.step = self.eff["step_overhead_ms"] * 1e-3
+        self.stages = self._build()
+        self._phase_ms: dict[tuple[str, int], float] = {}
+
+    def _build(self) -> dict[Phase, list[_Stage]]:
+        plan, lay, spec = self.plan, self.layout, self.plan.spec
+        b = _Builder(plan, lay)
+        out: dict[Phase, list[_Stage]] = {}
+        for phase in PHASES:
+            pool, pl = lay.pools[phase], lay.phases[phase]
+            rid = ("p0" if phase == "prefill" else "d0") if lay.disaggregated else "r0"
+            ctx = _Ctx(rid, 0, phase, pl, pool, "p0" if lay.disaggregated else rid)
+            stages: list[_Stage] = []
+            for s, layers in enumerate(pool.stage_layers):
+                t_dev = b.token_devices(pool, 0, s, pl)
+                kinds: dict[tuple[bool, bool], list[int]] = defaultdict(list)
+                for i in layers:
+                    sliding = bool(spec.sliding_window_layers and spec.is_sliding_layer(i))
+                    kinds[(spec.is_moe_layer(i), sliding)].append(i)
+                segments = []
+                for members in kinds.values():
+                    n0, e0 = len(b.nodes), len(b.edges)
+                    entry = b.node(f"{rid}.{phase}.s{s}.tpl{members[0]}", NodeType.STAGE, t_dev, phase=phase, stage=s)
+                    if pl.attn_dp > 1:
+                        groups = b.layer_attention_dp(ctx, s, members[0], {g: [entry] for g in range(pl.attn_dp)})
+                        exits = [o for g in sorted(groups) for o in groups[g]]
+                    else:
+                        exits = b.layer(ctx, s, members[0], [entry])
+                    kept = [(v, a) for v, a in b.nodes[n0:] if a.get("phase") == phase
+                            and a["type"] != NodeType.KV_TRANSFER]
+                    ids = [v for v, _ in kept]
+                    order, preds = _topological(ids, [(u, v) for u, v, _ in b.edges[e0:]])
+                    pos = {old: new for new, old in enumerate(order)}
+                    exit_ids = set(exits)
+                    segments.append(_Segment(
+                        nodes=[kept[i][1] for i in order],
+                        preds=[[pos[p] for p in preds[i]] for i in order],
+                        exits=[pos[i] for i, v in enumerate(ids) if v in exit_ids],
+                        count=len(members),
+                    ))
+                fixed = []
+                common = {"phase": phase, "replica": 0, "stage": s}
+                if s == 0:
+                    fixed.append({"type": NodeType.EMBEDDING, "devices": t_dev, **common})
+                if s == pool.pp - 1:
+                    fixed.append({"type": NodeType.NORM, "devices": t_dev, "role": "final_norm", **common})
+                    fixed.append({"type": NodeType.LM_HEAD, "devices": t_dev, **common})
+                else:
+                    nxt = b.token_devices(pool, 0, s + 1, pl)
+                    fixed.append({"type": NodeType.SEND_RECV, "devices": sorted(set(t_dev) | set(nxt)),
+                                  "role": "stage_transfer", **common})
+                stages.append(_Stage(segments, fixed))
+            out[phase] = stages
+        return out
+
+    # ------------------------------------------------------------------ pricing
+    def _cost(self, attrs: dict[str, Any], batch: int, groups: int) -> float:
+        return self.model.cost(attrs, node_batch(attrs, batch, groups)).seconds
+
+    def stage_seconds(self, phase: Phase, batch: int) -> list[float]:
+        groups = self.layout.phases[phase].attn_dp
+        out = []
+        for st in self.stages[phase]:
+            t = sum(self._cost(a, batch, groups) for a in st.fixed)
+            for seg in st.layers:
+                dist = [0.0] * len(seg.nodes)
+                for i, attrs in enumerate(seg.nodes):
+                    top = max((dist[p] for p in seg.preds[i]), default=0.0)
+                    dist[i] = top + self._cost(attrs, batch, groups)
+                t += seg.count * max(dist[i] for i in seg.exits)
+            out.append(t)
+        return out
+
+    def phase_ms(self, phase: Phase, batch: int) -> float:
+        """Latency of one prefill pass / one decode step of ``batch`` sequences, as ``core._phase`` computes it."""
+        key = (phase, batch)
+        hit = self._phase_ms.get(key)
+        if hit is not None:
+            return hit
+        pp = self.layout.pools[phase].pp
+        stages = self.stage_seconds(phase, batch)
+        latency = sum(stages)
+        m = min(batch, pp)
+        if pp > 1 and m > 1:
+            mb = math.ceil(batch / m)
+            mstages = self.stage_seconds(phase, mb)
+            slowest = max(mstages)
+            piped = (m + pp - 1) * slowest if phase == "prefill" else max(sum(mstages), m * slowest)
+            latency = min(latency, piped)
+        ms = (latency + self.step) * 1e3
+        self._phase_ms[key] = ms
+        return ms
+
+    def headline(self, batch: int, num_gpus: int | None = None) -> Headline:
+        """TTFT, TPOT, e2e and throughput at ``batch`` (``num_gpus``: the cluster used to balance pools)."""
+        return headline(self.plan, self.layout, self.eff, self.phase_ms("prefill", batch),
+                        self.phase_ms("decode", batch), self.layout.pools["prefill"].replica_gpus,
+                        batch=batch, num_gpus=num_gpus)
