@@ -327,6 +327,9 @@ def search_strategies(
     slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="plans to return, best first")] = 5,
     dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="weights dtype")] = "bf16",
+    attention_dp: Annotated[bool, Field(description="also try the opt-in attention-DP for MoE models")] = True,
+    disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
+                                                            "default: when the cluster has >= 2 GPUs")] = None,
     detail: DetailArg = "summary",
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
@@ -337,8 +340,9 @@ def search_strategies(
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
-    whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), and how many
-    alternatives each rule rejected. Figures are analytical estimates, not measurements.
+    whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), the best aggregated and
+    the best disaggregated plan with a comparison, and how many alternatives each rule rejected. Figures are
+    analytical estimates, not measurements.
     """
     fn = core("search_strategies")
     assert fn is not None
@@ -350,5 +354,7 @@ def search_strategies(
         slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
         top_k=top_k,
         dtype=dtype,
+        attention_dp=attention_dp,
+        disaggregated=disaggregated,
     )
     return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]

@@ -229,7 +229,8 @@ def fake_cores(monkeypatch):
                                             "message": "tp 3 -> 4", "field": "plan.parallel.tp"}],
                 "plan": fixed, "dag": build_dag(SMALL).dag, "violations": []}
 
-    def search_strategies(model, hardware, workload=None, objective="latency", slo=None, top_k=5, dtype="bf16"):
+    def search_strategies(model, hardware, workload=None, objective="latency", slo=None, top_k=5, dtype="bf16",
+                          attention_dp=True, disaggregated=None):
         plans = [{"rank": i + 1, "label": f"TP{i}", "plan": SMALL, "ttft_ms": 1.23456789} for i in range(top_k)]
         return {"model": model, "top": plans, "pareto": plans * 5, "notes": []}
 
