@@ -57,10 +57,10 @@ from tools.estimate.fast import FastEstimator
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
+from tools.rules.registry import param
 
 __all__ = ["PlanSummary", "SearchResult", "Slo", "search_strategies"]
 
-SP_MIN_INPUT = 8192  # SP-LONG-CONTEXT-ONLY threshold of the catalog
 TIE_BREAK = {
     "latency": "meets SLOs, {metric} latency, TPOT, TTFT, fewer GPUs, higher throughput, "
                "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
@@ -372,7 +372,7 @@ class _Search:
                     for sp in _candidates(tp)[1:]:
                         if tp % sp:
                             continue
-                        if self.wl.input_len < SP_MIN_INPUT:
+                        if self.wl.input_len < param("SP-LONG-CONTEXT-ONLY", "min_input_len"):
                             self.reject("SP-LONG-CONTEXT-ONLY", f"{what} sp={sp}: input_len {self.wl.input_len}")
                         else:
                             out.append(_Shape(pp, tp, ep, sp, expert_tp))
