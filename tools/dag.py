@@ -13,7 +13,6 @@ DAG_FORMAT = "pdag.dag"
 DAG_VERSION = 1
 MAX_NODES = 250_000
 MAX_EDGES = 1_000_000
-MAX_DEVICE_ID = 1_000_000
 
 
 class NodeType(StrEnum):
@@ -69,7 +68,6 @@ COMM_TYPES = frozenset(
         NodeType.KV_TRANSFER,
     }
 )
-COMPUTE_TYPES = frozenset(set(NodeType) - CONTROL_TYPES - COMM_TYPES)
 
 
 class Node(BaseModel):
@@ -126,12 +124,6 @@ def dag_json_schema() -> dict[str, Any]:
     return schema
 
 
-def graph_to_json(graph: nx.DiGraph) -> dict[str, Any]:
-    """Serialise a DAG graph to node-link JSON, in insertion order (deterministic)."""
-    return lists_to_json(graph.nodes(data=True), graph.edges(data=True), graph.graph.get("model"),
-                         graph.graph.get("plan"))
-
-
 def lists_to_json(nodes: Iterable[tuple[str, dict[str, Any]]], edges: Iterable[tuple[str, str, dict[str, Any]]],
                   model: str | None, plan: dict[str, Any] | None) -> dict[str, Any]:
     return {
@@ -154,13 +146,3 @@ def json_to_graph(dag: Dag) -> nx.DiGraph:
         if edge.source in graph and edge.target in graph:
             graph.add_edge(edge.source, edge.target, type=edge.type)
     return graph
-
-
-def dangling_edges(dag: Dag) -> list[Edge]:
-    ids = {n.id for n in dag.nodes}
-    return [e for e in dag.edges if e.source not in ids or e.target not in ids]
-
-
-def nodes_of_type(graph: nx.DiGraph, *types: NodeType) -> list[str]:
-    wanted = set(types)
-    return [n for n, t in graph.nodes(data="type") if t in wanted]
