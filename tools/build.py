@@ -70,6 +70,7 @@ class _Builder:
         # (replica id, layer, gpu) -> (prefill KV node, stage): where decode finds the cache it reads
         self.prefill_kv: dict[tuple[str, int, int], tuple[str, int]] = {}
         self.kv_links: set[str] = set()
+        self.templates: dict[tuple[str, str, int, bool], _LayerTemplate] = {}
         self._etype = {t: {"type": t} for t in EdgeType}  # networkx copies edge attrs: share the source dicts
 
     def node(self, node_id: str, ntype: NodeType, devices: list[int], **attrs: Any) -> str:
@@ -207,6 +208,38 @@ class _Builder:
         return list(range(base, base + pl.attention_gpus))
 
     def layer(self, c: _Ctx, s: int, layer: int, inputs: list[str]) -> list[str]:
+        """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
+        and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
+        key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer))
+        tmpl = self.templates.get(key)
+        if tmpl is not None:
+            return self.copy_layer(tmpl, c, s, layer, inputs)
+        n0, e0 = len(self.nodes), len(self.edges)
+        outs = self.build_layer(c, s, layer, inputs)
+        self.templates[key] = _LayerTemplate.record(self, n0, e0, f"{c.rid}.{c.phase}.L{layer}", outs)
+        return outs
+
+    def copy_layer(self, t: _LayerTemplate, c: _Ctx, s: int, layer: int, inputs: list[str]) -> list[str]:
+        p = f"{c.rid}.{c.phase}.L{layer}"
+        cut = len(t.prefix)
+        for rel, attrs in t.nodes:
+            copy = dict(attrs)
+            copy["layer"] = layer
+            if "op" in copy:
+                copy["op"] = p + copy["op"][cut:]
+            self.nodes.append((p + rel, copy))
+        for i in inputs:
+            self.edge(i, p + t.first)
+        for u, v, a in t.edges:
+            self.edges.append((p + u, p + v, a))
+        for rel, device in t.kv:
+            if c.phase == "prefill":
+                self.prefill_kv[(c.rid, layer, device)] = (p + rel, s)
+            else:
+                self.link_kv(c, s, layer, device, p + rel)
+        return [p + o for o in t.outs]
+
+    def build_layer(self, c: _Ctx, s: int, layer: int, inputs: list[str]) -> list[str]:
         p = f"{c.rid}.{c.phase}.L{layer}"
         common = {"phase": c.phase, "replica": c.r, "stage": s, "layer": layer}
         t_dev = self.token_devices(c.pool, c.r, s, c.pl)
@@ -380,6 +413,28 @@ class _Builder:
             for kv, _, _ in sources:
                 self.edge(kv, nid, KV)
         self.edge(nid, decode_kv, KV)
+
+
+@dataclass(frozen=True)
+class _LayerTemplate:
+    """A built layer as ids relative to its prefix: its nodes, internal edges, entry node, outputs, KV shards."""
+
+    prefix: str
+    nodes: list[tuple[str, dict[str, Any]]]
+    edges: list[tuple[str, str, dict[str, EdgeType]]]
+    first: str
+    outs: list[str]
+    kv: list[tuple[str, int]]
+
+    @classmethod
+    def record(cls, b: _Builder, n0: int, e0: int, prefix: str, outs: list[str]) -> _LayerTemplate:
+        cut = len(prefix)
+        # KV hand-off nodes made while linking decode KV belong to no layer template: copies link their own
+        mine = [(n, a) for n, a in b.nodes[n0:] if n.startswith(prefix + ".") and a["type"] != NodeType.KV_TRANSFER]
+        ids = {n for n, _ in mine}
+        edges = [(u[cut:], v[cut:], a) for u, v, a in b.edges[e0:] if u in ids and v in ids]
+        kv = [(n[cut:], a["devices"][0]) for n, a in mine if a["type"] == NodeType.KV_CACHE]
+        return cls(prefix, [(n[cut:], a) for n, a in mine], edges, mine[0][0][cut:], [o[cut:] for o in outs], kv)
 
 
 @dataclass(frozen=True)
