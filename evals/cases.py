@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evals import CASES_DIR
 
-Strategy = Literal["dp", "pp", "tp", "ep", "sp"]
+# the five degrees, attention-DP (`parallel.attn_dp` > 1) and disaggregated serving (`options.disaggregated`)
+Strategy = Literal["dp", "pp", "tp", "ep", "sp", "attn_dp", "disaggregated"]
 
 __all__ = [
     "Case",
@@ -110,8 +111,11 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def strategies_used(plan: dict[str, Any]) -> set[str]:
-    """Dimensions with a degree above 1 in the plan-wide degrees or in any phase override."""
+    """Dimensions with a degree above 1 in the plan-wide degrees or in any phase override (``attn_dp`` included),
+    plus ``disaggregated`` when the plan gives prefill and decode pools of their own."""
     used = {k for k, v in (plan.get("parallel") or {}).items() if isinstance(v, int) and v > 1}
     for override in (plan.get("phases") or {}).values():
         used |= {k for k, v in (override or {}).items() if isinstance(v, int) and v > 1}
+    if (plan.get("options") or {}).get("disaggregated") is True:
+        used.add("disaggregated")
     return used

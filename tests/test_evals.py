@@ -19,6 +19,8 @@ CATALOG = Path(__file__).resolve().parents[1] / "knowledge" / "rules" / "catalog
 CASES = {c.id: c for c in load_cases()}
 REPAIR_CASE = "llama70b-h100x8-latency-dp"
 INFEASIBLE_CASE = "deepseek-v3-h100x8-infeasible"
+ADP_OPT_IN_CASE = "deepseek-v3-h200x8-adp-optin"  # fixed by the case's own fix (opting in)
+DISAGG_OPT_IN_CASE = "llama70b-h100x16-disagg-optin"  # fixed through autofix_dag's opt-in alternative
 
 
 @pytest.fixture
@@ -54,6 +56,18 @@ def test_cases_cover_the_brief():
     assert any("dp" in c.expect.must_not_use and c.setting.objective == "latency" for c in cases)
 
 
+def test_cases_cover_the_opt_in_strategies():
+    cases = list(CASES.values())
+    rules = {r for c in cases for m in c.mistakes for r in m.rules}
+    assert {"ADP-OPT-IN", "ADP-MOE-ONLY", "ADP-EP-SPANS-GROUPS", "DISAGG-OPT-IN"} <= rules
+    assert sum("attention-dp" in c.tags for c in cases) >= 4 and sum("disaggregated" in c.tags for c in cases) >= 3
+    assert any("attn_dp" in c.expect.must_use and "attn_dp" not in c.task.lower() for c in cases)
+    assert any("attn_dp" in c.expect.must_not_use and c.setting.model.startswith("llama") for c in cases)
+    assert any({"disaggregated", "attn_dp"} <= set(c.expect.must_use) for c in cases)
+    # a disaggregated case whose pools sit on different nodes (DISAGG-TRANSFER-LINK warns, nothing fails)
+    assert any("disaggregated" in c.expect.must_use and c.setting.num_gpus > c.setting.gpus_per_node for c in cases)
+
+
 def test_mistakes_name_catalog_rules():
     known = {r["id"] for r in json.loads(CATALOG.read_text())["rules"]}
     for case in CASES.values():
@@ -68,6 +82,12 @@ def test_merge_patch_and_strategies():
     assert fixed == {"parallel": {"dp": 1, "tp": 4}} and plan["parallel"]["dp"] == 2
     assert strategies_used(fixed) == {"tp"}
     assert strategies_used({"parallel": {"sp": 1}, "phases": {"prefill": {"sp": 4}}}) == {"sp"}
+    adp = {"parallel": {"attn_dp": 8, "ep": 8}, "options": {"allow_attention_dp": True}}
+    assert strategies_used(adp) == {"attn_dp", "ep"}
+    assert strategies_used({"parallel": {"attn_dp": 1, "dp": 2}, "options": {"allow_attention_dp": True}}) == {"dp"}
+    disagg = {"parallel": {"tp": 8}, "phases": {"decode": {"dp": 2, "tp": 4}}, "options": {"disaggregated": True}}
+    assert strategies_used(disagg) == {"tp", "dp", "disaggregated"}
+    assert "disaggregated" not in strategies_used({**disagg, "options": {"disaggregated": False}})
 
 
 def _result(text: str) -> AgentResult:
@@ -104,6 +124,30 @@ async def test_scripted_agent_repairs_and_declines(tmp_path):
     assert res.summary["passed"] == 2 and res.summary["mistakes_caught"] == 2
     assert (tmp_path / "report.json").exists() and (tmp_path / "report.md").exists()
     assert (tmp_path / "transcripts" / f"{REPAIR_CASE}.jsonl").exists()
+
+
+def test_scoring_wants_the_opt_in_strategy_kept():
+    case = CASES[ADP_OPT_IN_CASE]
+    # autofix_dag's main repair of the draft: attention TP over the same GPUs, valid but not what was asked
+    plan = merge_patch(case.draft, {"parallel": {"attn_dp": 1, "tp": 8}})
+    sc = score_case(case, _result(f"<plan>{json.dumps(plan)}</plan>"), [], False)
+    assert sc.checks["valid"] and not sc.checks["strategies"] and "should use attn_dp" in sc.reasons
+
+
+@pytest.mark.anyio
+async def test_scripted_agent_repairs_opt_in_strategies(tmp_path):
+    cases = [CASES[ADP_OPT_IN_CASE], CASES[DISAGG_OPT_IN_CASE]]
+    res = await run_suite(cases, ScriptedAgent(), transport="inprocess", out_dir=tmp_path)
+    adp, disagg = res.scores
+    assert adp.passed and disagg.passed, (adp.reasons, disagg.reasons)
+    assert adp.final_plan["options"] == {"allow_attention_dp": True} and adp.final_plan["parallel"]["attn_dp"] == 8
+    assert adp.mistakes[0]["caught_by"] == ["ADP-OPT-IN"]
+    # autofix_dag would fold the pools into one DP2 x TP8 layout; the agent takes its opt-in alternative instead
+    assert disagg.final_plan["options"] == {"disaggregated": True}
+    assert disagg.final_plan["phases"] == CASES[DISAGG_OPT_IN_CASE].draft["phases"]
+    assert disagg.mistakes[0]["caught_by"] == ["DISAGG-OPT-IN"]
+    calls = [json.loads(line) for line in (tmp_path / "transcripts" / f"{DISAGG_OPT_IN_CASE}.jsonl").open()]
+    assert "autofix_dag" in [r.get("name") for r in calls if r["type"] == "tool_call"]
 
 
 @pytest.mark.anyio

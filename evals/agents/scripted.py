@@ -3,8 +3,10 @@
 Per case it behaves like a careful model that starts from a flawed draft: it drafts the case's plan (mistakes
 included), builds and validates it, reads the violations, applies its own fix for each mistake whose rule id
 was reported, falls back on ``lookup_rule`` + ``autofix_dag`` for errors it cannot explain (adopting the fixed
-plan only if it keeps the user's constraints), re-validates, estimates the valid plan and answers with a
-``<plan>`` block.  When nothing fits it estimates the memory shortfall and says what would be needed.
+plan only if it keeps the user's constraints; when autofix turned off an opt-in strategy, attention-DP or
+disaggregated serving, and offers the drafted plan with the opt-in set as an alternative, it keeps its layout and
+takes that alternative), re-validates, estimates the valid plan and answers with a ``<plan>`` block.  When
+nothing fits it estimates the memory shortfall and says what would be needed.
 
 Everything it knows comes from the case file and from the tool results in the request it receives.
 """
@@ -22,6 +24,7 @@ from evals.cases import Case, merge_patch
 
 GB = 1e9
 MAX_REPAIR_ROUNDS = 4
+OPT_INS = ("allow_attention_dp", "disaggregated")  # strategies a plan must ask for; autofix offers the opt-in
 
 __all__ = ["ScriptedModel", "message_json"]
 
@@ -53,8 +56,16 @@ def _p(plan: dict[str, Any]) -> dict[str, Any]:
 def _degrees(plan: dict[str, Any]) -> str:
     par = plan.get("parallel") or {}
     text = ", ".join(f"{k}={par.get(k, 1)}" for k in ("dp", "pp", "tp", "ep", "sp"))
+    if par.get("attn_dp", 1) != 1:
+        text += f", attn_dp={par['attn_dp']}"
     phases = {k: v for k, v in (plan.get("phases") or {}).items() if v}
-    return text + (f"; phase overrides {json.dumps(phases, separators=(',', ':'))}" if phases else "")
+    text += f"; phase overrides {json.dumps(phases, separators=(',', ':'))}" if phases else ""
+    opted = sorted(k for k in OPT_INS if (plan.get("options") or {}).get(k) is True)
+    return text + (f"; opted in: {', '.join(opted)}" if opted else "")
+
+
+def _without_options(plan: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in plan.items() if k != "options"}
 
 
 class ScriptedModel:
@@ -180,6 +191,15 @@ class ScriptedModel:
         fixed = result.get("plan")
         changes = [str(c.get("rule_id", "?")) for c in result.get("changes") or [] if isinstance(c, dict)]
         useful = isinstance(fixed, dict) and bool(changes or result.get("valid"))
+        kept = self._opt_in_alternative(result.get("alternatives"))
+        if kept is not None:
+            self.plan = kept["plan"]
+            text = (
+                f"autofix_dag would undo the layout I chose ({', '.join(changes) or 'no changes listed'}); its "
+                f"alternative keeps my degrees and opts in ({kept.get('note', 'no note')}). Adopting that and "
+                "re-validating it."
+            )
+            return self._turn(text, [("validate_dag", _p(self.plan))])
         if useful and self._keeps_setting(fixed):
             self.plan = fixed
             text = f"autofix_dag changed the plan ({', '.join(changes) or 'no changes listed'}); re-validating it."
@@ -229,6 +249,17 @@ class ScriptedModel:
         return "\n".join(text)
 
     # -- helpers -------------------------------------------------------------------------------------------
+    def _opt_in_alternative(self, alternatives: Any) -> dict[str, Any] | None:
+        """An autofix alternative that is the plan as drafted with only an opt-in added: the strategy was meant."""
+        for alt in alternatives if isinstance(alternatives, list) else []:
+            plan = alt.get("plan") if isinstance(alt, dict) else None
+            if not isinstance(plan, dict) or _without_options(plan) != _without_options(self.plan):
+                continue
+            added = {k for k, v in (plan.get("options") or {}).items() if v != (self.plan.get("options") or {}).get(k)}
+            if added and added <= set(OPT_INS) and self._keeps_setting(plan):
+                return alt
+        return None
+
     def _apply(self, mistake_id: str, fix: dict[str, Any]) -> None:
         self.plan = merge_patch(self.plan, fix)
         self.applied.append(mistake_id)
