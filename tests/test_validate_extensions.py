@@ -100,3 +100,13 @@ def test_direct_kv_edge_between_pools_is_rejected():
     dag = build_dag(P_DIS).dag
     dag["edges"].append({"source": "p0.prefill.L0.kv.t0", "target": "d0.decode.L0.kv.t0", "type": "kv"})
     assert "DISAGG-KV-TRANSFER" in rules(validate_dag(dag=dag))
+
+
+def test_collectives_of_a_decode_pool_inside_one_node_are_not_flagged_as_cross_node():
+    """Each pool's replicas are shifted by that pool's own width, not the prefill pool's."""
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 4},
+            "phases": {"prefill": {"dp": 2, "tp": 2}}, "options": {"disaggregated": True}}
+    ids = {v.rule_id for v in validate_dag(plan=plan).violations}
+    assert "HW-INTERCONNECT-COST" not in ids
+    crossing = {**plan, "hardware": {"gpu": "h200", "num_gpus": 8, "gpus_per_node": 2}}
+    assert "HW-INTERCONNECT-COST" in {v.rule_id for v in validate_dag(plan=crossing).violations}

@@ -52,15 +52,17 @@ def fix_accelerator(plan: dict[str, Any], ctx: Context) -> list[Change]:
 @checker("HW-INTERCONNECT-COST")
 def check_interconnect(ctx: Context) -> Iterator[Finding]:
     gpn = ctx.gpus_per_node
-    shift = ctx.layout.replica_gpus if ctx.from_plan and ctx.layout else 0
-    reps = ctx.layout.dp if ctx.from_plan and ctx.layout else 1
-    seen: dict[frozenset[int], bool] = {}
+    seen: dict[tuple[frozenset[int], int, int], bool] = {}
     bad = []
     for n in ctx.of(*COLLECTIVES):
         devs = ctx.devices[n]
-        if devs not in seen:  # replicas are shifted copies: test the set once per replica offset
-            seen[devs] = any(len({(d + r * shift) // gpn for d in devs}) > 1 for r in range(reps))
-        if seen[devs]:
+        # replicas are shifted copies of replica 0 within their pool: test the set once per replica offset
+        pool = ctx.layout.pools.get(ctx.graph.nodes[n].get("phase")) if ctx.from_plan and ctx.layout else None
+        shift, reps = (pool.replica_gpus, pool.dp) if pool else (0, 1)
+        key = (devs, shift, reps)
+        if key not in seen:
+            seen[key] = any(len({(d + r * shift) // gpn for d in devs}) > 1 for r in range(reps))
+        if seen[key]:
             bad.append(n)
     if bad:
         yield Finding(f"{len(bad)} collective(s) span more than one node of {gpn} GPUs (e.g. {bad[0]} on "
