@@ -20,7 +20,7 @@ def test_attention_dp_without_opt_in_turned_off_keeping_gpus_with_opt_in_alterna
     bare = without(ADP_DSV3, "allow_attention_dp")
     r = autofix_dag(plan=bare)
     assert r.valid
-    assert r.plan["parallel"]["attn_dp"] == 1 and r.plan["parallel"]["tp"] == 8
+    assert r.plan["parallel"].get("attn_dp", 1) == 1 and r.plan["parallel"]["tp"] == 8
     assert gpus(r.plan) == gpus(bare) == 16
     assert any(c.rule_id == "ADP-OPT-IN" and "allow_attention_dp" in c.message for c in r.changes)
     alt = [a for a in r.alternatives if a.plan.get("options", {}).get("allow_attention_dp")]
@@ -41,7 +41,8 @@ def test_disaggregated_without_opt_in_aggregates_with_same_gpus():
 def test_dense_attention_dp_becomes_dp():
     r = autofix_dag(plan={**without(P_DIS, "disaggregated"), "phases": {}, "parallel": {"attn_dp": 2, "tp": 2},
                           "options": {"allow_attention_dp": True}})
-    assert r.valid and r.plan["parallel"]["dp"] == 2 and r.plan["parallel"]["attn_dp"] == 1
+    assert r.valid and r.plan["parallel"]["dp"] == 2 and "attn_dp" not in r.plan["parallel"]
+    assert "allow_attention_dp" not in (r.plan.get("options") or {})
 
 
 def test_ep_is_spread_over_the_attention_groups():

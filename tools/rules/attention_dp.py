@@ -124,7 +124,7 @@ def _turn_off(plan: dict[str, Any], ctx: Context, rule_id: str, into_dp: bool) -
         a = d.get("attn_dp", 1)
         if a == 1:
             continue
-        d["attn_dp"] = 1
+        del d["attn_dp"]  # 1 is the default: leave no trace of the feature in the repaired plan
         if into_dp:
             dp = d.get("dp", par.get("dp", 1)) * a
             d["dp"] = dp
@@ -176,7 +176,16 @@ def check_moe_only(ctx: Context) -> Iterator[Finding]:
 
 @fixer("ADP-MOE-ONLY")
 def fix_moe_only(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    return _turn_off(plan, ctx, "ADP-MOE-ONLY", into_dp=True) if ctx.plan is not None else []
+    if ctx.plan is None:
+        return []
+    changes = _turn_off(plan, ctx, "ADP-MOE-ONLY", into_dp=True)
+    opts = plan.get("options") or {}
+    if opts.get("allow_attention_dp"):
+        del opts["allow_attention_dp"]
+        changes.append(Change(rule_id="ADP-MOE-ONLY", message="removed options.allow_attention_dp: a dense model has "
+                              "no experts for attention groups to share", field="plan.options.allow_attention_dp",
+                              before=True, after=None))
+    return changes
 
 
 # ----------------------------------------------------------------------------------------------- ADP-EP-SPANS-GROUPS
