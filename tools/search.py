@@ -25,8 +25,8 @@ Disaggregated serving (``num_gpus >= 2``, unless turned off): the GPUs are split
 decode pool, each with a layout from the same enumeration; the best few prefill layouts (TTFT for latency,
 prefill rate per GPU for throughput) are paired with the best few decode layouts (TPOT / decode rate per GPU),
 and the replica counts of each pair are chosen to balance the pools' request rates (throughput: the largest
-balanced rate that fits the cluster; latency: the best rate per GPU, fewest GPUs).  The result names the
-best aggregated and the best disaggregated plan and says which wins and why.
+balanced rate that fits the cluster; latency: one replica of each, since more never shorten a request).
+The result names the best aggregated and the best disaggregated plan and says which wins and why.
 
 Estimates.  DP replicas are independent copies, so a replica is estimated once (dp = 1) and the deployment's
 throughput is the replica's times dp.  For the throughput objective the batch per replica is searched over
@@ -567,8 +567,10 @@ class _Search:
         assert one.pools is not None
         r_p = one.pools["prefill"].requests_per_s_per_replica
         r_d = one.pools["decode"].requests_per_s_per_replica
-        n_p, n_d = balanced_split(r_p, sp_.gpus, r_d, sd.gpus, self.hw.num_gpus,
-                                  per_gpu=self.objective == "latency")
+        if self.objective == "latency":
+            n_p = n_d = 1  # more replicas serve more requests, never one request faster (DP-NOT-FOR-LATENCY)
+        else:
+            n_p, n_d = balanced_split(r_p, sp_.gpus, r_d, sd.gpus, self.hw.num_gpus)
         plan = Plan.model_validate(self.disagg_dict(sp_, n_p, sd, n_d, batch))
         layout = Layout(plan)
         h = headline(plan, layout, fe.eff, pre_ms, dec_ms, sp_.gpus, num_gpus=self.hw.num_gpus)
@@ -611,7 +613,7 @@ def _layout_note(p: _Point) -> str:
             notes.append(f"{role}attention-DP {s.attn_dp} groups x TP{s.tp} (opt-in allow_attention_dp set): KV per "
                          "group, experts over all GPUs")
     if p.disaggregated and p.head is not None and p.head.kv_transfer is not None:
-        notes.append(f"{p.dp} prefill : {p.dp_d} decode replicas balance the pools ({p.head.pool_balance:.2f}); "
+        notes.append(f"{p.dp} prefill : {p.dp_d} decode replicas (prefill/decode rate {p.head.pool_balance:.2f}); "
                      f"KV hand-off {p.head.kv_transfer.ms:.1f} ms per batch over {p.head.kv_transfer.link}")
     return "; ".join(notes)
 

@@ -74,10 +74,9 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     return KvHandoff(logical, wire, send, recv, seconds, f"{link.kind} ({where})")
 
 
-def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus: int,
-                   per_gpu: bool = False) -> tuple[int, int]:
-    """(prefill replicas, decode replicas) within ``gpus`` GPUs that maximise min(prefill rate, decode rate)
-    (``per_gpu``: that rate per GPU used); ties: fewer GPUs.  (0, 0) when one replica of each does not fit."""
+def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus: int) -> tuple[int, int]:
+    """(prefill replicas, decode replicas) within ``gpus`` GPUs that maximise min(prefill rate, decode rate);
+    ties: fewer GPUs.  (0, 0) when one replica of each does not fit."""
     best: tuple[float, int, int, int] | None = None
     for n_p in range(1, gpus // gpus_p + 1):
         n_d = (gpus - n_p * gpus_p) // gpus_d
@@ -88,7 +87,7 @@ def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus:
             n_d -= 1
         rate = min(n_p * rate_p, n_d * rate_d)
         used = n_p * gpus_p + n_d * gpus_d
-        key = (-(rate / used if per_gpu else rate), used, n_p, n_d)
+        key = (-rate, used, n_p, n_d)
         if best is None or key < best:
             best = key
     return (best[2], best[3]) if best else (0, 0)
