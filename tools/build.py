@@ -8,9 +8,10 @@ inside MoE layers.  Every exchange of data between devices is an explicit commun
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import networkx as nx
@@ -18,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType, lists_to_json
 from tools.errors import PdagInputError
-from tools.layout import Layout, PhaseLayout, Pool
+from tools.layout import Layout, PhaseLayout, Pool, even_split
 from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
 
@@ -49,13 +50,9 @@ def _shard_suffix(h: int, j: int, sp: int) -> str:
 
 
 def _split_experts(num_experts: int, ep: int) -> list[list[int]]:
-    base, extra = divmod(num_experts, ep)
-    out, start = [], 0
-    for k in range(ep):
-        n = base + (1 if k < extra else 0)
-        out.append(list(range(start, start + n)))
-        start += n
-    return out
+    """Expert ids per Expert node: contiguous, as even as the layers of a pipeline."""
+    counts = even_split(num_experts, ep)
+    return [list(range(stop - n, stop)) for n, stop in zip(counts, accumulate(counts), strict=True)]
 
 
 class _Builder:
@@ -204,8 +201,7 @@ class _Builder:
     @staticmethod
     def token_devices(pool: Pool, r: int, s: int, pl: PhaseLayout) -> list[int]:
         """GPUs holding the token activations between operators: every attention GPU of the stage."""
-        base = pool.device(r, s, 0)
-        return list(range(base, base + pl.attention_gpus))
+        return pool.devices(r, s, 0, pl.attention_gpus)
 
     def layer(self, c: _Ctx, s: int, layer: int, inputs: list[str]) -> list[str]:
         """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
@@ -262,7 +258,7 @@ class _Builder:
         for g in range(c.pl.attn_dp):
             common = {"phase": c.phase, "replica": c.r, "stage": s, "layer": layer, "attn_group": g}
             base = g * c.pl.attn_width
-            g_dev = [c.pool.device(c.r, s, base + i) for i in range(c.pl.attn_width)]
+            g_dev = c.pool.devices(c.r, s, base, c.pl.attn_width)
             grp = self.node(f"{p}.adp.g{g}", NodeType.ATTN_DP_GROUP, g_dev, meta={"of": c.pl.attn_dp}, **common)
             for i in inputs[g]:
                 self.edge(i, grp)
@@ -284,7 +280,7 @@ class _Builder:
         """Head shards x sequence shards over one attention group's GPUs, with KV cache and explicit syncs."""
         spec, pl = self.spec, c.pl
         hs, sp = pl.head_shards, pl.sp
-        heads = spec.num_heads // hs if hs else spec.num_heads
+        heads = spec.num_heads // hs
         kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
         shards = []
         for h in range(hs):
@@ -305,7 +301,7 @@ class _Builder:
                     self.edge(kv, a, KV)
                     self.link_kv(c, s, layer, dev[0], kv)
                 shards.append(a)
-        g_dev = [c.pool.device(c.r, s, base + i) for i in range(pl.attn_width)]
+        g_dev = c.pool.devices(c.r, s, base, pl.attn_width)
         out = shards
         if sp > 1:
             gather = self.node(f"{op}.sp_gather", NodeType.ALL_GATHER, g_dev, op=op, role="sp_sync", **common)
@@ -330,8 +326,8 @@ class _Builder:
             shards.append(f)
         if tp == 1:
             return shards
-        devices = [c.pool.device(c.r, s, base + i) for i in range(tp)]
-        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, devices, op=op, role="tp_sync", **common)
+        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, c.pool.devices(c.r, s, base, tp), op=op,
+                       role="tp_sync", **common)
         for f in shards:
             self.edge(f, ar)
         return [ar]
@@ -344,7 +340,7 @@ class _Builder:
         ep = pl.ep
         width = c.pool.group_width
         expert_tp = width // ep if self.plan.options.allow_expert_tp and ep < width else 1
-        e_dev = [c.pool.device(c.r, s, k) for k in range(ep * expert_tp)]
+        e_dev = c.pool.devices(c.r, s, 0, ep * expert_tp)
         both = sorted(set(t_dev) | set(e_dev))
         moe = self.node(f"{p}.moe", NodeType.MOE, both, **common)
         adp = pl.attn_dp > 1
@@ -353,7 +349,7 @@ class _Builder:
         for g, norm in norms.items():
             self.edge(norm, moe)
             gcommon = dict(common, attn_group=g) if adp else common
-            r_dev = [c.pool.device(c.r, s, g * pl.attn_width + i) for i in range(pl.attn_width)] if adp else t_dev
+            r_dev = c.pool.devices(c.r, s, g * pl.attn_width, pl.attn_width) if adp else t_dev
             router = self.node(f"{p}.router.g{g}" if adp else f"{p}.router", NodeType.ROUTER, r_dev, op=f"{p}.moe",
                                meta={"top_k": spec.moe.experts_per_token}, **gcommon)
             self.edge(moe, router)
@@ -485,14 +481,18 @@ def build_graph(plan: Plan, layout: Layout | None = None, first_replica_only: bo
     with gc_paused():
         return _builder(plan, layout, first_replica_only).graph()
 
-def devices_used(graph: nx.DiGraph) -> list[int]:
-    """Distinct GPUs that compute or communication nodes run on: the GPU count comes from here."""
+
+def _working_devices(nodes: Iterable[tuple[str, dict[str, Any]]]) -> set[int]:
     used: set[int] = set()
-    for _, attrs in graph.nodes(data=True):
+    for _, attrs in nodes:
         if attrs.get("type") not in CONTROL_TYPES:
             used.update(attrs.get("devices", ()))
-    return sorted(used)
+    return used
 
+
+def devices_used(graph: nx.DiGraph) -> list[int]:
+    """Distinct GPUs that compute or communication nodes run on: the GPU count comes from here."""
+    return sorted(_working_devices(graph.nodes(data=True)))
 
 
 class BuildResult(BaseModel):
@@ -514,12 +514,8 @@ def build_dag(plan: Plan | dict[str, Any]) -> BuildResult:
     with gc_paused():
         builder = _builder(parsed, None, first_replica_only=False)
         first = builder.graph(first_replica_only=True)
-        used: set[int] = set()
-        for _, attrs in builder.nodes:
-            if attrs["type"] not in CONTROL_TYPES:
-                used.update(attrs["devices"])
         return BuildResult.model_construct(
-            gpus_used=len(used),
+            gpus_used=len(_working_devices(builder.nodes)),
             gpus_available=parsed.hardware.num_gpus,
             summary=fold(first, everything=(builder.nodes, builder.edges)),
             dag=lists_to_json(builder.nodes, builder.edges, first.graph.get("model"), first.graph.get("plan")),

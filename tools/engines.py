@@ -217,7 +217,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
         raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
     argv += ["--max-num-seqs", str(plan.workload.batch_size),
              "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
-    argv += _vllm_dtype_flags(plan, notes)
+    argv += _dtype_flags(plan, notes, kv_fp8="fp8")
     env: list[str] = []
     split = _layer_split_note(plan, layout)
     if split:
@@ -251,12 +251,13 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
             "--max-num-seqs", str(-(-plan.workload.batch_size // p.attn_dp)),
             "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
     notes.append(f"--max-num-seqs is per DP engine: batch {plan.workload.batch_size} / {p.attn_dp} groups, rounded up")
-    argv += _vllm_dtype_flags(plan, notes)
+    argv += _dtype_flags(plan, notes, kv_fp8="fp8")
     return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
 
 
-def _vllm_dtype_flags(plan: Plan, notes: list[str]) -> list[str]:
+def _dtype_flags(plan: Plan, notes: list[str], kv_fp8: str) -> list[str]:
+    """Weight and KV dtype flags, spelled alike by vLLM and SGLang except for the fp8 KV dtype (``kv_fp8``)."""
     out: list[str] = []
     if plan.dtype in _DTYPE_FLAG:
         out += ["--dtype", _DTYPE_FLAG[plan.dtype]]
@@ -266,7 +267,7 @@ def _vllm_dtype_flags(plan: Plan, notes: list[str]) -> list[str]:
     else:
         notes.append(f"{plan.dtype} weights need a quantised checkpoint (AWQ/GPTQ); serve that repo instead")
     if plan.effective_kv_dtype == "fp8":
-        out += ["--kv-cache-dtype", "fp8"]
+        out += ["--kv-cache-dtype", kv_fp8]
     return out
 
 
@@ -303,15 +304,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
                                   "the default even split (remove options.layer_split)")
     argv += ["--max-running-requests", str(plan.workload.batch_size),
              "--context-length", str(plan.workload.input_len + plan.workload.output_len)]
-    if plan.dtype in _DTYPE_FLAG:
-        argv += ["--dtype", _DTYPE_FLAG[plan.dtype]]
-    elif plan.dtype == "fp8":
-        argv += ["--quantization", "fp8"]
-        notes.append("fp8 weights: drop --quantization when the checkpoint already ships FP8 (e.g. DeepSeek-V3)")
-    else:
-        notes.append(f"{plan.dtype} weights need a quantised checkpoint; serve that repo instead")
-    if plan.effective_kv_dtype == "fp8":
-        argv += ["--kv-cache-dtype", "fp8_e4m3"]
+    argv += _dtype_flags(plan, notes, kv_fp8="fp8_e4m3")
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)

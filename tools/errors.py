@@ -28,9 +28,6 @@ class PdagInputError(ValueError):
             text += f". Allowed: {self.allowed}"
         return text
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"field": self.field, "problem": self.problem, "allowed": self.allowed}
-
 
 def closest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Up to ``n`` candidates closest to ``name`` (difflib); the first ``n`` sorted if none is close."""

@@ -108,21 +108,14 @@ class Cluster(_Frozen):
             raise PdagInputError("gpu_id", f"GPU id {gpu_id!r} out of range", f"0..{self.num_gpus - 1}")
         return gpu_id // self.gpus_per_node
 
-    def same_node(self, a: int, b: int) -> bool:
-        return self.node_of(a) == self.node_of(b)
-
     def link_between(self, a: int, b: int) -> Link:
         """The link two GPUs talk over: intra-node when they share a node, else inter-node."""
-        return self.accelerator.intra_node if self.same_node(a, b) else self.accelerator.inter_node
+        return self.link_for((a, b))
 
     def link_for(self, gpu_ids: list[int] | tuple[int, ...]) -> Link:
         """The slowest link a collective over ``gpu_ids`` crosses."""
         nodes = {self.node_of(g) for g in gpu_ids}
         return self.accelerator.intra_node if len(nodes) <= 1 else self.accelerator.inter_node
-
-    @property
-    def node_exceeds_accelerator_limit(self) -> bool:
-        return self.gpus_per_node > self.accelerator.max_gpus_per_node
 
 
 @lru_cache(maxsize=1)

@@ -67,9 +67,13 @@ class Pool:
     def device(self, replica: int, stage: int, local: int) -> int:
         return self.offset + replica * self.replica_gpus + stage * self.group_width + local
 
+    def devices(self, replica: int, stage: int, start: int, count: int) -> list[int]:
+        """``count`` consecutive GPUs of a stage group, from its local index ``start``."""
+        base = self.device(replica, stage, start)
+        return list(range(base, base + count))
+
     def stage_devices(self, replica: int, stage: int) -> list[int]:
-        base = self.device(replica, stage, 0)
-        return list(range(base, base + self.group_width))
+        return self.devices(replica, stage, 0, self.group_width)
 
     def replica_devices(self, replica: int) -> list[int]:
         base = self.offset + replica * self.replica_gpus

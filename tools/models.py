@@ -182,15 +182,11 @@ class ModelSpec(BaseModel):
 
     def is_moe_layer(self, layer: int) -> bool:
         self._check_layer(layer)
-        return self.moe is not None and layer in self._moe_layer_set()
+        return layer in self._moe_layer_set()
 
     def is_sliding_layer(self, layer: int) -> bool:
         self._check_layer(layer)
         return layer in self.sliding_window_layers
-
-    @property
-    def moe_layer_indices(self) -> tuple[int, ...]:
-        return self.moe.moe_layers if self.moe is not None else ()
 
     @property
     def dense_layer_indices(self) -> tuple[int, ...]:
@@ -314,9 +310,6 @@ class ModelSpec(BaseModel):
         emb = self.embedding_params() if (include_embedding and not self.tie_embeddings) else 0
         return emb + layers + self.final_norm_params() + head
 
-    def weight_bytes(self, dtype_bytes: float) -> int | float:
-        return _as_number(self.param_count() * dtype_bytes)
-
     # ------------------------------------------------------------------ KV cache
     def kv_elements_per_token_per_layer(self, layer: int = 0) -> int:
         """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key."""
@@ -333,10 +326,6 @@ class ModelSpec(BaseModel):
         if self.is_sliding_layer(layer) and self.sliding_window is not None:
             return min(context_len, self.sliding_window)
         return context_len
-
-    def kv_bytes_per_layer(self, layer: int, context_len: int, dtype_bytes: float) -> int | float:
-        tokens = self.kv_tokens_in_layer(layer, context_len)
-        return _as_number(self.kv_elements_per_token_per_layer(layer) * tokens * dtype_bytes)
 
     def kv_bytes(self, context_len: int, dtype_bytes: float) -> int | float:
         """KV-cache bytes for one whole sequence of ``context_len`` tokens (window-capped layers)."""
@@ -563,7 +552,7 @@ def from_hf_config(
                 raise PdagInputError(c.path("sliding_window"), "missing, but layer_types has sliding layers",
                                      "a positive integer")
             sliding_window = window
-    elif model_type == "qwen2" or model_type in ("qwen3", "qwen3_moe"):
+    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
         if c.bool("use_sliding_window", False) and window is not None:
             first = c.int("max_window_layers", default=num_layers, lo=0, hi=MAX_LAYERS)
             sliding_layers = tuple(range(min(first, num_layers), num_layers))

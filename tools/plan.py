@@ -8,13 +8,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tools.errors import PdagInputError
-from tools.hardware import Accelerator, Cluster, resolve_accelerator
+from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, resolve_accelerator
 from tools.models import ModelSpec, resolve_model
 
-MAX_GPUS = 65_536
 MAX_DEGREE = 65_536
 MAX_SEQ_LEN = 2_097_152
 MAX_BATCH = 65_536
+DEFAULT_GPUS_PER_NODE = 8
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
@@ -59,7 +59,8 @@ class Phases(_Strict):
 class Hardware(_Strict):
     gpu: str | dict[str, Any] = Field(description="accelerator preset id (e.g. h100-sxm) or an inline object")
     num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs the plan may use")
-    gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node sharing the fast interconnect")
+    gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE,
+                               description="GPUs per node sharing the fast interconnect")
 
 
 class Workload(_Strict):

@@ -83,7 +83,7 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
         counts[key] += 1
     parts = []
     for t, role, _ in order:
-        name = _SHORT.get(NodeType(t), t) if t in NodeType._value2member_map_ else t
+        name = _SHORT.get(t, t)  # NodeType is a StrEnum: its members hash and compare as their values
         if role in ("dispatch", "combine", "shared_expert", "sp_sync"):
             name = f"{name}({role})"
         c = counts[(t, role, _)]

@@ -77,7 +77,9 @@ def plan_from_args(args: argparse.Namespace) -> dict[str, Any]:
 COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None]]] = {}
 
 
-def command(name: str, help_text: str, extra: Callable[[argparse.ArgumentParser], None] | None = None):
+def command(
+    name: str, help_text: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
     """Register a subcommand; modules of the core add theirs here."""
 
     def deco(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -45,6 +45,10 @@ class _Stage:
 
 
 def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int], list[list[int]]]:
+    """Positions of ``ids`` in topological order, and each position's predecessors (edges leaving ``ids`` dropped).
+
+    Kahn's algorithm over plain lists rather than networkx: it runs once per layer kind of every layout the
+    search prices, where building a DiGraph per segment cost about a tenth of the search's time."""
     index = {v: i for i, v in enumerate(ids)}
     preds: list[list[int]] = [[] for _ in ids]
     succ: list[list[int]] = [[] for _ in ids]

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.layout import nominal_product
-from tools.plan import DEGREES
+from tools.plan import DEFAULT_GPUS_PER_NODE, DEGREES
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
 
 
@@ -61,9 +61,11 @@ def fix_min_one(plan: dict[str, Any], ctx: Context) -> list[Change]:
     hw = plan.get("hardware")
     if isinstance(hw, dict):
         if "gpus_per_node" in hw and not _raw_int_ok(hw["gpus_per_node"]):
-            changes.append(Change(rule_id="GPU-MIN-ONE", message="set hardware.gpus_per_node to the default 8",
-                                  field="plan.hardware.gpus_per_node", before=hw["gpus_per_node"], after=8))
-            hw["gpus_per_node"] = 8
+            changes.append(Change(rule_id="GPU-MIN-ONE",
+                                  message=f"set hardware.gpus_per_node to the default {DEFAULT_GPUS_PER_NODE}",
+                                  field="plan.hardware.gpus_per_node", before=hw["gpus_per_node"],
+                                  after=DEFAULT_GPUS_PER_NODE))
+            hw["gpus_per_node"] = DEFAULT_GPUS_PER_NODE
         if "num_gpus" in hw and not _raw_int_ok(hw["num_gpus"]):
             need = 1
             if isinstance(par, dict):

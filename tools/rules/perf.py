@@ -13,10 +13,9 @@ from typing import Any
 
 from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES
-from tools.rules.registry import Change, Context, Finding, checker, fixer
+from tools.rules.registry import Change, Context, Finding, checker, fixer, param
 
 OBJECTIVES = ("latency", "throughput")
-TOL = 0.02
 
 
 def _estimate(ctx: Context) -> dict[str, Any] | None:
@@ -28,8 +27,9 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= TOL * max(abs(a), abs(b), 1e-9)
+def _close(a: float, b: float, rule_id: str) -> bool:
+    """Equal within the rule's relative tolerance (claims are rounded figures)."""
+    return abs(a - b) <= param(rule_id, "tolerance") * max(abs(a), abs(b), 1e-9)
 
 
 @checker("PERF-CRITICAL-PATH")
@@ -65,7 +65,7 @@ def check_no_degree_scaling(ctx: Context) -> Iterator[Finding]:
         w = ctx.plan.workload
         flops = 2.0 * ctx.plan.spec.active_param_count() * w.batch_size * w.input_len
         base = flops / ctx.plan.accelerator.peak_flops(ctx.plan.dtype) * 1000
-    if base and prod > 1 and _close(claimed * prod, base):
+    if base and prod > 1 and _close(claimed * prod, base, "PERF-NO-DEGREE-SCALING"):
         yield Finding(f"the claimed prefill latency {claimed:.3g} ms is the single-GPU time {base:.3g} ms divided by "
                       "the "
                       f"product of the degrees ({prod}); latency comes from the critical path, not from dividing by "
@@ -84,7 +84,7 @@ def check_phases_separate(ctx: Context) -> Iterator[Finding]:
         return
     e2e = _num(est.get("e2e_latency_ms"))
     out = ctx.plan.workload.output_len if ctx.plan is not None else _num(est.get("output_len"))
-    if e2e is not None and out and not _close(e2e, pre + out * dec):
+    if e2e is not None and out and not _close(e2e, pre + out * dec, "PERF-PHASES-SEPARATE"):
         yield Finding(f"e2e_latency_ms {e2e:.4g} is not prefill {pre:.4g} + {out:g} x decode step {dec:.4g} ms",
                       field="estimate.e2e_latency_ms")
 
@@ -135,7 +135,7 @@ def check_throughput(ctx: Context) -> Iterator[Finding]:
     dec = _num(est.get("decode_latency_ms_per_token"))
     if ctx.plan is not None and ctx.layout is not None and dec:
         cap = ctx.layout.dp * ctx.plan.workload.batch_size * 1000 / dec
-        if tok > cap * (1 + TOL):
+        if tok > cap * (1 + param("PERF-THROUGHPUT-METRIC", "tolerance")):
             yield Finding(f"throughput {tok:.4g} tokens/s exceeds dp x batch / decode step = {cap:.4g}; DP multiplies "
                           "throughput, nothing else does", field="estimate.throughput.output_tokens_per_s")
 

@@ -21,7 +21,7 @@ from knowledge import load_json
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
 from tools.layout import Layout
 from tools.models import ModelSpec
-from tools.plan import Plan
+from tools.plan import DEFAULT_GPUS_PER_NODE, Plan
 
 Severity = Literal["error", "warning"]
 Needs = Literal["raw", "any", "plan", "graph", "late"]
@@ -206,7 +206,7 @@ class Context:
     def gpus_per_node(self) -> int:
         if self.plan is not None:
             return self.plan.hardware.gpus_per_node
-        return 8
+        return DEFAULT_GPUS_PER_NODE
 
     @property
     def options(self) -> Any:
@@ -253,9 +253,6 @@ class Context:
         for t in types:
             out.extend(self.by_type.get(str(t), ()))
         return out
-
-    def is_control(self, n: str) -> bool:
-        return self.types[n] in CONTROL_TYPES
 
     def is_comm(self, n: str) -> bool:
         return self.types[n] in COMM_TYPES
@@ -402,9 +399,6 @@ class Context:
 
     def sp_width(self, shards: list[str]) -> int:
         return len({self.attr(s, "sp_rank") for s in shards if self.attr(s, "sp_rank") is not None})
-
-    def phase_degrees(self, phase: str) -> Any:
-        return self.layout.phases[phase] if self.layout is not None else None  # type: ignore[index]
 
 
 def field_of(phase: str | None, name: str, plan: Plan | None = None) -> str:
