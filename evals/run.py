@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import prompts
 from evals import REPO_ROOT, SUITE_CONFIG
 from evals.agent import AgentConfig, Sleep, Transcript, run_agent
 from evals.agents import Agent, make_agent
@@ -26,25 +27,14 @@ from evals.scoring import CaseScore, score_case
 
 __all__ = ["SuiteResult", "main", "run_suite", "suite_config", "system_prompt"]
 
-FALLBACK_SYSTEM = (
-    "You plan parallel strategies (DP, PP, TP, EP, SP) for LLM inference with the pdag tools. Draft a plan, "
-    "build_dag, validate_dag, repair (autofix_dag), estimate_performance, then answer with the plan JSON inside "
-    "<plan>...</plan> and a short rationale. If nothing fits, give no plan block and explain what would be needed."
-)
-
-
 def suite_config(path: Path = SUITE_CONFIG) -> dict[str, Any]:
+    """The suite's settings (turn and token limits, pass threshold, transport, results folder)."""
     return json.loads(path.read_text())
 
 
 def system_prompt() -> str:
-    """The planning agent's system prompt from ``prompts/`` (a short fallback while it is missing)."""
-    try:
-        from prompts import system_prompt as load
-
-        return load()
-    except (ImportError, OSError):
-        return FALLBACK_SYSTEM
+    """The planning agent's system prompt (``prompts/system.md``)."""
+    return prompts.system_prompt()
 
 
 @dataclass

@@ -9,7 +9,8 @@ from typing import Any
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
-from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import INVALID_PARAMS, CallToolResult, Prompt, TextContent
 from pydantic import ValidationError
 
 from server.prompting import register_prompts
@@ -22,8 +23,11 @@ NAME = "pdag"
 INSTRUCTIONS = """\
 pdag plans and checks parallel strategies (DP, PP, TP, EP, SP) for LLM inference as explicit execution DAGs.
 Workflow: draft a plan (pdag://schema/plan) -> build_dag -> validate_dag -> autofix_dag if invalid ->
-estimate_performance -> answer. Reason in the order model structure, PP/EP, TP/SP, DP last. Use lookup_rule
-to understand a rule_id. Answers are concise by default; pass detail="full" only when you need everything.
+estimate_performance -> answer. Reason in the order model structure, PP/EP, TP/SP, DP last. search_strategies
+ranks valid candidate plans for a starting point or a check. Two strategies need an opt-in in the plan:
+attention-DP (parallel.attn_dp with options.allow_attention_dp) and disaggregated prefill/decode pools
+(options.disaggregated, per-phase degrees in phases.prefill / phases.decode). Use lookup_rule to understand a
+rule_id. Answers are concise by default; pass detail="full" only when you need everything.
 Presets: pdag://models, pdag://hardware. Knowledge documents: pdag://knowledge."""
 
 
@@ -34,28 +38,57 @@ def _version() -> str:
         return "0.0.0"
 
 
+def _check_tool_call(params: dict[str, Any], by_name: dict[str, Tool]) -> CallToolResult | None:
+    """Unknown tool -> -32602 (the spec; the SDK would answer is_error).  Bad arguments -> one readable tool
+    error naming each field, instead of pydantic's dump of the input.  None: let the call through."""
+    name = params.get("name")
+    tool = by_name.get(name) if isinstance(name, str) else None
+    if tool is None:
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}. Known: {', '.join(by_name)}")
+    args = params.get("arguments") or {}
+    if not isinstance(args, dict):
+        return None
+    try:
+        tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(args))
+    except ValidationError as exc:
+        text = argument_error_text(exc, tool.fn_metadata.arg_model)
+        logger.info("tool %s rejected arguments: %s", name, text)
+        return CallToolResult(content=[TextContent(type="text", text=f"Error executing tool {name}: {text}")],
+                              is_error=True)
+    return None
+
+
+def _check_prompt_get(params: dict[str, Any], prompts: dict[str, Prompt]) -> None:
+    """Unknown prompt, missing or unknown argument -> -32602 naming what is allowed (the SDK would log a
+    traceback and answer an internal error)."""
+    name = params.get("name")
+    prompt = prompts.get(name) if isinstance(name, str) else None
+    if prompt is None:
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}. Known: {', '.join(prompts)}")
+    args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+    known = [a.name for a in prompt.arguments or []]
+    missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in args]
+    unknown = [k for k in args if k not in known]
+    if missing or unknown:
+        problem = f"missing argument(s) {', '.join(missing)}" if missing else \
+            f"unknown argument(s) {', '.join(unknown)}"
+        raise MCPError(code=INVALID_PARAMS, message=f"prompt {name}: {problem}. Arguments: {', '.join(known)}")
+
+
 def create_server() -> MCPServer:
     """A fresh server; tools whose core function has not landed yet are simply not registered."""
     tools = available_tools()
     by_name = {t.name: t for t in tools}
 
-    async def reject_unknown_tools(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Unknown tool -> -32602 (the spec; the SDK would answer is_error).  Bad arguments -> one readable
-        tool error naming each field, instead of pydantic's dump of the input."""
-        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
-            name = ctx.params.get("name")
-            tool = by_name.get(name) if isinstance(name, str) else None
-            if tool is None:
-                raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}. Known: {', '.join(by_name)}")
-            args = ctx.params.get("arguments") or {}
-            if isinstance(args, dict):
-                try:
-                    tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(args))
-                except ValidationError as exc:
-                    text = argument_error_text(exc, list(tool.fn_metadata.arg_model.model_fields))
-                    logger.info("tool %s rejected arguments: %s", name, text)
-                    return CallToolResult(content=[TextContent(type="text", text=f"Error executing tool {name}: "
-                                                               f"{text}")], is_error=True)
+    async def check_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Answer unknown tools and prompts and bad arguments here, before the SDK's handlers."""
+        if isinstance(ctx.params, dict):
+            if ctx.method == "tools/call":
+                rejected = _check_tool_call(ctx.params, by_name)
+                if rejected is not None:
+                    return rejected
+            elif ctx.method == "prompts/get":
+                _check_prompt_get(ctx.params, {p.name: p for p in await server.list_prompts()})
         return await call_next(ctx)
 
     server: MCPServer = MCPServer(
@@ -65,7 +98,7 @@ def create_server() -> MCPServer:
         instructions=INSTRUCTIONS,
         tools=tools,
         subscriptions=False,
-        middleware=[reject_unknown_tools],
+        middleware=[check_requests],
         log_level="WARNING",
     )
     register_resources(server)

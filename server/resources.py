@@ -7,6 +7,8 @@ one is generated from the same data files and pydantic models the core uses, so 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from tools.errors import PdagInputError
 from tools.hardware import accelerator_ids, load_accelerator
 from tools.lookup import catalog, lookup_rule
 from tools.models import load_preset, preset_index
-from tools.plan import Plan
+from tools.schemas import plan_json_schema
 
 JSON = "application/json"
 MARKDOWN = "text/markdown"
@@ -41,18 +43,20 @@ def _title(path: Path) -> str:
     return path.stem.replace("_", " ")
 
 
-def _reader(path: Path) -> Any:
+def _reader(path: Path) -> Callable[[], str]:
     def read() -> str:
         return path.read_text(encoding="utf-8")
 
     return read
 
 
-def plan_json_schema() -> dict[str, Any]:
-    schema = Plan.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://pdag.dev/schema/plan-v1.json"
-    return schema
+@contextmanager
+def _not_found() -> Iterator[None]:
+    """An unknown id in a resource URI -> ResourceNotFoundError (-32602) with the closest ids, not a crash."""
+    try:
+        yield
+    except PdagInputError as exc:
+        raise ResourceNotFoundError(f"{exc.problem}; allowed: {exc.allowed}") from None
 
 
 def register_resources(server: MCPServer) -> None:
@@ -85,10 +89,8 @@ def register_resources(server: MCPServer) -> None:
     @server.resource("pdag://rules/{rule_id}", name="rule", title="One rule", mime_type=JSON)
     def rule(rule_id: str) -> str:
         """One rule (or seed conflict) by id, e.g. pdag://rules/TP-HEADS-DIVISIBLE."""
-        try:
+        with _not_found():
             found = lookup_rule(rule_id=rule_id)
-        except PdagInputError as exc:
-            raise ResourceNotFoundError(f"{exc.problem}; {exc.allowed}") from None
         item = found.rules[0] if found.rules else found.conflicts[0]
         return _json(item.model_dump(mode="json", exclude_none=True))
 
@@ -102,10 +104,8 @@ def register_resources(server: MCPServer) -> None:
     @server.resource("pdag://models/{model_id}", name="model", title="One model preset", mime_type=JSON)
     def model(model_id: str) -> str:
         """A model preset normalised: layers, heads, KV heads or MLA, experts, parameter counts."""
-        try:
+        with _not_found():
             spec = load_preset(model_id)
-        except PdagInputError as exc:
-            raise ResourceNotFoundError(f"{exc.problem}; allowed: {exc.allowed}") from None
         return _json(spec.model_dump(mode="json"))
 
     @server.resource("pdag://hardware", name="hardware", title="Accelerator presets", mime_type=JSON)
@@ -120,10 +120,8 @@ def register_resources(server: MCPServer) -> None:
     @server.resource("pdag://hardware/{gpu_id}", name="accelerator", title="One accelerator preset", mime_type=JSON)
     def accelerator(gpu_id: str) -> str:
         """An accelerator: memory, bandwidth, dense TFLOPS per dtype, intra/inter-node links, sources."""
-        try:
+        with _not_found():
             acc = load_accelerator(gpu_id)
-        except PdagInputError as exc:
-            raise ResourceNotFoundError(f"{exc.problem}; allowed: {exc.allowed}") from None
         return _json(acc.model_dump(mode="json"))
 
     @server.resource("pdag://schema/dag", name="dag-schema", title="DAG JSON Schema", mime_type=JSON)

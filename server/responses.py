@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from tools.lookup import LookupResult
 from tools.render import FoldedDag
+
+if TYPE_CHECKING:
+    from tools.build import BuildResult
 
 Detail = Literal["summary", "full"]
 
@@ -180,7 +183,7 @@ def _shape_violations(raw: list[Mapping[str, Any]], detail: Detail, tool: str) -
     return groups, note
 
 
-def shape_build(result: Any, detail: Detail) -> BuildAnswer:
+def shape_build(result: BuildResult, detail: Detail) -> BuildAnswer:
     if detail == "full":
         return BuildAnswer(gpus_used=result.gpus_used, gpus_available=result.gpus_available, summary=result.summary,
                            dag=result.dag)
@@ -225,8 +228,12 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
     dag_summary = None
     notes = [n for n in (data.pop("note", None), note) if n]
     if dag is not None and detail == "summary":
-        dag_summary = fold_dag_json(dag)
-        notes.append('The fixed DAG is shown folded; call autofix_dag with detail="full" for its node-link JSON.')
+        try:
+            dag_summary = fold_dag_json(dag)
+            notes.append('The fixed DAG is shown folded; call autofix_dag with detail="full" for its node-link JSON.')
+        except ValidationError:  # a malformed hand-drawn DAG that autofix could not rebuild comes back as given
+            notes.append("The DAG was not changed and is not repeated: it does not match pdag://schema/dag, so it "
+                         "cannot be folded (see the violations).")
         dag = None
     if detail == "summary":
         data, cut = trim(data)

@@ -7,17 +7,18 @@ signature is the input schema (made strict below), its return annotation the out
 from __future__ import annotations
 
 import functools
-import importlib
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import tools
 from server import responses as R
 from tools.dag import NodeType
 from tools.errors import PdagInputError
@@ -66,12 +67,8 @@ def pdag_tool(core: str, title: str) -> Callable[[Callable[..., Any]], Callable[
 
 
 def core(name: str) -> Callable[..., Any] | None:
-    """The core function `tools.<name>`, or None while its module has not landed yet."""
-    try:
-        module = importlib.import_module("tools")
-    except ImportError:  # pragma: no cover - the core package always exists
-        return None
-    fn = getattr(module, name, None)
+    """The core function `tools.<name>`, or None while it has not landed yet."""
+    fn = getattr(tools, name, None)
     return fn if callable(fn) else None
 
 
@@ -82,15 +79,29 @@ def input_error_text(exc: PdagInputError) -> str:
     return text
 
 
-def _allowed(err: dict[str, Any], known_args: list[str]) -> str | None:
+def _fields_at(model: type[BaseModel] | None, path: list[str]) -> list[str] | None:
+    """The field names of the (nested) pydantic model at ``path`` below ``model``; None when unknown."""
+    for part in path:
+        if model is None or part not in model.model_fields:
+            return None
+        ann = model.model_fields[part].annotation
+        model = next((a for a in (ann, *get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return list(model.model_fields) if model is not None else None
+
+
+def _allowed(err: dict[str, Any], path: list[str], arg_model: type[BaseModel] | None) -> str | None:
     ctx = err.get("ctx") or {}
     kind = err.get("type", "")
+    schema = {"plan": " (pdag://schema/plan)", "dag": " (pdag://schema/dag)"}.get(path[0] if path else "", "")
     if kind == "extra_forbidden":
-        if len(err["loc"]) == 1:
-            return "arguments " + ", ".join(known_args)
-        return "only the fields of the published schema (pdag://schema/plan, pdag://schema/dag)"
+        fields = _fields_at(arg_model, path[:-1])
+        if fields:
+            return ("arguments " if len(path) == 1 else "fields ") + ", ".join(fields)
+        return "only the fields of the published schema" + (schema or " (pdag://schema/plan, pdag://schema/dag)")
     if kind == "literal_error" and "expected" in ctx:
         return str(ctx["expected"])
+    if kind in ("model_type", "dict_type"):
+        return "a JSON object" + schema
     if kind == "missing":
         return None
     bounds = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "max_length": "at most", "min_length": "at least"}
@@ -101,15 +112,19 @@ def _allowed(err: dict[str, Any], known_args: list[str]) -> str | None:
 _UNION_TAGS = frozenset({"str", "HFModel", "Plan", "Dag", "int", "dict[str,any]"})
 
 
-def argument_error_text(exc: ValidationError, known_args: list[str]) -> str:
-    """One readable line per bad field (first 5): the field path, the problem, what is allowed."""
+def argument_error_text(exc: ValidationError, arg_model: type[BaseModel] | None = None) -> str:
+    """One readable line per bad field (first 5): the field path, the problem, what is allowed.
+
+    ``arg_model``: the tool's argument model, when the error is about the call's arguments (it names the
+    fields allowed next to an unknown one); None for an error the core raised while reading a document."""
     lines = []
     errors = exc.errors(include_url=False)
     for err in errors[:5]:
-        loc = ".".join(str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and "[" not in str(p))
-        msg = "unknown argument" if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 else err["msg"]
-        allowed = _allowed(err, known_args)
-        lines.append(f"invalid `{loc or 'arguments'}`: {msg}" + (f". Allowed: {allowed}" if allowed else ""))
+        path = [str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and "[" not in str(p)]
+        top_level_extra = err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and arg_model is not None
+        msg = "unknown argument" if top_level_extra else err["msg"]
+        allowed = _allowed(err, path, arg_model)
+        lines.append(f"invalid `{'.'.join(path) or 'arguments'}`: {msg}" + (f". Allowed: {allowed}" if allowed else ""))
     if len(errors) > 5:
         lines.append(f"... and {len(errors) - 5} more")
     return "; ".join(lines)
@@ -127,7 +142,7 @@ def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         except PdagInputError as exc:
             raise ToolError(input_error_text(exc)) from None
         except ValidationError as exc:
-            raise ToolError(argument_error_text(exc, [])) from None
+            raise ToolError(argument_error_text(exc)) from None
         except Exception:
             logger.exception("tool %s failed", name)
             raise ToolError(
@@ -145,7 +160,8 @@ def _strict(model: type[BaseModel]) -> type[BaseModel]:
 
 
 def make_tool(d: ToolDef) -> Tool:
-    tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title, annotations=READ_ONLY,
+    tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
+                              description=inspect.cleandoc(d.fn.__doc__ or ""), annotations=READ_ONLY,
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
@@ -155,7 +171,7 @@ def make_tool(d: ToolDef) -> Tool:
 
 def available_tools() -> list[Tool]:
     """Tools whose core function exists now, in registry order (tools/list order is deterministic)."""
-    out = []
+    out: list[Tool] = []
     for d in REGISTRY:
         if core(d.core) is None:
             logger.info("tool %s not registered: tools.%s does not exist yet", d.name, d.core)
@@ -164,16 +180,12 @@ def available_tools() -> list[Tool]:
     return out
 
 
-def _plan_dict(plan: Plan | None) -> dict[str, Any] | None:
-    return None if plan is None else plan.model_dump(mode="json", exclude_unset=True)
-
-
 def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any]:
-    if plan is None and dag is None:
-        raise PdagInputError("plan", "give a plan or a dag", "plan (a plan object) or dag (build_dag's full DAG)")
+    """The core's keyword arguments: the plan as the caller wrote it (unset fields left out) and/or the DAG.
+    The core says what is wrong when neither (or, where it takes one, both) is given."""
     kwargs: dict[str, Any] = {}
     if plan is not None:
-        kwargs["plan"] = _plan_dict(plan)
+        kwargs["plan"] = plan.model_dump(mode="json", exclude_unset=True)
     if dag is not None:
         kwargs["dag"] = dag
     return kwargs
@@ -189,12 +201,20 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
     Use it right after drafting a plan, to see the structure pdag derives from the degrees: the DP fan-out,
     each replica's prefill and decode branches, pipeline stages (which layers, which GPUs), and inside each
     layer the TP/SP shards, EP expert nodes and every communication node (all-reduce, all-gather, all-to-all).
-    `gpus_used` counts the distinct devices in the DAG; compare it with hardware.num_gpus.
-    Do not use it to check a plan's correctness: that is validate_dag (it builds the DAG itself).
+    `gpus_used` counts the distinct devices in the DAG; compare it with hardware.num_gpus. A stage of a
+    replica uses max(tp, sp, ep) GPUs (TP and EP share them, SP re-partitions the TP GPUs of attention), so
+    degrees are not multiplied. Do not use it to check a plan's correctness: that is validate_dag (it builds
+    the DAG itself).
 
     Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (dp replicas, pp stages, tp/sp
-    shards, ep = GPUs each MoE layer's experts are spread over); workload lengths in tokens, batch_size in
+    shards, ep = GPUs each MoE layer's experts are spread over); `phases.prefill` / `phases.decode` override
+    them per phase (in aggregated serving only sp may differ); workload lengths in tokens, batch_size in
     sequences per replica. `detail`: "summary" (default) or "full".
+    Two strategies beyond the default rules must be opted into: attention-DP for MoE models
+    (`parallel.attn_dp` = attention groups per stage, each with its own share of the batch and KV cache, plus
+    `options.allow_attention_dp: true`; a stage then uses max(attn_dp * max(tp, sp), ep) GPUs) and
+    disaggregated serving (`options.disaggregated: true`: prefill and decode get separate GPU pools, each
+    sized by `parallel` with its phase's overrides, dp/tp/pp/ep included; gpus_used is the sum of the pools).
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}}
     Returns gpus_used, gpus_available and a folded summary (replica 0; runs of identical layers once with a
@@ -213,8 +233,10 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     Use it on every plan before you present it, and again after any change. It checks the degrees against
     the model (heads divisible by TP, experts by EP, layers by PP), the GPU count against the hardware,
     memory fit, phase consistency and the DAG structure (explicit communication, acyclic, DP only at the
-    root, ...). Valid means no violation of severity "error"; warnings are advice.
-    Give `plan` (preferred) or `dag` (a node-link DAG from build_dag with detail="full").
+    root, ...). Attention-DP (`parallel.attn_dp` > 1) needs `options.allow_attention_dp` and per-phase pools
+    (phases that differ in dp/tp/pp/ep) need `options.disaggregated`; without the opt-in they are errors
+    (ADP-OPT-IN, DISAGG-OPT-IN). Valid means no violation of severity "error"; warnings are advice.
+    Give `plan` (preferred) or `dag` (a node-link DAG from build_dag with detail="full"), not both.
     Example: {"plan": {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8, "ep": 8}}}
     Returns valid, error_count, warning_count and violations; by default grouped by rule_id (count, first
@@ -234,13 +256,16 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
     divide the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the
     result: a fix can change degrees your objective depended on. Do not use it as a planner: it repairs, it
-    does not optimise.
-    Give `plan` (preferred) or `dag`, as for validate_dag.
+    does not optimise. A plan that uses attention-DP or per-phase pools without its opt-in is repaired by
+    turning the strategy off; `alternatives` then offers the plan as you drew it with the opt-in set
+    (options.allow_attention_dp or options.disaggregated): take that one if the strategy was intended.
+    A DAG with errors is rebuilt with build_dag from the plan it carries (or one inferred from its nodes).
+    Give `plan` (preferred) or `dag`, not both, as for validate_dag.
     Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
     "parallel": {"tp": 3}}}
     Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (and, with
-    detail="full", the fixed DAG; by default only folded) and the violations left. It does not estimate
-    performance.
+    detail="full", the fixed DAG; by default only folded), alternatives and the violations left. It does not
+    estimate performance.
     """
     fn = core("autofix_dag")
     assert fn is not None
@@ -255,13 +280,15 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
     roofline estimates (compute, memory bandwidth, interconnect) over the DAG's critical path, not
     measurements: trust differences between plans more than absolute values.
-    Give `plan` (or a `dag` built from one).
+    Give `plan` (or a `dag` built from one). For a disaggregated plan (`options.disaggregated`) it also
+    returns `pools` (each pool's replicas, GPUs and rate), `kv_transfer` (the KV hand-off per request) and
+    `pool_balance` with a balanced split.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
     Returns prefill_latency_ms (time to first token), decode_latency_ms_per_token, e2e_latency_ms,
     throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
-    memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used. It does not validate the plan: an
-    invalid plan can still get numbers, so call validate_dag first.
+    memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used, the bottleneck and critical path per
+    phase. It does not validate the plan: an invalid plan can still get numbers, so call validate_dag first.
     """
     fn = core("estimate_performance")
     assert fn is not None
@@ -335,8 +362,11 @@ def search_strategies(
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
     Use it to start planning, or to check that a hand-made plan is not far from the best; then validate_dag
-    and estimate_performance the plan you pick (each returned `plan` can be passed to them as is). Do not
-    use it to check one given plan (validate_dag) or to explain a rule (lookup_rule).
+    and estimate_performance the plan you pick (each returned `plan` can be passed to them as is, opt-ins
+    included). Besides the default strategies it also tries attention-DP layouts for MoE models
+    (`attention_dp`, default true) and disaggregated prefill/decode pools (`disaggregated`, default when the
+    cluster has >= 2 GPUs); set them to false to search only the default rules. Do not use it to check one
+    given plan (validate_dag) or to explain a rule (lookup_rule).
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
@@ -346,15 +376,20 @@ def search_strategies(
     """
     fn = core("search_strategies")
     assert fn is not None
-    result = fn(
-        model=model if isinstance(model, str) else model.model_dump(mode="json"),
-        hardware=hardware.model_dump(mode="json", exclude_unset=True),
-        workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
-        objective=objective,
-        slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
-        top_k=top_k,
-        dtype=dtype,
-        attention_dp=attention_dp,
-        disaggregated=disaggregated,
-    )
+    try:
+        result = fn(
+            model=model if isinstance(model, str) else model.model_dump(mode="json"),
+            hardware=hardware.model_dump(mode="json", exclude_unset=True),
+            workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
+            objective=objective,
+            slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
+            top_k=top_k,
+            dtype=dtype,
+            attention_dp=attention_dp,
+            disaggregated=disaggregated,
+        )
+    except PdagInputError as exc:  # the core checks the arguments as a plan: name the field as this tool takes it
+        if exc.field.startswith("plan."):
+            raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
+        raise
     return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]

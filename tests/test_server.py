@@ -114,6 +114,32 @@ async def test_bad_input_is_an_actionable_tool_error(client, tool, args, needle)
     assert needle in msg and "Traceback" not in msg and "/work" not in msg and "site-packages" not in msg
 
 
+async def test_search_errors_name_its_own_arguments(client):
+    r = await client.call_tool("search_strategies", {"model": "llama-9", "hardware": {"gpu": "nope", "num_gpus": 2}})
+    assert r.is_error and "invalid `model`" in text(r) and "plan.model" not in text(r)
+    r = await client.call_tool("search_strategies", {"model": "llama-3.1-8b", "hardware": {"gpu": "nope",
+                                                                                          "num_gpus": 2}})
+    assert r.is_error and "invalid `hardware.gpu`" in text(r)
+
+
+async def test_autofix_of_a_malformed_dag_reports_violations(client):
+    dag = {"nodes": [{"id": "a", "type": "Compute"}, {"id": "b", "type": "Compute"}],
+           "edges": [{"source": "a", "target": "b"}, {"source": "b", "target": "a"}]}
+    r = await client.call_tool("autofix_dag", {"dag": dag})
+    assert not r.is_error
+    s = r.structured_content
+    assert not s["valid"] and "STRUCT-ACYCLIC" in {v["rule_id"] for v in s["violations"]} and "dag" not in s
+
+
+async def test_bad_prompt_requests_are_invalid_params(client):
+    cases = [("no_such_prompt", {}, "plan_deployment"), ("plan_deployment", {"model": "x"}, "gpus"),
+             ("explain_violation", {"rule_id": "TP-HEADS-DIVISIBLE", "extra": "1"}, "extra")]
+    for name, args, needle in cases:
+        with pytest.raises(MCPError) as e:
+            await client.get_prompt(name, args)
+        assert e.value.error.code == -32602 and needle in e.value.error.message
+
+
 async def test_unknown_tool_is_a_protocol_error_and_server_lives_on(client):
     with pytest.raises(MCPError) as e:
         await client.call_tool("no_such_tool", {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,8 +36,7 @@ class Agent(Protocol):
 
     def model_for(self, case: Case) -> str: ...
 
-    def client(self, case: Case) -> Any:  # async context manager yielding AsyncAnthropic
-        ...
+    def client(self, case: Case) -> AbstractAsyncContextManager[anthropic.AsyncAnthropic]: ...
 
 
 @asynccontextmanager

@@ -29,7 +29,9 @@ OPT_INS = ("allow_attention_dp", "disaggregated")  # strategies a plan must ask 
 __all__ = ["ScriptedModel", "message_json"]
 
 
-def message_json(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int]):
+def message_json(
+    msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int]
+) -> dict[str, Any]:
     """A Messages API response body."""
     return {
         "id": msg_id,
