@@ -376,20 +376,15 @@ def search_strategies(
     """
     fn = core("search_strategies")
     assert fn is not None
-    try:
-        result = fn(
-            model=model if isinstance(model, str) else model.model_dump(mode="json"),
-            hardware=hardware.model_dump(mode="json", exclude_unset=True),
-            workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
-            objective=objective,
-            slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
-            top_k=top_k,
-            dtype=dtype,
-            attention_dp=attention_dp,
-            disaggregated=disaggregated,
-        )
-    except PdagInputError as exc:  # the core checks the arguments as a plan: name the field as this tool takes it
-        if exc.field.startswith("plan."):
-            raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
-        raise
+    result = fn(
+        model=model if isinstance(model, str) else model.model_dump(mode="json"),
+        hardware=hardware.model_dump(mode="json", exclude_unset=True),
+        workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
+        objective=objective,
+        slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
+        top_k=top_k,
+        dtype=dtype,
+        attention_dp=attention_dp,
+        disaggregated=disaggregated,
+    )
     return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]

@@ -198,3 +198,12 @@ def test_single_gpu_has_no_disaggregated_plan() -> None:
     assert r.best_disaggregated is None and r.comparison is None
     off = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 8}, disaggregated=False)
     assert off.best_disaggregated is None and all(p.kind == "aggregated" for p in off.top)
+
+
+def test_bad_model_or_gpu_names_the_search_argument():
+    with pytest.raises(PdagInputError) as info:
+        search_strategies(model="llama-70b", hardware={"gpu": "h100-sxm", "num_gpus": 8})
+    assert info.value.field == "model" and "llama-3.1-70b" in str(info.value)
+    with pytest.raises(PdagInputError) as info:
+        search_strategies(model="llama-3.1-70b", hardware={"gpu": "h100", "num_gpus": 8})
+    assert info.value.field == "hardware.gpu"

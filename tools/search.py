@@ -741,7 +741,10 @@ def search_strategies(
     }
     if kv_dtype is not None:
         base["kv_dtype"] = kv_dtype
-    probe = parse_plan({**base, "parallel": {}})
+    try:
+        probe = parse_plan({**base, "parallel": {}})
+    except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
+        raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
     if isinstance(model, str):
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
