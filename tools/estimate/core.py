@@ -246,6 +246,11 @@ class _PhaseGraph:
         self.preds = {v: [u for u in graph._pred[v] if u in members] for v in self.order}
 
     def longest(self, weight: dict[str, float]) -> tuple[float, list[str]]:
+        """Heaviest chain of node costs, relaxed along networkx's topological order.
+
+        Deliberately not ``nx.dag_longest_path``: it weighs edges, so every call would first rewrite one weight
+        per edge of the phase (tens of thousands), and the whole estimate took twice as long (measured: 38 ->
+        73 ms for Llama-3.1-70B on 8 GPUs, over the 50 ms target) for the same path and length."""
         dist: dict[str, float] = {}
         best: dict[str, str | None] = {}
         for v in self.order:
