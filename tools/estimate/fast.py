@@ -17,6 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import networkx as nx
+
 from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
@@ -45,25 +47,12 @@ class _Stage:
 
 
 def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int], list[list[int]]]:
-    """Positions of ``ids`` in topological order, and each position's predecessors (edges leaving ``ids`` dropped).
-
-    Kahn's algorithm over plain lists rather than networkx: it runs once per layer kind of every layout the
-    search prices, where building a DiGraph per segment cost about a tenth of the search's time."""
+    """Positions of ``ids`` in topological order, and each position's predecessors (edges leaving ``ids`` dropped)."""
     index = {v: i for i, v in enumerate(ids)}
-    preds: list[list[int]] = [[] for _ in ids]
-    succ: list[list[int]] = [[] for _ in ids]
-    for u, v in edges:
-        if u in index and v in index:
-            preds[index[v]].append(index[u])
-            succ[index[u]].append(index[v])
-    indeg = [len(p) for p in preds]
-    order = [i for i, d in enumerate(indeg) if d == 0]
-    for i in order:  # grows while iterating (Kahn)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                order.append(j)
-    return order, preds
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(ids)))
+    g.add_edges_from((index[u], index[v]) for u, v in edges if u in index and v in index)
+    return list(nx.topological_sort(g)), [list(g.predecessors(i)) for i in range(len(ids))]
 
 
 class FastEstimator:

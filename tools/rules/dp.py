@@ -6,6 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import networkx as nx
+
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.rules.attention_dp import attention_dp_without_opt_in
 from tools.rules.registry import Change, Context, Finding, checker, fixer, set_degree
@@ -25,22 +27,20 @@ def check_root_only(ctx: Context) -> Iterator[Finding]:
 
 
 def _replica_members(ctx: Context) -> tuple[dict[str, set[Any]], dict[Any, set[int]]]:
-    """Replicas reaching each node (one BFS per replica: the replicas partition the graph, so linear).
+    """Replicas reaching each node along data/pipeline edges (the replicas partition the graph, so linear).
 
     Disaggregated serving (opted in): prefill and decode replicas are told apart by node id, and the KV edges
     from a prefill replica into the decode replicas it serves are the designed hand-over, not shared nodes."""
     reach: dict[str, set[Any]] = defaultdict(set)
     disagg = ctx.options.disaggregated
+    skip = {"sync", "kv"} if disagg else {"sync"}
+    flow = nx.DiGraph()
+    flow.add_nodes_from(ctx.g)
+    flow.add_edges_from((u, v) for u, v, t in ctx.g.edges(data="type") if t not in skip)
     for i, r in enumerate(ctx.of(NodeType.REPLICA)):
         rid = r if disagg else ctx.attr(r, "replica") if ctx.attr(r, "replica") is not None else i
-        stack, seen = [r], {r}
-        while stack:
-            u = stack.pop()
+        for u in nx.descendants(flow, r) | {r}:
             reach[u].add(rid)
-            for v, a in ctx.succ[u].items():
-                if v not in seen and a.get("type") != "sync" and not (disagg and a.get("type") == "kv"):
-                    seen.add(v)
-                    stack.append(v)
     devices: dict[Any, set[int]] = defaultdict(set)
     for n, rs in reach.items():
         if len(rs) == 1 and ctx.types[n] not in CONTROL_TYPES:
