@@ -165,8 +165,20 @@ def make_tool(d: ToolDef) -> Tool:
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
+    tool.parameters = _untitled(strict.model_json_schema(by_alias=True))
     return tool
+
+
+def _untitled(schema: Any, names: bool = False) -> Any:
+    """Drop pydantic's generated `title` keys (each a restatement of the field name): the tool list is sent
+    to the model on every request.  ``names``: this mapping's keys are field names (a `properties` or `$defs`
+    object), kept whatever they are.  Validation uses the pydantic model, not this advertised schema."""
+    if isinstance(schema, dict):
+        return {k: _untitled(v, k in ("properties", "$defs") and not names)
+                for k, v in schema.items() if names or k != "title"}
+    if isinstance(schema, list):
+        return [_untitled(v) for v in schema]
+    return schema
 
 
 def available_tools() -> list[Tool]:
