@@ -249,6 +249,20 @@ def _attention_kv(ctx: Context) -> tuple[dict[str, list[str]], dict[str, list[st
     return a2k, k2a
 
 
+@checker("KV-CONTEXT-WITHIN-MODEL", needs="plan")
+def check_context_within_model(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None
+    spec, wl = ctx.plan.spec, ctx.plan.workload
+    tokens = wl.input_len + wl.output_len
+    if tokens > spec.max_position_embeddings:
+        yield Finding(f"input_len + output_len = {tokens} tokens but {spec.id} is configured for "
+                      f"{spec.max_position_embeddings} positions (max_position_embeddings); beyond that the context "
+                      "must be extended (e.g. RoPE scaling) for these requests to be served",
+                      field="plan.workload.input_len",
+                      hint=f"keep input_len + output_len <= {spec.max_position_embeddings}, or serve a checkpoint "
+                           "configured for the longer context")
+
+
 @checker("MEM-KV-ESTIMATED")
 def check_kv_estimated(ctx: Context) -> Iterator[Finding]:
     """The KV cache must be in the DAG (a KVCacheUpdateNode per prefill attention shard) to be estimated."""
