@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.contracts import assert_fix_contract
 from tests.fixtures.generate import ADP_DSV3, DIS_70B, P_ADP, P_DIS, TINY, TINY_MOE, without
 from tools import autofix_dag, validate_dag
 from tools.layout import Layout
@@ -70,14 +71,4 @@ opt_plans = st.fixed_dictionaries({
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(opt_plans)
 def test_random_opt_in_plans(plan):
-    v = validate_dag(plan=plan)
-    assert not [n for n in v.notes if " failed: " in n], v.notes
-    r = autofix_dag(plan=plan)
-    assert not [n for n in r.notes if " failed: " in n], r.notes
-    if v.valid:
-        assert r.valid
-    if r.valid:
-        assert validate_dag(plan=r.plan).valid
-    else:
-        assert all(x.reason for x in r.violations if x.severity == "error")
-    assert autofix_dag(plan=r.plan).changes == []
+    assert_fix_contract(plan)

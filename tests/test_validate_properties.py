@@ -8,13 +8,10 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.contracts import assert_fix_contract, assert_no_crashed_checker
+from tests.fixtures.generate import TINY, TINY_MOE
 from tools import autofix_dag, build_dag, validate_dag
 
-TINY = {"hf_config": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
-                      "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000}}
-TINY_MOE = {"hf_config": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256,
-                          "num_attention_heads": 8, "num_key_value_heads": 4, "intermediate_size": 512,
-                          "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2}}
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 degree = st.sampled_from([1, 1, 2, 3, 4, 6, 8, 16])
 
@@ -30,24 +27,10 @@ plans = st.fixed_dictionaries({
 })
 
 
-def _no_crash(notes: list[str]) -> None:
-    assert not [n for n in notes if " failed: " in n], notes
-
-
 @SETTINGS
 @given(plans)
 def test_random_plans(plan):
-    v = validate_dag(plan=plan)
-    _no_crash(v.notes)
-    r = autofix_dag(plan=plan)
-    _no_crash(r.notes)
-    if v.valid:
-        assert r.valid
-    if r.valid:
-        assert validate_dag(plan=r.plan).valid
-    else:
-        assert all(x.reason for x in r.violations if x.severity == "error")
-    assert autofix_dag(plan=r.plan).changes == []
+    assert_fix_contract(plan)
 
 
 BASES = [
@@ -91,9 +74,9 @@ def mutated(draw):
 @given(mutated())
 def test_mutated_dags(dag):
     v = validate_dag(dag=dag)
-    _no_crash(v.notes)
+    assert_no_crashed_checker(v.notes)
     r = autofix_dag(dag=dag)
-    _no_crash(r.notes)
+    assert_no_crashed_checker(r.notes)
     if r.valid and r.dag is not None:
         assert validate_dag(dag=r.dag).valid
     if not r.valid:
