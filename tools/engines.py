@@ -135,7 +135,19 @@ def _hf_repo(plan: Plan) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- export
-def _common_checks(plan: Plan, engine: str) -> None:
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+# launchers that take no explicit pipeline layer split (vLLM has VLLM_PP_LAYER_PARTITION)
+_NO_LAYER_SPLIT = {"sglang": "SGLang's launcher", "trtllm": "trtllm-serve"}
+
+
+def _common_checks(plan: Plan, key: str) -> None:
+    """What no exporter can launch, checked once for all of them (``key``: vllm, sglang, trtllm)."""
+    engine = _ENGINE_NAMES[key]
+    if not plan.spec.is_moe and max(plan.degrees(ph).ep for ph in ("prefill", "decode")) > 1:
+        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
+    if key in _NO_LAYER_SPLIT and plan.options.layer_split is not None and plan.parallel.pp > 1:
+        raise EngineCannotExpress("options.layer_split", f"{_NO_LAYER_SPLIT[key]} takes no explicit layer split",
+                                  "the default even split (remove options.layer_split)")
     phases = plan.phases.model_dump(exclude_none=True)
     overrides = {p: {k: v for k, v in d.items() if v is not None} for p, d in phases.items()}
     changed = {
@@ -213,8 +225,6 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"vLLM's data-parallel ranks of a MoE model are not independent: their expert layers form "
                          f"one group of dp*tp = {p.dp * p.tp} GPUs; for {p.dp} independent replicas launch "
                          f"{p.dp} separate deployments")
-    elif p.ep > 1:
-        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
     argv += ["--max-num-seqs", str(plan.workload.batch_size),
              "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8")
@@ -297,11 +307,6 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
             argv += ["--ep", str(ep)]
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
-    elif p.ep > 1:
-        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
-    if plan.options.layer_split is not None and p.pp > 1:
-        raise EngineCannotExpress("options.layer_split", "SGLang's launcher takes no explicit layer split",
-                                  "the default even split (remove options.layer_split)")
     argv += ["--max-running-requests", str(plan.workload.batch_size),
              "--context-length", str(plan.workload.input_len + plan.workload.output_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8_e4m3")
@@ -329,11 +334,6 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
         notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
-    elif p.ep > 1:
-        raise EngineCannotExpress("parallel.ep", "ep > 1 on a dense model", "ep = 1")
-    if plan.options.layer_split is not None and p.pp > 1:
-        raise EngineCannotExpress("options.layer_split", "trtllm-serve takes no explicit layer split",
-                                  "the default even split (remove options.layer_split)")
     base += ["--max_batch_size", str(plan.workload.batch_size),
              "--max_seq_len", str(plan.workload.input_len + plan.workload.output_len)]
     if plan.dtype not in _DTYPE_FLAG:
@@ -360,6 +360,9 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, notes=notes)
 
 
+_EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
+
+
 def export_plan(plan: Plan | dict[str, Any], engine: str) -> ExportResult:
     """The launch command of ``engine`` (vllm, sglang, trtllm) for ``plan``; raises EngineCannotExpress
     (with the reason) for plans the engine cannot launch."""
@@ -371,8 +374,8 @@ def export_plan(plan: Plan | dict[str, Any], engine: str) -> ExportResult:
     layout = Layout(parsed)
     if parsed.options.disaggregated:
         return _export_disaggregated(parsed, layout, key)
-    _common_checks(parsed, {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}[key])
-    result = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}[key](parsed, layout)
+    _common_checks(parsed, key)
+    result = _EXPORTERS[key](parsed, layout)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
     return result
@@ -419,7 +422,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         pool = layout.pools[phase]  # type: ignore[index]
         sub = _pool_plan(plan, phase, pool.gpus)
         _common_checks(sub, key)
-        one = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}[key](sub, Layout(sub))
+        one = _EXPORTERS[key](sub, Layout(sub))
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
         for i, argv in enumerate(one.argv):
