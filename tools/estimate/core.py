@@ -390,7 +390,9 @@ _PREPARED_MAX = 32
 
 
 def _prepared(full: Plan) -> _Prepared:
-    key = full.model_dump_json(exclude_none=True)
+    """The DAG and layout depend on the model, hardware, degrees and options only: plans that differ in
+    workload, objective or dtypes share one (the costs, which do depend on those, are computed per call)."""
+    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype"})
     hit = _PREPARED.pop(key, None)
     if hit is None:
         hit = _Prepared(full)
