@@ -9,7 +9,7 @@ id of the catalog that forbids it, when (checked in this order):
 ``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and stated);
 ``EP-EXPERT-NODES-EQ-GPUS`` ep > experts; ``EP-EVEN-EXPERTS`` experts not divisible by ep;
 ``EP-SPANS-STAGE-GROUP`` ep < W without expert TP; ``EP-NO-EXPERT-TP`` ep < W when expert TP is not allowed;
-``SP-LONG-CONTEXT-ONLY`` prefill SP with input_len < 8192; ``SP-DECODE-INEFFECTIVE`` SP in decode;
+``SP-LONG-CONTEXT-ONLY`` prefill SP below the catalog's long-context threshold; ``SP-DECODE-INEFFECTIVE`` SP in decode;
 ``MEM-FITS`` the most loaded GPU does not fit (``tools.memory.memory_report``).
 Dominated alternatives are not estimated either: ``PP-MEMORY-DRIVEN`` (latency: a larger pp than the
 smallest that fits), ``DP-NOT-FOR-LATENCY`` (latency: more replicas than a throughput SLO needs),
