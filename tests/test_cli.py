@@ -44,3 +44,12 @@ def test_bad_input_goes_to_stderr_with_exit_2(capsys):
 def test_rule_lookup(capsys):
     assert main(["rule", "gpu-no-multiplication"]) == 0
     assert "GPU-NO-MULTIPLICATION" in capsys.readouterr().out
+
+
+def test_unreadable_or_malformed_plan_file_is_a_field_error(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "missing.json")]) == 2
+    assert "plan_file: cannot read" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["export", str(bad), "--engine", "vllm"]) == 2
+    assert "plan_file: not valid JSON" in capsys.readouterr().err

@@ -5,23 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from tools.autofix import autofix_dag
-from tools.cli.common import command, plan_from_args
-from tools.errors import PdagInputError
+from tools.cli.common import command, plan_from_args, read_json
 from tools.validate import validate_dag
 
 
 def cli_input(args: Any) -> dict[str, Any]:
     """``plan=`` or ``dag=`` from the CLI: a JSON file holding a DAG (it has 'nodes') goes in as a DAG."""
-    import json
-    import sys
-    from pathlib import Path
-
     if args.plan_file:
-        text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        data = read_json(args.plan_file)
         if isinstance(data, dict) and ("nodes" in data or isinstance(data.get("dag"), dict)):
             return {"dag": data}
         args.plan_file = None

@@ -38,15 +38,24 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
+def read_json(path: str, field: str = "plan_file") -> Any:
+    """A JSON document from a file ('-': stdin), with unreadable or malformed input as a field error."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PdagInputError(field, f"cannot read {path!r} ({exc.strerror})", "a readable JSON file or -") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PdagInputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno})", "a JSON object") from None
+
+
 def plan_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """A plan dict from a file and/or flags; with neither, the embedded default deployment."""
     if args.plan_file:
-        text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
-        try:
-            plan = json.loads(text)
-        except json.JSONDecodeError as exc:
-            problem = f"not valid JSON ({exc.msg} at line {exc.lineno})"
-            raise PdagInputError("plan_file", problem, "a plan object") from None
+        plan = read_json(args.plan_file)
+        if not isinstance(plan, dict):
+            raise PdagInputError("plan_file", f"expected a JSON object, got {type(plan).__name__}", "a plan object")
     else:
         plan = json.loads(json.dumps(DEFAULT_PLAN))
     if args.model:

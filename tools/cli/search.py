@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.cli.common import command
+from tools.cli.common import command, read_json
 from tools.engines import ENGINES, export_plan, import_command
-from tools.errors import PdagInputError
 from tools.search import search_strategies
 
 
@@ -68,15 +67,7 @@ def export_args(p: Any) -> None:
 
 
 def cmd_export(args: Any) -> int:
-    import sys
-    from pathlib import Path
-
-    text = sys.stdin.read() if args.plan_file == "-" else Path(args.plan_file).read_text(encoding="utf-8")
-    try:
-        plan = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PdagInputError("plan_file", f"not valid JSON ({exc.msg} at line {exc.lineno})", "a plan object") from None
-    result = export_plan(plan, args.engine)
+    result = export_plan(read_json(args.plan_file), args.engine)
     if args.json:
         print(result.model_dump_json())
         return 0
