@@ -73,9 +73,8 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
     """Every replica holds every layer (in each phase it has)."""
     layers: dict[Any, set[int]] = defaultdict(set)
     for n in ctx.of(NodeType.ATTENTION):
-        r, ph, lyr = ctx.rpl[n]
-        if lyr is not None:
-            layers[(r, ph)].add(lyr)
+        r, ph, _ = ctx.rpl[n]
+        layers[(r, ph)].update(ctx.layer_span(n))
     yield from _layer_split_by_groups(ctx)
     if not layers:
         return

@@ -1,0 +1,450 @@
+"""The working form of a DAG: the representative part drawn, identical replicas and layers folded.
+
+Every tool judges and prices this form (see ARCHITECTURE.md, "The working form of a DAG").  A ``ReplicaFold``
+says that a drawn replica stands for ``count`` disjoint copies, copy *k* on devices shifted by ``k * stride``;
+a ``LayerFold`` says that a drawn layer stands for ``repeat`` consecutive identical layers on the same GPUs.
+``expand`` turns the working form back into the full per-GPU node-link document, page by page, and
+``fold_replicas`` folds a submitted, fully drawn DAG after checking that its replicas really are copies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel, Field
+
+from tools.dag import CONTROL_TYPES, DAG_FORMAT, DAG_VERSION, MAX_FOLD_COUNT, NodeType
+from tools.errors import PdagInputError
+from tools.models import ModelSpec
+
+PAGE_CHARS = 100_000  # about 25k tokens: the most one page of an expanded DAG holds
+
+
+@dataclass(frozen=True)
+class ReplicaFold:
+    """The drawn replica ``node`` (with everything under it) stands for ``count`` copies, copy k on +k*stride."""
+
+    node: str
+    count: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class LayerFold:
+    """``nodes`` are the drawn layer ``first_layer``; they stand for ``repeat`` consecutive layers.
+
+    ``carry`` holds the (exit, entry) pairs linking copy i's exit to copy i+1's entry."""
+
+    nodes: tuple[str, ...]
+    first_layer: int
+    repeat: int
+    carry: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class WorkingDag:
+    """The representative graph plus its folds (a graph without folds is simply fully drawn)."""
+
+    graph: nx.DiGraph
+    replicas: list[ReplicaFold] = field(default_factory=list)
+    layers: list[LayerFold] = field(default_factory=list)
+
+    def folds_json(self) -> dict[str, Any]:
+        return {
+            "replicas": [{"node": f.node, "count": f.count, "stride": f.stride} for f in self.replicas],
+            "layers": [{"nodes": list(f.nodes), "first_layer": f.first_layer, "repeat": f.repeat,
+                        "carry": [list(c) for c in f.carry]} for f in self.layers],
+        }
+
+    def document(self) -> dict[str, Any]:
+        """The folded node-link document (schema version 2, with ``folds``)."""
+        g = self.graph
+        doc: dict[str, Any] = {
+            "format": DAG_FORMAT,
+            "version": DAG_VERSION,
+            "model": g.graph.get("model"),
+            "plan": g.graph.get("plan"),
+            "nodes": [{"id": n, **a} for n, a in g.nodes(data=True)],
+            "edges": [{"source": u, "target": v, "type": a["type"]} for u, v, a in g.edges(data=True)],
+        }
+        if self.replicas or self.layers:
+            doc["folds"] = self.folds_json()
+        return doc
+
+
+def layer_kind(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
+    """What makes two layers different in the DAG or in their cost: MoE or dense, sliding-window or full."""
+    sliding = bool(spec.sliding_window_layers) and spec.is_sliding_layer(layer)
+    return spec.is_moe_layer(layer), sliding
+
+
+def layer_runs(spec: ModelSpec, layers: range, cuts: frozenset[int]) -> list[range]:
+    """Maximal runs of identical layers inside one stage's ``layers``, also cut at ``cuts`` (the stage
+    boundaries of every pool, so that prefill and decode folds cover the same layers)."""
+    out: list[range] = []
+    start = layers.start
+    for layer in range(layers.start + 1, layers.stop):
+        if layer in cuts or layer_kind(spec, layer) != layer_kind(spec, layer - 1):
+            out.append(range(start, layer))
+            start = layer
+    if layers.stop > layers.start:
+        out.append(range(start, layers.stop))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- expansion
+@cache
+def _token(first: int) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_])L{first}(?![0-9])")
+
+
+def _layer_id(node: str, first: int, i: int) -> str:
+    """Copy i of a folded node: its ``L{first}`` token becomes ``L{first+i}``, else ``#i`` is appended."""
+    if i == 0:
+        return node
+    new, n = _token(first).subn(f"L{first + i}", node, count=1)
+    return new if n else f"{node}#{i}"
+
+
+def _replica_id(node: str, prefix: str, k: int) -> str:
+    if k == 0:
+        return node
+    m = re.match(r"^([A-Za-z]+)(\d+)(?=$|\.)", prefix)
+    if m and node.startswith(prefix) and (len(node) == len(prefix) or node[len(prefix)] == "."):
+        return f"{m.group(1)}{int(m.group(2)) + k}{node[len(prefix):]}"
+    return f"{node}@r{k}"
+
+
+def _expand_layers(w: WorkingDag) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str, str]]]:
+    """Layer copies first: node attrs by id (insertion order kept) and edges."""
+    g = w.graph
+    fold_of: dict[str, LayerFold] = {}
+    for f in w.layers:
+        for n in f.nodes:
+            fold_of[n] = f
+    nodes: dict[str, dict[str, Any]] = {}
+    for n, a in g.nodes(data=True):
+        f = fold_of.get(n)
+        if f is None:
+            nodes[n] = dict(a)
+            continue
+        for i in range(f.repeat):
+            copy = {k: v for k, v in a.items() if k != "repeat"}
+            if copy.get("layer") is not None:
+                copy["layer"] = copy["layer"] + i
+            if isinstance(copy.get("op"), str):
+                copy["op"] = _layer_id(copy["op"], f.first_layer, i)
+            nodes[_layer_id(n, f.first_layer, i)] = copy
+    edges: list[tuple[str, str, str]] = []
+    for u, v, a in g.edges(data=True):
+        t = str(a.get("type", "data"))
+        fu, fv = fold_of.get(u), fold_of.get(v)
+        if fu is not None and fv is not None and (fu.first_layer, fu.repeat) == (fv.first_layer, fv.repeat):
+            edges.extend((_layer_id(u, fu.first_layer, i), _layer_id(v, fv.first_layer, i), t)
+                         for i in range(fu.repeat))
+        else:
+            src = _layer_id(u, fu.first_layer, fu.repeat - 1) if fu is not None else u
+            edges.append((src, v, t))
+    for f in w.layers:
+        for i in range(f.repeat - 1):
+            edges.extend((_layer_id(x, f.first_layer, i), _layer_id(e, f.first_layer, i + 1), "data")
+                         for x, e in f.carry)
+    return nodes, edges
+
+
+def replica_members(g: nx.DiGraph, root: str) -> list[str]:
+    """The replica node and what hangs under it, in graph order: reached without crossing sync or kv edges (they
+    join phases and pools) or entering another replica, plus the nodes whose id extends the replica's id."""
+    seen = {root}
+    todo = [root]
+    while todo:
+        n = todo.pop()
+        for m, a in g._succ[n].items():
+            if m not in seen and a.get("type") not in ("sync", "kv") and g._node[m].get("type") != NodeType.REPLICA:
+                seen.add(m)
+                todo.append(m)
+    head = root + "."
+    return [n for n in g if n in seen or n.startswith(head)]
+
+
+def gpus_used(working: WorkingDag, members: dict[str, list[str]] | None = None) -> int:
+    """Distinct GPUs of compute/communication nodes in the full DAG: a folded replica's own GPUs (its
+    ReplicaNode's devices, else those under it) once per copy, disjoint by construction; every other GPU once
+    (e.g. the prefill side of a KV hand-off drawn under a decode replica)."""
+    g = working.graph
+    nodes = g._node
+    total = 0
+    rest: set[int] = set()
+    folded: set[str] = set()
+    for f in working.replicas:
+        if f.node not in g:
+            continue
+        under = members[f.node] if members is not None else replica_members(g, f.node)
+        folded.update(under)
+        devs: set[int] = set()
+        for n in under:
+            if nodes[n].get("type") not in CONTROL_TYPES:
+                devs.update(nodes[n].get("devices") or ())
+        own = set(nodes[f.node].get("devices") or ()) or devs
+        total += len(devs & own) * f.count
+        rest |= devs - own
+    for n, a in nodes.items():
+        if n not in folded and a.get("type") not in CONTROL_TYPES:
+            rest.update(a.get("devices") or ())
+    return total + len(rest)
+
+
+@dataclass
+class _Copies:
+    """One replica fold, ready to copy: the drawn replica's nodes, the edges into them, the GPUs it owns."""
+
+    fold: ReplicaFold
+    members: list[str]
+    mset: set[str]
+    edges: list[tuple[str, str, str]]
+    own: set[int]
+
+
+class Expansion:
+    """The full DAG as index arithmetic over the layer-expanded base and its replica copies (never all in memory:
+    a page materializes only its own slice).
+
+    Copy k of a folded replica shifts the GPUs the replica owns by ``k * stride`` and renames its nodes (and
+    ``op`` names); a GPU or a node of another folded replica it talks to (a decode replica's KV hand-off from a
+    prefill replica) becomes that replica's copy ``k % count``, the way pdag pairs decode with prefill replicas.
+    Edges leaving a replica stay with the drawn copy."""
+
+    def __init__(self, w: WorkingDag) -> None:
+        nodes, edges = _expand_layers(w)
+        self.base_nodes = list(nodes.items())
+        self.base_edges = edges
+        self.attrs = nodes
+        self.copies: list[_Copies] = []
+        if w.replicas:
+            lg = nx.DiGraph()
+            lg.add_nodes_from(nodes.items())
+            lg.add_edges_from((u, v, {"type": t}) for u, v, t in edges)
+            for f in w.replicas:
+                if f.node not in lg:
+                    continue
+                members = replica_members(lg, f.node)
+                mset = set(members)
+                devs = {d for n in members if nodes[n].get("type") not in CONTROL_TYPES for d in nodes[n]["devices"]}
+                own = set(nodes[f.node].get("devices") or ()) or devs
+                self.copies.append(_Copies(f, members, mset, [e for e in edges if e[1] in mset], own))
+        self.owner = {n: c for c in self.copies for n in c.members}
+        live = [c for c in self.copies if c.fold.count > 1]
+        self.live = live
+        self.node_count = len(self.base_nodes) + sum((c.fold.count - 1) * len(c.members) for c in live)
+        self.edge_count = len(self.base_edges) + sum((c.fold.count - 1) * len(c.edges) for c in live)
+
+    def _device(self, c: _Copies, d: int, k: int) -> int:
+        if d in c.own:
+            return d + k * c.fold.stride
+        for o in self.copies:
+            if o is not c and d in o.own:
+                return d + (k % o.fold.count) * o.fold.stride
+        return d
+
+    def _name(self, c: _Copies, n: str, k: int) -> str:
+        o = self.owner.get(n)
+        if o is None:
+            return n
+        return _replica_id(n, o.fold.node, k if o is c else k % o.fold.count)
+
+    def counts(self) -> tuple[Counter[str], Counter[str], list[tuple[int, str, int]], int, int]:
+        """Node and edge counts by type, (replica, pool, GPUs) per replica, totals: without listing the copies."""
+        nodes: Counter[str] = Counter()
+        edges: Counter[str] = Counter()
+        reps: list[tuple[int, str, int]] = []
+        for _, a in self.base_nodes:
+            nodes[str(a.get("type"))] += 1
+            if a.get("type") == NodeType.REPLICA:
+                reps.append((a.get("replica", 0), (a.get("meta") or {}).get("pool", "prefill+decode"),
+                             len(a.get("devices", ()))))
+        for _, _, t in self.base_edges:
+            edges[t] += 1
+        for c in self.live:
+            for n in c.members:
+                a = self.attrs[n]
+                nodes[str(a.get("type"))] += c.fold.count - 1
+                if n == c.fold.node:
+                    pool = (a.get("meta") or {}).get("pool", "prefill+decode")
+                    reps.extend((a.get("replica", 0) + k, pool, len(a.get("devices", ())))
+                                for k in range(1, c.fold.count))
+            for _, _, t in c.edges:
+                edges[t] += c.fold.count - 1
+        return nodes, edges, reps, self.node_count, self.edge_count
+
+    def nodes(self, offset: int) -> Iterator[dict[str, Any]]:
+        for n, a in self.base_nodes[offset:]:
+            yield {"id": n, **a}
+        offset = max(0, offset - len(self.base_nodes))
+        for c in self.live:
+            block = (c.fold.count - 1) * len(c.members)
+            if offset >= block:
+                offset -= block
+                continue
+            k0, i0 = divmod(offset, len(c.members))
+            offset = 0
+            for k in range(k0 + 1, c.fold.count):
+                for n in c.members[i0:]:
+                    a = dict(self.attrs[n])
+                    a["devices"] = sorted(self._device(c, d, k) for d in a.get("devices", ()))
+                    if a.get("replica") is not None:
+                        a["replica"] = a["replica"] + k
+                    if isinstance(a.get("op"), str):
+                        a["op"] = _replica_id(a["op"], c.fold.node, k)
+                    yield {"id": self._name(c, n, k), **a}
+                i0 = 0
+
+    def edges(self, offset: int) -> Iterator[dict[str, Any]]:
+        for u, v, t in self.base_edges[offset:]:
+            yield {"source": u, "target": v, "type": t}
+        offset = max(0, offset - len(self.base_edges))
+        for c in self.live:
+            block = (c.fold.count - 1) * len(c.edges)
+            if offset >= block:
+                offset -= block
+                continue
+            k0, i0 = divmod(offset, len(c.edges))
+            offset = 0
+            for k in range(k0 + 1, c.fold.count):
+                for u, v, t in c.edges[i0:]:
+                    yield {"source": self._name(c, u, k), "target": self._name(c, v, k), "type": t}
+                i0 = 0
+
+
+class Page(BaseModel):
+    """One page of an expanded DAG: a slice of its nodes or of its edges, and where the next page starts."""
+
+    part: str = Field(description="'nodes' or 'edges': what this page lists")
+    items: list[dict[str, Any]]
+    cursor: str | None = Field(description="pass it back to get the next page; null on the last page")
+    total_nodes: int
+    total_edges: int
+    header: dict[str, Any] | None = Field(None, description="format, version, model, plan (first page only)")
+
+
+def _parse_cursor(cursor: Any) -> tuple[str, int]:
+    if cursor is None or cursor == "":
+        return "nodes", 0
+    if isinstance(cursor, str) and len(cursor) <= 40:
+        part, _, offset = cursor.partition(":")
+        if part in ("nodes", "edges") and offset.isdigit() and len(offset) <= 15:
+            return part, int(offset)
+    shown = cursor[:40] if isinstance(cursor, str) else type(cursor).__name__
+    raise PdagInputError("cursor", f"not a cursor this tool returned: {shown!r}",
+                         "the 'cursor' of the previous page (e.g. 'nodes:0'), or none for the first page")
+
+
+def expand(working: WorkingDag, cursor: str | None = None, page_chars: int = PAGE_CHARS) -> Page:
+    """One page (at most ``page_chars`` characters of JSON items, and at least one item) of the full DAG."""
+    part, offset = _parse_cursor(cursor)
+    ex = Expansion(working)
+    total = ex.node_count if part == "nodes" else ex.edge_count
+    if offset > total:
+        raise PdagInputError("cursor", f"offset {offset} is past the end ({total} {part})",
+                             "the 'cursor' of the previous page")
+    items: list[dict[str, Any]] = []
+    size = 0
+    for it in ex.nodes(offset) if part == "nodes" else ex.edges(offset):
+        n = len(json.dumps(it, separators=(",", ":"))) + 1
+        if items and size + n > page_chars:
+            break
+        items.append(it)
+        size += n
+    end = offset + len(items)
+    last = "edges:0" if part == "nodes" and ex.edge_count else None
+    nxt = f"{part}:{end}" if end < total else last
+    g = working.graph
+    header = ({"format": DAG_FORMAT, "version": DAG_VERSION, "model": g.graph.get("model"),
+               "plan": g.graph.get("plan")} if part == "nodes" and offset == 0 else None)
+    return Page(part=part, items=items, cursor=nxt, total_nodes=ex.node_count, total_edges=ex.edge_count,
+                header=header)
+
+
+def expand_document(working: WorkingDag) -> dict[str, Any]:
+    """The whole expanded document at once (for tests and small DAGs)."""
+    ex = Expansion(working)
+    g = working.graph
+    return {"format": DAG_FORMAT, "version": DAG_VERSION, "model": g.graph.get("model"), "plan": g.graph.get("plan"),
+            "nodes": list(ex.nodes(0)), "edges": list(ex.edges(0))}
+
+
+
+
+# ----------------------------------------------------------------------------------------------- submitted DAGs
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_FOLD_COUNT
+
+
+def read_folds(raw: Any, graph: nx.DiGraph) -> tuple[list[ReplicaFold], list[LayerFold], list[tuple[str, str]]]:
+    """The usable folds of a submitted document's ``folds`` object, and (JSON path, problem) for the rest.
+
+    Schema violations are reported by the schema check; this keeps what is usable and says why the rest
+    was left out (a fold naming a node the DAG does not have, a node in two layer folds)."""
+    problems: list[tuple[str, str]] = []
+    reps: list[ReplicaFold] = []
+    lays: list[LayerFold] = []
+    if not isinstance(raw, dict):
+        return reps, lays, [("dag.folds", "expected an object with 'replicas' and 'layers' lists")]
+    seen_rep: set[str] = set()
+    for i, f in enumerate(raw.get("replicas") or [] if isinstance(raw.get("replicas"), list) else []):
+        path = f"dag.folds.replicas[{i}]"
+        if not isinstance(f, dict) or not isinstance(f.get("node"), str) or not _is_count(f.get("count")) \
+                or not _is_count(f.get("stride")):
+            problems.append((path, "needs node (a ReplicaNode id), count >= 1 and stride >= 1"))
+        elif f["node"] not in graph or graph.nodes[f["node"]].get("type") != NodeType.REPLICA:
+            problems.append((path, f"node {f['node'][:80]!r} is not a ReplicaNode of this DAG"))
+        elif f["node"] in seen_rep:
+            problems.append((path, f"replica {f['node'][:80]!r} is folded twice"))
+        else:
+            seen_rep.add(f["node"])
+            reps.append(ReplicaFold(f["node"], f["count"], f["stride"]))
+    in_fold: set[str] = set()
+    for i, f in enumerate(raw.get("layers") or [] if isinstance(raw.get("layers"), list) else []):
+        path = f"dag.folds.layers[{i}]"
+        ok = isinstance(f, dict) and isinstance(f.get("nodes"), list) and f["nodes"] \
+            and all(isinstance(n, str) for n in f["nodes"]) and _is_count(f.get("repeat")) \
+            and isinstance(f.get("first_layer"), int) and not isinstance(f.get("first_layer"), bool) \
+            and 0 <= f["first_layer"] <= MAX_FOLD_COUNT
+        if not ok:
+            problems.append((path, "needs nodes (node ids), first_layer >= 0 and repeat >= 1"))
+            continue
+        nodes = list(dict.fromkeys(f["nodes"]))
+        missing = [n for n in nodes if n not in graph]
+        twice = [n for n in nodes if n in in_fold]
+        if missing or twice:
+            what = f"names node(s) the DAG does not have: {missing[:3]}" if missing else \
+                f"puts node(s) already in another layer fold: {twice[:3]}"
+            problems.append((path, what))
+            continue
+        carry = []
+        for pair in f.get("carry") or []:
+            if isinstance(pair, list | tuple) and len(pair) == 2 and all(p in nodes for p in pair):
+                carry.append((pair[0], pair[1]))
+            else:
+                problems.append((f"{path}.carry", "each entry is [exit, entry], both nodes of this fold"))
+                break
+        in_fold.update(nodes)
+        lays.append(LayerFold(tuple(nodes), f["first_layer"], f["repeat"], tuple(carry)))
+    return reps, lays, problems
+
+
+def apply_layer_folds(graph: nx.DiGraph, layers: list[LayerFold]) -> None:
+    """Every node of a layer fold carries its ``repeat`` (and nothing else does): what checkers and the
+    estimator read."""
+    for a in graph._node.values():
+        a.pop("repeat", None)
+    for f in layers:
+        if f.repeat > 1:
+            for n in f.nodes:
+                graph._node[n]["repeat"] = f.repeat
