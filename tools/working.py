@@ -182,6 +182,7 @@ def gpus_used(working: WorkingDag, members: dict[str, list[str]] | None = None) 
     nodes = g._node
     total = 0
     rest: set[int] = set()
+    counted: set[int] = set()
     folded: set[str] = set()
     for f in working.replicas:
         if f.node not in g:
@@ -194,11 +195,12 @@ def gpus_used(working: WorkingDag, members: dict[str, list[str]] | None = None) 
                 devs.update(nodes[n].get("devices") or ())
         own = set(nodes[f.node].get("devices") or ()) or devs
         total += len(devs & own) * f.count
+        counted |= devs & own
         rest |= devs - own
     for n, a in nodes.items():
         if n not in folded and a.get("type") not in CONTROL_TYPES:
             rest.update(a.get("devices") or ())
-    return total + len(rest)
+    return total + len(rest - counted)
 
 
 @dataclass

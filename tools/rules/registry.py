@@ -261,6 +261,10 @@ class Context:
         (copies are disjoint by construction: a fold's stride is at least its replica's device span)."""
         return working_gpus(self.working, self.replica_members)
 
+    def replica_span(self, node: str, member_devices: set[int]) -> set[int]:
+        """The GPUs a folded replica owns: its ReplicaNode's devices, else those of what hangs under it."""
+        return set(self.devices.get(node, ())) or set(member_devices)
+
     # ------------------------------------------------------------------ graph indexes (linear passes)
     @cached_property
     def g(self) -> nx.DiGraph:

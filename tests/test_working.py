@@ -1,0 +1,126 @@
+"""The working form: folded DAGs get the verdict of their expansion; pages cover the full DAG; hand-drafted DAGs
+with replica folds or fully drawn replicas are judged alike."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.generate import TINY, TINY_MOE
+from tools import build_dag, validate_dag
+from tools.build import build_full_dag, build_working
+from tools.errors import PdagInputError
+from tools.plan import parse_plan
+from tools.working import expand, expand_document
+
+degree = st.sampled_from([1, 1, 2, 4])
+plans = st.fixed_dictionaries({
+    "model": st.sampled_from([TINY, TINY_MOE, "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b"]),
+    "hardware": st.fixed_dictionaries({"gpu": st.sampled_from(["h100-sxm", "l40s"]),
+                                       "num_gpus": st.integers(1, 32), "gpus_per_node": st.sampled_from([4, 8])}),
+    "parallel": st.fixed_dictionaries({"dp": st.sampled_from([1, 2, 3]), "pp": st.sampled_from([1, 2, 3]),
+                                       "tp": degree, "ep": degree, "sp": st.sampled_from([1, 2])}),
+    "phases": st.sampled_from([{}, {"decode": {"sp": 1}}, {"decode": {"tp": 1}}, {"decode": {"dp": 2, "tp": 1}}]),
+    "options": st.sampled_from([{}, {"disaggregated": True}, {"allow_attention_dp": True}]),
+})
+
+
+def verdict(result) -> list[tuple[str, str]]:
+    return sorted({(v.rule_id, v.severity) for v in result.violations})
+
+
+def _both(plan):
+    try:
+        folded = build_dag(plan).dag
+    except PdagInputError:
+        assume(False)
+    return folded, build_full_dag(plan)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans)
+def test_expanded_and_folded_get_the_same_verdict(plan):
+    folded, full = _both(plan)
+    a, b = validate_dag(dag=full), validate_dag(dag=folded)
+    assert verdict(a) == verdict(b)
+    assert not [n for n in a.notes + b.notes if "failed" in n]
+    assert validate_dag(dag=full).gpus_used == validate_dag(dag=folded).gpus_used == build_dag(plan).gpus_used
+
+
+def test_expansion_repeats_layers_and_replicas():
+    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 32}, "parallel": {"dp": 2, "tp": 8,
+                                                                                               "ep": 16}}
+    working = build_working(parse_plan(plan))
+    assert [(f.first_layer, f.repeat) for f in working.layers] == [(0, 3), (3, 58)] * 2
+    doc = expand_document(working)
+    ids = {n["id"] for n in doc["nodes"]}
+    assert {"r1.decode.L60.e15", "r0.prefill.L2.ffn.t7", "r1.prefill.L3.router"} <= ids
+    layers = {n["layer"] for n in doc["nodes"] if n["id"].startswith("r1.prefill.L")}
+    assert layers == set(range(61))
+    assert all("repeat" not in n for n in doc["nodes"])
+    e15 = next(n for n in doc["nodes"] if n["id"] == "r1.decode.L60.e15")
+    assert e15["devices"] == [16 + 15] and e15["replica"] == 1
+
+
+def test_pages_are_bounded_and_cover_the_full_dag():
+    plan = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "parallel": {"dp": 2, "tp": 8,
+                                                                                                     "ep": 8}}
+    working = build_working(parse_plan(plan))
+    full = expand_document(working)
+    nodes, edges, cursor, pages = [], [], None, 0
+    while True:
+        page = expand(working, cursor, page_chars=20_000)
+        pages += 1
+        assert len(json.dumps(page.items, separators=(",", ":"))) <= 20_000
+        (nodes if page.part == "nodes" else edges).extend(page.items)
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert pages > 5 and nodes == full["nodes"] and edges == full["edges"]
+    assert page.total_nodes == len(nodes) and page.total_edges == len(edges)
+
+
+def test_bad_cursor_names_the_field():
+    working = build_working(parse_plan({"model": TINY, "hardware": {"gpu": "h100-sxm", "num_gpus": 1}}))
+    for bad in ("x" * 10_000, "nodes:-1", "edges:99999999", 7):
+        try:
+            expand(working, bad)  # type: ignore[arg-type]
+        except PdagInputError as exc:
+            assert exc.field == "cursor" and len(str(exc)) < 400
+        else:
+            raise AssertionError(bad)
+
+
+def _hand_drafted(drawn: int, folded: bool) -> dict:
+    """A DAG with ``drawn`` replicas drawn out and, when ``folded``, a replica fold stating the rest of 4."""
+    plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "parallel": {"dp": 4, "tp": 2, "ep": 2}, "objective": "throughput"}
+    full = build_full_dag(plan)
+    keep = {f"r{i}" for i in range(drawn)}
+    doc = copy.deepcopy(full)
+    doc["nodes"] = [n for n in doc["nodes"] if n["id"] == "request" or n["id"].split(".")[0] in keep]
+    ids = {n["id"] for n in doc["nodes"]}
+    doc["edges"] = [e for e in doc["edges"] if e["source"] in ids and e["target"] in ids]
+    if folded:
+        doc["folds"] = {"replicas": [{"node": f"r{drawn - 1}", "count": 4 - drawn + 1, "stride": 2}]}
+    return doc
+
+
+def test_two_replicas_drawn_and_a_fold_validate_like_all_four_drawn():
+    plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "parallel": {"dp": 4, "tp": 2, "ep": 2}, "objective": "throughput"}
+    whole = validate_dag(dag=build_full_dag(plan))
+    part = validate_dag(dag=_hand_drafted(2, folded=True))
+    assert verdict(part) == verdict(whole) and part.gpus_used == whole.gpus_used == 8
+    unfolded = validate_dag(dag=_hand_drafted(2, folded=False))
+    assert unfolded.gpus_used == 4
+
+
+def test_overlapping_replica_fold_is_an_error():
+    doc = _hand_drafted(2, folded=True)
+    doc["folds"]["replicas"][0]["stride"] = 1
+    r = validate_dag(dag=doc)
+    assert "DP-INDEPENDENT-REPLICAS" in {v.rule_id for v in r.violations if v.severity == "error"}
