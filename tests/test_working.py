@@ -18,7 +18,7 @@ from tools.working import expand, expand_document
 
 degree = st.sampled_from([1, 1, 2, 4])
 plans = st.fixed_dictionaries({
-    "model": st.sampled_from([TINY, TINY_MOE, "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b"]),
+    "model": st.sampled_from([TINY, TINY_MOE, "llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b"]),
     "hardware": st.fixed_dictionaries({"gpu": st.sampled_from(["h100-sxm", "l40s"]),
                                        "num_gpus": st.integers(1, 32), "gpus_per_node": st.sampled_from([4, 8])}),
     "parallel": st.fixed_dictionaries({"dp": st.sampled_from([1, 2, 3]), "pp": st.sampled_from([1, 2, 3]),
@@ -124,3 +124,53 @@ def test_overlapping_replica_fold_is_an_error():
     doc["folds"]["replicas"][0]["stride"] = 1
     r = validate_dag(dag=doc)
     assert "DP-INDEPENDENT-REPLICAS" in {v.rule_id for v in r.violations if v.severity == "error"}
+
+
+EST_PLANS = [
+    {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+     "workload": {"batch_size": 8}},
+    {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64}, "parallel": {"dp": 4, "pp": 2, "tp": 8,
+                                                                                          "ep": 8},
+     "workload": {"batch_size": 16}, "objective": "throughput"},
+    {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 16}, "parallel": {"attn_dp": 8, "ep": 16},
+     "options": {"allow_attention_dp": True}, "workload": {"batch_size": 64}},
+    {"model": "gpt-oss-120b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "parallel": {"tp": 2, "pp": 2}},
+    {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "parallel": {"tp": 4},
+     "phases": {"prefill": {"sp": 2}}, "workload": {"input_len": 16384}},
+    {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "parallel": {"tp": 8},
+     "phases": {"decode": {"tp": 4, "dp": 2}}, "options": {"disaggregated": True}},
+    {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"pp": 2, "tp": 4,
+                                                                                             "ep": 4},
+     "workload": {"batch_size": 8}},
+]
+
+
+def test_estimates_of_the_folded_dag_equal_those_of_every_layer_drawn(monkeypatch):
+    import tools.estimate.core as core
+    from tools.build import build_graph
+    from tools.working import WorkingDag
+
+    folded = [core.estimate_performance(p).model_dump() for p in EST_PLANS]
+    monkeypatch.setattr(core, "build_working",
+                        lambda plan, layout: WorkingDag(build_graph(plan, layout, first_replica_only=True)))
+    monkeypatch.setattr(core, "_PREPARED", {})
+    drawn = [core.estimate_performance(p).model_dump() for p in EST_PLANS]
+
+    def close(a, b, path=""):
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), path
+            for k in a:
+                close(a[k], b[k], f"{path}.{k}")
+        elif isinstance(a, list):
+            assert len(a) == len(b), path
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                close(x, y, f"{path}[{i}]")
+        elif isinstance(a, float):
+            assert abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b)), (path, a, b)
+        elif path.endswith(".node"):
+            assert isinstance(a, str) and isinstance(b, str)  # the first node of a folded run may be named apart
+        else:
+            assert a == b, (path, a, b)
+
+    for f, d in zip(folded, drawn, strict=True):
+        close(f, d)
