@@ -23,7 +23,18 @@ from tools.errors import PdagInputError
 from tools.layout import Layout, PhaseLayout, Pool, even_split
 from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
-from tools.working import Expansion, LayerFold, ReplicaFold, WorkingDag, expand_document, gpus_used, layer_runs
+from tools.working import (
+    PAGE_CHARS,
+    Expansion,
+    LayerFold,
+    Page,
+    ReplicaFold,
+    WorkingDag,
+    expand,
+    expand_document,
+    gpus_used,
+    layer_runs,
+)
 
 DATA, PIPE, SYNC, KV = EdgeType.DATA, EdgeType.PIPELINE, EdgeType.SYNC, EdgeType.KV
 
@@ -576,6 +587,12 @@ def build_dag(plan: Plan | dict[str, Any]) -> BuildResult:
             summary=fold(working.graph, Expansion(working)),
             dag=working.document(),
         )
+
+
+def build_dag_page(plan: Plan | dict[str, Any], cursor: str | None = None, page_chars: int = PAGE_CHARS) -> Page:
+    """One page of the full per-GPU DAG of a plan (at most ``page_chars`` characters of JSON items): its nodes,
+    then its edges; pass the page's ``cursor`` back for the next one."""
+    return expand(build_working(parse_plan(plan)), cursor, page_chars)
 
 
 def build_full_dag(plan: Plan | dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from tools.dag import CONTROL_TYPES, DAG_FORMAT, DAG_VERSION, MAX_FOLD_COUNT, No
 from tools.errors import PdagInputError
 from tools.models import ModelSpec
 
-PAGE_CHARS = 100_000  # about 25k tokens: the most one page of an expanded DAG holds
+PAGE_CHARS = 100_000  # about 25k tokens: the most one page of an expanded DAG holds (and one MCP answer)
 
 
 @dataclass(frozen=True)
