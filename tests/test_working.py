@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -46,6 +47,9 @@ def test_expanded_and_folded_get_the_same_verdict(plan):
     folded, full = _both(plan)
     a, b = validate_dag(dag=full), validate_dag(dag=folded)
     assert verdict(a) == verdict(b)
+    with patch("tools.validate.fold_drawn_replicas", lambda g: []):  # every replica judged as drawn
+        drawn = validate_dag(dag=full)
+    assert verdict(drawn) == verdict(a) and drawn.gpus_used == a.gpus_used
     assert not [n for n in a.notes + b.notes if "failed" in n]
     assert validate_dag(dag=full).gpus_used == validate_dag(dag=folded).gpus_used == build_dag(plan).gpus_used
 
@@ -174,3 +178,25 @@ def test_estimates_of_the_folded_dag_equal_those_of_every_layer_drawn(monkeypatc
 
     for f, d in zip(folded, drawn, strict=True):
         close(f, d)
+
+
+def test_a_submitted_fully_drawn_dag_is_folded_by_replica_after_a_symmetry_check():
+    from tools.validate import load_dag
+
+    plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "parallel": {"dp": 4, "tp": 2, "ep": 2}, "objective": "throughput"}
+    full = build_full_dag(plan)
+    ctx, _ = load_dag(copy.deepcopy(full))
+    assert [(f.node, f.count, f.stride) for f in ctx.replica_folds] == [("r0", 4, 2)]
+    assert not any(n.startswith("r3.") for n in ctx.g)
+    odd = copy.deepcopy(full)
+    moved = next(n for n in odd["nodes"] if n["id"] == "r2.prefill.L0.attn.t1")
+    moved["devices"] = [0]  # replica 2 now borrows a GPU of replica 0: it is no copy
+    ctx, _ = load_dag(copy.deepcopy(odd))
+    assert [(f.node, f.count) for f in ctx.replica_folds] == [("r0", 2)]
+    assert "r2.prefill.L0.attn.t1" in ctx.g and "r3.prefill.L0.attn.t1" in ctx.g
+    folded = validate_dag(dag=odd)
+    with patch("tools.validate.fold_drawn_replicas", lambda g: []):
+        drawn = validate_dag(dag=odd)
+    assert verdict(folded) == verdict(drawn)
+    assert "DP-INDEPENDENT-REPLICAS" in {r for r, s in verdict(folded) if s == "error"}

@@ -30,7 +30,7 @@ from tools.rules.registry import (
     load_all,
     run_checkers,
 )
-from tools.working import WorkingDag, apply_layer_folds, read_folds
+from tools.working import WorkingDag, apply_layer_folds, fold_drawn_replicas, read_folds
 
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
@@ -207,7 +207,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
 def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) -> WorkingDag:
     """The working form of a loaded document: the folds it states (unusable ones reported as schema errors)."""
     if folds is None:
-        return WorkingDag(g)
+        return WorkingDag(g, fold_drawn_replicas(g))
     reps, lays, bad = read_folds(folds, g)
     problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
     apply_layer_folds(g, lays)

@@ -450,3 +450,90 @@ def apply_layer_folds(graph: nx.DiGraph, layers: list[LayerFold]) -> None:
         if f.repeat > 1:
             for n in f.nodes:
                 graph._node[n]["repeat"] = f.repeat
+
+
+_REPLICA_ID = re.compile(r"([A-Za-z]+)(\d+)")
+
+
+def fold_drawn_replicas(graph: nx.DiGraph) -> list[ReplicaFold]:
+    """Fold the replicas of a fully drawn DAG that really are copies, removing the copies from ``graph``.
+
+    Per pool (replica ids sharing a letter prefix: r0, r1, ... or p0.. / d0..), replicas k = 1, 2, ... are folded
+    into the first while each has the same nodes (ids renamed r0 -> rk), the same attributes, the same edges and
+    its GPUs shifted by one constant stride at least the replica's span; the first replica that differs, and
+    every one after it, stays drawn and is judged on its own."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for n, a in graph.nodes(data=True):
+        m = _REPLICA_ID.fullmatch(n) if a.get("type") == NodeType.REPLICA else None
+        if m:
+            groups.setdefault(m.group(1), []).append((int(m.group(2)), n))
+    folds: list[ReplicaFold] = []
+    for items in groups.values():
+        items.sort()
+        base_index, base = items[0]
+        members = replica_members(graph, base)
+        mset = set(members)
+        own = set(graph.nodes[base].get("devices") or ())
+        # a replica wired to anything but the root (a disaggregated decode replica's KV from prefill) stays drawn
+        wired = any(v not in mset for n in members for v in graph._succ[n]) or \
+            any(u not in mset for n in members if n != base for u in graph._pred[n])
+        if len(items) < 2 or not own or wired:
+            continue
+        span = max(own) - min(own) + 1
+        stride = 0
+        copies: list[list[str]] = []
+        for idx, r in items[1:]:
+            k = idx - base_index
+            if k != len(copies) + 1:
+                break
+            if k == 1:
+                rdev = graph.nodes[r].get("devices") or []
+                stride = (min(rdev) - min(own)) if rdev else 0
+                if stride < span:
+                    break
+            names = _same_copy(graph, base, members, mset, own, k, stride)
+            if names is None:
+                break
+            copies.append(names)
+        if copies:
+            for names in copies:
+                graph.remove_nodes_from(names)
+            folds.append(ReplicaFold(base, len(copies) + 1, stride))
+    return folds
+
+
+def _same_copy(g: nx.DiGraph, base: str, members: list[str], mset: set[str], own: set[int], k: int,
+               stride: int) -> list[str] | None:
+    """The node ids of copy k of replica ``base`` when it is an exact shifted copy, else None."""
+    names = [_replica_id(n, base, k) for n in members]
+    nodes = g._node
+    if any(m not in nodes for m in names) or len(replica_members(g, names[0])) != len(names):
+        return None
+    shift = k * stride
+    rename = dict(zip(members, names, strict=True))
+    names_set = set(names)
+    for n, m in zip(members, names, strict=True):
+        a, b = nodes[n], nodes[m]
+        if a.keys() != b.keys():
+            return None
+        for key, v in a.items():
+            w = b[key]
+            if key == "devices":
+                if w != sorted(d + shift if d in own else d for d in v):
+                    return None
+            elif key == "replica":
+                if not isinstance(w, int) or w != v + k:
+                    return None
+            elif key == "op" and isinstance(v, str):
+                if w not in (v, _replica_id(v, base, k)):
+                    return None
+            elif w != v:
+                return None
+        pa, pb = g._pred[n], g._pred[m]
+        if len(pa) != len(pb) or len(g._succ[n]) != len(g._succ[m]) or any(v not in names_set for v in g._succ[m]):
+            return None
+        for p, e in pa.items():
+            q = rename.get(p, p)
+            if q not in pb or pb[q].get("type") != e.get("type"):
+                return None
+    return names

@@ -117,7 +117,7 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
     full = set(range(ctx.spec.num_layers)) if ctx.spec is not None else set().union(*layers.values())
     for (r, ph), got in sorted(layers.items(), key=str):
         missing = full - got
-        if missing and len({k[0] for k in layers}) > 1:
+        if missing and (len({k[0] for k in layers}) > 1 or ctx.replica_count > 1):
             yield Finding(f"replica {r} ({ph}) lacks layers {_ranges(missing)}; every DP replica holds the complete "
                           "model - DP never splits layers (that is PP's job)", hint="use pp to split layers")
 

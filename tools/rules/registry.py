@@ -261,6 +261,12 @@ class Context:
         (copies are disjoint by construction: a fold's stride is at least its replica's device span)."""
         return working_gpus(self.working, self.replica_members)
 
+    @cached_property
+    def replica_count(self) -> int:
+        """DP replicas the DAG stands for: ReplicaNodes drawn, plus the copies their folds state."""
+        drawn = set(self.of(NodeType.REPLICA))
+        return len(drawn) + sum(f.count - 1 for f in self.replica_folds if f.node in drawn)
+
     def replica_span(self, node: str, member_devices: set[int]) -> set[int]:
         """The GPUs a folded replica owns: its ReplicaNode's devices, else those of what hangs under it."""
         return set(self.devices.get(node, ())) or set(member_devices)
@@ -410,7 +416,7 @@ class Context:
     @cached_property
     def inferred_degrees(self) -> dict[str, int]:
         """Degrees a DAG shows: replicas, stages per branch, widest TP/SP shard group, Expert nodes per layer."""
-        dp = max(1, len(self.of(NodeType.REPLICA)))
+        dp = max(1, self.replica_count)
         stages: dict[Any, set[Any]] = defaultdict(set)
         for n in self.of(NodeType.STAGE):
             stages[self.key(n, "replica", "phase")].add(self.inherited[n]["stage"] if self.inherited[n]["stage"]
