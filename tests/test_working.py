@@ -200,3 +200,13 @@ def test_a_submitted_fully_drawn_dag_is_folded_by_replica_after_a_symmetry_check
         drawn = validate_dag(dag=odd)
     assert verdict(folded) == verdict(drawn)
     assert "DP-INDEPENDENT-REPLICAS" in {r for r, s in verdict(folded) if s == "error"}
+
+
+def test_counts_of_the_working_form_match_its_expansion():
+    from tools.working import Expansion, full_counts
+
+    for plan in EST_PLANS:
+        working = build_working(parse_plan(plan))
+        got, want = full_counts(working), Expansion(working).counts()
+        assert got[0] == want[0] and got[1] == want[1] and got[3:] == want[3:]
+        assert sorted(got[2]) == sorted(want[2])

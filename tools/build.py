@@ -25,13 +25,13 @@ from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
 from tools.working import (
     PAGE_CHARS,
-    Expansion,
     LayerFold,
     Page,
     ReplicaFold,
     WorkingDag,
     expand,
     expand_document,
+    full_counts,
     gpus_used,
     layer_runs,
 )
@@ -584,7 +584,7 @@ def build_dag(plan: Plan | dict[str, Any]) -> BuildResult:
         return BuildResult.model_construct(
             gpus_used=gpus_used(working),
             gpus_available=parsed.hardware.num_gpus,
-            summary=fold(working.graph, Expansion(working)),
+            summary=fold(working.graph, full_counts(working)),
             dag=working.document(),
         )
 

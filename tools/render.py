@@ -93,11 +93,11 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     return " > ".join(parts), dict(sorted(by_type.items()))
 
 
-def fold(graph: nx.DiGraph, expansion: Any = None) -> FoldedDag:
+def fold(graph: nx.DiGraph, expansion: tuple[Any, ...] | None = None) -> FoldedDag:
     """Summarise a DAG: per phase, per stage, runs of identical layers with their operator pattern.
 
     ``graph`` may be a working DAG's graph (nodes with ``repeat`` stand for that many layers); ``expansion``
-    (a ``tools.working`` expansion of it) then gives the full DAG's counts and replica shapes.
+    (``tools.working.full_counts`` of it) then gives the full DAG's counts and replica shapes.
     """
     replicas: set[int] = set()
     replica_sizes: list[int] = []
@@ -105,7 +105,7 @@ def fold(graph: nx.DiGraph, expansion: Any = None) -> FoldedDag:
     node_counts: Counter[str] = Counter()
     edge_counts: Counter[str] = Counter()
     if expansion is not None:
-        node_counts, edge_counts, reps, total_nodes, total_edges = expansion.counts()
+        node_counts, edge_counts, reps, total_nodes, total_edges = expansion
         for rep, pool, size in reps:
             replicas.add(rep)
             replica_sizes.append(size)

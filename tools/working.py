@@ -203,6 +203,35 @@ def gpus_used(working: WorkingDag, members: dict[str, list[str]] | None = None) 
     return total + len(rest - counted)
 
 
+def full_counts(w: WorkingDag) -> tuple[Counter[str], Counter[str], list[tuple[int, str, int]], int, int]:
+    """What ``Expansion.counts`` gives (node and edge counts by type, (replica, pool, GPUs) per replica, totals),
+    computed from the working form alone: each node times its repeat and its replica copies."""
+    g = w.graph
+    fold_of = {n: f for f in w.layers for n in f.nodes}
+    copies: dict[str, int] = {}
+    for f in w.replicas:
+        if f.node in g:
+            for n in replica_members(g, f.node):
+                copies[n] = f.count
+    nodes: Counter[str] = Counter()
+    edges: Counter[str] = Counter()
+    reps: list[tuple[int, str, int]] = []
+    for n, a in g.nodes(data=True):
+        f = fold_of.get(n)
+        nodes[str(a.get("type"))] += (f.repeat if f else 1) * copies.get(n, 1)
+        if a.get("type") == NodeType.REPLICA:
+            pool = (a.get("meta") or {}).get("pool", "prefill+decode")
+            reps.extend((a.get("replica", 0) + k, pool, len(a.get("devices", ()))) for k in range(copies.get(n, 1)))
+    for u, v, a in g.edges(data=True):
+        fu, fv = fold_of.get(u), fold_of.get(v)
+        paired = fu is not None and fv is not None and (fu.first_layer, fu.repeat) == (fv.first_layer, fv.repeat)
+        edges[str(a.get("type", "data"))] += (fu.repeat if paired and fu else 1) * copies.get(v, 1)
+    for f in w.layers:
+        for _, entry in f.carry:
+            edges["data"] += (f.repeat - 1) * copies.get(entry, 1)
+    return nodes, edges, reps, sum(nodes.values()), sum(edges.values())
+
+
 @dataclass
 class _Copies:
     """One replica fold, ready to copy: the drawn replica's nodes, the edges into them, the GPUs it owns."""
