@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType
+from tools.dag import CONTROL_TYPES, MAX_WORKING_NODES, EdgeType, NodeType
 from tools.errors import PdagInputError
 from tools.layout import Layout, PhaseLayout, Pool, even_split
 from tools.plan import Phase, Plan, parse_plan
@@ -506,11 +506,11 @@ def gc_paused() -> Iterator[None]:
 def _builder(plan: Plan, layout: Layout | None, first_replica_only: bool, folded: bool = False) -> _Builder:
     layout = layout or Layout(plan)
     count = estimated_node_count(layout, folded=folded or first_replica_only)
-    if count > MAX_NODES:
+    if count > MAX_WORKING_NODES:
         raise PdagInputError(
             "plan.parallel",
             f"this plan's working DAG (one replica per pool) would have about {count:,} nodes, above the limit of "
-            f"{MAX_NODES:,}",
+            f"{MAX_WORKING_NODES:,}",
             "smaller degrees inside a replica (pp x max(tp, ep) GPUs per replica); the number of replicas is free",
         )
     builder = _Builder(plan, layout)

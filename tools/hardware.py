@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from knowledge import ROOT as KNOWLEDGE_ROOT
-from tools.errors import PdagInputError, closest
+from tools.errors import MAX_MATCHED, PdagInputError, closest, shown
 
 __all__ = [
     "DTYPE_BYTES",
@@ -138,9 +138,9 @@ def load_accelerator(id: str, *, field: str = "gpu") -> Accelerator:  # noqa: A0
     if not isinstance(id, str):
         raise PdagInputError(field, f"expected an accelerator id, got {type(id).__name__}",
                              "presets: " + ", ".join(accelerator_ids()))
-    key = id.strip().lower()
+    key = id[:MAX_MATCHED * 2].strip().lower()
     if key not in _catalog():
-        raise PdagInputError(field, f"unknown accelerator {id!r}",
+        raise PdagInputError(field, f"unknown accelerator {shown(id)}",
                              "closest presets: " + ", ".join(closest(key, accelerator_ids())))
     return _load(key)
 

@@ -18,7 +18,7 @@ import networkx as nx
 from pydantic import BaseModel, Field, ValidationError
 
 from tools.build import build_working, estimated_node_count, gc_paused
-from tools.dag import MAX_EDGES, MAX_NODES, Dag, Node, dag_json_schema
+from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
 from tools.errors import PdagInputError
 from tools.layout import Layout
 from tools.models import resolve_model
@@ -230,10 +230,10 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
     parsed = plan if isinstance(plan, Plan) else parse_plan(raw)
     ctx.plan, ctx.spec, ctx.layout = parsed, parsed.spec, Layout(parsed)
     count = estimated_node_count(ctx.layout)
-    if count > MAX_NODES:  # build_dag refuses this plan: say so as the rule it breaks
+    if count > MAX_WORKING_NODES:  # build_dag refuses this plan: say so as the rule it breaks
         ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "plan.parallel", f"this plan's working DAG (one replica "
-                                  f"per pool) would have about {count:,} nodes, above the limit of {MAX_NODES:,}; "
-                                  "build_dag refuses it"))
+                                  f"per pool) would have about {count:,} nodes, above the limit of "
+                                  f"{MAX_WORKING_NODES:,}; build_dag refuses it"))
         return ctx, []
     if not build:
         return ctx, []
