@@ -250,6 +250,13 @@ class Context:
         return DEFAULT_GPUS_PER_NODE
 
     @property
+    def nvlink_domain(self) -> int:
+        """GPUs of one NVLink domain: a node, or a whole NVL72 rack for accelerators whose domain spans nodes."""
+        if self.plan is not None:
+            return self.plan.cluster.nvlink_domain
+        return DEFAULT_GPUS_PER_NODE
+
+    @property
     def options(self) -> Any:
         from tools.plan import Options
 
