@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import networkx as nx
@@ -100,26 +100,29 @@ def layer_runs(spec: ModelSpec, layers: range, cuts: frozenset[int]) -> list[ran
 
 
 # ----------------------------------------------------------------------------------------------- expansion
-@cache
+@lru_cache(maxsize=1024)
 def _token(first: int) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9_])L{first}(?![0-9])")
 
 
-def _layer_id(node: str, first: int, i: int) -> str:
-    """Copy i of a folded node: its ``L{first}`` token becomes ``L{first+i}``, else ``#i`` is appended."""
-    if i == 0:
-        return node
-    new, n = _token(first).subn(f"L{first + i}", node, count=1)
-    return new if n else f"{node}#{i}"
-
-
 def _replica_id(node: str, prefix: str, k: int) -> str:
+    """Copy k of a node under replica ``prefix``: the prefix ``r0`` becomes ``r{k}``, else ``@r{k}`` is appended."""
     if k == 0:
         return node
     m = re.match(r"^([A-Za-z]+)(\d+)(?=$|\.)", prefix)
     if m and node.startswith(prefix) and (len(node) == len(prefix) or node[len(prefix)] == "."):
         return f"{m.group(1)}{int(m.group(2)) + k}{node[len(prefix):]}"
     return f"{node}@r{k}"
+
+
+def _copies_of(node: str, first: int, repeat: int) -> list[str]:
+    """Ids of copies 0..repeat-1 of a folded node: its ``L{first}`` token becomes ``L{first+i}``, else ``#i`` is
+    appended (one regex search for all copies)."""
+    m = _token(first).search(node)
+    if m is None:
+        return [node] + [f"{node}#{i}" for i in range(1, repeat)]
+    head, tail = node[: m.start()], node[m.end():]
+    return [node] + [f"{head}L{first + i}{tail}" for i in range(1, repeat)]
 
 
 def _expand_layers(w: WorkingDag) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str, str]]]:
@@ -129,33 +132,34 @@ def _expand_layers(w: WorkingDag) -> tuple[dict[str, dict[str, Any]], list[tuple
     for f in w.layers:
         for n in f.nodes:
             fold_of[n] = f
+    ids = {n: _copies_of(n, f.first_layer, f.repeat) for n, f in fold_of.items() if n in g}
     nodes: dict[str, dict[str, Any]] = {}
     for n, a in g.nodes(data=True):
         f = fold_of.get(n)
         if f is None:
             nodes[n] = dict(a)
             continue
-        for i in range(f.repeat):
-            copy = {k: v for k, v in a.items() if k != "repeat"}
-            if copy.get("layer") is not None:
-                copy["layer"] = copy["layer"] + i
-            if isinstance(copy.get("op"), str):
-                copy["op"] = _layer_id(copy["op"], f.first_layer, i)
-            nodes[_layer_id(n, f.first_layer, i)] = copy
+        base = {k: v for k, v in a.items() if k != "repeat"}
+        layer = base.get("layer")
+        ops = _copies_of(base["op"], f.first_layer, f.repeat) if isinstance(base.get("op"), str) else None
+        for i, nid in enumerate(ids[n]):
+            copy = dict(base)
+            if layer is not None:
+                copy["layer"] = layer + i
+            if ops is not None:
+                copy["op"] = ops[i]
+            nodes[nid] = copy
     edges: list[tuple[str, str, str]] = []
     for u, v, a in g.edges(data=True):
         t = str(a.get("type", "data"))
         fu, fv = fold_of.get(u), fold_of.get(v)
         if fu is not None and fv is not None and (fu.first_layer, fu.repeat) == (fv.first_layer, fv.repeat):
-            edges.extend((_layer_id(u, fu.first_layer, i), _layer_id(v, fv.first_layer, i), t)
-                         for i in range(fu.repeat))
+            edges.extend((x, y, t) for x, y in zip(ids[u], ids[v], strict=True))
         else:
-            src = _layer_id(u, fu.first_layer, fu.repeat - 1) if fu is not None else u
-            edges.append((src, v, t))
+            edges.append((ids[u][-1] if fu is not None else u, v, t))
     for f in w.layers:
-        for i in range(f.repeat - 1):
-            edges.extend((_layer_id(x, f.first_layer, i), _layer_id(e, f.first_layer, i + 1), "data")
-                         for x, e in f.carry)
+        for x, e in f.carry:
+            edges.extend((ids[x][i], ids[e][i + 1], "data") for i in range(f.repeat - 1))
     return nodes, edges
 
 
