@@ -109,3 +109,13 @@ def test_fewest_replicas_closed_form_equals_counting_down(most, rate, target):
         while n > 1 and (n - 1) * rate >= target:
             n -= 1
     assert _fewest(most, rate, target) == n
+
+
+def test_every_plan_search_returns_on_1024_gpus_validates_and_estimates():
+    t0 = time.perf_counter()
+    result = search_strategies(model="deepseek-v3", dtype="fp8", hardware={"gpu": "h200", "num_gpus": 1024})
+    assert time.perf_counter() - t0 <= 2 * SECONDS
+    assert result.top
+    for cand in result.top:
+        assert validate_dag(plan=cand.plan).valid, cand.label
+        assert estimate_performance(cand.plan).e2e_latency_ms > 0
