@@ -23,13 +23,14 @@ hf_layers = st.sampled_from([1, 61, 4096, 10**6])
 
 
 def answered_or_refused(fn: Any, **kwargs: Any) -> float:
-    """Seconds the call took; a refusal must name a field and stay short."""
-    t0 = time.perf_counter()
+    """CPU seconds the call took (this process only: the suite shares its cores with other jobs); a refusal
+    must name a field and stay short."""
+    t0 = time.process_time()
     try:
         fn(**kwargs)
     except PdagInputError as exc:
         assert exc.field and exc.problem and len(str(exc)) < 2_000, str(exc)[:300]
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 @st.composite
@@ -112,9 +113,9 @@ def test_fewest_replicas_closed_form_equals_counting_down(most, rate, target):
 
 
 def test_every_plan_search_returns_on_1024_gpus_validates_and_estimates():
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     result = search_strategies(model="deepseek-v3", dtype="fp8", hardware={"gpu": "h200", "num_gpus": 1024})
-    assert time.perf_counter() - t0 <= 2 * SECONDS
+    assert time.process_time() - t0 <= SECONDS
     assert result.top
     for cand in result.top:
         assert validate_dag(plan=cand.plan).valid, cand.label
