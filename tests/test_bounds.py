@@ -120,3 +120,16 @@ def test_every_plan_search_returns_on_1024_gpus_validates_and_estimates():
     for cand in result.top:
         assert validate_dag(plan=cand.plan).valid, cand.label
         assert estimate_performance(cand.plan).e2e_latency_ms > 0
+
+
+def test_the_largest_document_accepted_is_judged_within_budget():
+    from tools.build import build_full_dag
+    from tools.dag import MAX_NODES
+
+    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 128},
+            "parallel": {"dp": 2, "tp": 8, "ep": 64}}
+    doc = build_full_dag(plan)
+    odd = next(n for n in doc["nodes"] if n["id"].startswith("r1.") and n["type"] == "AttentionNode")
+    odd["devices"] = [0]  # replica 1 borrows a GPU: no replica folds, every one is judged as drawn
+    assert 20_000 < len(doc["nodes"]) <= MAX_NODES
+    assert answered_or_refused(validate_dag, dag=doc) <= SECONDS

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DAG_FORMAT = "pdag.dag"
 DAG_VERSION = 2
-MAX_NODES = 250_000  # bound on what a submitted document may hold
+MAX_NODES = 30_000  # bound on what a submitted document may hold (judging one this size, unfolded, takes ~1.5 s)
 MAX_WORKING_NODES = 20_000  # bound on the working form of a plan (one replica per pool, folded layers): ~2 s
 MAX_FOLD_COUNT = 1_000_000  # copies a replica fold or layers a layer fold may stand for
-MAX_EDGES = 1_000_000
+MAX_EDGES = 60_000
 
 
 class NodeType(StrEnum):
