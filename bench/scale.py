@@ -56,11 +56,13 @@ def pipeline(plan: dict[str, Any]) -> tuple[int, bool, float]:
 
 def main(repeats: int = 5) -> None:
     for name, plan, target_ms in PIPELINES:
-        gpus, valid, e2e = pipeline(plan)  # warm: presets, catalog
+        t0 = time.perf_counter()
+        gpus, valid, e2e = pipeline(plan)  # first call: also loads presets and builds the estimator's DAG
+        first = (time.perf_counter() - t0) * 1e3
         med = _median(lambda plan=plan: pipeline(plan), repeats) * 1e3
-        verdict = "ok" if med <= target_ms else "OVER TARGET"
-        print(f"{name}: build+validate+estimate {med:.0f} ms median, target {target_ms:.0f} ms: {verdict} "
-              f"({gpus:,} GPUs, {'valid' if valid else 'invalid'}, e2e {e2e:.0f} ms)")
+        verdict = "ok" if max(med, first) <= target_ms else "OVER TARGET"
+        print(f"{name}: build+validate+estimate {med:.0f} ms median (first call {first:.0f} ms), target "
+              f"{target_ms:.0f} ms: {verdict} ({gpus:,} GPUs, {'valid' if valid else 'invalid'}, e2e {e2e:.0f} ms)")
     for name, kwargs, target_s in SEARCHES:
         t0 = time.perf_counter()
         result = search_strategies(**kwargs)
