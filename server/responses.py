@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 
 from tools.lookup import LookupResult
 from tools.render import FoldedDag
+from tools.working import PAGE_CHARS as PAGE_CHARS
 
 if TYPE_CHECKING:
     from tools.build import BuildResult
@@ -50,11 +51,15 @@ class ViolationItem(BaseModel):
         return data
 
 
+
 class BuildAnswer(BaseModel):
     gpus_used: int = Field(description="distinct GPUs the DAG runs on (from the devices, not a product of degrees)")
     gpus_available: int = Field(description="hardware.num_gpus of the plan")
     summary: FoldedDag = Field(description="the DAG folded: replica 0 per phase and stage, identical layers once")
-    dag: dict[str, Any] | None = Field(None, description='node-link DAG JSON; only with detail="full"')
+    dag: dict[str, Any] | None = Field(None, description='the DAG in its working form (node-link JSON with folds); '
+                                       'only with detail="full"')
+    page: dict[str, Any] | None = Field(None, description='one page of the full per-GPU DAG (its nodes, then its '
+                                        'edges) and the cursor of the next; only with detail="full"')
     note: str | None = Field(None, description="what was left out and how to get it")
 
 
@@ -183,17 +188,18 @@ def _shape_violations(raw: list[Mapping[str, Any]], detail: Detail, tool: str) -
     return groups, note
 
 
-def shape_build(result: BuildResult, detail: Detail) -> BuildAnswer:
+def shape_build(result: BuildResult, detail: Detail, page: Any = None, with_dag: bool = True) -> BuildAnswer:
     if detail == "full":
         return BuildAnswer(gpus_used=result.gpus_used, gpus_available=result.gpus_available, summary=result.summary,
-                           dag=result.dag)
+                           dag=result.dag if with_dag else None, page=as_dict(page) if page is not None else None)
     nodes = result.summary.total_nodes
     return BuildAnswer(
         gpus_used=result.gpus_used,
         gpus_available=result.gpus_available,
         summary=result.summary,
         note=f'Folded summary only: the full DAG ({nodes:,} nodes) is omitted. Call build_dag with detail="full" '
-        "for the node-link JSON (large), or pass the plan itself to validate_dag / estimate_performance.",
+        "for the DAG's working form and the full node-link JSON in pages, or pass the plan itself to validate_dag "
+        "/ estimate_performance.",
     )
 
 

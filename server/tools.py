@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 DetailArg = Annotated[
     Literal["summary", "full"],
     Field(description='"summary" (default): concise, folded, grouped. "full": the complete object (can be large).'),
+]
+CursorArg = Annotated[
+    str | None,
+    Field(None, max_length=40, description='with detail="full": the `page.cursor` of the previous answer, for '
+          "the next page of the full DAG; omit for the first page"),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
@@ -207,7 +213,7 @@ def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any
 
 
 @pdag_tool(core="build_dag", title="Build the execution DAG of a plan")
-def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
+def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = None) -> R.BuildAnswer:
     """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
 
     Use it right after drafting a plan, to see the structure pdag derives from the degrees: the DP fan-out,
@@ -230,12 +236,20 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}}
     Returns gpus_used, gpus_available and a folded summary (replica 0; runs of identical layers once with a
-    repeat count; node and edge counts by type). It does not return the node list unless detail="full"
-    (tens of thousands of nodes for large models), and it does not validate or estimate anything.
+    repeat count; node and edge counts by type). detail="full" adds `dag`, the DAG in its working form
+    (replica 0 of each pool, one drawn layer per run of identical layers, `folds` saying what they stand for;
+    validate_dag accepts it as is), and `page`, one page (<= ~25k tokens) of the full per-GPU node-link DAG;
+    pass `page.cursor` back as `cursor` for the next page. It does not validate or estimate anything.
     """
-    fn = core("build_dag")
-    assert fn is not None
-    return R.to_result(R.shape_build(fn(plan), detail))  # type: ignore[return-value]
+    fn, pager = core("build_dag"), core("build_dag_page")
+    assert fn is not None and pager is not None
+    result = fn(plan)
+    if detail != "full":
+        return R.to_result(R.shape_build(result, detail))  # type: ignore[return-value]
+    # the working form comes with the first page only, and the two share one answer's budget
+    room = R.PAGE_CHARS - len(json.dumps(result.dag, separators=(",", ":"))) if cursor is None else R.PAGE_CHARS
+    page = pager(plan, cursor, max(R.PAGE_CHARS // 10, room))
+    return R.to_result(R.shape_build(result, detail, page, with_dag=cursor is None))  # type: ignore[return-value]
 
 
 @pdag_tool(core="validate_dag", title="Check a plan or DAG against the rules")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import build_dag
-from tools.build import build_graph, devices_used
+from tools.build import build_full_dag, build_graph, devices_used
 from tools.dag import COMM_TYPES, Dag, NodeType, dag_json_schema, json_to_graph
 from tools.errors import PdagInputError
 from tools.plan import parse_plan
@@ -150,7 +150,12 @@ def test_json_round_trip_validates_against_published_schema():
     result = build_dag(plan=MOE)
     doc = json.loads(result.model_dump_json())["dag"]
     jsonschema.Draft202012Validator(dag_json_schema()).validate(doc)
+    assert doc["version"] == 2 and doc["folds"]["layers"]
     g = json_to_graph(Dag.model_validate(doc))
+    assert g.number_of_nodes() < result.summary.total_nodes  # the working form: one drawn layer per run
+    full = build_full_dag(MOE)
+    jsonschema.Draft202012Validator(dag_json_schema()).validate(full)
+    g = json_to_graph(Dag.model_validate(full))
     assert g.number_of_nodes() == result.summary.total_nodes
     assert g.number_of_edges() == result.summary.total_edges
 
@@ -195,12 +200,17 @@ def test_bad_input_names_the_field_and_what_is_allowed(plan, field, needle):
     assert needle in str(info.value)
 
 
-def test_huge_dag_is_refused_before_building():
-    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 65536},
-            "parallel": {"dp": 512, "tp": 8, "ep": 16}}
+def test_huge_replica_is_refused_before_building_but_many_replicas_fold():
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 65536},
+            "parallel": {"tp": 65536}}
     with pytest.raises(PdagInputError) as info:
         build_dag(plan=plan)
     assert "nodes" in info.value.problem
+    many = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 65536},
+            "parallel": {"dp": 512, "tp": 8, "ep": 16}}
+    result = build_dag(plan=many)
+    assert result.gpus_used == 512 * 16 and result.summary.replicas == 512
+    assert len(result.dag["nodes"]) < 1000 < result.summary.total_nodes
 
 
 @settings(max_examples=40, deadline=None)

@@ -130,3 +130,29 @@ def test_cluster_geometry() -> None:
     with pytest.raises(ValueError):
         Cluster(accelerator=acc, num_gpus=70_000)
     assert Cluster(accelerator=load_accelerator("gb200"), num_gpus=72, gpus_per_node=72).num_nodes == 1
+
+
+def test_nvl72_racks_keep_tp_and_wide_ep_on_nvlink():
+    from tools import estimate_performance, validate_dag
+    from tools.plan import parse_plan
+
+    for gpu in ("gb200", "gb300"):
+        plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": gpu, "num_gpus": 72, "gpus_per_node": 4},
+                "parallel": {"tp": 16, "ep": 64}}
+        cluster = parse_plan(plan).cluster
+        assert cluster.nvlink_domain == 72
+        assert cluster.link_for(list(range(64))).kind == "nvlink"
+        assert cluster.link_for([0, 71]).kind == "nvlink"
+        rules = {v.rule_id for v in validate_dag(plan=plan).violations}
+        assert "TP-WITHIN-NODE" not in rules
+        eight = {**plan, "hardware": {"gpu": "b200", "num_gpus": 72, "gpus_per_node": 4}}
+        assert "TP-WITHIN-NODE" in {v.rule_id for v in validate_dag(plan=eight).violations}
+        assert parse_plan(eight).cluster.link_for([0, 4]).kind != "nvlink"
+        # the same GPU without the rack-wide domain: its EP all-to-all leaves the 4-GPU node and is slower
+        from tools.hardware import load_accelerator
+
+        trays = load_accelerator(gpu).model_dump(exclude={"nvlink_domain_gpus", "sources"})
+        trays["id"] = f"{gpu}-trays-only"
+        rack = estimate_performance(plan).decode_latency_ms_per_token
+        apart = estimate_performance({**plan, "hardware": {**plan["hardware"], "gpu": trays}})
+        assert rack < apart.decode_latency_ms_per_token

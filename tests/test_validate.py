@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools import build_dag, validate_dag
+from tools.dag import MAX_NODES
 from tools.errors import PdagInputError
 
 CORPUS = sorted((Path(__file__).resolve().parent / "fixtures" / "corpus").glob("*.json"))
@@ -96,7 +97,7 @@ def test_schema_errors_carry_the_json_path():
 
 
 def test_node_limit_refused_at_once():
-    dag = {"nodes": [{"id": f"n{i}", "type": "LinearNode", "devices": [0]} for i in range(250_001)], "edges": []}
+    dag = {"nodes": [{"id": f"n{i}", "type": "LinearNode", "devices": [0]} for i in range(MAX_NODES + 1)], "edges": []}
     r = validate_dag(dag=dag)
     assert [v.rule_id for v in r.violations] == ["STRUCT-NODE-LIMIT"]
 

@@ -1,7 +1,7 @@
 """pdag's deterministic core: the functions the MCP tools, the CLI and the evals call."""
 
 from tools.autofix import autofix_dag
-from tools.build import build_dag
+from tools.build import build_dag, build_dag_page
 from tools.engines import export_plan, import_command
 from tools.estimate import estimate_performance
 from tools.lookup import lookup_rule
@@ -11,6 +11,7 @@ from tools.validate import validate_dag
 __all__ = [
     "autofix_dag",
     "build_dag",
+    "build_dag_page",
     "estimate_performance",
     "export_plan",
     "import_command",

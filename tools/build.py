@@ -11,31 +11,47 @@ import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate
 from typing import Any
 
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from tools.dag import CONTROL_TYPES, MAX_NODES, EdgeType, NodeType, lists_to_json
+from tools.dag import CONTROL_TYPES, MAX_WORKING_NODES, EdgeType, NodeType
 from tools.errors import PdagInputError
 from tools.layout import Layout, PhaseLayout, Pool, even_split
 from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
+from tools.working import (
+    PAGE_CHARS,
+    LayerFold,
+    Page,
+    ReplicaFold,
+    WorkingDag,
+    expand,
+    expand_document,
+    full_counts,
+    gpus_used,
+    layer_runs,
+)
 
 DATA, PIPE, SYNC, KV = EdgeType.DATA, EdgeType.PIPELINE, EdgeType.SYNC, EdgeType.KV
 
 
-def estimated_node_count(layout: Layout) -> int:
-    """Upper bound on the nodes build_graph would create, computed before building anything."""
+def estimated_node_count(layout: Layout, folded: bool = True) -> int:
+    """Upper bound on the nodes a build would create, computed before building anything: of the working form
+    (replica 0 of each pool, one drawn layer per run of identical layers) or, ``folded=False``, of the full DAG."""
     spec = layout.plan.spec
     experts = spec.moe.num_experts if spec.moe and layout.plan.options.allow_expert_tp else 0
+    cuts = frozenset(r.start for pool in layout.pools.values() for r in pool.stage_layers)
     total = 1
     for phase, pool in _distinct_pools(layout):
         pl = layout.phases[phase]
         per_layer = 12 + 4 * pool.group_width + 6 * pl.attn_dp + experts
-        per_phase = spec.num_layers * per_layer + 8 * pool.pp + 8
-        total += pool.dp * (1 + (2 if not layout.disaggregated else 1) * per_phase)
+        drawn = (sum(len(layer_runs(spec, r, cuts)) for r in pool.stage_layers) if folded else spec.num_layers)
+        per_phase = drawn * per_layer + 8 * pool.pp + 8
+        total += (1 if folded else pool.dp) * (1 + (2 if not layout.disaggregated else 1) * per_phase)
     return total
 
 
@@ -68,6 +84,8 @@ class _Builder:
         self.prefill_kv: dict[tuple[str, int, int], tuple[str, int]] = {}
         self.kv_links: set[str] = set()
         self.templates: dict[tuple[str, str, int, bool], _LayerTemplate] = {}
+        self.folded = False  # draw one layer per run of identical layers (set by folded builds)
+        self.layer_folds: list[LayerFold] = []
         self._etype = {t: {"type": t} for t in EdgeType}  # networkx copies edge attrs: share the source dicts
 
     def node(self, node_id: str, ntype: NodeType, devices: list[int], **attrs: Any) -> str:
@@ -168,12 +186,17 @@ class _Builder:
                 self.edge(stage, outs[0])
             if pl.attn_dp > 1:
                 groups = {g: list(outs) for g in range(pl.attn_dp)}
-                for layer in layers:
-                    groups = self.layer_attention_dp(ctx, s, layer, groups)
+                for run in self.runs(layers):
+                    n0 = len(self.nodes)
+                    groups = self.layer_attention_dp(ctx, s, run.start, groups)
+                    p = f"{rid}.{phase}.L{run.start}"
+                    self.fold_layer(n0, run, [(o, f"{p}.adp.g{g}") for g in sorted(groups) for o in groups[g]])
                 outs = list(dict.fromkeys(o for g in sorted(groups) for o in groups[g]))
             else:
-                for layer in layers:
-                    outs = self.layer(ctx, s, layer, outs)
+                for run in self.runs(layers):
+                    n0 = len(self.nodes)
+                    outs = self.layer(ctx, s, run.start, outs)
+                    self.fold_layer(n0, run, [(o, f"{rid}.{phase}.L{run.start}.norm_attn") for o in outs])
             if s == pool.pp - 1:
                 norm = self.node(f"{rid}.{phase}.final_norm", NodeType.NORM, t_dev, phase=phase, replica=r, stage=s,
                                  role="final_norm")
@@ -197,6 +220,29 @@ class _Builder:
                 self.edge(o, send, PIPE)
             prev = send
         return prev
+
+    def runs(self, layers: range) -> list[range]:
+        """The layers to draw: each one (full build), or one per run of identical layers (folded build)."""
+        if not self.folded:
+            return [range(layer, layer + 1) for layer in layers]
+        return layer_runs(self.spec, layers, self.cuts)
+
+    @cached_property
+    def cuts(self) -> frozenset[int]:
+        """Stage boundaries of every pool: folds of prefill, decode and the KV hand-offs cover the same layers."""
+        return frozenset(r.start for pool in self.layout.pools.values() for r in pool.stage_layers)
+
+    def fold_layer(self, n0: int, run: range, carry: list[tuple[str, str]]) -> None:
+        """Mark the nodes drawn since ``n0`` for layer ``run.start`` as standing for the whole run."""
+        if len(run) <= 1:
+            return
+        ids = []
+        for i in range(n0, len(self.nodes)):
+            nid, attrs = self.nodes[i]
+            if attrs.get("layer") == run.start:
+                self.nodes[i] = (nid, {**attrs, "repeat": len(run)})  # a new dict: templates share the old one
+                ids.append(nid)
+        self.layer_folds.append(LayerFold(tuple(ids), run.start, len(run), tuple(carry)))
 
     @staticmethod
     def token_devices(pool: Pool, r: int, s: int, pl: PhaseLayout) -> list[int]:
@@ -457,29 +503,52 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _builder(plan: Plan, layout: Layout | None, first_replica_only: bool) -> _Builder:
+def _builder(plan: Plan, layout: Layout | None, first_replica_only: bool, folded: bool = False) -> _Builder:
     layout = layout or Layout(plan)
-    count = estimated_node_count(layout)
-    if count > MAX_NODES:
+    count = estimated_node_count(layout, folded=folded or first_replica_only)
+    if count > MAX_WORKING_NODES:
         raise PdagInputError(
             "plan.parallel",
-            f"this plan would build about {count:,} DAG nodes, above the limit of {MAX_NODES:,}",
-            "fewer replicas or smaller degrees (dp x pp x max(tp, ep) GPUs)",
+            f"this plan's working DAG (one replica per pool) would have about {count:,} nodes, above the limit of "
+            f"{MAX_WORKING_NODES:,}",
+            "smaller degrees inside a replica (pp x max(tp, ep) GPUs per replica); the number of replicas is free",
         )
     builder = _Builder(plan, layout)
+    builder.folded = folded
     builder.build(first_replica_only)
     return builder
 
 
 def build_graph(plan: Plan, layout: Layout | None = None, first_replica_only: bool = False) -> nx.DiGraph:
-    """Build the execution DAG of a parsed plan as a networkx graph (the form the other tools work on).
+    """Build the execution DAG of a parsed plan as a networkx graph, every layer drawn.
 
     ``first_replica_only`` builds replica 0 (pools p0 and d0 when disaggregated) on the full plan's GPU ids:
-    every other replica is the same sub-DAG shifted to other GPUs, so the checkers and the estimator that
-    look at one replica need not pay for all of them.
+    every other replica is the same sub-DAG shifted to other GPUs.
     """
     with gc_paused():
         return _builder(plan, layout, first_replica_only).graph()
+
+
+def replica_folds(layout: Layout) -> list[ReplicaFold]:
+    """Replica 0 of each pool stands for all of the pool's replicas, each on the next block of GPUs."""
+    if not layout.disaggregated:
+        pool = layout.pools["prefill"]
+        return [ReplicaFold("r0", pool.dp, pool.replica_gpus)] if pool.dp > 1 else []
+    out = []
+    for rid, phase in (("p0", "prefill"), ("d0", "decode")):
+        pool = layout.pools[phase]  # type: ignore[index]
+        if pool.dp > 1:
+            out.append(ReplicaFold(rid, pool.dp, pool.replica_gpus))
+    return out
+
+
+def build_working(plan: Plan, layout: Layout | None = None) -> WorkingDag:
+    """The working form of a plan's DAG: replica 0 of each pool, one drawn layer per run of identical layers,
+    and the folds saying what they stand for (the form every tool judges and prices)."""
+    layout = layout or Layout(plan)
+    with gc_paused():
+        b = _builder(plan, layout, first_replica_only=True, folded=True)
+        return WorkingDag(b.graph(), replica_folds(layout), b.layer_folds)
 
 
 def _working_devices(nodes: Iterable[tuple[str, dict[str, Any]]]) -> set[int]:
@@ -496,27 +565,36 @@ def devices_used(graph: nx.DiGraph) -> list[int]:
 
 
 class BuildResult(BaseModel):
-    """build_dag's answer: the full DAG (node-link JSON), its folded summary and the GPU count it implies."""
+    """build_dag's answer: the working form of the DAG (node-link JSON with folds), its folded summary and the GPU
+    count it implies."""
 
     gpus_used: int = Field(description="distinct GPUs in the DAG (never a product of degrees)")
     gpus_available: int = Field(description="hardware.num_gpus of the plan")
     summary: FoldedDag
-    dag: dict[str, Any] = Field(description="node-link JSON; see the published DAG JSON Schema")
+    dag: dict[str, Any] = Field(description="node-link JSON (version 2): replica 0 of each pool and one drawn layer "
+                                "per run of identical layers, with 'folds' saying what they stand for; "
+                                "tools.working.expand gives the full per-GPU DAG in pages")
 
 
 def build_dag(plan: Plan | dict[str, Any]) -> BuildResult:
-    """Build the explicit execution DAG of a plan (raises PdagInputError on bad input).
-
-    Only replica 0 goes through networkx (for the folded view); the full node-link JSON is written straight
-    from the builder's lists, which is where most of the time of a many-replica DAG would otherwise go.
-    """
+    """Build the execution DAG of a plan in its working form (raises PdagInputError on bad input)."""
     parsed = parse_plan(plan)
+    working = build_working(parsed)
     with gc_paused():
-        builder = _builder(parsed, None, first_replica_only=False)
-        first = builder.graph(first_replica_only=True)
         return BuildResult.model_construct(
-            gpus_used=len(_working_devices(builder.nodes)),
+            gpus_used=gpus_used(working),
             gpus_available=parsed.hardware.num_gpus,
-            summary=fold(first, everything=(builder.nodes, builder.edges)),
-            dag=lists_to_json(builder.nodes, builder.edges, first.graph.get("model"), first.graph.get("plan")),
+            summary=fold(working.graph, full_counts(working)),
+            dag=working.document(),
         )
+
+
+def build_dag_page(plan: Plan | dict[str, Any], cursor: str | None = None, page_chars: int = PAGE_CHARS) -> Page:
+    """One page of the full per-GPU DAG of a plan (at most ``page_chars`` characters of JSON items): its nodes,
+    then its edges; pass the page's ``cursor`` back for the next one."""
+    return expand(build_working(parse_plan(plan)), cursor, page_chars)
+
+
+def build_full_dag(plan: Plan | dict[str, Any]) -> dict[str, Any]:
+    """The full per-GPU node-link document of a plan, every replica and layer drawn (small plans, tests)."""
+    return expand_document(build_working(parse_plan(plan)))

@@ -10,9 +10,11 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
 DAG_FORMAT = "pdag.dag"
-DAG_VERSION = 1
-MAX_NODES = 250_000
-MAX_EDGES = 1_000_000
+DAG_VERSION = 2
+MAX_NODES = 30_000  # bound on what a submitted document may hold (judging one this size, unfolded, takes ~1.5 s)
+MAX_WORKING_NODES = 20_000  # bound on the working form of a plan (one replica per pool, folded layers): ~2 s
+MAX_FOLD_COUNT = 1_000_000  # copies a replica fold or layers a layer fold may stand for
+MAX_EDGES = 60_000
 
 
 class NodeType(StrEnum):
@@ -92,6 +94,8 @@ class Node(BaseModel):
     experts: list[int] | None = Field(None, max_length=100_000, description="experts held by an Expert node")
     heads: int | None = Field(None, ge=0, description="query heads in this attention shard")
     kv_heads: int | None = Field(None, ge=0, description="KV heads held by this shard (after replication)")
+    repeat: int | None = Field(None, ge=1, le=MAX_FOLD_COUNT,
+                               description="layers this node stands for (set on the nodes of a layer fold)")
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -103,24 +107,55 @@ class Edge(BaseModel):
     type: EdgeType = EdgeType.DATA
 
 
+class ReplicaFoldJson(BaseModel):
+    """The drawn replica ``node`` (and everything under it) stands for ``count`` copies, copy k on devices
+    shifted by ``k * stride``; ``stride`` must be at least the replica's device span."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(min_length=1, max_length=200)
+    count: int = Field(ge=1, le=MAX_FOLD_COUNT)
+    stride: int = Field(ge=1, le=MAX_FOLD_COUNT)
+
+
+class LayerFoldJson(BaseModel):
+    """The listed nodes are the drawn layer ``first_layer``; they stand for ``repeat`` consecutive layers on the
+    same GPUs.  ``carry`` lists [exit, entry] pairs chaining copy i's exit to copy i+1's entry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: list[str] = Field(min_length=1, max_length=MAX_NODES)
+    first_layer: int = Field(ge=0, le=MAX_FOLD_COUNT)
+    repeat: int = Field(ge=1, le=MAX_FOLD_COUNT)
+    carry: list[tuple[str, str]] = Field(default_factory=list, max_length=MAX_NODES)
+
+
+class Folds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: list[ReplicaFoldJson] = Field(default_factory=list, max_length=MAX_NODES)
+    layers: list[LayerFoldJson] = Field(default_factory=list, max_length=MAX_NODES)
+
+
 class Dag(BaseModel):
     """Node-link JSON of an execution DAG."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["pdag.dag"] = DAG_FORMAT
-    version: Literal[1] = DAG_VERSION
+    version: Literal[1, 2] = DAG_VERSION
     model: str | None = Field(None, description="model preset id (or name) the DAG was built for")
     plan: dict[str, Any] | None = Field(None, description="the plan the DAG was built from, when known")
     nodes: list[Node] = Field(max_length=MAX_NODES)
     edges: list[Edge] = Field(max_length=MAX_EDGES)
+    folds: Folds | None = Field(None, description="replicas and layers the drawn nodes stand for (version 2)")
 
 
 def dag_json_schema() -> dict[str, Any]:
     """The published JSON Schema of a DAG document (generated from the pydantic models)."""
     schema = Dag.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://pdag.dev/schema/dag-v1.json"
+    schema["$id"] = "https://pdag.dev/schema/dag-v2.json"
     return schema
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["PdagInputError", "closest"]
+__all__ = ["PdagInputError", "closest", "shown"]
+
+MAX_SHOWN = 80  # characters of a bad value echoed back in an error
+MAX_MATCHED = 100  # characters of a name compared when looking for close candidates (difflib is quadratic)
 
 
 class PdagInputError(ValueError):
@@ -29,8 +32,17 @@ class PdagInputError(ValueError):
         return text
 
 
+def shown(value: object) -> str:
+    """A bad value as an error message quotes it: its repr, cut to MAX_SHOWN characters with its length said."""
+    text = str(value)
+    if len(text) <= MAX_SHOWN:
+        return repr(text)
+    return f"{text[:MAX_SHOWN]!r}... ({len(text):,} characters)"
+
+
 def closest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """Up to ``n`` candidates closest to ``name`` (difflib); the first ``n`` sorted if none is close."""
+    """Up to ``n`` candidates closest to ``name`` (difflib, on its first MAX_MATCHED characters); the first ``n``
+    sorted if none is close."""
     pool = sorted(set(candidates))
-    matches = difflib.get_close_matches(str(name).lower(), pool, n=n, cutoff=0.4)
+    matches = difflib.get_close_matches(str(name)[:MAX_MATCHED].lower(), pool, n=n, cutoff=0.4)
     return matches if matches else pool[:n]

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from knowledge import ROOT as KNOWLEDGE_ROOT
-from tools.errors import PdagInputError, closest
+from tools.errors import MAX_MATCHED, PdagInputError, closest, shown
 
 __all__ = [
     "DTYPE_BYTES",
@@ -66,6 +66,10 @@ class Accelerator(_Frozen):
     intra_node: Link
     inter_node: Link
     max_gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
+    nvlink_domain_gpus: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS,
+        description="GPUs sharing one NVLink (scale-up) domain when it spans several nodes, e.g. 72 for NVL72 racks; "
+                    "None: the domain is a node")
     sources: dict[str, str] = Field(default_factory=dict)
     notes: str | None = None
 
@@ -108,14 +112,31 @@ class Cluster(_Frozen):
             raise PdagInputError("gpu_id", f"GPU id {gpu_id!r} out of range", f"0..{self.num_gpus - 1}")
         return gpu_id // self.gpus_per_node
 
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that reach each other over NVLink: the accelerator's NVLink domain (an NVL72 rack of 4-GPU
+        trays) when it is larger than a node, else one node."""
+        domain = self.accelerator.nvlink_domain_gpus or self.gpus_per_node
+        return max(domain, self.gpus_per_node)
+
+    def domain_of(self, gpu_id: int) -> int:
+        return self.node_of(gpu_id) * self.gpus_per_node // self.nvlink_domain
+
     def link_between(self, a: int, b: int) -> Link:
-        """The link two GPUs talk over: intra-node when they share a node, else inter-node."""
+        """The link two GPUs talk over: the scale-up link (NVLink) inside one NVLink domain, else the network."""
         return self.link_for((a, b))
 
+    def crosses_domains(self, gpu_ids: list[int] | tuple[int, ...]) -> bool:
+        """A collective over ``gpu_ids`` leaves the NVLink domain (GPU ids beyond the cluster count as leaving)."""
+        if max(gpu_ids) >= self.num_gpus:
+            return True
+        first = self.domain_of(gpu_ids[0])
+        return any(self.domain_of(g) != first for g in gpu_ids)
+
     def link_for(self, gpu_ids: list[int] | tuple[int, ...]) -> Link:
-        """The slowest link a collective over ``gpu_ids`` crosses."""
-        nodes = {self.node_of(g) for g in gpu_ids}
-        return self.accelerator.intra_node if len(nodes) <= 1 else self.accelerator.inter_node
+        """The slowest link a collective over ``gpu_ids`` crosses: wide EP inside an NVL72 rack stays on NVLink."""
+        domains = {self.domain_of(g) for g in gpu_ids}
+        return self.accelerator.intra_node if len(domains) <= 1 else self.accelerator.inter_node
 
 
 @lru_cache(maxsize=1)
@@ -138,9 +159,9 @@ def load_accelerator(id: str, *, field: str = "gpu") -> Accelerator:  # noqa: A0
     if not isinstance(id, str):
         raise PdagInputError(field, f"expected an accelerator id, got {type(id).__name__}",
                              "presets: " + ", ".join(accelerator_ids()))
-    key = id.strip().lower()
+    key = id[:MAX_MATCHED * 2].strip().lower()
     if key not in _catalog():
-        raise PdagInputError(field, f"unknown accelerator {id!r}",
+        raise PdagInputError(field, f"unknown accelerator {shown(id)}",
                              "closest presets: " + ", ".join(closest(key, accelerator_ids())))
     return _load(key)
 

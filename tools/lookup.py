@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 import knowledge
-from tools.errors import PdagInputError, closest
+from tools.errors import MAX_MATCHED, PdagInputError, closest, shown
 
 __all__ = ["Conflict", "LookupResult", "Rule", "lookup_rule", "rule_ids", "catalog"]
 
@@ -189,7 +189,7 @@ def _pick(value: str, allowed: tuple[str, ...], field: str) -> str:
     for a in allowed:
         if value.strip().lower() == a.lower():
             return a
-    raise PdagInputError(field, f"unknown value {value!r}", ", ".join(allowed))
+    raise PdagInputError(field, f"unknown value {shown(value)}", ", ".join(allowed))
 
 
 def _node_type(value: str) -> str:
@@ -198,11 +198,11 @@ def _node_type(value: str) -> str:
     for t in known:
         if v in (t.lower(), t.lower().removesuffix("node")):
             return t
-    raise PdagInputError("node_type", f"unknown node type {value!r}", ", ".join(known))
+    raise PdagInputError("node_type", f"unknown node type {shown(value)}", ", ".join(known))
 
 
 def _by_id(rule_id: str) -> LookupResult:
-    key = rule_id.strip().upper()
+    key = rule_id[:MAX_MATCHED].strip().upper()
     for r in catalog()["rules"]:
         if r["id"] == key:
             return LookupResult(rules=[Rule.model_validate(r)], total_matches=1)
@@ -213,7 +213,7 @@ def _by_id(rule_id: str) -> LookupResult:
     pool = rule_ids() + [c["id"] for c in conflicts]
     # errors.closest lower-cases the name; the ids are upper case, so compare in upper case here.
     near = difflib.get_close_matches(key, pool, n=5, cutoff=0.3) or closest(key, pool, n=5)
-    raise PdagInputError("rule_id", f"no rule with id {rule_id!r}", "closest ids: " + ", ".join(near))
+    raise PdagInputError("rule_id", f"no rule with id {shown(rule_id)}", "closest ids: " + ", ".join(near))
 
 
 def lookup_rule(

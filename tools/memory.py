@@ -46,7 +46,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from math import ceil
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -191,6 +193,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
     base, extra = divmod(n_exp, ep) if moe else (0, 0)
     window = spec.sliding_window or 0
     out: list[_Terms] = []
+    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for s, layers in enumerate(pool.stage_layers):
         n_moe = sum(1 for i in layers if spec.is_moe_layer(i))
         n_dense = len(layers) - n_moe
@@ -202,6 +205,13 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             gpu = pool.device(0, s, local)
             # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
             j = local % attn_width if local < groups * attn_width else local
+            # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
+            key = (len(layers), n_moe, dense_ffn, n_slide, s == 0, last, j < attn_width, j < tp,
+                   tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
+                   (local // expert_tp) < extra)
+            if key in shapes:
+                out.append(_Terms(gpu, s, local, **shapes[key]))
+                continue
             weights = 0.0
             kv_elems = 0.0
             act_attn = 0.0
@@ -245,13 +255,13 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 comm += 2 * h * ab
             if moe and n_moe and ep > 1 and local < ep * expert_tp:
                 shared += 2 * moe.experts_per_token * h * ab / ep
-            out.append(_Terms(
-                gpu=gpu, stage=s, local=local, weights=weights,
-                kv_full=n_full * kv_elems * kvb, kv_window=n_slide * kv_elems * kvb, window=window,
+            shapes[key] = dict(
+                weights=weights, kv_full=n_full * kv_elems * kvb, kv_window=n_slide * kv_elems * kvb, window=window,
                 resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
                 comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
                 shared_per_token=shared,
-            ))
+            )
+            out.append(_Terms(gpu, s, local, **shapes[key]))
     return out
 
 
@@ -265,10 +275,21 @@ class _PoolTerms:
     context: int
     prompt: int
 
+    @cached_property
+    def distinct(self) -> list[_Terms]:
+        """One GPU per distinct set of terms: GPUs of a stage mostly repeat a few shapes, and the largest-batch
+        and largest-context searches need only those (they would otherwise scale with pp x group width)."""
+        out: dict[tuple[Any, ...], _Terms] = {}
+        for t in self.terms:
+            out.setdefault((t.weights, t.kv_full, t.kv_window, t.window, t.resid_per_token, t.act_per_token,
+                            t.logits_per_seq, t.comm_per_token, t.groups, t.expert_act_per_token,
+                            t.shared_per_token), t)
+        return list(out.values())
+
     def worst(self, batch: int, context: int | None, chunk: int, fixed: float) -> float:
         ctx = self.context if context is None else context
         prompt = self.prompt if context is None or self.prompt == 1 else ctx
-        return max(t.total(batch, ctx, prompt, chunk) for t in self.terms) + fixed
+        return max(t.total(batch, ctx, prompt, chunk) for t in self.distinct) + fixed
 
 
 def _pools(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_PoolTerms]:
@@ -317,7 +338,7 @@ def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay 
         for t in pt.terms:
             kv = t.kv(batch, pt.context)
             act, comm = t.act(batch, pt.prompt, chunk), t.comm(batch, pt.prompt, chunk)
-            g = GpuMemory(
+            g = GpuMemory.model_construct(  # tens of thousands for a wide replica: skip re-validation
                 gpu=t.gpu, stage=t.stage, local=t.local, weights_bytes=t.weights, kv_cache_bytes=kv,
                 activation_bytes=act, comm_buffer_bytes=comm, reserved_bytes=reserved,
                 total_bytes=t.weights + kv + act + comm + reserved,

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from knowledge import ROOT as KNOWLEDGE_ROOT
-from tools.errors import PdagInputError, closest
+from tools.errors import MAX_MATCHED, PdagInputError, closest, shown
 
 __all__ = [
     "MLASpec",
@@ -680,10 +680,10 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
     if not isinstance(id, str):
         raise PdagInputError(field, f"expected a preset id string, got {type(id).__name__}",
                              "presets: " + ", ".join(preset_ids()))
-    key = id.strip().lower()
+    key = id[:MAX_MATCHED * 2].strip().lower()
     if key not in preset_index():
         hint = closest(key, preset_ids())
-        raise PdagInputError(field, f"unknown model {id!r}", "closest presets: " + ", ".join(hint))
+        raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint))
     return _load_preset(key)
 
 

@@ -198,7 +198,27 @@ def parse_plan(data: Plan | dict[str, Any]) -> Plan:
         plan.accelerator  # noqa: B018
     except PdagInputError as exc:
         raise PdagInputError(f"plan.hardware.gpu{_suffix(exc.field, 'gpu')}", exc.problem, exc.allowed) from None
+    _check_size(plan)
     return plan
+
+
+def _check_size(plan: Plan) -> None:
+    """A plan may need at most MAX_GPUS GPUs, the largest cluster pdag plans for: beyond that no answer can be
+    right, and the per-GPU accounting (memory per GPU of a replica) would grow without bound."""
+    total = 0
+    for phase in PHASES if plan.options.disaggregated else PHASES[:1]:
+        d = [plan.degrees(p) for p in (PHASES if not plan.options.disaggregated else (phase,))]
+        width = max(max(x.attn_dp * max(x.tp, x.sp), x.ep) for x in d)
+        pp, dp = max(x.pp for x in d), max(x.dp for x in d)
+        if pp * width > MAX_GPUS:
+            where = f"plan.phases.{phase}" if plan.options.disaggregated else "plan.parallel"
+            raise PdagInputError(where, f"one replica would need pp x max(attn_dp x max(tp, sp), ep) = {pp} x "
+                                 f"{width} = {pp * width:,} GPUs, above the {MAX_GPUS:,} GPUs pdag plans for",
+                                 f"degrees whose replica fits in {MAX_GPUS:,} GPUs")
+        total += dp * pp * width
+    if total > MAX_GPUS:
+        raise PdagInputError("plan.parallel.dp", f"the plan would need {total:,} GPUs, above the {MAX_GPUS:,} GPUs "
+                             "pdag plans for", f"fewer replicas (dp) or smaller degrees; at most {MAX_GPUS:,} GPUs")
 
 
 def _suffix(field: str, head: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
 from typing import Any
 
 import networkx as nx
@@ -94,29 +93,33 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     return " > ".join(parts), dict(sorted(by_type.items()))
 
 
-def fold(
-    graph: nx.DiGraph,
-    everything: tuple[Sequence[tuple[str, dict[str, Any]]], Sequence[tuple[str, str, dict[str, Any]]]] | None = None,
-) -> FoldedDag:
+def fold(graph: nx.DiGraph, expansion: tuple[Any, ...] | None = None) -> FoldedDag:
     """Summarise a DAG: per phase, per stage, runs of identical layers with their operator pattern.
 
-    ``graph`` needs to hold replica 0 only when ``everything`` gives the full DAG's node and edge lists (the
-    counts and the replica shapes come from there).
+    ``graph`` may be a working DAG's graph (nodes with ``repeat`` stand for that many layers); ``expansion``
+    (``tools.working.full_counts`` of it) then gives the full DAG's counts and replica shapes.
     """
-    all_nodes = everything[0] if everything else list(graph.nodes(data=True))
-    all_edges = everything[1] if everything else list(graph.edges(data=True))
     replicas: set[int] = set()
     replica_sizes: list[int] = []
     pools: dict[str, list[int]] = {}
     node_counts: Counter[str] = Counter()
-    for _, a in all_nodes:
-        t = a.get("type")
-        node_counts[str(t)] += 1
-        if t == NodeType.REPLICA:
-            replicas.add(a.get("replica", 0))
-            replica_sizes.append(len(a.get("devices", ())))
-            pools.setdefault((a.get("meta") or {}).get("pool", "prefill+decode"), []).append(len(a["devices"]))
-    edge_counts = Counter(str(a.get("type")) for _, _, a in all_edges)
+    edge_counts: Counter[str] = Counter()
+    if expansion is not None:
+        node_counts, edge_counts, reps, total_nodes, total_edges = expansion
+        for rep, pool, size in reps:
+            replicas.add(rep)
+            replica_sizes.append(size)
+            pools.setdefault(pool, []).append(size)
+    else:
+        for _, a in graph.nodes(data=True):
+            t = a.get("type")
+            node_counts[str(t)] += 1
+            if t == NodeType.REPLICA:
+                replicas.add(a.get("replica", 0))
+                replica_sizes.append(len(a.get("devices", ())))
+                pools.setdefault((a.get("meta") or {}).get("pool", "prefill+decode"), []).append(len(a["devices"]))
+        edge_counts = Counter(str(a.get("type")) for _, _, a in graph.edges(data=True))
+        total_nodes, total_edges = graph.number_of_nodes(), graph.number_of_edges()
     per_layer: dict[tuple[str, int], list[str]] = defaultdict(list)
     stage_nodes: dict[str, list[tuple[int, str]]] = defaultdict(list)
     first_replica = None
@@ -127,7 +130,8 @@ def fold(
         if rep != first_replica:
             continue
         if a.get("layer") is not None and a.get("phase"):
-            per_layer[(a["phase"], a["layer"])].append(n)
+            for i in range(a.get("repeat") or 1):  # a folded node stands for its whole run of layers
+                per_layer[(a["phase"], a["layer"] + i)].append(n)
         elif a.get("type") == NodeType.STAGE:
             stage_nodes[a.get("phase", "")].append((a.get("stage", 0), n))
     phases = []
@@ -155,8 +159,8 @@ def fold(
         phases=phases,
         node_counts=dict(sorted(node_counts.items())),
         edge_counts=dict(sorted(edge_counts.items())),
-        total_nodes=len(all_nodes),
-        total_edges=len(all_edges),
+        total_nodes=total_nodes,
+        total_edges=total_edges,
     )
 
 

@@ -17,8 +17,8 @@ import jsonschema
 import networkx as nx
 from pydantic import BaseModel, Field, ValidationError
 
-from tools.build import build_graph, estimated_node_count, gc_paused
-from tools.dag import MAX_EDGES, MAX_NODES, Dag, Node, dag_json_schema
+from tools.build import build_working, estimated_node_count, gc_paused
+from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
 from tools.errors import PdagInputError
 from tools.layout import Layout
 from tools.models import resolve_model
@@ -30,6 +30,7 @@ from tools.rules.registry import (
     load_all,
     run_checkers,
 )
+from tools.working import WorkingDag, apply_layer_folds, fold_drawn_replicas, read_folds
 
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
@@ -178,7 +179,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
             continue
         t = raw.get("type", "data")
         g.add_edge(u, v, type=t if isinstance(t, str) else "?")
-    ctx.graph = g
+    ctx.set_working(working_of(g, dag.get("folds"), ctx.schema_errors))
     req = [n for n, t in g.nodes(data="type") if t == "RequestNode"]
     if req:
         meta = g.nodes[req[0]].get("meta") or {}
@@ -203,6 +204,16 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     return ctx, extra
 
 
+def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) -> WorkingDag:
+    """The working form of a loaded document: the folds it states (unusable ones reported as schema errors)."""
+    if folds is None:
+        return WorkingDag(g, fold_drawn_replicas(g))
+    reps, lays, bad = read_folds(folds, g)
+    problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
+    apply_layer_folds(g, lays)
+    return WorkingDag(g, reps, lays)
+
+
 # ----------------------------------------------------------------------------------------------- plan context
 def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Context, list[Violation]]:
     """Context of a plan: raw-dict rules first (a plan breaking them cannot be parsed), then the built graph."""
@@ -219,16 +230,15 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
     parsed = plan if isinstance(plan, Plan) else parse_plan(raw)
     ctx.plan, ctx.spec, ctx.layout = parsed, parsed.spec, Layout(parsed)
     count = estimated_node_count(ctx.layout)
-    if count > MAX_NODES:  # build_dag refuses this plan: say so as the rule it breaks
-        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "plan.parallel", f"this plan's DAG would have about "
-                                  f"{count:,} nodes, above the limit of {MAX_NODES:,}; build_dag refuses it"))
+    if count > MAX_WORKING_NODES:  # build_dag refuses this plan: say so as the rule it breaks
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "plan.parallel", f"this plan's working DAG (one replica "
+                                  f"per pool) would have about {count:,} nodes, above the limit of "
+                                  f"{MAX_WORKING_NODES:,}; build_dag refuses it"))
+        return ctx, []
     if not build:
         return ctx, []
-    try:
-        ctx.graph = build_graph(parsed, ctx.layout, first_replica_only=True)
-        ctx.from_plan = True
-    except PdagInputError as exc:
-        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", exc.field, exc.problem))
+    ctx.set_working(build_working(parsed, ctx.layout))
+    ctx.from_plan = True
     return ctx, []
 
 

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import networkx as nx
 from pydantic import BaseModel, Field
 
-from tools.build import build_graph, devices_used, gc_paused
+from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
@@ -244,6 +245,9 @@ class _PhaseGraph:
                       and nodes[v]["type"] not in skip]
         members = set(self.order)
         self.preds = {v: [u for u in graph._pred[v] if u in members] for v in self.order}
+        # a node of a layer fold stands for `repeat` identical layers: its time counts that many times (the
+        # critical path is additive over identical layers, each starting from one join of the previous one)
+        self.repeats = {v: r for v in self.order if (r := nodes[v].get("repeat") or 1) > 1}
 
     def longest(self, weight: dict[str, float]) -> tuple[float, list[str]]:
         """Heaviest chain of node costs, relaxed along networkx's topological order.
@@ -281,12 +285,21 @@ def node_batch(attrs: dict[str, Any], batch: int, groups: int) -> int:
     return batch
 
 
+def _times(c: NodeCost, n: int) -> NodeCost:
+    return replace(c, seconds=c.seconds * n, flops=c.flops * n, bytes=c.bytes * n, hidden_seconds=c.hidden_seconds * n,
+                   compute_s=c.compute_s * n, memory_s=c.memory_s * n, overhead_s=c.overhead_s * n)
+
+
 def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, NodeCost]:
     nodes = pg.graph._node
     groups = model.layout.phases[pg.phase].attn_dp  # type: ignore[index]
     if groups == 1:
-        return {v: model.cost(nodes[v], batch) for v in pg.order}
-    return {v: model.cost(nodes[v], node_batch(nodes[v], batch, groups)) for v in pg.order}
+        costs = {v: model.cost(nodes[v], batch) for v in pg.order}
+    else:
+        costs = {v: model.cost(nodes[v], node_batch(nodes[v], batch, groups)) for v in pg.order}
+    for v, r in pg.repeats.items():
+        costs[v] = _times(costs[v], r)
+    return costs
 
 
 def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int) -> list[float]:
@@ -310,7 +323,7 @@ def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], 
         a[0] += c.seconds
         a[1] = a[1] or v
         a[2] = c.kind if c.kind == "communication" else ("compute" if c.kind == "compute" else "memory")
-        a[3] += 1
+        a[3] += pg.repeats.get(v, 1)
     if step_overhead > 0:
         agg["engine step overhead"] = [step_overhead, "-", "overhead", 1]
     items = sorted(agg.items(), key=lambda kv: -kv[1][0])
@@ -377,7 +390,7 @@ class _Prepared:
     def __init__(self, full: Plan) -> None:
         self.layout = Layout(full)
         with gc_paused():
-            self.graph = build_graph(full, self.layout, first_replica_only=True)
+            self.graph = build_working(full, self.layout).graph
             order = list(nx.topological_sort(self.graph))
             # disaggregated: the KV hand-off is costed between the pools (disagg.py), not inside prefill
             skip = frozenset({NodeType.KV_TRANSFER}) if self.layout.disaggregated else frozenset()

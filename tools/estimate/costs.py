@@ -154,9 +154,7 @@ class CostModel:
         return hit
 
     def crosses_nodes(self, devices: list[int]) -> bool:
-        gpn = self.plan.cluster.gpus_per_node
-        first = devices[0] // gpn
-        return any(d // gpn != first for d in devices) or max(devices) >= self.plan.cluster.num_gpus
+        return self.plan.cluster.crosses_domains(devices)
 
     def link(self, devices: list[int]) -> Link:
         c = self.plan.cluster

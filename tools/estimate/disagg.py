@@ -19,6 +19,7 @@ that would balance them is ``decode replica rate / prefill replica rate`` prefil
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from math import ceil
 
@@ -74,6 +75,19 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     return KvHandoff(logical, wire, send, recv, seconds, f"{link.kind} ({where})")
 
 
+def _fewest(most: int, rate: float, target: float) -> int:
+    """Fewest replicas in 1..most whose rate reaches ``target`` (extra ones would idle); ``most`` when none does.
+    Closed form, then a step either way for rounding: the pool split runs this once per prefill count."""
+    if most * rate < target:
+        return most
+    n = max(1, min(most, math.ceil(target / rate))) if rate > 0 else 1
+    while n > 1 and (n - 1) * rate >= target:
+        n -= 1
+    while n < most and n * rate < target:
+        n += 1
+    return n
+
+
 def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus: int) -> tuple[int, int]:
     """(prefill replicas, decode replicas) within ``gpus`` GPUs that maximise min(prefill rate, decode rate);
     ties: fewer GPUs.  (0, 0) when one replica of each does not fit."""
@@ -82,9 +96,7 @@ def balanced_split(rate_p: float, gpus_p: int, rate_d: float, gpus_d: int, gpus:
         n_d = (gpus - n_p * gpus_p) // gpus_d
         if n_d < 1:
             break
-        # fewest decode replicas that reach the same rate (extra ones would idle)
-        while n_d > 1 and (n_d - 1) * rate_d >= n_p * rate_p:
-            n_d -= 1
+        n_d = _fewest(n_d, rate_d, n_p * rate_p)
         rate = min(n_p * rate_p, n_d * rate_d)
         used = n_p * gpus_p + n_d * gpus_d
         key = (-rate, used, n_p, n_d)

@@ -48,8 +48,44 @@ def _replica_members(ctx: Context) -> tuple[dict[str, set[Any]], dict[Any, set[i
     return reach, devices
 
 
+def _fold_overlaps(ctx: Context) -> Iterator[Finding]:
+    """A replica fold's copies must land on GPUs of their own: the stride covers the replica's GPUs, and no
+    copy falls on a GPU some other drawn node uses."""
+    for f in ctx.replica_folds:
+        members = ctx.replica_members.get(f.node, [])
+        if f.count < 2 or not members:
+            continue
+        mset = set(members)
+        devs: set[int] = set()
+        for n in members:
+            if ctx.types[n] not in CONTROL_TYPES:
+                devs.update(ctx.devices[n])
+        devs &= ctx.replica_span(f.node, devs)
+        if not devs:
+            continue
+        lo, span = min(devs), max(devs) - min(devs) + 1
+        if f.stride < span:
+            yield Finding(f"replica fold of {f.node}: stride {f.stride} is smaller than the {span} GPUs the replica "
+                          "spans, so its copies share GPUs; replicas each run on their own GPUs", [f.node],
+                          hint=f"set the fold's stride to at least {span}")
+            continue
+        hits = []
+        for n in ctx.real_nodes:
+            if n in mset:
+                continue
+            for x in ctx.devices[n]:
+                k = (x - lo) // f.stride
+                if 1 <= k < f.count and x - k * f.stride in devs:
+                    hits.append(n)
+                    break
+        if hits:
+            yield Finding(f"the copies of folded replica {f.node} fall on GPUs that {len(hits)} other node(s) use "
+                          f"(e.g. {sorted(hits)[0]}); replicas each run on their own GPUs", [f.node, *hits])
+
+
 @checker("DP-INDEPENDENT-REPLICAS")
 def check_independent(ctx: Context) -> Iterator[Finding]:
+    yield from _fold_overlaps(ctx)
     if len(ctx.of(NodeType.REPLICA)) < 2:
         return
     reach, devices = _replica_members(ctx)
@@ -73,16 +109,15 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
     """Every replica holds every layer (in each phase it has)."""
     layers: dict[Any, set[int]] = defaultdict(set)
     for n in ctx.of(NodeType.ATTENTION):
-        r, ph, lyr = ctx.rpl[n]
-        if lyr is not None:
-            layers[(r, ph)].add(lyr)
+        r, ph, _ = ctx.rpl[n]
+        layers[(r, ph)].update(ctx.layer_span(n))
     yield from _layer_split_by_groups(ctx)
     if not layers:
         return
     full = set(range(ctx.spec.num_layers)) if ctx.spec is not None else set().union(*layers.values())
     for (r, ph), got in sorted(layers.items(), key=str):
         missing = full - got
-        if missing and len({k[0] for k in layers}) > 1:
+        if missing and (len({k[0] for k in layers}) > 1 or ctx.replica_count > 1):
             yield Finding(f"replica {r} ({ph}) lacks layers {_ranges(missing)}; every DP replica holds the complete "
                           "model - DP never splits layers (that is PP's job)", hint="use pp to split layers")
 

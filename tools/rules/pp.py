@@ -108,7 +108,7 @@ def check_contiguous(ctx: Context) -> Iterator[Finding]:
     for n in ctx.real_nodes:
         r, ph, s, lyr = ctx.key(n, "replica", "phase", "stage", "layer")
         if s is not None and lyr is not None and ctx.types[n] == NodeType.ATTENTION:
-            per_stage[(r, ph)][s].add(lyr)
+            per_stage[(r, ph)][s].update(ctx.layer_span(n))
     total = ctx.spec.num_layers if ctx.spec is not None else None
     for grp, stages in sorted(per_stage.items(), key=str):
         expect = 0

@@ -22,6 +22,8 @@ from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
 from tools.layout import Layout
 from tools.models import ModelSpec
 from tools.plan import DEFAULT_GPUS_PER_NODE, Plan
+from tools.working import LayerFold, ReplicaFold, WorkingDag, replica_members
+from tools.working import gpus_used as working_gpus
 
 Severity = Literal["error", "warning"]
 Needs = Literal["raw", "any", "plan", "graph", "late"]
@@ -194,6 +196,45 @@ class Context:
     dangling: list[tuple[str, str]] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)  # filled for 'late' checkers
     notes: list[str] = field(default_factory=list)  # internal failures, reported rather than raised
+    replica_folds: list[ReplicaFold] = field(default_factory=list)
+    layer_folds: list[LayerFold] = field(default_factory=list)
+
+    def set_working(self, working: WorkingDag) -> None:
+        """Judge this working DAG: its graph, with the replica and layer folds it states."""
+        self.graph = working.graph
+        self.replica_folds = list(working.replicas)
+        self.layer_folds = list(working.layers)
+
+    @property
+    def working(self) -> WorkingDag:
+        return WorkingDag(self.g, self.replica_folds, self.layer_folds)
+
+    # ------------------------------------------------------------------ folds
+    def repeat(self, n: str) -> int:
+        """How many identical layers node ``n`` stands for (1 unless it belongs to a layer fold)."""
+        r = self.nattr[n].get("repeat")
+        return r if isinstance(r, int) and r > 1 else 1
+
+    def layer_span(self, n: str) -> range:
+        """The layers node ``n`` stands for: its own layer, or every layer of its fold."""
+        lyr = self.inherited[n]["layer"]
+        if lyr is None:
+            return range(0)
+        return range(lyr, lyr + self.repeat(n))
+
+    @cached_property
+    def replica_members(self) -> dict[str, list[str]]:
+        """Folded replica node -> the drawn nodes that stand for its copies."""
+        return {f.node: replica_members(self.g, f.node) for f in self.replica_folds if f.node in self.g}
+
+    @cached_property
+    def copies(self) -> dict[str, int]:
+        """How many replicas each node stands for (1 unless it is under a replica fold)."""
+        out: dict[str, int] = {}
+        for f in self.replica_folds:
+            for n in self.replica_members.get(f.node, ()):
+                out[n] = max(out.get(n, 1), f.count)
+        return out
 
     # ------------------------------------------------------------------ plan facts
     @property
@@ -209,6 +250,13 @@ class Context:
         return DEFAULT_GPUS_PER_NODE
 
     @property
+    def nvlink_domain(self) -> int:
+        """GPUs of one NVLink domain: a node, or a whole NVL72 rack for accelerators whose domain spans nodes."""
+        if self.plan is not None:
+            return self.plan.cluster.nvlink_domain
+        return DEFAULT_GPUS_PER_NODE
+
+    @property
     def options(self) -> Any:
         from tools.plan import Options
 
@@ -216,16 +264,19 @@ class Context:
 
     @cached_property
     def gpus_used(self) -> int:
-        """Distinct GPUs of compute/communication nodes; for a plan graph (replica 0 of each pool built), each
-        pool's GPUs times its replica count (replicas are disjoint copies)."""
-        devs: set[int] = set()
-        for n in self.real_nodes:
-            devs.update(self.devices[n])
-        if not (self.from_plan and self.layout):
-            return len(devs)
-        # replica 0 of each pool was built: scale each pool's share by its replica count
-        pools = {id(p): p for p in self.layout.pools.values()}.values()
-        return sum(len(devs & set(p.replica_devices(0))) * p.dp for p in pools)
+        """Distinct GPUs of compute/communication nodes, each folded replica's GPUs counted once per copy
+        (copies are disjoint by construction: a fold's stride is at least its replica's device span)."""
+        return working_gpus(self.working, self.replica_members)
+
+    @cached_property
+    def replica_count(self) -> int:
+        """DP replicas the DAG stands for: ReplicaNodes drawn, plus the copies their folds state."""
+        drawn = set(self.of(NodeType.REPLICA))
+        return len(drawn) + sum(f.count - 1 for f in self.replica_folds if f.node in drawn)
+
+    def replica_span(self, node: str, member_devices: set[int]) -> set[int]:
+        """The GPUs a folded replica owns: its ReplicaNode's devices, else those of what hangs under it."""
+        return set(self.devices.get(node, ())) or set(member_devices)
 
     # ------------------------------------------------------------------ graph indexes (linear passes)
     @cached_property
@@ -372,7 +423,7 @@ class Context:
     @cached_property
     def inferred_degrees(self) -> dict[str, int]:
         """Degrees a DAG shows: replicas, stages per branch, widest TP/SP shard group, Expert nodes per layer."""
-        dp = max(1, len(self.of(NodeType.REPLICA)))
+        dp = max(1, self.replica_count)
         stages: dict[Any, set[Any]] = defaultdict(set)
         for n in self.of(NodeType.STAGE):
             stages[self.key(n, "replica", "phase")].add(self.inherited[n]["stage"] if self.inherited[n]["stage"]

@@ -206,7 +206,7 @@ def fix_kv_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
 @checker("TP-WITHIN-NODE", needs="any")
 def check_within_node(ctx: Context) -> Iterator[Finding]:
     if ctx.plan is not None and ctx.layout is not None:
-        lay, gpn = ctx.layout, ctx.plan.hardware.gpus_per_node
+        lay, gpn = ctx.layout, ctx.nvlink_domain  # TP stays inside the NVLink domain (a node, or an NVL72 rack)
         if max(pl.tp for pl in lay.phases.values()) <= 1:
             return
         for ph, pl in lay.phases.items():
@@ -216,8 +216,8 @@ def check_within_node(ctx: Context) -> Iterator[Finding]:
             # the TP group: the whole stage group, or one attention group's GPUs under attention-DP
             w = pool.group_width if pl.attn_dp == 1 else pl.attn_width
             if w > gpn:
-                yield Finding(f"the TP group spans W = {w} GPUs but a node has {gpn}; TP belongs inside the fast "
-                              "intra-node domain", field="plan.parallel.tp",
+                yield Finding(f"the TP group spans W = {w} GPUs but an NVLink domain has {gpn}; TP belongs inside "
+                              "the fast NVLink domain", field="plan.parallel.tp",
                               hint=f"keep tp <= {gpn} and add pp (or dp) for the other GPUs")
                 return
             for r in range(pool.dp):
@@ -226,17 +226,18 @@ def check_within_node(ctx: Context) -> Iterator[Finding]:
                         first, last = pool.device(r, s, g * w), pool.device(r, s, g * w + w - 1)
                         if first // gpn != last // gpn:
                             yield Finding(f"{ph} replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles "
-                                          f"a node boundary ({gpn} GPUs per node)", field="plan.parallel.tp",
-                                          hint="use a stage group width that divides gpus_per_node")
+                                          f"an NVLink domain boundary ({gpn} GPUs per domain)",
+                                          field="plan.parallel.tp",
+                                          hint="use a stage group width that divides the NVLink domain")
                             return
         return
     if ctx.graph is None:
         return
-    gpn = ctx.gpus_per_node
+    gpn = ctx.nvlink_domain
     bad = [n for n in ctx.of(NodeType.ALL_REDUCE) if len({d // gpn for d in ctx.devices[n]}) > 1]
     if bad:
-        yield Finding(f"{len(bad)} TP all-reduce(s) span more than one node of {gpn} GPUs (e.g. {bad[0]}); TP "
-                      "belongs inside a node", bad)
+        yield Finding(f"{len(bad)} TP all-reduce(s) span more than one NVLink domain of {gpn} GPUs (e.g. {bad[0]}); "
+                      "TP belongs inside the NVLink domain", bad)
 
 
 @checker("TP-DECODE-COMM-COST", needs="plan")
