@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             server.run("streamable-http", host=args.host, port=args.port, streamable_http_path=args.path,
                        transport_security=security)
         else:
-            server.run()
+            import anyio
+
+            from server.stdio import serve_stdio
+
+            anyio.run(serve_stdio, server)
     except KeyboardInterrupt:
         pass
     return 0

@@ -46,7 +46,7 @@ def cmd_search(args: Any) -> int:
         print(result.model_dump_json())
         return 0
     print(f"{result.model} on {result.hardware['num_gpus']}x {result.hardware['gpu']}, objective {result.objective}"
-          f" ({result.estimated} estimates, {result.elapsed_ms:.0f} ms)")
+          f" ({result.estimated} estimates)")
     for p in result.top:
         print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size}]: {p.reason}")
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
