@@ -8,12 +8,15 @@ context window cannot take that on every call.  The summary forms below keep wha
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
+from server.paging import page
 from tools.lookup import LookupResult
 from tools.render import FoldedDag
 
@@ -50,7 +53,15 @@ class ViolationItem(BaseModel):
         return data
 
 
-class BuildAnswer(BaseModel):
+class Paged(BaseModel):
+    """A detail="full" answer too large for one page comes in pages (see server.paging)."""
+
+    page: dict[str, Any] | None = Field(None, description="full detail, paged: index, count and the item range "
+                                                          "of each list on this page")
+    next_cursor: str | None = Field(None, description="call again with cursor=<this> for the next page")
+
+
+class BuildAnswer(Paged):
     gpus_used: int = Field(description="distinct GPUs the DAG runs on (from the devices, not a product of degrees)")
     gpus_available: int = Field(description="hardware.num_gpus of the plan")
     summary: FoldedDag = Field(description="the DAG folded: replica 0 per phase and stage, identical layers once")
@@ -58,7 +69,7 @@ class BuildAnswer(BaseModel):
     note: str | None = Field(None, description="what was left out and how to get it")
 
 
-class ValidateAnswer(BaseModel):
+class ValidateAnswer(Paged):
     model_config = ConfigDict(extra="allow")
 
     valid: bool = Field(description="true when no violation has severity error")
@@ -68,7 +79,7 @@ class ValidateAnswer(BaseModel):
     note: str | None = None
 
 
-class AutofixAnswer(BaseModel):
+class AutofixAnswer(Paged):
     model_config = ConfigDict(extra="allow")
 
     valid: bool = Field(description="validity after fixing")
@@ -80,7 +91,7 @@ class AutofixAnswer(BaseModel):
     note: str | None = None
 
 
-class EstimateAnswer(BaseModel):
+class EstimateAnswer(Paged):
     """The estimate's fields (see the contract); long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
@@ -95,7 +106,7 @@ class EstimateAnswer(BaseModel):
     note: str | None = None
 
 
-class SearchAnswer(BaseModel):
+class SearchAnswer(Paged):
     """Ranked plans with their estimates; long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
@@ -111,7 +122,7 @@ class RuleBrief(BaseModel):
     severity: str
 
 
-class LookupAnswer(LookupResult):
+class LookupAnswer(LookupResult, Paged):
     more: list[RuleBrief] = Field(default_factory=list, description="further matches, briefly (summary detail)")
     note: str | None = None
 
@@ -244,7 +255,11 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
                          violations=left, note=" ".join(notes) or None, **data)
 
 
-ESTIMATE_DROPPED = ("per_gpu", "provenance")  # bulky in a summary; the worst GPU and the totals stay
+ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions")  # bulky in a summary; the worst GPU and totals stay
+# Repeats in the core's result: the per-phase critical path and bottleneck are already under prefill/decode,
+# `fits` under memory, the KV totals under kv_cache.
+ESTIMATE_REPEATS = (("critical_path",), ("bottleneck",), ("fits",), ("memory", "kv_bytes_per_token"),
+                    ("memory", "kv_cache_bytes_total"))
 
 
 def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
@@ -252,6 +267,12 @@ def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
     note = data.pop("note", None)
     if detail == "summary":
         dropped: list[str] = []
+        for path in ESTIMATE_REPEATS:
+            holder = data
+            for key in path[:-1]:
+                holder = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(holder, dict):
+                holder.pop(path[-1], None)
         data = round_floats(drop_keys(data, ESTIMATE_DROPPED, dropped))
         data, cut = trim(data)
         parts = [note] if note else []
@@ -346,11 +367,32 @@ def fold_dag_json(dag: Mapping[str, Any]) -> FoldedDag:
     return fold(json_to_graph(Dag.model_validate(dag)))
 
 
-def to_result(answer: BaseModel) -> CallToolResult:
+def _first_non_finite(data: Any, where: str = "") -> str | None:
+    stack = [(data, where)]
+    while stack:
+        x, path = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return path or "answer"
+        if isinstance(x, dict):
+            stack.extend((v, f"{path}.{k}" if path else k) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(x))
+    return None
+
+
+def to_result(answer: BaseModel, detail: Detail = "summary", cursor: str | None = None) -> CallToolResult:
     """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured content.
 
-    Top-level ``None`` fields are dropped, so a summary does not list ``"dag": null``.
+    Top-level ``None`` fields are dropped, so a summary does not list ``"dag": null``.  A full answer larger than
+    a page is paged (``cursor``).  A non-finite figure is refused: JSON has no number for it, and the output
+    schema promises numbers.
     """
     data = {k: v for k, v in answer.model_dump(mode="json").items() if v is not None}
+    bad = _first_non_finite(data)
+    if bad is not None:
+        raise ToolError(f"the answer's `{bad}` is not a finite number: the input's figures are outside what pdag "
+                        "can compute with (check hardware bandwidths and TFLOPS, and workload sizes)")
+    if detail == "full" or cursor is not None:
+        data = page(data, cursor)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)

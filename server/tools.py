@@ -9,17 +9,19 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import tools
 from server import responses as R
+from server.schemas import compact
 from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
@@ -27,11 +29,16 @@ from tools.plan import Hardware, HFModel, Plan, Workload
 
 logger = logging.getLogger("pdag.server")
 
+ELAPSED_KEY = "io.github.pdag/elapsed_ms"  # _meta key of a call's wall time (not part of the answer)
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 DetailArg = Annotated[
     Literal["summary", "full"],
-    Field(description='"summary" (default): concise, folded, grouped. "full": the complete object (can be large).'),
+    Field(description='"summary" (default): concise. "full": everything, in pages'),
+]
+CursorArg = Annotated[
+    str | None,
+    Field(description="next_cursor of the previous full page", max_length=12),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
@@ -135,8 +142,12 @@ def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if isinstance(result, CallToolResult):  # timings stay out of the deterministic body
+                result.meta = {**(result.meta or {}), ELAPSED_KEY: round((time.perf_counter() - t0) * 1000, 2)}
+            return result
         except ToolError:
             raise
         except PdagInputError as exc:
@@ -160,25 +171,16 @@ def _strict(model: type[BaseModel]) -> type[BaseModel]:
 
 
 def make_tool(d: ToolDef) -> Tool:
+    """The SDK tool with strict argument validation (full models) and compact advertised schemas."""
     tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
                               description=inspect.cleandoc(d.fn.__doc__ or ""), annotations=READ_ONLY,
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
-    tool.parameters = _untitled(strict.model_json_schema(by_alias=True))
+    tool.parameters = compact(strict.model_json_schema(by_alias=True), depth=3, keep_descriptions=2)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = compact(tool.fn_metadata.output_schema, depth=1, keep_descriptions=0)
     return tool
-
-
-def _untitled(schema: Any, names: bool = False) -> Any:
-    """Drop pydantic's generated `title` keys (each a restatement of the field name): the tool list is sent
-    to the model on every request.  ``names``: this mapping's keys are field names (a `properties` or `$defs`
-    object), kept whatever they are.  Validation uses the pydantic model, not this advertised schema."""
-    if isinstance(schema, dict):
-        return {k: _untitled(v, k in ("properties", "$defs") and not names)
-                for k, v in schema.items() if names or k != "title"}
-    if isinstance(schema, list):
-        return [_untitled(v) for v in schema]
-    return schema
 
 
 def available_tools() -> list[Tool]:
@@ -207,7 +209,7 @@ def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any
 
 
 @pdag_tool(core="build_dag", title="Build the execution DAG of a plan")
-def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
+def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = None) -> R.BuildAnswer:
     """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
 
     Use it right after drafting a plan, to see the structure pdag derives from the degrees: the DP fan-out,
@@ -235,11 +237,12 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary") -> R.BuildAnswer:
     """
     fn = core("build_dag")
     assert fn is not None
-    return R.to_result(R.shape_build(fn(plan), detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_build(fn(plan), detail), detail, cursor)  # type: ignore[return-value]
 
 
 @pdag_tool(core="validate_dag", title="Check a plan or DAG against the rules")
-def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.ValidateAnswer:
+def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary",
+                 cursor: CursorArg = None) -> R.ValidateAnswer:
     """Check a plan (or a DAG) against pdag's rule catalog and say whether it is valid.
 
     Use it on every plan before you present it, and again after any change. It checks the degrees against
@@ -258,11 +261,12 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     """
     fn = core("validate_dag")
     assert fn is not None
-    return R.to_result(R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
 
 
 @pdag_tool(core="autofix_dag", title="Repair a plan or DAG")
-def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.AutofixAnswer:
+def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary",
+                cursor: CursorArg = None) -> R.AutofixAnswer:
     """Repair rule violations of a plan (or DAG) with deterministic, minimal changes, then re-validate.
 
     Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
@@ -281,12 +285,12 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     """
     fn = core("autofix_dag")
     assert fn is not None
-    return R.to_result(R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
 
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
 def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
-                         detail: DetailArg = "summary") -> R.EstimateAnswer:
+                         detail: DetailArg = "summary", cursor: CursorArg = None) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
@@ -304,7 +308,7 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -325,6 +329,7 @@ def lookup_rule(
     layer: Annotated[Level | None, Field(description="only rules at this level of the plan/DAG")] = None,
     limit: Annotated[int, Field(ge=1, le=25, description="most rules to return (1-25)")] = 10,
     detail: DetailArg = "summary",
+    cursor: CursorArg = None,
 ) -> R.LookupAnswer:
     """Find pdag's rules for parallel inference plans: by id, by free-text question, or by topic.
 
@@ -341,7 +346,7 @@ def lookup_rule(
     assert fn is not None
     result = fn(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
                 limit=limit)
-    return R.to_result(R.shape_lookup(result, detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_lookup(result, detail), detail, cursor)  # type: ignore[return-value]
 
 
 class SloArg(BaseModel):
@@ -370,6 +375,7 @@ def search_strategies(
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
     detail: DetailArg = "summary",
+    cursor: CursorArg = None,
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
@@ -399,4 +405,4 @@ def search_strategies(
         attention_dp=attention_dp,
         disaggregated=disaggregated,
     )
-    return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]
+    return R.to_result(R.shape_search(result, detail), detail, cursor)  # type: ignore[return-value]

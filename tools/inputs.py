@@ -8,6 +8,7 @@ refusal is a PdagInputError that names the JSON path of the first offending valu
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -65,3 +66,28 @@ def check_json_value(value: Any, field: str) -> None:
                     raise PdagInputError(path, "a key holds a lone UTF-16 surrogate (not valid Unicode)",
                                          "valid UTF-8 text")
                 stack.append((sub, _join(path, key), depth + 1))
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer longer than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json_text(text: str, field: str) -> Any:
+    """Parse JSON text under the limits above; every failure is a PdagInputError naming ``field``."""
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise PdagInputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                             "a JSON document") from None
+    except RecursionError:
+        raise PdagInputError(field, "JSON nested too deeply", f"at most {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise PdagInputError(field, f"not valid JSON ({exc})", "a JSON document") from None
+    check_json_value(value, field)
+    return value
