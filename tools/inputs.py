@@ -8,8 +8,12 @@ refusal is a PdagInputError that names the JSON path of the first offending valu
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
+import os
+import stat
+import sys
 from typing import Any
 
 from tools.errors import PdagInputError
@@ -91,3 +95,56 @@ def load_json_text(text: str, field: str) -> Any:
         raise PdagInputError(field, f"not valid JSON ({exc})", "a JSON document") from None
     check_json_value(value, field)
     return value
+
+
+MAX_FILE_BYTES = 128_000_000  # the largest DAG pdag builds as node-link JSON fits (see server.http)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def decode_text(data: bytes, field: str, name: str) -> str:
+    """Bytes as text: UTF-8, or UTF-8/16/32 announced by a byte-order mark; anything else is refused."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise PdagInputError(field, f"{name} starts with a {codec} byte-order mark but is not valid "
+                                            f"{codec} (byte {exc.start})", "UTF-8 text") from None
+    if b"\x00" in data[:4096]:
+        raise PdagInputError(field, f"{name} looks binary (NUL bytes) or is UTF-16 without a byte-order mark",
+                             "UTF-8 text (UTF-16 needs a BOM)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PdagInputError(field, f"{name} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                             "UTF-8 text; re-save the file as UTF-8") from None
+
+
+def read_text_file(path: str, field: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """A text file ('-': stdin) read under a size cap; special files (FIFOs, devices) are refused without
+    opening them, so `/dev/zero` or a FIFO with no writer never blocks or fills memory."""
+    if path == "-":
+        data = sys.stdin.buffer.read(max_bytes + 1)
+        name = "stdin"
+    else:
+        name = repr(path)
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise PdagInputError(field, f"cannot read {name} ({exc.strerror})", "a readable file or -") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise PdagInputError(field, f"{name} is a directory", "a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise PdagInputError(field, f"{name} is not a regular file (a FIFO, device or socket)",
+                                 "a regular file, or - to read stdin")
+        if info.st_size > max_bytes:
+            raise PdagInputError(field, f"{name} is {info.st_size:,} bytes", f"at most {max_bytes:,} bytes")
+        try:
+            with open(path, "rb") as f:
+                data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise PdagInputError(field, f"cannot read {name} ({exc.strerror})", "a readable file or -") from None
+    if len(data) > max_bytes:
+        raise PdagInputError(field, f"{name} is over {max_bytes:,} bytes", f"at most {max_bytes:,} bytes")
+    return decode_text(data, field, name)

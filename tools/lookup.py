@@ -44,7 +44,8 @@ _STOP = frozenset(
     re.split(
         r"\s+",
         "a an and are as at be by can do does for from how i in inside into is it its may must no not of on or "
-        "per should that the their then there these this to use used what when where which why with without",
+        "per should that the their then there these this to use used what when where which why with without "
+        "across over between span spanning within",
     )
 )
 
