@@ -46,7 +46,8 @@ def _with_lists(data: dict[str, Any], parts: dict[str, list[Any]], where: str = 
     return out
 
 
-def _parse_cursor(cursor: str | None, pages: int) -> int:
+def parse_cursor(cursor: str | None, pages: int) -> int:
+    """The page index a cursor names; a ToolError naming `cursor` for anything else."""
     if cursor is None:
         return 0
     if not cursor.isdigit() or int(cursor) >= pages:
@@ -55,10 +56,10 @@ def _parse_cursor(cursor: str | None, pages: int) -> int:
     return int(cursor)
 
 
-def page(data: dict[str, Any], cursor: str | None, page_chars: int = PAGE_CHARS) -> dict[str, Any]:
-    """The page of ``data`` that ``cursor`` names; ``data`` itself when it fits on one page."""
-    if cursor is None and len(_dumps(data)) <= page_chars:
-        return data
+def paginate(data: dict[str, Any], page_chars: int = PAGE_CHARS) -> list[dict[str, Any]]:
+    """Every page of ``data`` in order; ``[data]`` when it fits on one page."""
+    if len(_dumps(data)) <= page_chars:
+        return [data]
     lists = _lists(data)
     skeleton = _with_lists(data, {path: [] for path, _ in lists})
     budget = max(page_chars - len(_dumps(skeleton)) - 200, page_chars // 4)
@@ -72,21 +73,20 @@ def page(data: dict[str, Any], cursor: str | None, page_chars: int = PAGE_CHARS)
                 bounds.append((li, ii))
                 used = 0
             used += size
-    pages = len(bounds)
-    k = _parse_cursor(cursor, pages)
-    start = bounds[k]
-    end = bounds[k + 1] if k + 1 < pages else (len(lists), 0)
-    parts: dict[str, list[Any]] = {}
-    ranges: dict[str, list[int]] = {}
-    for li, (path, items) in enumerate(lists):
-        lo = 0 if li > start[0] else start[1] if li == start[0] else len(items)
-        hi = len(items) if li < end[0] else end[1] if li == end[0] else 0
-        lo, hi = min(lo, len(items)), max(min(hi, len(items)), 0)
-        parts[path] = items[lo:hi] if hi > lo else []
-        if hi > lo:
-            ranges[path] = [lo, hi, len(items)]
-    out = _with_lists(data, parts)
-    out["page"] = {"index": k, "count": pages, "items": ranges}
-    if k + 1 < pages:
-        out["next_cursor"] = str(k + 1)
-    return out
+    pages = []
+    for k, start in enumerate(bounds):
+        end = bounds[k + 1] if k + 1 < len(bounds) else (len(lists), 0)
+        parts: dict[str, list[Any]] = {}
+        ranges: dict[str, list[int]] = {}
+        for li, (path, items) in enumerate(lists):
+            lo = 0 if li > start[0] else start[1] if li == start[0] else len(items)
+            hi = len(items) if li < end[0] else end[1] if li == end[0] else 0
+            parts[path] = items[lo:hi] if hi > lo else []
+            if hi > lo:
+                ranges[path] = [lo, hi, len(items)]
+        out = _with_lists(data, parts)
+        out["page"] = {"index": k, "count": len(bounds), "items": ranges}
+        if k + 1 < len(bounds):
+            out["next_cursor"] = str(k + 1)
+        pages.append(out)
+    return pages

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
-from server.paging import page
+from server.paging import paginate, parse_cursor
 from tools.lookup import LookupResult
 from tools.render import FoldedDag
 
@@ -380,19 +382,45 @@ def _first_non_finite(data: Any, where: str = "") -> str | None:
     return None
 
 
-def to_result(answer: BaseModel, detail: Detail = "summary", cursor: str | None = None) -> CallToolResult:
-    """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured content.
-
-    Top-level ``None`` fields are dropped, so a summary does not list ``"dag": null``.  A full answer larger than
-    a page is paged (``cursor``).  A non-finite figure is refused: JSON has no number for it, and the output
-    schema promises numbers.
-    """
+def answer_data(answer: BaseModel) -> dict[str, Any]:
+    """The answer as JSON data, top-level ``None`` fields dropped (a summary does not list ``"dag": null``).
+    A non-finite figure is refused: JSON has no number for it, and the output schema promises numbers."""
     data = {k: v for k, v in answer.model_dump(mode="json").items() if v is not None}
     bad = _first_non_finite(data)
     if bad is not None:
         raise ToolError(f"the answer's `{bad}` is not a finite number: the input's figures are outside what pdag "
                         "can compute with (check hardware bandwidths and TFLOPS, and workload sizes)")
-    if detail == "full" or cursor is not None:
-        data = page(data, cursor)
+    return data
+
+
+def to_result(data: dict[str, Any]) -> CallToolResult:
+    """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured
+    content."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+_PAGES: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # the last few paged answers, by call
+_PAGES_KEPT = 4
+_PAGES_LOCK = threading.Lock()  # sync tools run in worker threads
+
+
+def respond(tool: str, args: dict[str, Any], detail: Detail, cursor: str | None,
+            make: Callable[[], BaseModel]) -> CallToolResult:
+    """The tool's answer: ``make()`` shaped as JSON; with detail="full", the page ``cursor`` names. The pages
+    of recent full answers are kept, so walking the cursor does not recompute a large answer per page (the
+    core is deterministic: the same arguments give the same pages)."""
+    if detail != "full" and cursor is None:
+        return to_result(answer_data(make()))
+    key = tool + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    with _PAGES_LOCK:
+        pages = _PAGES.get(key)
+        if pages is not None:
+            _PAGES.move_to_end(key)
+    if pages is None:
+        pages = paginate(answer_data(make()))
+        with _PAGES_LOCK:
+            _PAGES[key] = pages
+            while len(_PAGES) > _PAGES_KEPT:
+                _PAGES.popitem(last=False)
+    return to_result(pages[parse_cursor(cursor, len(pages))])

@@ -194,6 +194,12 @@ def available_tools() -> list[Tool]:
     return out
 
 
+def _key(**args: Any) -> dict[str, Any]:
+    """A call's arguments as JSON data: the key of its cached pages."""
+    return {k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v
+            for k, v in args.items()}
+
+
 def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any]:
     """The core's keyword arguments: the plan as the caller wrote it (unset fields left out) and/or the DAG.
     The core says what is wrong when neither (or, where it takes one, both) is given."""
@@ -237,7 +243,8 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = 
     """
     fn = core("build_dag")
     assert fn is not None
-    return R.to_result(R.shape_build(fn(plan), detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("build_dag", _key(plan=plan, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_build(fn(plan), detail))
 
 
 @pdag_tool(core="validate_dag", title="Check a plan or DAG against the rules")
@@ -261,7 +268,8 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     """
     fn = core("validate_dag")
     assert fn is not None
-    return R.to_result(R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("validate_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 @pdag_tool(core="autofix_dag", title="Repair a plan or DAG")
@@ -285,7 +293,8 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     """
     fn = core("autofix_dag")
     assert fn is not None
-    return R.to_result(R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("autofix_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
@@ -308,7 +317,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("estimate_performance", _key(plan=plan, dag=dag, detail=detail), detail,  # type: ignore[return-value]
+                     cursor, lambda: R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -344,9 +354,10 @@ def lookup_rule(
     """
     fn = core("lookup_rule")
     assert fn is not None
-    result = fn(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
+    args = dict(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
                 limit=limit)
-    return R.to_result(R.shape_lookup(result, detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("lookup_rule", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_lookup(fn(**args), detail))
 
 
 class SloArg(BaseModel):
@@ -394,7 +405,7 @@ def search_strategies(
     """
     fn = core("search_strategies")
     assert fn is not None
-    result = fn(
+    args = dict(
         model=model if isinstance(model, str) else model.model_dump(mode="json"),
         hardware=hardware.model_dump(mode="json", exclude_unset=True),
         workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
@@ -405,4 +416,5 @@ def search_strategies(
         attention_dp=attention_dp,
         disaggregated=disaggregated,
     )
-    return R.to_result(R.shape_search(result, detail), detail, cursor)  # type: ignore[return-value]
+    return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_search(fn(**args), detail))
