@@ -83,6 +83,8 @@ command("gpus", "list the accelerator presets", _json_only)(cmd_gpus)
 def cmd_plan(args: argparse.Namespace) -> int:
     """The main job: one deployment built, checked against every rule and estimated, in one readable page."""
     from tools.build import build_dag
+    from tools.engines import export_plan
+    from tools.errors import PdagInputError
     from tools.estimate import estimate_performance
     from tools.render import render_text
     from tools.validate import validate_dag
@@ -103,8 +105,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("\nestimate:\n" + "\n".join(est.summary().splitlines()[:5]))
     same = " ".join(shlex.quote(a) for a in getattr(args, "argv", []) if a != "--json")
     same = f" {same}" if same else ""
-    print(f"\nnext: pdag estimate{same}    (full breakdown)\n      pdag search{_search_flags(args)}    (alternatives)"
-          f"\n      pdag export{same} --engine vllm    (launch command)")
+    print(f"\nnext: pdag estimate{same}    (full breakdown)\n      pdag search{_search_flags(args)}    (alternatives)")
+    try:
+        export_plan(plan, "vllm")
+        print(f"      pdag export{same} --engine vllm    (launch command)")
+    except PdagInputError as exc:
+        print(f"      (no engine launch command: {exc.problem})")
     return 0 if checked.valid else 1
 
 
