@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             anyio.run(serve_stdio, server)
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # the address cannot be listened on (taken port, address not on this machine)
+        print(f"error: cannot listen on {args.host}:{args.port} ({exc.strerror or exc})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -8,9 +8,11 @@ validate_dag. The SDK's own limit answers in plain text; this one answers a JSON
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
+import socket
 import sys
 from typing import Any
 
@@ -93,6 +95,13 @@ class Guard:
                              "(pdag-server --max-body-bytes)"))
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a taken port or a foreign address is one OSError, not uvicorn's
+    exit from inside the event loop."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
 async def serve_http(server: MCPServer, *, host: str, port: int, path: str, security: TransportSecuritySettings | None,
                      max_body_bytes: int = MAX_BODY_BYTES, idle_timeout_s: float = SESSION_IDLE_S,
                      token: str | None = None) -> None:
@@ -105,8 +114,9 @@ async def serve_http(server: MCPServer, *, host: str, port: int, path: str, secu
                             lifespan="on")
     web = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
+    sock = listen(host, port)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(web.serve)
+        tg.start_soon(functools.partial(web.serve, sockets=[sock]))
         while not web.started:
             if web.should_exit:
                 return
