@@ -107,17 +107,20 @@ class _LineWriter:
         self._out = out
         self._lock = anyio.Lock()
 
+    def _put(self, data: bytes) -> None:
+        self._out.write(data)  # a buffered writer writes all of it, however large, then flushes
+        self._out.flush()
+
     async def write(self, text: str) -> None:
         async with self._lock:
-            await anyio.to_thread.run_sync(self._out.write, text.encode("utf-8"))
+            await anyio.to_thread.run_sync(self._put, text.encode("utf-8"))
 
     async def write_bytes(self, data: bytes) -> None:
         async with self._lock:
-            await anyio.to_thread.run_sync(self._out.write, data)
+            await anyio.to_thread.run_sync(self._put, data)
 
     async def flush(self) -> None:
-        async with self._lock:
-            await anyio.to_thread.run_sync(self._out.flush)
+        """Each write already flushed its whole line."""
 
 
 class _ScreenedLines:
@@ -132,7 +135,7 @@ class _ScreenedLines:
 
     async def _lines(self) -> AsyncIterator[str]:
         while True:
-            line = await anyio.to_thread.run_sync(self._source.readline, MAX_LINE_BYTES + 1)
+            line = await anyio.to_thread.run_sync(self._source.readline, MAX_LINE_BYTES + 1, abandon_on_cancel=True)
             if not line:
                 return
             if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
@@ -149,13 +152,12 @@ class _ScreenedLines:
 
     async def _drain_long_line(self) -> None:
         while True:
-            rest = await anyio.to_thread.run_sync(self._source.readline, 1 << 20)
+            rest = await anyio.to_thread.run_sync(self._source.readline, 1 << 20, abandon_on_cancel=True)
             if not rest or rest.endswith(b"\n"):
                 return
 
     async def _answer(self, data: bytes) -> None:
         await self._writer.write_bytes(data)
-        await self._writer.flush()
 
 
 async def serve_stdio(server: MCPServer) -> None:
@@ -163,7 +165,7 @@ async def serve_stdio(server: MCPServer) -> None:
 
     fd 1 is pointed at stderr while serving (the wire keeps a private duplicate), so a stray print in a
     handler cannot corrupt the protocol stream."""
-    wire = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    wire = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     writer = _LineWriter(wire)
     reader = _ScreenedLines(sys.stdin.buffer, writer)
