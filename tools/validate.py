@@ -212,6 +212,7 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
     else:
         raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
     ctx = Context(raw_plan=raw)
+    load_all()  # the raw checkers too: else the first call of a process would miss those not yet imported
     early = run_checkers(ctx, ["raw"])
     if early:
         return ctx, early
