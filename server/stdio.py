@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
@@ -56,6 +57,33 @@ def _find_huge(value: Any, path: str) -> str | None:
     return None
 
 
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+_ID_SCAN_CHARS = 1 << 20
+
+
+def _top_level_id(text: str) -> str | int | None:
+    """The id of a message too deep to parse, read from its top-level object (within the first MiB), so the
+    client waiting on it gets its answer; None when it cannot be read."""
+    depth = 0
+    decoder = json.JSONDecoder()
+    for token in _TOKENS.finditer(text, 0, min(len(text), _ID_SCAN_CHARS)):
+        t = token.group()
+        if t in "{[":
+            depth += 1
+        elif t in "}]":
+            depth -= 1
+        elif depth == 1 and t == '"id"':
+            rest = text[token.end():token.end() + 200].lstrip()
+            if rest.startswith(":"):
+                try:
+                    value, _ = decoder.raw_decode(rest[1:].lstrip())
+                except ValueError:
+                    return None
+                ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+                return value if ok else None
+    return None
+
+
 def screen(line: bytes) -> bytes | None:
     """None when ``line`` may go to the SDK; otherwise the JSON-RPC error line to answer (or b"" for a bad
     notification, which gets no answer)."""
@@ -66,7 +94,7 @@ def screen(line: bytes) -> bytes | None:
     try:
         msg = json.loads(text, parse_int=_parse_int, parse_constant=_no_constant)
     except RecursionError:
-        return _error(None, PARSE_ERROR, "Parse error: nested too deeply")
+        return _error(_top_level_id(text), PARSE_ERROR, "Parse error: nested too deeply")
     except ValueError as exc:
         return _error(None, PARSE_ERROR, f"Parse error: {exc}")
     if not isinstance(msg, dict):

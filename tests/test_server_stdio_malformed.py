@@ -25,7 +25,8 @@ CASES: list[tuple[bytes, object, int | None]] = [
     (('{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup_rule","arguments":{"query":'
       + DEEP + "}}}").encode(), 3, -32602),
     (('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"lookup_rule","arguments":{"query":'
-      + VERY_DEEP + "}}}").encode(), None, -32700),
+      + VERY_DEEP + "}}}").encode(), 4, -32700),
+    (("[" * 5000 + "]" * 5000).encode(), None, -32700),
     (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"lookup_rule","arguments":'
      b'{"query":"\\ud800"}}}', 5, -32602),
     (b'{"jsonrpc":"1.0","id":6,"method":"tools/list"}', 6, -32600),
