@@ -157,6 +157,10 @@ def test_special_files_never_block(tmp_path):
     for target in (str(fifo), "/dev/zero", str(tmp_path)):
         out = subprocess.run([*PDAG, "validate", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and "plan_file" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    for argv in (["estimate", "--efficiency", "/dev/zero"], ["calibrate", str(fifo), "--gpu", "h100-sxm"],
+                 ["accuracy", "/dev/zero"]):
+        out = subprocess.run([*PDAG, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "not a regular file" in out.stderr, (argv, out.stderr)
     assert time.monotonic() - t0 < 60
 
 
