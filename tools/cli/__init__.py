@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return _quiet_broken_pipe()
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # e.g. calibrate --out into a missing directory or a full disk
+        print(f"error: {exc.strerror or exc}" + (f": {exc.filename!r}" if exc.filename else ""), file=sys.stderr)
+        return 1
     except (RecursionError, MemoryError, OverflowError, ValueError) as exc:
         if os.environ.get("PDAG_DEBUG"):
             raise
