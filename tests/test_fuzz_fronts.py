@@ -164,6 +164,8 @@ class StdioSession:
         self.send(json.dumps(init).encode())
         assert self.read()["id"] == 0
         self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        self.send(b'{"jsonrpc":"2.0","id":"list","method":"tools/list"}')
+        self.output_schemas = {t["name"]: t["outputSchema"] for t in self.read()["result"]["tools"]}
 
     def send(self, line: bytes) -> None:
         assert self.proc.stdin
@@ -199,8 +201,9 @@ def session():
     assert "Traceback" not in err, err[-3000:]
 
 
-METHODS = ["tools/call", "tools/list", "resources/read", "prompts/get", "resources/list", "no/such", ""]
-TOOLS = ["build_dag", "validate_dag", "lookup_rule", "estimate_performance", "nope"]
+METHODS = ["tools/call", "tools/call", "tools/list", "resources/read", "prompts/get", "resources/list", "no/such", ""]
+TOOLS = ["build_dag", "validate_dag", "lookup_rule", "estimate_performance", "search_strategies", "nope"]
+LOOKUP_ARGS = ["rule_id", "query", "strategy", "phase", "node_type", "layer", "limit", "detail"]
 id_kinds = st.sampled_from(["int", "str", "null", "float", "object", "bool", "list"])
 
 
@@ -213,11 +216,15 @@ def requests(draw: Any) -> tuple[bytes, bool]:
                    "bool": True, "list": [n]}[kind]
     method = draw(st.sampled_from(METHODS) | st.text(max_size=5))
     if method == "tools/call":
-        params: Any = {"name": draw(st.sampled_from(TOOLS)),
-                       "arguments": draw(st.sampled_from([{"plan": None}, {"rule_id": None}, {}]))}
-        key = next(iter(params["arguments"]), None)
-        if key:
-            params["arguments"][key] = mutate(draw(paths), draw(hostile)) if key == "plan" else draw(hostile)
+        name = draw(st.sampled_from(TOOLS))
+        if name == "lookup_rule":
+            arguments = draw(st.dictionaries(st.sampled_from(LOOKUP_ARGS), hostile | st.text(max_size=20), max_size=3))
+        elif name == "search_strategies":
+            arguments = {"model": draw(st.sampled_from(["llama-3.1-8b", "mixtral-8x7b"]) | hostile),
+                         "hardware": {"gpu": "h100-sxm", "num_gpus": draw(st.integers(1, 4) | hostile)}}
+        else:
+            arguments = {"plan": mutate(draw(paths), draw(hostile))}
+        params: Any = {"name": name, "arguments": arguments}
     else:
         params = draw(hostile | st.just({"uri": "pdag://models"}))
     msg = {"jsonrpc": draw(st.sampled_from(["2.0", "2.0", "1.0", 2])), "id": msg_id, "method": method,
@@ -250,8 +257,12 @@ def test_stdio_session_answers_every_request(session, req):
     if "error" in answer:
         assert isinstance(answer["error"]["code"], int) and answer["error"]["message"]
         assert answer["error"]["code"] != 0, answer
-    elif "result" in answer and "structuredContent" in answer["result"]:
-        assert "Traceback" not in json.dumps(answer["result"])
+    elif "result" in answer and "structuredContent" in answer["result"] and not answer["result"].get("isError"):
+        name = json.loads(line)["params"]["name"]
+        jsonschema.validate(answer["result"]["structuredContent"], session.output_schemas[name])
+    if "result" in answer and answer["result"].get("isError"):
+        text = answer["result"]["content"][0]["text"]
+        assert "internal error" not in text and "Traceback" not in text, text
 
 
 # ------------------------------------------------------------------------------------------- CLI
