@@ -1,15 +1,21 @@
-"""Benchmark: each MCP tool over a real stdio connection, for a small and a large deployment.
+"""Benchmark: each MCP tool over a real stdio connection, then a loopback HTTP load test.
 
 Prints the median round-trip time (client call to parsed result, warm server) and the size of the default
-(detail="summary") answer in tokens, counted as characters / 4 of the text the model reads.
-Targets: every default answer <= 4,000 tokens; small-plan round trips < 50 ms.
-Run: .venv/bin/python -m bench.server [--repeats N]
+(detail="summary") answer in tokens, counted as characters / 4 of the text the model reads (server.schemas),
+the sizes of tools/list and resources/list, and a bounded load test over streamable HTTP on 127.0.0.1
+(20 clients x 50 calls): throughput, p50/p99 latency, errors, and the server's RSS before and after.
+Targets: every default answer <= 4,000 tokens; tools/list <= 6,000 tokens; small-plan round trips < 50 ms;
+no errors under load.
+Run: .venv/bin/python -m bench.server [--repeats N] [--clients 20 --calls 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,9 +24,17 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from server.schemas import tokens as token_count
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN_TARGET = 4000
+TOOLS_LIST_TARGET = 6000
 SMALL_MS_TARGET = 50.0
+LOAD_CALLS = [("lookup_rule", {"rule_id": "TP-HEADS-DIVISIBLE"}),
+              ("validate_dag", {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}}}),
+              ("estimate_performance", {"plan": {"model": "llama-3.1-8b",
+                                                 "hardware": {"gpu": "h100-sxm", "num_gpus": 1}}}),
+              ("lookup_rule", {"query": "expert parallel all-to-all", "limit": 3})]
 
 PLANS = {
     "llama-3.1-8b / 1x h100-sxm": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}},
@@ -52,7 +66,7 @@ async def timed(c: Client, name: str, args: dict[str, Any], repeats: int) -> tup
         t0 = time.perf_counter()
         r = await c.call_tool(name, args)
         times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), len(text_of(r)) // 4, bool(r.is_error)
+    return statistics.median(times), token_count(text_of(r)), bool(r.is_error)
 
 
 async def run(repeats: int) -> int:
@@ -80,18 +94,98 @@ async def run(repeats: int) -> int:
             print(f"{'lookup_rule ' + label:<42} {'lookup_rule':<22} {ms:>8.1f} ms {tokens:>7}  "
                   f"{'ok' if ok else 'OVER TARGET'}")
         listing = (await c.list_tools()).model_dump_json(by_alias=True, exclude_none=True)
-        print(f"tools/list: {len(names)} tools, {len(listing) // 4} tokens")
+        resources = (await c.list_resources()).model_dump_json(by_alias=True, exclude_none=True)
+        list_tokens = token_count(listing)
+        failures += list_tokens > TOOLS_LIST_TARGET
+        verdict = "ok" if list_tokens <= TOOLS_LIST_TARGET else "OVER TARGET"
+        print(f"tools/list: {len(names)} tools, {list_tokens} tokens (target <= {TOOLS_LIST_TARGET}: {verdict}); "
+              f"resources/list {token_count(resources)} tokens")
     if missing:
         print("not registered yet (core function missing): " + ", ".join(missing))
     print(f"targets: <= {TOKEN_TARGET} tokens per default answer; small-plan round trips < {SMALL_MS_TARGET:g} ms")
     return 1 if failures else 0
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc), 0 where unavailable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def one_client(url: str, calls: int, offset: int, latencies: list[float], errors: list[str]) -> None:
+    async with Client(url) as c:
+        for i in range(calls):
+            name, args = LOAD_CALLS[(offset + i) % len(LOAD_CALLS)]
+            t0 = time.perf_counter()
+            try:
+                r = await c.call_tool(name, args)
+                if r.is_error:
+                    errors.append(f"{name}: {text_of(r)[:120]}")
+            except Exception as exc:  # noqa: BLE001 - a load test counts every failure, whatever its kind
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+
+async def load(clients: int, calls: int) -> int:
+    """`clients` concurrent sessions over streamable HTTP on loopback, `calls` tool calls each."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "server", "--http", "--port", str(port)], cwd=str(ROOT),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ,
+                                                                                    "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline().decode()
+        if "listening" not in started:
+            print(f"HTTP server did not start: {started}{proc.stderr.read().decode()[-500:]}")
+            return 1
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with Client(url) as warm:  # imports and caches, so "before" is a warm, idle server
+            for name, args in LOAD_CALLS:
+                await warm.call_tool(name, args)
+        before = rss_bytes(proc.pid)
+        latencies: list[float] = []
+        errors: list[str] = []
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for k in range(clients):
+                tg.start_soon(one_client, url, calls, k, latencies, errors)
+        wall = time.perf_counter() - t0
+        after = rss_bytes(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    lat = sorted(latencies)
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+    print(f"load over HTTP loopback: {clients} clients x {calls} calls = {len(lat)} calls in {wall:.1f} s: "
+          f"{len(lat) / wall:.0f} calls/s, p50 {statistics.median(lat):.0f} ms, p99 {p99:.0f} ms, "
+          f"errors {len(errors)}; server RSS {before / 1e6:.0f} MB before, {after / 1e6:.0f} MB after")
+    for e in errors[:5]:
+        print(f"  error: {e}")
+    return 1 if errors else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--calls", type=int, default=50, help="tool calls per client in the load test")
     args = p.parse_args(argv)
-    return anyio.run(run, args.repeats)
+    code = anyio.run(run, args.repeats)
+    return code | anyio.run(load, args.clients, args.calls)
 
 
 if __name__ == "__main__":

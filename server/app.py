@@ -15,7 +15,9 @@ from pydantic import ValidationError
 
 from server.prompting import register_prompts
 from server.resources import register_resources
-from server.tools import argument_error_text, available_tools
+from server.tools import argument_error_text, available_tools, input_error_text
+from tools.errors import PdagInputError
+from tools.inputs import check_json_value
 
 logger = logging.getLogger("pdag.server")
 
@@ -49,13 +51,21 @@ def _check_tool_call(params: dict[str, Any], by_name: dict[str, Tool]) -> CallTo
     if not isinstance(args, dict):
         return None
     try:
+        check_json_value(args, "arguments")
+    except PdagInputError as exc:
+        return _tool_error(name, input_error_text(exc))
+    try:
         tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(args))
     except ValidationError as exc:
         text = argument_error_text(exc, tool.fn_metadata.arg_model)
         logger.info("tool %s rejected arguments: %s", name, text)
-        return CallToolResult(content=[TextContent(type="text", text=f"Error executing tool {name}: {text}")],
-                              is_error=True)
+        return _tool_error(name, text)
     return None
+
+
+def _tool_error(name: str, text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=f"Error executing tool {name}: {text}")],
+                          is_error=True)
 
 
 def _check_prompt_get(params: dict[str, Any], prompts: dict[str, Prompt]) -> None:
@@ -66,6 +76,10 @@ def _check_prompt_get(params: dict[str, Any], prompts: dict[str, Prompt]) -> Non
     if prompt is None:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}. Known: {', '.join(prompts)}")
     args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+    try:
+        check_json_value(args, "arguments")
+    except PdagInputError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=f"prompt {name}: {exc}") from None
     known = [a.name for a in prompt.arguments or []]
     missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in args]
     unknown = [k for k in args if k not in known]

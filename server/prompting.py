@@ -12,6 +12,7 @@ from pydantic import Field
 
 import prompts
 from tools.errors import PdagInputError
+from tools.inputs import load_json_text
 from tools.lookup import lookup_rule
 
 
@@ -40,9 +41,9 @@ def register_prompts(server: MCPServer) -> None:
     ) -> str:
         """Review an existing plan: violations, fixes, estimates and one validated improvement."""
         try:
-            text = json.dumps(json.loads(plan_json), indent=2)
-        except json.JSONDecodeError as exc:
-            raise MCPError(code=INVALID_PARAMS, message=f"plan_json is not valid JSON ({exc.msg})") from None
+            text = json.dumps(load_json_text(plan_json, "plan_json"), indent=2)
+        except PdagInputError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         return prompts.render("review_plan", plan_json=text)
 
     @server.prompt(name="explain_violation", title="Explain a rule violation")

@@ -69,8 +69,8 @@ def register_resources(server: MCPServer) -> None:
 
     for key, path in docs.items():
         # Static entries so clients can list and attach each document; the template below serves the same URIs.
-        server.resource(f"pdag://knowledge/{key}", name=f"knowledge/{key}", title=_title(path),
-                        mime_type=MARKDOWN, description=f"Knowledge document {key}")(_reader(path))
+        server.resource(f"pdag://knowledge/{key}", name=key.removesuffix(".md"), title=_title(path),
+                        mime_type=MARKDOWN, description="")(_reader(path))
 
     @server.resource("pdag://knowledge/{+path}", name="knowledge-doc", title="Knowledge document",
                      mime_type=MARKDOWN)

@@ -8,15 +8,20 @@ context window cannot take that on every call.  The summary forms below keep wha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
+from server.paging import PAGE_CHARS as PAGE_CHARS
+from server.paging import paginate, parse_cursor
 from tools.lookup import LookupResult
 from tools.render import FoldedDag
-from tools.working import PAGE_CHARS as PAGE_CHARS
 
 if TYPE_CHECKING:
     from tools.build import BuildResult
@@ -51,8 +56,15 @@ class ViolationItem(BaseModel):
         return data
 
 
+class Paged(BaseModel):
+    """A detail="full" answer too large for one page comes in pages (see server.paging)."""
 
-class BuildAnswer(BaseModel):
+    page: dict[str, Any] | None = Field(None, description="full detail, paged: index, count and the item range "
+                                                          "of each list on this page")
+    next_cursor: str | None = Field(None, description="call again with cursor=<this> for the next page")
+
+
+class BuildAnswer(Paged):
     gpus_used: int = Field(description="distinct GPUs the DAG runs on (from the devices, not a product of degrees)")
     gpus_available: int = Field(description="hardware.num_gpus of the plan")
     summary: FoldedDag = Field(description="the DAG folded: replica 0 per phase and stage, identical layers once")
@@ -63,7 +75,7 @@ class BuildAnswer(BaseModel):
     note: str | None = Field(None, description="what was left out and how to get it")
 
 
-class ValidateAnswer(BaseModel):
+class ValidateAnswer(Paged):
     model_config = ConfigDict(extra="allow")
 
     valid: bool = Field(description="true when no violation has severity error")
@@ -73,7 +85,7 @@ class ValidateAnswer(BaseModel):
     note: str | None = None
 
 
-class AutofixAnswer(BaseModel):
+class AutofixAnswer(Paged):
     model_config = ConfigDict(extra="allow")
 
     valid: bool = Field(description="validity after fixing")
@@ -85,7 +97,7 @@ class AutofixAnswer(BaseModel):
     note: str | None = None
 
 
-class EstimateAnswer(BaseModel):
+class EstimateAnswer(Paged):
     """The estimate's fields (see the contract); long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
@@ -100,7 +112,7 @@ class EstimateAnswer(BaseModel):
     note: str | None = None
 
 
-class SearchAnswer(BaseModel):
+class SearchAnswer(Paged):
     """Ranked plans with their estimates; long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
@@ -116,7 +128,7 @@ class RuleBrief(BaseModel):
     severity: str
 
 
-class LookupAnswer(LookupResult):
+class LookupAnswer(LookupResult, Paged):
     more: list[RuleBrief] = Field(default_factory=list, description="further matches, briefly (summary detail)")
     note: str | None = None
 
@@ -188,10 +200,7 @@ def _shape_violations(raw: list[Mapping[str, Any]], detail: Detail, tool: str) -
     return groups, note
 
 
-def shape_build(result: BuildResult, detail: Detail, page: Any = None, with_dag: bool = True) -> BuildAnswer:
-    if detail == "full":
-        return BuildAnswer(gpus_used=result.gpus_used, gpus_available=result.gpus_available, summary=result.summary,
-                           dag=result.dag if with_dag else None, page=as_dict(page) if page is not None else None)
+def shape_build(result: BuildResult, detail: Detail) -> BuildAnswer:
     nodes = result.summary.total_nodes
     return BuildAnswer(
         gpus_used=result.gpus_used,
@@ -201,6 +210,32 @@ def shape_build(result: BuildResult, detail: Detail, page: Any = None, with_dag:
         "for the DAG's working form and the full node-link JSON in pages, or pass the plan itself to validate_dag "
         "/ estimate_performance.",
     )
+
+
+def _size(x: Any) -> int:
+    return len(json.dumps(x, separators=(",", ":"), ensure_ascii=False, default=str))
+
+
+def shape_build_full(result: BuildResult, cursor: str | None, pager: Callable[..., Any]) -> BuildAnswer:
+    """One page of build_dag's full answer: first the working form (paged along its lists when it is large),
+    then the expanded per-GPU DAG, nodes and then edges, produced lazily by ``pager`` from its own cursor. When
+    the working form fits on the first page with room to spare, that page starts the expansion too."""
+    budget = PAGE_CHARS - _size(result.summary.model_dump(mode="json")) - 2_000
+    part, _, rest = (cursor or "dag:0").partition(":")
+    base = {"gpus_used": result.gpus_used, "gpus_available": result.gpus_available, "summary": result.summary}
+    if part == "dag":
+        dag_pages = paginate(result.dag, budget)
+        k = parse_cursor(rest or None, len(dag_pages))
+        dag = {key: v for key, v in dag_pages[k].items() if key not in ("page", "next_cursor")}
+        info = dag_pages[k].get("page", {"index": 0, "count": 1, "items": {}})
+        room = budget - _size(dag)
+        if len(dag_pages) == 1 and room > PAGE_CHARS // 10:
+            first = pager(None, room)
+            return BuildAnswer(**base, dag=dag, page=as_dict(first), next_cursor=first.cursor)
+        nxt = f"dag:{k + 1}" if k + 1 < len(dag_pages) else "nodes:0"
+        return BuildAnswer(**base, dag=dag, page={"part": "dag", **info, "cursor": nxt}, next_cursor=nxt)
+    page = pager(cursor, budget)
+    return BuildAnswer(**base, page=as_dict(page), next_cursor=page.cursor)
 
 
 def shape_validate(result: Any, detail: Detail) -> ValidateAnswer:
@@ -250,7 +285,11 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
                          violations=left, note=" ".join(notes) or None, **data)
 
 
-ESTIMATE_DROPPED = ("per_gpu", "provenance")  # bulky in a summary; the worst GPU and the totals stay
+ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions")  # bulky in a summary; the worst GPU and totals stay
+# Repeats in the core's result: the per-phase critical path and bottleneck are already under prefill/decode,
+# `fits` under memory, the KV totals under kv_cache.
+ESTIMATE_REPEATS = (("critical_path",), ("bottleneck",), ("fits",), ("memory", "kv_bytes_per_token"),
+                    ("memory", "kv_cache_bytes_total"))
 
 
 def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
@@ -258,6 +297,12 @@ def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
     note = data.pop("note", None)
     if detail == "summary":
         dropped: list[str] = []
+        for path in ESTIMATE_REPEATS:
+            holder = data
+            for key in path[:-1]:
+                holder = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(holder, dict):
+                holder.pop(path[-1], None)
         data = round_floats(drop_keys(data, ESTIMATE_DROPPED, dropped))
         data, cut = trim(data)
         parts = [note] if note else []
@@ -352,11 +397,58 @@ def fold_dag_json(dag: Mapping[str, Any]) -> FoldedDag:
     return fold(json_to_graph(Dag.model_validate(dag)))
 
 
-def to_result(answer: BaseModel) -> CallToolResult:
-    """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured content.
+def _first_non_finite(data: Any, where: str = "") -> str | None:
+    stack = [(data, where)]
+    while stack:
+        x, path = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return path or "answer"
+        if isinstance(x, dict):
+            stack.extend((v, f"{path}.{k}" if path else k) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(x))
+    return None
 
-    Top-level ``None`` fields are dropped, so a summary does not list ``"dag": null``.
-    """
+
+def answer_data(answer: BaseModel) -> dict[str, Any]:
+    """The answer as JSON data, top-level ``None`` fields dropped (a summary does not list ``"dag": null``).
+    A non-finite figure is refused: JSON has no number for it, and the output schema promises numbers."""
     data = {k: v for k, v in answer.model_dump(mode="json").items() if v is not None}
+    bad = _first_non_finite(data)
+    if bad is not None:
+        raise ToolError(f"the answer's `{bad}` is not a finite number: the input's figures are outside what pdag "
+                        "can compute with (check hardware bandwidths and TFLOPS, and workload sizes)")
+    return data
+
+
+def to_result(data: dict[str, Any]) -> CallToolResult:
+    """Compact JSON text for the model (no indentation: ~30% fewer tokens) plus the same data as structured
+    content."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+_PAGES: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # the last few paged answers, by call
+_PAGES_KEPT = 4
+_PAGES_LOCK = threading.Lock()  # sync tools run in worker threads
+
+
+def respond(tool: str, args: dict[str, Any], detail: Detail, cursor: str | None,
+            make: Callable[[], BaseModel]) -> CallToolResult:
+    """The tool's answer: ``make()`` shaped as JSON; with detail="full", the page ``cursor`` names. The pages
+    of recent full answers are kept, so walking the cursor does not recompute a large answer per page (the
+    core is deterministic: the same arguments give the same pages)."""
+    if detail != "full" and cursor is None:
+        return to_result(answer_data(make()))
+    key = tool + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    with _PAGES_LOCK:
+        pages = _PAGES.get(key)
+        if pages is not None:
+            _PAGES.move_to_end(key)
+    if pages is None:
+        pages = paginate(answer_data(make()))
+        with _PAGES_LOCK:
+            _PAGES[key] = pages
+            while len(_PAGES) > _PAGES_KEPT:
+                _PAGES.popitem(last=False)
+    return to_result(pages[parse_cursor(cursor, len(pages))])

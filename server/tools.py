@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import tools
 from server import responses as R
+from server.schemas import compact
 from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
@@ -28,16 +29,16 @@ from tools.plan import Hardware, HFModel, Plan, Workload
 
 logger = logging.getLogger("pdag.server")
 
+ELAPSED_KEY = "io.github.pdag/elapsed_ms"  # _meta key of a call's wall time (not part of the answer)
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 DetailArg = Annotated[
     Literal["summary", "full"],
-    Field(description='"summary" (default): concise, folded, grouped. "full": the complete object (can be large).'),
+    Field(description='"summary" (default): concise. "full": everything, in pages'),
 ]
 CursorArg = Annotated[
     str | None,
-    Field(None, max_length=40, description='with detail="full": the `page.cursor` of the previous answer, for '
-          "the next page of the full DAG; omit for the first page"),
+    Field(description="next_cursor of the previous full page", max_length=40),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
@@ -141,8 +142,12 @@ def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if isinstance(result, CallToolResult):  # timings stay out of the deterministic body
+                result.meta = {**(result.meta or {}), ELAPSED_KEY: round((time.perf_counter() - t0) * 1000, 2)}
+            return result
         except ToolError:
             raise
         except PdagInputError as exc:
@@ -166,25 +171,16 @@ def _strict(model: type[BaseModel]) -> type[BaseModel]:
 
 
 def make_tool(d: ToolDef) -> Tool:
+    """The SDK tool with strict argument validation (full models) and compact advertised schemas."""
     tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
                               description=inspect.cleandoc(d.fn.__doc__ or ""), annotations=READ_ONLY,
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
-    tool.parameters = _untitled(strict.model_json_schema(by_alias=True))
+    tool.parameters = compact(strict.model_json_schema(by_alias=True), depth=3, keep_descriptions=2)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = compact(tool.fn_metadata.output_schema, depth=1, keep_descriptions=0)
     return tool
-
-
-def _untitled(schema: Any, names: bool = False) -> Any:
-    """Drop pydantic's generated `title` keys (each a restatement of the field name): the tool list is sent
-    to the model on every request.  ``names``: this mapping's keys are field names (a `properties` or `$defs`
-    object), kept whatever they are.  Validation uses the pydantic model, not this advertised schema."""
-    if isinstance(schema, dict):
-        return {k: _untitled(v, k in ("properties", "$defs") and not names)
-                for k, v in schema.items() if names or k != "title"}
-    if isinstance(schema, list):
-        return [_untitled(v) for v in schema]
-    return schema
 
 
 def available_tools() -> list[Tool]:
@@ -196,6 +192,12 @@ def available_tools() -> list[Tool]:
             continue
         out.append(make_tool(d))
     return out
+
+
+def _key(**args: Any) -> dict[str, Any]:
+    """A call's arguments as JSON data: the key of its cached pages."""
+    return {k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v
+            for k, v in args.items()}
 
 
 def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any]:
@@ -238,22 +240,21 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = 
     Returns gpus_used, gpus_available and a folded summary (replica 0; runs of identical layers once with a
     repeat count; node and edge counts by type). detail="full" adds `dag`, the DAG in its working form
     (replica 0 of each pool, one drawn layer per run of identical layers, `folds` saying what they stand for;
-    validate_dag accepts it as is), and `page`, one page (<= ~25k tokens) of the full per-GPU node-link DAG;
-    pass `page.cursor` back as `cursor` for the next page. It does not validate or estimate anything.
+    validate_dag accepts it as is) and then the full per-GPU node-link DAG, in pages of ~20k tokens (`page`
+    says which part: dag, nodes or edges); pass `next_cursor` back as `cursor` for the next page until it is
+    absent. It does not validate or estimate anything.
     """
     fn, pager = core("build_dag"), core("build_dag_page")
     assert fn is not None and pager is not None
     result = fn(plan)
     if detail != "full":
-        return R.to_result(R.shape_build(result, detail))  # type: ignore[return-value]
-    # the working form comes with the first page only, and the two share one answer's budget
-    room = R.PAGE_CHARS - len(json.dumps(result.dag, separators=(",", ":"))) if cursor is None else R.PAGE_CHARS
-    page = pager(plan, cursor, max(R.PAGE_CHARS // 10, room))
-    return R.to_result(R.shape_build(result, detail, page, with_dag=cursor is None))  # type: ignore[return-value]
+        return R.to_result(R.answer_data(R.shape_build(result, detail)))  # type: ignore[return-value]
+    return R.to_result(R.answer_data(R.shape_build_full(result, cursor, lambda c, n: pager(plan, c, n))))  # type: ignore[return-value]
 
 
 @pdag_tool(core="validate_dag", title="Check a plan or DAG against the rules")
-def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.ValidateAnswer:
+def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary",
+                 cursor: CursorArg = None) -> R.ValidateAnswer:
     """Check a plan (or a DAG) against pdag's rule catalog and say whether it is valid.
 
     Use it on every plan before you present it, and again after any change. It checks the degrees against
@@ -272,11 +273,13 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     """
     fn = core("validate_dag")
     assert fn is not None
-    return R.to_result(R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.respond("validate_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_validate(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 @pdag_tool(core="autofix_dag", title="Repair a plan or DAG")
-def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary") -> R.AutofixAnswer:
+def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailArg = "summary",
+                cursor: CursorArg = None) -> R.AutofixAnswer:
     """Repair rule violations of a plan (or DAG) with deterministic, minimal changes, then re-validate.
 
     Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
@@ -295,12 +298,13 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     """
     fn = core("autofix_dag")
     assert fn is not None
-    return R.to_result(R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.respond("autofix_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_autofix(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
 def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
-                         detail: DetailArg = "summary") -> R.EstimateAnswer:
+                         detail: DetailArg = "summary", cursor: CursorArg = None) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
@@ -318,7 +322,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    return R.respond("estimate_performance", _key(plan=plan, dag=dag, detail=detail), detail,  # type: ignore[return-value]
+                     cursor, lambda: R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -339,6 +344,7 @@ def lookup_rule(
     layer: Annotated[Level | None, Field(description="only rules at this level of the plan/DAG")] = None,
     limit: Annotated[int, Field(ge=1, le=25, description="most rules to return (1-25)")] = 10,
     detail: DetailArg = "summary",
+    cursor: CursorArg = None,
 ) -> R.LookupAnswer:
     """Find pdag's rules for parallel inference plans: by id, by free-text question, or by topic.
 
@@ -353,9 +359,10 @@ def lookup_rule(
     """
     fn = core("lookup_rule")
     assert fn is not None
-    result = fn(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
+    args = dict(rule_id=rule_id, query=query, strategy=strategy, phase=phase, node_type=node_type, layer=layer,
                 limit=limit)
-    return R.to_result(R.shape_lookup(result, detail))  # type: ignore[return-value]
+    return R.respond("lookup_rule", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_lookup(fn(**args), detail))
 
 
 class SloArg(BaseModel):
@@ -384,6 +391,7 @@ def search_strategies(
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
     detail: DetailArg = "summary",
+    cursor: CursorArg = None,
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
@@ -402,7 +410,7 @@ def search_strategies(
     """
     fn = core("search_strategies")
     assert fn is not None
-    result = fn(
+    args = dict(
         model=model if isinstance(model, str) else model.model_dump(mode="json"),
         hardware=hardware.model_dump(mode="json", exclude_unset=True),
         workload=None if workload is None else workload.model_dump(mode="json", exclude_unset=True),
@@ -413,4 +421,5 @@ def search_strategies(
         attention_dp=attention_dp,
         disaggregated=disaggregated,
     )
-    return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]
+    return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_search(fn(**args), detail))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
+
+from server.http import MAX_BODY_BYTES
+from tools.build import build_full_dag
+from tools.dag import MAX_NODES
 
 pytestmark = pytest.mark.anyio
 
@@ -18,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "test", "version": "0"}}}
+BIG = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
+       "parallel": {"dp": 4, "pp": 2, "tp": 8, "ep": 8}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -32,26 +40,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_server():
+def start(*flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
+    """A server on a free loopback port; returns it, its URL and the start-up line it printed."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "server", "--http", "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode())
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
+    proc = subprocess.Popen([sys.executable, "-m", "server", "--http", "--port", str(port), *flags], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})})
+    assert proc.stderr is not None
+    line = proc.stderr.readline().decode()  # the start-up line comes once the socket listens
+    if proc.poll() is not None or "listening" not in line:
+        raise RuntimeError(line + proc.stderr.read().decode())
+    return proc, f"http://127.0.0.1:{port}/mcp", line
+
+
+def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    proc, url, line = start()
+    assert url in line
+    yield url
+    stop(proc)
     assert proc.stdout.read() == b""  # nothing but the protocol, and HTTP has none on stdout: logs go to stderr
 
 
@@ -80,3 +95,60 @@ def test_non_loopback_bind_is_refused():
     out = subprocess.run([sys.executable, "-m", "server", "--http", "--host", "0.0.0.0", "--allow-remote"],
                          cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "--allowed-host" in out.stderr
+
+
+async def test_body_limit_is_a_json_rpc_error_and_fits_the_largest_dag():
+    proc, url, _ = start("--max-body-bytes", "4096")
+    try:
+        async with httpx2.AsyncClient(timeout=30) as h:
+            r = await h.post(url, content=json.dumps({**INIT, "pad": "x" * 5000}), headers=HEADERS)
+        assert r.status_code == 413
+        body = r.json()
+        assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32600 and "4,096" in body["error"]["message"]
+    finally:
+        stop(proc)
+    assert MAX_BODY_BYTES >= MAX_NODES * 400  # room for the node-link JSON of the largest DAG pdag builds
+
+
+async def test_full_dag_of_a_64_gpu_deepseek_plan_goes_back_to_validate_over_http(http_server):
+    dag = build_full_dag(BIG)  # every replica and layer drawn, as a client that expanded it would send it
+    assert len(json.dumps(dag)) > 4 * 1024 * 1024  # over the SDK's default body limit
+    async with Client(http_server) as c:
+        r = await c.call_tool("validate_dag", {"dag": dag})
+    assert not r.is_error, r.content[0].text
+    assert r.structured_content["error_count"] == 0
+
+
+async def test_bearer_token_and_idle_sessions_expire():
+    token = "t" * 24
+    proc, url, line = start("--session-idle-timeout", "1", env={"PDAG_AUTH_TOKEN": token})
+    try:
+        assert "bearer token" in line and "1 s idle" in line
+        async with httpx2.AsyncClient(timeout=30) as h:
+            r = await h.post(url, json=INIT, headers=HEADERS)
+            assert r.status_code == 401 and r.json()["error"]["code"] == -32001
+            assert r.headers["www-authenticate"] == "Bearer"
+            wrong = await h.post(url, json=INIT, headers={**HEADERS, "Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+            ok = await h.post(url, json=INIT, headers=auth)
+            assert ok.status_code == 200
+            session = {**auth, "mcp-session-id": ok.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            assert (await h.post(url, json=listing, headers=session)).status_code == 200
+            await anyio.sleep(2.5)
+            expired = await h.post(url, json=listing, headers=session)
+            assert expired.status_code == 404
+    finally:
+        stop(proc)
+
+
+def test_non_loopback_without_auth_warns_loudly():
+    # 192.0.2.1 (TEST-NET-1) is on no interface here: the warning comes first, then a one-line bind error.
+    out = subprocess.run([sys.executable, "-m", "server", "--http", "--host", "192.0.2.1", "--allow-remote",
+                          "--allowed-host", "pdag.example:8000"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert "WARNING" in out.stderr and "WITHOUT authentication" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "cannot listen on 192.0.2.1" in out.stderr
+    short = subprocess.run([sys.executable, "-m", "server", "--http", "--auth-token", "short"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=30)
+    assert short.returncode == 2 and "--auth-token" in short.stderr

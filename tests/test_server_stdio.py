@@ -52,3 +52,14 @@ async def test_stdio_legacy_handshake():
         assert init.server_info.name == "pdag" and init.protocol_version == "2025-11-25"
         r = await session.call_tool("lookup_rule", {"query": "kv cache mla", "limit": 2})
         assert not r.is_error
+
+
+async def test_stdio_carries_a_full_page_larger_than_a_pipe_buffer():
+    big = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
+           "parallel": {"dp": 4, "pp": 2, "tp": 8, "ep": 8}}
+    async with Client(PARAMS, read_timeout_seconds=60) as c:
+        first = await c.call_tool("build_dag", {"plan": big, "detail": "full"})
+        second = await c.call_tool("build_dag", {"plan": big, "detail": "full", "cursor": "dag:1"})
+    assert not first.is_error and len(first.content[0].text) > 65536
+    assert first.structured_content["next_cursor"] == "dag:1" and second.structured_content["page"]["index"] == 1
+    assert second.structured_content["dag"] != first.structured_content["dag"]

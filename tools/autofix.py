@@ -10,7 +10,6 @@ and rebuilding it with build_dag, which lays the DAG out correctly by constructi
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -18,6 +17,7 @@ from pydantic import BaseModel, Field
 from tools.build import build_dag, gc_paused
 from tools.dag import NodeType
 from tools.errors import PdagInputError
+from tools.inputs import check_json_value
 from tools.plan import Plan
 from tools.rules.registry import FIXERS, Change, Context, Violation, load_all
 from tools.validate import load_dag, plan_violations
@@ -63,7 +63,6 @@ class AutofixResult(BaseModel):
     input: str
     summary: str
     notes: list[str] = Field(default_factory=list)
-    elapsed_ms: float = 0.0
 
 
 def _score(vs: list[Violation]) -> tuple[int, int]:
@@ -206,7 +205,7 @@ def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change])
                              "valid with that opt-in, beyond the seeds' default rules")]
 
 
-def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str, t0: float,
+def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str,
             dag: dict[str, Any] | None = None, notes: list[str] | None = None,
             original: dict[str, Any] | None = None) -> AutofixResult:
     try:
@@ -215,8 +214,7 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         v = RemainingViolation(rule_id="STRUCT-SCHEMA", severity="error", message=str(exc),
                                reason="the plan cannot be parsed; fix this field by hand")
         return AutofixResult(valid=False, changes=changes, plan=state, violations=[v], input=kind,
-                             summary=f"not fixed: {exc}", notes=notes or [],
-                             elapsed_ms=round((time.perf_counter() - t0) * 1000, 2))
+                             summary=f"not fixed: {exc}", notes=notes or [])
     tried = {c.rule_id for c in changes}
     left = [RemainingViolation(**v.model_dump(), reason=_reason(v, ctx, tried)) for v in vs]
     errors = sum(v.severity == "error" for v in left)
@@ -228,7 +226,7 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
         alternatives=(_alternatives(found, state) if found else []) + _opt_in_alternatives(original, changes),
         input=kind, summary=summary,
-        notes=(notes or []) + ctx.notes, elapsed_ms=round((time.perf_counter() - t0) * 1000, 2),
+        notes=(notes or []) + ctx.notes,
     )
 
 
@@ -261,20 +259,21 @@ def _infer_plan(ctx: Context, dag: dict[str, Any]) -> tuple[dict[str, Any] | Non
 
 def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> AutofixResult:
     """Repair a plan or DAG.  Raises PdagInputError only when the input is not a plan or a DAG."""
-    t0 = time.perf_counter()
     if (plan is None) == (dag is None):
         raise PdagInputError("plan" if plan is None else "dag", "give exactly one of plan or dag",
                              "autofix_dag(plan={...}) or autofix_dag(dag={...})")
+    if dag is not None:
+        check_json_value(dag, "dag")
     with gc_paused():
         if plan is not None:
             raw = _plan_dict(plan)
             plan_violations(raw, build=False)  # raises PdagInputError for what is not a plan at all
             state, changes, _ctx, _vs, found = fix_plan(raw)
-            return _finish(state, changes, found, "plan", t0, original=raw)
-        return _fix_dag(dag, t0)
+            return _finish(state, changes, found, "plan", original=raw)
+        return _fix_dag(dag)
 
 
-def _fix_dag(dag: Any, t0: float) -> AutofixResult:
+def _fix_dag(dag: Any) -> AutofixResult:
     from tools.validate import check
 
     ctx, _ = load_dag(dag)
@@ -289,18 +288,18 @@ def _fix_dag(dag: Any, t0: float) -> AutofixResult:
             errors = sum(v.severity == "error" for v in left)
             return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left, input="dag",
                                  summary="valid: nothing to change" if not errors else f"not fixed: {why}",
-                                 notes=ctx.notes, elapsed_ms=round((time.perf_counter() - t0) * 1000, 2))
+                                 notes=ctx.notes)
         raw, notes = inferred, [why]
     state, changes, _c, _v, found = fix_plan(raw)
     if not changes and not any(v.severity == "error" for v in before):
-        return _finish(state, [], found, "dag", t0, dag, notes)  # nothing to repair: keep the DAG as drawn
+        return _finish(state, [], found, "dag", dag, notes)  # nothing to repair: keep the DAG as drawn
     graph_rules = sorted({v.rule_id for v in before if v.location.nodes or v.rule_id.startswith("STRUCT")})
     try:
         rebuilt = build_dag(state).dag
     except PdagInputError as exc:
-        return _finish(state, changes, found, "dag", t0, None, notes + [f"could not rebuild the DAG: {exc}"])
+        return _finish(state, changes, found, "dag", None, notes + [f"could not rebuild the DAG: {exc}"])
     for rid in graph_rules:
         changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
                               "rule is gone", field="dag"))
-    return _finish(state, changes, found, "dag", t0, rebuilt, notes, original=raw)
+    return _finish(state, changes, found, "dag", rebuilt, notes, original=raw)

@@ -42,18 +42,18 @@ class Link(_Frozen):
     """One interconnect as seen from a single GPU."""
 
     kind: Literal["nvlink", "xgmi", "pcie", "infiniband", "ethernet", "roce"]
-    bandwidth_bytes_per_s: float = Field(gt=0, le=1e15, description="per GPU, one direction")
+    bandwidth_bytes_per_s: float = Field(ge=1e6, le=1e15, description="per GPU, one direction; >= 1 MB/s")
     latency_us: float = Field(ge=0, le=1e6)
 
 
 class DenseTflops(_Frozen):
     """Dense peak tensor throughput per dtype (TFLOPS; TOPS for int8/int4); null when unsupported."""
 
-    bf16: float | None = Field(default=None, gt=0, le=1e7)
-    fp16: float | None = Field(default=None, gt=0, le=1e7)
-    fp8: float | None = Field(default=None, gt=0, le=1e7)
-    int8: float | None = Field(default=None, gt=0, le=1e7)
-    int4: float | None = Field(default=None, gt=0, le=1e7)
+    bf16: float | None = Field(default=None, ge=1e-3, le=1e7)
+    fp16: float | None = Field(default=None, ge=1e-3, le=1e7)
+    fp8: float | None = Field(default=None, ge=1e-3, le=1e7)
+    int8: float | None = Field(default=None, ge=1e-3, le=1e7)
+    int4: float | None = Field(default=None, ge=1e-3, le=1e7)
 
 
 class Accelerator(_Frozen):
@@ -61,7 +61,7 @@ class Accelerator(_Frozen):
     name: str = Field(min_length=1, max_length=200)
     vendor: str = Field(default="unknown", max_length=100)
     memory_bytes: int = Field(gt=0, le=10**14)
-    memory_bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)
+    memory_bandwidth_bytes_per_s: float = Field(ge=1e6, le=1e15, description=">= 1 MB/s")
     dense_tflops: DenseTflops
     intra_node: Link
     inter_node: Link

@@ -44,7 +44,8 @@ _STOP = frozenset(
     re.split(
         r"\s+",
         "a an and are as at be by can do does for from how i in inside into is it its may must no not of on or "
-        "per should that the their then there these this to use used what when where which why with without",
+        "per should that the their then there these this to use used what when where which why with without "
+        "across over between span spanning within",
     )
 )
 
@@ -231,6 +232,14 @@ def lookup_rule(
     "decode" also matches rules that hold in both phases.  With only filters, rules come in catalog order; with a
     query, by relevance (ties by id).  Raises PdagInputError for an unknown id or filter value.
     """
+    for name, value in (("rule_id", rule_id), ("query", query), ("strategy", strategy), ("phase", phase),
+                        ("node_type", node_type), ("layer", layer)):
+        if value is not None and not isinstance(value, str):
+            raise PdagInputError(name, f"expected text, got {type(value).__name__}", "a string or null")
+        if value is not None and not value.isprintable() and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise PdagInputError(name, "text holds a lone UTF-16 surrogate (not valid Unicode)", "valid UTF-8 text")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise PdagInputError("limit", f"expected an integer, got {type(limit).__name__}", f"1 to {MAX_LIMIT}")
     if rule_id is not None and rule_id.strip():
         return _by_id(rule_id)
     if not 1 <= limit <= MAX_LIMIT:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tools.errors import PdagInputError
 from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, resolve_accelerator
+from tools.inputs import check_json_value
 from tools.models import ModelSpec, resolve_model
 
 MAX_DEGREE = 65_536
@@ -186,6 +187,7 @@ def parse_plan(data: Plan | dict[str, Any]) -> Plan:
     else:
         if not isinstance(data, dict):
             raise PdagInputError("plan", f"expected a JSON object, got {type(data).__name__}", "a plan object")
+        check_json_value(data, "plan")
         try:
             plan = Plan.model_validate(data)
         except ValidationError as exc:

@@ -43,7 +43,6 @@ attention-DP first, aggregated before disaggregated.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -117,7 +116,6 @@ class SearchResult(BaseModel):
     considered: int = Field(description="alternatives enumerated (rejected + estimated)")
     estimated: int = Field(description="estimate_performance calls made")
     tie_break: str
-    elapsed_ms: float
     notes: list[str] = Field(default_factory=list)
     best_aggregated: PlanSummary | None = Field(None, description="best plan with both phases on the same GPUs")
     best_disaggregated: PlanSummary | None = Field(
@@ -719,7 +717,6 @@ def search_strategies(
     attention-DP layouts of MoE models; ``disaggregated`` (default: when the cluster has >= 2 GPUs) also
     searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
     ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side."""
-    t0 = time.perf_counter()
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
     if latency_metric not in ("e2e", "tpot", "ttft"):
@@ -804,6 +801,6 @@ def search_strategies(
         slo_rejected=dict(sorted(search.slo_rejected.items())), considered=search.considered,
         estimated=search.estimates,
         tie_break=TIE_BREAK[objective].format(metric=latency_metric),
-        elapsed_ms=(time.perf_counter() - t0) * 1000, notes=notes,
+        notes=notes,
         best_aggregated=side(best_agg), best_disaggregated=side(best_dis), comparison=comparison,
     )

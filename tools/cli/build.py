@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from tools.cli.common import add_plan_args, command, plan_from_args
 
@@ -82,6 +83,8 @@ command("gpus", "list the accelerator presets", _json_only)(cmd_gpus)
 def cmd_plan(args: argparse.Namespace) -> int:
     """The main job: one deployment built, checked against every rule and estimated, in one readable page."""
     from tools.build import build_dag
+    from tools.engines import export_plan
+    from tools.errors import PdagInputError
     from tools.estimate import estimate_performance
     from tools.render import render_text
     from tools.validate import validate_dag
@@ -100,8 +103,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for v in checked.violations:
         print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}")
     print("\nestimate:\n" + "\n".join(est.summary().splitlines()[:5]))
-    print("\nnext: pdag estimate (full breakdown), pdag search (alternatives), pdag export --engine vllm")
+    same = " ".join(shlex.quote(a) for a in getattr(args, "argv", []) if a != "--json")
+    same = f" {same}" if same else ""
+    print(f"\nnext: pdag estimate{same}    (full breakdown)\n      pdag search{_search_flags(args)}    (alternatives)")
+    try:
+        export_plan(plan, "vllm")
+        print(f"      pdag export{same} --engine vllm    (launch command)")
+    except PdagInputError as exc:
+        print(f"      (no engine launch command: {exc.problem})")
     return 0 if checked.valid else 1
+
+
+def _search_flags(args: argparse.Namespace) -> str:
+    """The main job's arguments minus the degrees (search chooses those itself)."""
+    out: list[str] = []
+    skip = False
+    for a in getattr(args, "argv", []):
+        if skip:
+            skip = False
+            continue
+        if a.split("=")[0] in ("--dp", "--pp", "--tp", "--ep", "--sp", "--prefill-sp"):
+            skip = "=" not in a
+            continue
+        if a != "--json":
+            out.append(shlex.quote(a))
+    return (" " + " ".join(out)) if out else ""
 
 
 command("plan", "build, validate and estimate a plan in one page (the default command)")(cmd_plan)

@@ -10,16 +10,13 @@ from tools.validate import validate_dag
 
 
 def cli_input(args: Any) -> dict[str, Any]:
-    """``plan=`` or ``dag=`` from the CLI: a JSON file holding a DAG (it has 'nodes') goes in as a DAG."""
+    """``plan=`` or ``dag=`` from the CLI: a JSON file holding a DAG (it has 'nodes') goes in as a DAG; a plan
+    file (or `pdag plan --json` output) gets the flags applied on top."""
     if args.plan_file:
         data = read_json(args.plan_file)
         if isinstance(data, dict) and ("nodes" in data or isinstance(data.get("dag"), dict)):
             return {"dag": data}
-        args.plan_file = None
-        plan = plan_from_args(args)
-        if isinstance(data, dict):
-            data.update({k: v for k, v in plan.items() if k not in data})
-        return {"plan": data}
+        return {"plan": plan_from_args(args, data)}
     return {"plan": plan_from_args(args)}
 
 

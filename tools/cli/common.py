@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tools.errors import PdagInputError
+from tools.inputs import load_json_text, read_text_file
 
 DEFAULT_PLAN: dict[str, Any] = {
     "model": "llama-3.1-70b",
@@ -22,7 +22,7 @@ DEFAULT_PLAN: dict[str, Any] = {
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan_file", nargs="?", help="a plan JSON file ('-' for stdin); flags below override it")
-    p.add_argument("--model", help="model preset id, e.g. llama-3.1-70b")
+    p.add_argument("--model", help="model preset id (llama-3.1-70b), its Hugging Face id, or a config.json path")
     p.add_argument("--gpu", help="accelerator preset id, e.g. h100-sxm")
     p.add_argument("--gpus", type=int, help="GPUs the plan may use (hardware.num_gpus)")
     p.add_argument("--gpus-per-node", type=int)
@@ -39,27 +39,57 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_json(path: str, field: str = "plan_file") -> Any:
-    """A JSON document from a file ('-': stdin), with unreadable or malformed input as a field error."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PdagInputError(field, f"cannot read {path!r} ({exc.strerror})", "a readable JSON file or -") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PdagInputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno})", "a JSON object") from None
+    """A JSON document from a file ('-': stdin) under the input limits of tools.inputs (size, encoding, depth,
+    number length, no special files); every failure is a PdagInputError naming ``field``."""
+    return load_json_text(read_text_file(path, field), field)
 
 
-def plan_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """A plan dict from a file and/or flags; with neither, the embedded default deployment."""
+def resolve_model_flag(value: str) -> str | dict[str, Any]:
+    """``--model``: a preset id, the Hugging Face id of a preset (meta-llama/Llama-3.1-70B-Instruct ->
+    llama-3.1-70b; -Instruct/-Chat/-Base suffixes ignored), or the path of a config.json."""
+    if value.endswith(".json") or Path(value).is_file():
+        cfg = read_json(value, "--model")
+        if not isinstance(cfg, dict):
+            raise PdagInputError("--model", f"{value!r} does not hold a JSON object", "a Hugging Face config.json")
+        return {"hf_config": cfg}
+    if "/" not in value:
+        return value
+    from tools.models import preset_index
+
+    def norm(repo: str) -> str:
+        name = repo.lower().rstrip("/")
+        for suffix in ("-instruct", "-chat", "-base", "-hf"):
+            name = name.removesuffix(suffix)
+        return name
+
+    wanted = norm(value)
+    for pid, meta in preset_index().items():
+        repo = meta.get("hf_repo")
+        if isinstance(repo, str) and norm(repo) == wanted:
+            return pid
+    raise PdagInputError("--model", f"{value!r} is neither a preset's Hugging Face id nor a config.json file",
+                         "a preset id or its HF id (pdag models), or the path of a config.json")
+
+
+def plan_document(data: Any, field: str = "plan_file") -> dict[str, Any]:
+    """The plan inside a file: a plan object, or the output of `pdag plan --json` / `pdag fix --json`
+    (an object whose "plan" holds it)."""
+    if isinstance(data, dict) and "model" not in data and isinstance(data.get("plan"), dict):
+        data = data["plan"]
+    if not isinstance(data, dict):
+        raise PdagInputError(field, f"expected a JSON object, got {type(data).__name__}", "a plan object")
+    return data
+
+
+def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, Any]:
+    """A plan dict from a file (or ``document``, already read from it) and/or flags, the flags overriding the
+    file; with neither, the embedded default deployment."""
     if args.plan_file:
-        plan = read_json(args.plan_file)
-        if not isinstance(plan, dict):
-            raise PdagInputError("plan_file", f"expected a JSON object, got {type(plan).__name__}", "a plan object")
+        plan = plan_document(read_json(args.plan_file) if document is None else document)
     else:
         plan = json.loads(json.dumps(DEFAULT_PLAN))
     if args.model:
-        plan["model"] = args.model
+        plan["model"] = resolve_model_flag(args.model)
     hw = plan.setdefault("hardware", {})
     for flag, key in (("gpu", "gpu"), ("gpus", "num_gpus"), ("gpus_per_node", "gpus_per_node")):
         if getattr(args, flag) is not None:

@@ -44,25 +44,24 @@ def cmd_rule(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--allow-remote", action="store_true")
-    p.add_argument("--allowed-host", action="append", default=[])
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    """Hand the process over to `python -m server`: the core never imports the protocol glue."""
+def serve(server_argv: list[str]) -> int:
+    """Hand the process over to `python -m server` with the given flags: the core never imports the protocol
+    glue, and the server checks its own flags (`pdag serve --help` lists them)."""
     import os
 
-    argv = ["--host", args.host, "--port", str(args.port)] + (["--http"] if args.http else [])
-    argv += ["--allow-remote"] if args.allow_remote else []
-    for h in args.allowed_host:
-        argv += ["--allowed-host", h]
-    os.execv(sys.executable, [sys.executable, "-m", "server", *argv])
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "server", *server_argv])
     return 0  # not reached
 
 
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("server_flags", nargs=argparse.REMAINDER, help="the server's flags (pdag serve --help)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return serve(args.server_flags)
+
+
 command("rule", "look up rules by id, free text or topic", _rule_args)(cmd_rule)
-command("serve", "start the MCP server (stdio; --http for streamable HTTP on loopback)", _serve_args)(cmd_serve)
+command("serve", "start the MCP server (stdio; --http for streamable HTTP on loopback); takes the server's flags",
+        _serve_args)(cmd_serve)

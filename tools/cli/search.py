@@ -5,48 +5,46 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.cli.common import command, read_json
+from tools.cli.common import add_plan_args, command, plan_from_args
 from tools.engines import ENGINES, export_plan, import_command
+from tools.errors import PdagInputError
 from tools.search import search_strategies
 
 
 def search_args(p: Any) -> None:
-    """Arguments of ``pdag search``."""
-    p.add_argument("--model", required=True, help="model preset id, e.g. llama-3.1-70b")
-    p.add_argument("--gpu", default="h100-sxm", help="accelerator preset id")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs available")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--objective", choices=["latency", "throughput"], default="latency")
-    p.add_argument("--input-len", type=int)
-    p.add_argument("--output-len", type=int)
-    p.add_argument("--batch", type=int, help="sequences per replica (searched for throughput when absent)")
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"], default="bf16")
-    p.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    """Arguments of ``pdag search``: the plan flags (the degrees are what it searches) and the search's own."""
+    add_plan_args(p)
     p.add_argument("--max-ttft-ms", type=float)
     p.add_argument("--max-tpot-ms", type=float)
     p.add_argument("--min-throughput", type=float, help="output tokens/s of the deployment")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--no-attention-dp", action="store_true", help="leave attention-DP layouts out (MoE models)")
     p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
-    p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
 def cmd_search(args: Any) -> int:
-    workload = {k: v for k, v in (("input_len", args.input_len), ("output_len", args.output_len),
-                                  ("batch_size", args.batch)) if v is not None}
+    given = [f"--{d}" for d in ("dp", "pp", "tp", "ep", "sp", "prefill_sp") if getattr(args, d) is not None]
+    if given:
+        raise PdagInputError(given[0].replace("_", "-"), "search chooses the parallel degrees itself",
+                             "model, GPU, workload, dtype and objective flags (or a plan file)")
+    plan = plan_from_args(args)
+    # Without a plan file only the workload flags given count: an absent batch size is searched (throughput).
+    workload = plan.get("workload") if args.plan_file else {
+        k: v for k, v in (("input_len", args.input_len), ("output_len", args.output_len), ("batch_size", args.batch))
+        if v is not None}
     slo = {k: v for k, v in (("max_ttft_ms", args.max_ttft_ms), ("max_tpot_ms", args.max_tpot_ms),
                              ("min_throughput_tokens_per_s", args.min_throughput)) if v is not None}
     result = search_strategies(
-        model=args.model, hardware={"gpu": args.gpu, "num_gpus": args.gpus, "gpus_per_node": args.gpus_per_node},
-        workload=workload or None, objective=args.objective, slo=slo or None, top_k=args.top,
-        dtype=args.dtype, kv_dtype=args.kv_dtype, attention_dp=not args.no_attention_dp,
+        model=plan["model"], hardware=plan["hardware"], workload=workload or None,
+        objective=plan.get("objective", "latency"), slo=slo or None, top_k=args.top,
+        dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"), attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None,
     )
     if args.json:
         print(result.model_dump_json())
         return 0
     print(f"{result.model} on {result.hardware['num_gpus']}x {result.hardware['gpu']}, objective {result.objective}"
-          f" ({result.estimated} estimates, {result.elapsed_ms:.0f} ms)")
+          f" ({result.estimated} estimates)")
     for p in result.top:
         print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size}]: {p.reason}")
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
@@ -60,14 +58,13 @@ def cmd_search(args: Any) -> int:
 
 
 def export_args(p: Any) -> None:
-    """Arguments of ``pdag export``."""
-    p.add_argument("plan_file", help="a plan JSON file ('-' for stdin)")
+    """Arguments of ``pdag export``: a plan file (or `pdag plan --json` output) and/or the plan flags."""
+    add_plan_args(p)
     p.add_argument("--engine", required=True, choices=list(ENGINES))
-    p.add_argument("--json", action="store_true")
 
 
 def cmd_export(args: Any) -> int:
-    result = export_plan(read_json(args.plan_file), args.engine)
+    result = export_plan(plan_from_args(args), args.engine)
     if args.json:
         print(result.model_dump_json())
         return 0

@@ -32,6 +32,7 @@ error of that linear form by coordinate search on a log grid, apply the factors 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from typing import Any
 
 from tools.errors import PdagInputError
 from tools.estimate.efficiency import efficiency_for, load_overlay
+from tools.inputs import load_json_text, read_text_file
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
@@ -65,12 +67,7 @@ _INT_KEYS = ("input_len", "output_len", "batch_size", "gpus_per_node")
 
 
 def _read_json_points(p: Path) -> list[Any]:
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a JSON or CSV file") from None
-    except json.JSONDecodeError as exc:
-        raise PdagInputError("measurements", f"{p.name} is not valid JSON ({exc.msg})", "a JSON file") from None
+    data = load_json_text(read_text_file(str(p), "measurements"), "measurements")
     points = data.get("points") if isinstance(data, dict) else data
     if not isinstance(points, list):
         raise PdagInputError("measurements.points", f"{p.name}: expected a list of points", "see published.json")
@@ -89,12 +86,24 @@ def _csv_bool(text: str, where: str) -> bool:
     raise PdagInputError(where, f"expected true or false, got {text!r}", "true/false, yes/no or 1/0")
 
 
-def _read_csv_points(p: Path) -> list[dict[str, Any]]:
+def _csv_number(text: str, where: str, integer: bool) -> Any:
+    """A finite number from a CSV cell (an integer column takes whole numbers only), else a field error."""
     try:
-        with open(p, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise PdagInputError("measurements", f"cannot read {str(p)!r}: {exc.strerror}", "a CSV file") from None
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or (integer and value != int(value)):
+        kind = "a whole number" if integer else "a finite number"
+        raise PdagInputError(where, f"expected {kind}, got {text!r}", kind)
+    return int(value) if integer else value
+
+
+def _read_csv_points(p: Path) -> list[dict[str, Any]]:
+    text = read_text_file(str(p), "measurements")
+    try:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise PdagInputError("measurements", f"{p.name} is not readable CSV ({exc})", "a CSV file") from None
     if not rows:
         raise PdagInputError("measurements", f"{p.name} has no data rows", "a header row and one row per point")
     header = {k.strip() for k in rows[0] if k}
@@ -107,17 +116,14 @@ def _read_csv_points(p: Path) -> list[dict[str, Any]]:
         cells = {k.strip(): (v or "").strip() for k, v in row.items() if k}
         where = f"{p.name} line {n}"
         pt: dict[str, Any] = {"id": cells.get("id") or f"{p.stem}:{n}", "source": cells.get("source") or str(p)}
-        try:
-            for key in ("model", "gpu", "metric"):
-                pt[key] = cells[key]
-            pt["value"] = float(cells["value"])
-            for key in _INT_KEYS:
-                if cells.get(key):
-                    pt[key] = int(float(cells[key]))
-            par = {k: int(float(cells[k])) for k in ("tp", "pp", "dp", "ep") if cells.get(k)}
-        except ValueError as exc:
-            raise PdagInputError(f"measurements ({where})", f"not a number: {exc}",
-                                 "numbers in numeric columns") from None
+        for key in ("model", "gpu", "metric"):
+            pt[key] = cells[key]
+        pt["value"] = _csv_number(cells["value"], f"measurements ({where}).value", integer=False)
+        for key in _INT_KEYS:
+            if cells.get(key):
+                pt[key] = _csv_number(cells[key], f"measurements ({where}).{key}", integer=True)
+        par = {k: _csv_number(cells[k], f"measurements ({where}).{k}", integer=True)
+               for k in ("tp", "pp", "dp", "ep") if cells.get(k)}
         pt["parallel"] = par or {"tp": 1}
         for key in ("dtype", "kv_dtype"):
             if cells.get(key):
@@ -147,7 +153,18 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
         if pt["metric"] not in METRICS:
             raise PdagInputError(f"measurements.points[{i}].metric", f"unknown metric {pt['metric']!r}",
                                  ", ".join(METRICS))
-        if isinstance(pt["value"], bool) or not isinstance(pt["value"], int | float) or pt["value"] <= 0:
+        for key in ("input_len", "output_len", "batch_size"):
+            if isinstance(pt[key], bool) or not isinstance(pt[key], int) or pt[key] < 1:
+                raise PdagInputError(f"measurements.points[{i}].{key}", f"expected an integer >= 1, got {pt[key]!r}",
+                                     "a whole number >= 1")
+        par = pt.get("parallel") or {}
+        bad = [k for k, v in par.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1] \
+            if isinstance(par, dict) else ["parallel"]
+        if bad:
+            raise PdagInputError(f"measurements.points[{i}].parallel" + (f".{bad[0]}" if bad[0] != "parallel" else ""),
+                                 "expected integer degrees >= 1", 'e.g. {"tp": 8}')
+        if isinstance(pt["value"], bool) or not isinstance(pt["value"], int | float) \
+                or not math.isfinite(pt["value"]) or pt["value"] <= 0:
             raise PdagInputError(f"measurements.points[{i}].value", f"expected a positive number, got {pt['value']!r}",
                                  "a measured value > 0")
     return points
@@ -404,6 +421,45 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     return report
 
 
+MIN_CALIBRATION_POINTS = 2 * len(PARTS)  # distinct configurations to pin four scale factors with some margin
+GRID_EDGE = 7.99  # a factor moved ~8x (the fit's search range per round) sits at the edge of what it tried
+
+
+def merge_repeats(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per distinct configuration and metric, valued at the geometric mean of its repeats: the
+    estimate of a configuration is computed once, so 20,000 rows of a few hundred configurations fit fast."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for pt in points:
+        key = json.dumps({k: v for k, v in pt.items() if k not in ("value", "id", "source")}, sort_keys=True,
+                         default=str)
+        groups.setdefault(key, []).append(pt)
+    out = []
+    for pts in groups.values():
+        if len(pts) == 1:
+            out.append(pts[0])
+            continue
+        mean_log = sum(math.log(p["value"]) for p in pts) / len(pts)
+        out.append({**pts[0], "value": math.exp(mean_log), "id": f"{pts[0].get('id', 'point')} (x{len(pts)})"})
+    return out
+
+
+def calibration_warnings(configs: int, changed: dict[str, tuple[float, float]]) -> list[str]:
+    """What makes a fit untrustworthy: too few distinct configurations, or a factor stopped at a bound."""
+    out = []
+    if configs < MIN_CALIBRATION_POINTS:
+        out.append(f"only {configs} distinct configuration(s) for {len(PARTS)} fitted factors (want >= "
+                   f"{MIN_CALIBRATION_POINTS}): the factors are weakly determined; add measurements that vary "
+                   "batch size and sequence lengths")
+    for key, (before, after) in changed.items():
+        if "efficiency" in key and after >= EFF_CAP - 1e-9:
+            out.append(f"{key} stopped at its cap {EFF_CAP}: the data ask for more than the hardware's peak; "
+                       "check the measurements' units and GPU")
+        elif before > 0 and (after / before >= GRID_EDGE or before / after >= GRID_EDGE):
+            out.append(f"{key} moved {after / before:.3g}x, to the edge of the fitted range: the model and the "
+                       "data disagree on this part; check the measurements")
+    return out
+
+
 def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) -> dict[str, Any]:
     """Fit ``gpu``'s efficiency factors to the points measured on it; write an overlay JSON and report."""
     mine = [pt for pt in points if str(pt.get("gpu", "")).lower() == gpu.lower()]
@@ -411,6 +467,8 @@ def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) ->
         raise PdagInputError("gpu", f"no measurement point on {gpu!r}",
                              ", ".join(sorted({str(pt.get('gpu')) for pt in points})))
     gpu = mine[0]["gpu"]
+    rows = len(mine)
+    mine = merge_repeats(mine)
     before = [_ape(predict(pt).value, pt["value"]) for pt in mine]
     fitted = fit_efficiency(mine)
     overlay = {"version": 1, "fitted_from": f"{len(mine)} points", "accelerators": {gpu: fitted[gpu]}}
@@ -424,6 +482,11 @@ def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) ->
             f"after:  median APE {median(after):.1%}, p90 {_quantile(after, 0.9):.1%} (in-sample)",
             f"use it: PDAG_EFFICIENCY={path} pdag estimate ...  or  estimate_performance(..., efficiency='{path}')"]
     text += [f"  {k}: {a:g} -> {b:.4g}" for k, (a, b) in changed.items()]
-    return {"gpu": gpu, "points": len(mine), "overlay_path": path, "overlay": overlay,
+    if rows > len(mine):
+        text.insert(1, f"{rows} rows, {len(mine)} distinct configurations (repeats merged: geometric mean)")
+    warnings = calibration_warnings(len(mine), changed)
+    text += [f"warning: {w}" for w in warnings]
+    return {"gpu": gpu, "points": len(mine), "rows": rows, "warnings": warnings, "overlay_path": path,
+            "overlay": overlay,
             "median_ape_before": median(before), "p90_ape_before": _quantile(before, 0.9),
             "median_ape_after": median(after), "p90_ape_after": _quantile(after, 0.9), "text": "\n".join(text)}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.errors import PdagInputError
+from tools.inputs import load_json_text, read_text_file
 
 EFFICIENCY_FILE = Path(__file__).resolve().parent.parent.parent / "knowledge" / "hardware" / "efficiency.json"
 ENV_VAR = "PDAG_EFFICIENCY"
@@ -30,13 +31,7 @@ def efficiency_catalog() -> dict[str, Any]:
 
 @lru_cache(maxsize=32)
 def _read_overlay(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise PdagInputError("efficiency", f"cannot read overlay {path!r}: {exc.strerror}", "a JSON file") from None
-    except json.JSONDecodeError as exc:
-        raise PdagInputError("efficiency", f"overlay {path!r} is not valid JSON ({exc.msg})", "a JSON file") from None
+    data = load_json_text(read_text_file(path, "efficiency"), "efficiency")  # size, encoding, no special files
     if not isinstance(data, dict):
         raise PdagInputError("efficiency", "overlay must be a JSON object", "{defaults: {...}, accelerators: {...}}")
     return data
