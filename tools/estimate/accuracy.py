@@ -40,18 +40,20 @@ from statistics import median
 from typing import Any
 
 from tools.errors import PdagInputError
-from tools.estimate.efficiency import efficiency_for, load_overlay
+from tools.estimate.efficiency import efficiency_for, known_keys, load_overlay
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
 PARTS = ("compute", "memory", "communication", "overhead")
 SCALED_KEYS = {
-    "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_attention", -1),
+    "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_gemm_fp8", -1),
+                ("compute_efficiency_attention", -1), ("compute_efficiency_attention_flashmla", -1),
                 ("compute_efficiency_experts", -1)),
     "memory": (("memory_efficiency", -1), ("small_gemm_memory_efficiency", -1)),
     "communication": (("comm_bandwidth_efficiency", -1), ("comm_latency_scale", 1), ("allreduce_min_us", 1),
                       ("alltoall_min_us", 1)),
-    "overhead": (("kernel_overhead_us", 1), ("layer_overhead_us", 1), ("step_overhead_ms", 1),
+    "overhead": (("kernel_overhead_us", 1), ("decode_kernel_overhead_us", 1), ("layer_overhead_us", 1),
+                 ("decode_layer_overhead_us", 1), ("step_overhead_ms", 1), ("decode_step_overhead_ms", 1),
                  ("moe_dispatch_overhead_us", 1)),
 }
 EFF_CAP = 0.98  # an efficiency never exceeds this
@@ -166,6 +168,8 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
     }
     if pt.get("kv_dtype"):
         plan["kv_dtype"] = pt["kv_dtype"]
+    if pt.get("engine"):
+        plan["engine"] = pt["engine"]
     options = dict(pt.get("options") or {})
     if "overlap_comm" in pt:
         options["overlap_comm"] = bool(pt["overlap_comm"])
@@ -189,7 +193,7 @@ def _point_overlay(pt: dict[str, Any], overlay: dict[str, Any] | str | None) -> 
     if not own:
         return overlay
     base = load_overlay(overlay) or {}
-    known = set(efficiency_for(pt["gpu"]))
+    known = known_keys()
     flat = {k: v for k, v in base.items() if k in known}
     accels = dict(base.get("accelerators") or {})
     accels[pt["gpu"]] = {**(accels.get(pt["gpu"]) or {}), **own}

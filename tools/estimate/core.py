@@ -392,7 +392,7 @@ _PREPARED_MAX = 32
 def _prepared(full: Plan) -> _Prepared:
     """The DAG and layout depend on the model, hardware, degrees and options only: plans that differ in
     workload, objective or dtypes share one (the costs, which do depend on those, are computed per call)."""
-    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype"})
+    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype", "engine"})
     hit = _PREPARED.pop(key, None)
     if hit is None:
         hit = _Prepared(full)
@@ -422,13 +422,14 @@ def estimate_performance(
     use_overlap = full.options.overlap_comm if overlap is None else overlap
     prep = _prepared(full)
     layout = prep.layout
-    eff = efficiency_for(full.accelerator.id, efficiency)
+    eff = efficiency_for(full.accelerator.id, efficiency, full.engine)
     calibrated = load_overlay(efficiency) is not None
     model = CostModel(full, layout, eff, use_overlap, balanced_experts)
-    step = eff["step_overhead_ms"] * 1e-3
     wl = full.workload
-    pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp, step)
-    dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp, step)
+    pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp,
+                 eff["step_overhead_ms"] * 1e-3)
+    dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp,
+                 eff["decode_step_overhead_ms"] * 1e-3)
     mem = memory_report(full, layout, efficiency)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
@@ -559,19 +560,26 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     wl = plan.workload
     e = model.eff
     out = [
-        "roofline per kernel: time = max(FLOPs/(peak*eff), bytes/(HBM bw*eff)) + launch overhead; "
+        f"roofline per kernel: time = (t_compute^p + t_memory^p)^(1/p) + launch overhead, p = "
+        f"{e['roofline_blend_exponent']:g} (no perfect overlap of loads and math near the ridge point); "
         f"GEMMs run in {model.gemm_dtype}, attention in 16-bit",
+        f"engine profile {plan.engine!r} (knowledge/engines/{plan.engine}.json): "
+        f"{e['kernel_overhead_us']:g}/{e['decode_kernel_overhead_us']:g} us per kernel in prefill/decode "
+        f"(CUDA graphs in decode), all-reduce floor {e['allreduce_min_us']:g} us, all-to-all latency "
+        f"{e['alltoall_min_us']:g} us",
         f"decode reads the KV cache of the average context input_len + output_len/2 = {model.decode_context:g} tokens",
         "prefill processes the whole batch in one pass (chunked prefill would not change the FLOPs)",
         "causal attention: each prompt token attends to (L+1)/2 keys on average (flash attention, no L^2 memory)",
-        f"engine overhead of {e['step_overhead_ms']:g} ms per forward pass (scheduler, sampling, host)",
+        f"engine overhead of {e['step_overhead_ms']:g} ms per prefill pass and {e['decode_step_overhead_ms']:g} ms "
+        "per decode step (scheduler, sampling, host)",
         "collectives: alpha-beta with the catalog link (intra-node NVLink/xGMI/PCIe, inter-node network); "
         "all-reduce takes the fastest of ring, one-shot and two-shot (intra-node) or ring and tree (inter-node)",
         "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
     ]
     if overlap:
-        out.append(f"overlap_comm on: {e['overlap_hidden_fraction']:.0%} of TP all-reduce / EP all-to-all / SP "
-                   "all-gather time is hidden behind compute when the phase has >= 2 tokens (micro-batch overlap)")
+        out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
+                   f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute when the phase has >= 2 "
+                   "tokens (two-batch overlap where the engine has it; engines do not overlap the TP all-reduce)")
     else:
         out.append("overlap_comm off: every collective is on the critical path")
     if plan.spec.is_moe:
@@ -615,10 +623,13 @@ def _provenance(plan: Plan, eff: dict[str, float], calibrated: bool) -> list[Pro
                    source=src.get("inter_node.bandwidth_bytes_per_s", "")),
         Provenance(figure=f"model {spec.id} dimensions", kind="catalog", value=spec.name, source=spec.source or ""),
     ]
-    for key in ("compute_efficiency_gemm", "compute_efficiency_attention", "memory_efficiency",
-                "comm_bandwidth_efficiency", "kernel_overhead_us", "step_overhead_ms", "overlap_hidden_fraction"):
+    for key in ("compute_efficiency_gemm", "compute_efficiency_gemm_fp8", "compute_efficiency_attention",
+                "memory_efficiency", "small_gemm_memory_efficiency", "comm_bandwidth_efficiency",
+                "roofline_blend_exponent", "kernel_overhead_us", "decode_kernel_overhead_us", "step_overhead_ms",
+                "decode_step_overhead_ms", "allreduce_min_us", "alltoall_min_us", "tp_overlap_fraction",
+                "ep_overlap_fraction"):
         out.append(Provenance(figure=key, kind="calibrated" if calibrated else "assumption", value=f"{eff[key]:g}",
-                              source="efficiency overlay" if calibrated else efficiency_source(key)))
+                              source="efficiency overlay" if calibrated else efficiency_source(key, plan.engine)))
     out.append(Provenance(figure="latencies, throughput, KV, memory", kind="modelled", value="",
                           source="tools/estimate (critical path over the DAG) and tools/memory.py"))
     return out
@@ -629,7 +640,7 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     p = parse_plan(plan)
     layout = Layout(p)
     graph = build_graph(p, layout, first_replica_only=True)
-    model = CostModel(p, layout, efficiency_for(p.accelerator.id), p.options.overlap_comm)
+    model = CostModel(p, layout, efficiency_for(p.accelerator.id, engine=p.engine), p.options.overlap_comm)
     b = batch or p.workload.batch_size
     groups = {ph: pl.attn_dp for ph, pl in layout.phases.items()}
     return {v: model.cost(a, node_batch(a, b, groups.get(a.get("phase") or "prefill", 1)))  # type: ignore[call-overload]
