@@ -111,3 +111,15 @@ def test_wide_ep_keeps_throughput_per_gpu() -> None:
                                              ep=ep, attn_dp=ep))
         rate[ep] = est.throughput.decode_tokens_per_s / ep
     assert rate[144] >= 0.98 * rate[72]
+
+
+def test_imported_plans_carry_their_engine_and_export_to_it() -> None:
+    from tools.engines import export_plan, import_command
+
+    r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
+    assert r.plan["engine"] == "sglang"
+    assert export_plan(r.plan).engine == "sglang"
+    v = import_command("vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4")
+    assert v.plan["engine"] == "vllm" and export_plan(v.plan).engine == "vllm"
+    with pytest.raises(PdagInputError):  # the generic profile is no launchable engine
+        export_plan({**v.plan, "engine": "generic"})
