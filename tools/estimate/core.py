@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Any
 
 import networkx as nx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from tools.build import build_graph, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
@@ -40,9 +40,10 @@ from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
+from tools.estimate.serving import Serving, Sla, best_under_sla, continuous
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
-from tools.plan import Plan, parse_plan
+from tools.plan import Plan, parse_plan, validation_error_to_input_error
 
 __all__ = ["Estimate", "estimate_performance"]
 
@@ -140,6 +141,12 @@ class Estimate(BaseModel):
         None, description="disaggregated: prefill replicas per decode replica that would balance the rates")
     balanced_split: dict[str, int] | None = Field(
         None, description="disaggregated: prefill and decode replicas that best balance hardware.num_gpus")
+    serving: Serving | None = Field(
+        None, description="aggregated: continuous batching with chunked prefill at concurrency = batch_size per "
+                          "replica (TTFT and TPOT under mixed prefill/decode); the fields above are the static batch")
+    best_under_sla: Serving | None = Field(
+        None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
+                          "(null when even one request misses it)")
 
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
@@ -164,6 +171,17 @@ class Estimate(BaseModel):
             lines.append(f"KV hand-off: {self.kv_transfer.bytes_per_request / 1e6:.1f} MB per request "
                          f"({self.kv_transfer.wire_bytes_per_request / 1e6:.1f} MB on the wire), "
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
+        if self.serving:
+            sv = self.serving
+            lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica): TTFT "
+                         f"{sv.ttft_ms:.1f} ms, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
+                         f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
+                         + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
+        if self.best_under_sla:
+            b = self.best_under_sla
+            lines.append(f"best under the SLA: {b.concurrency} in flight per replica, "
+                         f"{b.output_tokens_per_s_per_gpu:,.1f} tok/s/GPU (TTFT {b.ttft_ms:.1f} ms, "
+                         f"TPOT {b.tpot_ms:.2f} ms)")
         for phase in ("prefill", "decode"):
             d: PhaseDetail = getattr(self, phase)
             lines.append(f"{phase}: {d.latency_ms:.3f} ms, bottleneck {d.bottleneck}; stages "
@@ -409,12 +427,15 @@ def estimate_performance(
     efficiency: Overlay = None,
     *,
     balanced_experts: bool = False,
+    sla: Sla | dict[str, Any] | None = None,
 ) -> Estimate:
     """Estimate latency, throughput, KV cache and memory of a plan (or of a DAG that embeds its plan).
 
     ``overlap`` overrides ``plan.options.overlap_comm``; ``efficiency`` is an overlay (dict or JSON path) of
     efficiency factors, defaulting to the file named by ``$PDAG_EFFICIENCY`` if set.  ``balanced_experts``
-    (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.
+    (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.  ``sla``
+    (``max_tpot_ms``, ``max_ttft_ms``) checks the serving figures against it and finds the concurrency with the
+    most output tokens/s per GPU within it (``best_under_sla``; aggregated plans).
     """
     full = _resolve_plan(plan, dag)
     if overlap is not None and not isinstance(overlap, bool):
@@ -431,6 +452,15 @@ def estimate_performance(
     dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp,
                  eff["decode_step_overhead_ms"] * 1e-3)
     mem = memory_report(full, layout, efficiency)
+    sla_m = _parse_sla(sla)
+    serving = best = None
+    if not layout.disaggregated:
+        pre1 = pre.latency_ms if wl.batch_size == 1 else _phase(
+            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
+        serving = continuous(full, eff, wl.batch_size, pre1, dec.latency_ms, layout.dp,
+                             prep.replica_gpus * layout.dp, sla_m)
+        if sla_m is not None and efficiency is None:
+            best = best_under_sla(full, sla_m, max(1, mem.max_batch_size_that_fits))
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
@@ -467,7 +497,20 @@ def estimate_performance(
         pool_balance=figures.pool_balance,
         balanced_prefill_per_decode=figures.balanced_prefill_per_decode,
         balanced_split=figures.balanced_split,
+        serving=serving,
+        best_under_sla=best,
     )
+
+
+def _parse_sla(sla: Sla | dict[str, Any] | None) -> Sla | None:
+    if sla is None or isinstance(sla, Sla):
+        return sla
+    if not isinstance(sla, dict):
+        raise PdagInputError("sla", f"expected an object, got {type(sla).__name__}", "{max_tpot_ms, max_ttft_ms}")
+    try:
+        return Sla.model_validate(sla)
+    except ValidationError as exc:
+        raise validation_error_to_input_error(exc, "sla") from None
 
 
 class Headline(BaseModel):
