@@ -347,14 +347,18 @@ def scaled_overlay(pt: dict[str, Any], scales: dict[str, float]) -> dict[str, An
     return {"accelerators": {pt["gpu"]: _apply_scales(base, scales)}}
 
 
-def fit_scales(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, dict[str, float]]:
+def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1) -> dict[str, dict[str, float]]:
     """Per-accelerator part scales (compute, memory, communication, overhead) fitted to ``points``; scales, not
-    absolute factors, so that points measured on different engines keep their own engine's figures."""
+    absolute factors, so that points measured on different engines keep their own engine's figures.  A GPU whose
+    points come from fewer than ``min_sources`` publications keeps the catalog (nothing is fitted to a single
+    source when scoring held-out data)."""
     out: dict[str, dict[str, float]] = {}
     by_gpu: dict[str, list[dict[str, Any]]] = {}
     for pt in points:
         by_gpu.setdefault(pt["gpu"], []).append(pt)
     for gpu, pts in by_gpu.items():
+        if len({str(pt.get("source", "")) for pt in pts}) < min_sources:
+            continue
         cum = dict.fromkeys(PARTS, 1.0)
         for _ in range(rounds):
             preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
@@ -373,7 +377,7 @@ def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, d
 
 def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: set[int]) -> dict[int, float]:
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``."""
-    scales = fit_scales(train, rounds=2) if train else {}
+    scales = fit_scales(train, rounds=2, min_sources=2) if train else {}
     return {i: predict(pt, scaled_overlay(pt, scales[pt["gpu"]]) if pt["gpu"] in scales else None).value
             for i, pt in enumerate(points) if i in test}
 
