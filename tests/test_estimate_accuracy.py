@@ -88,11 +88,11 @@ def test_measurements_cover_several_sources_engines_and_tp() -> None:
 
 
 def test_catalog_accuracy_figures_hold() -> None:
-    """Catalog factors and engine profiles (nothing fitted): 172 points at median 11.4 %, p90 36.3 %, Spearman mean
+    """Catalog factors and engine profiles (nothing fitted): 172 points at median 11.4 %, p90 34.6 %, Spearman mean
     0.97, min 0.80; TPOT median bias -8.5 %, batch-1 -5.5 % (before the engine profiles: +33 % TPOT at batch 1)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     med, p90 = rep.stats()
-    assert med <= 0.12 and p90 <= 0.38
+    assert med <= 0.12 and p90 <= 0.36
     rho = [v for v in rep.spearman.values() if v == v]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
     parts = breakdown(rep.rows)
@@ -115,13 +115,13 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
 
 @pytest.mark.skipif(not os.environ.get("PDAG_SLOW_TESTS"), reason="about 100 s; set PDAG_SLOW_TESTS=1")
 def test_leave_one_group_out_figures_hold() -> None:
-    """Fitted scales scored on what they were not fitted on: leave-one-group-out median 14.4 %, p90 35.9 %;
-    leave-one-source-out median 13.1 %, p90 59.1 % (pdag accuracy)."""
+    """Fitted scales scored on what they were not fitted on: leave-one-group-out median 14.8 %, p90 35.4 %;
+    leave-one-source-out median 10.8 %, p90 33.5 % (pdag accuracy)."""
     rep = accuracy_report(load_measurements(), leave_one_out=True)
     med, p90 = rep.stats("loo")
-    assert med <= 0.15 and p90 <= 0.37
+    assert med <= 0.155 and p90 <= 0.37
     med, p90 = rep.stats("loso")
-    assert med <= 0.14 and p90 <= 0.60
+    assert med <= 0.115 and p90 <= 0.35
 
 
 def test_moe_expert_math_switch() -> None:
@@ -167,3 +167,12 @@ def test_csv_errors_name_the_problem(tmp_path: Path) -> None:
     bad.write_text(CSV_TEXT.replace("7.0,false", "fast,false"))
     with pytest.raises(PdagInputError, match="line 2"):
         load_measurements(bad)
+
+
+def test_held_out_scoring_fits_nothing_to_a_single_source() -> None:
+    from tools.estimate.accuracy import fit_scales
+
+    pts = [p for p in load_measurements() if p["gpu"] == "h200"]
+    one = [p for p in pts if "v0.9.0" in p["source"]][:6]
+    assert fit_scales(one, rounds=1, min_sources=2) == {}
+    assert set(fit_scales(one, rounds=1)) == {"h200"}  # a user's own calibration may use one file
