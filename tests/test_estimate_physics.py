@@ -123,3 +123,14 @@ def test_imported_plans_carry_their_engine_and_export_to_it() -> None:
     assert v.plan["engine"] == "vllm" and export_plan(v.plan).engine == "vllm"
     with pytest.raises(PdagInputError):  # the generic profile is no launchable engine
         export_plan({**v.plan, "engine": "generic"})
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang", "gpt-fast"])
+def test_search_fast_path_prices_the_engine_like_the_estimate(engine: str) -> None:
+    from tools.estimate.fast import FastEstimator
+
+    p = plan("mixtral-8x7b", "h100-sxm", 8, b=16, i=1024, dtype="fp8", engine=engine, ep=8, tp=8)
+    est = estimate_performance(plan=p)
+    fast = FastEstimator(parse_plan(p))
+    assert fast.phase_ms("decode", 16) == pytest.approx(est.decode_latency_ms_per_token, rel=1e-9)
+    assert fast.phase_ms("prefill", 16) == pytest.approx(est.prefill_latency_ms, rel=1e-9)
