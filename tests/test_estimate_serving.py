@@ -53,3 +53,11 @@ def test_serving_latencies_grow_with_concurrency(c: int, extra: int, i: int, o: 
     hi = estimate_performance(plan=plan(c + extra, i, o)).serving
     assert lo is not None and hi is not None
     assert hi.tpot_ms >= lo.tpot_ms and hi.ttft_ms >= lo.ttft_ms
+
+
+def test_best_under_sla_uses_the_estimates_efficiency_overlay() -> None:
+    sla = {"max_tpot_ms": 40}
+    base = estimate_performance(plan=plan(8), sla=sla).best_under_sla
+    slow = estimate_performance(plan=plan(8), sla=sla, efficiency={"small_gemm_memory_efficiency": 0.3,
+                                                                   "memory_efficiency": 0.3}).best_under_sla
+    assert base is not None and slow is not None and slow.concurrency < base.concurrency

@@ -459,8 +459,8 @@ def estimate_performance(
             model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
         serving = continuous(full, eff, wl.batch_size, pre1, dec.latency_ms, layout.dp,
                              prep.replica_gpus * layout.dp, sla_m)
-        if sla_m is not None and efficiency is None:
-            best = best_under_sla(full, sla_m, max(1, mem.max_batch_size_that_fits))
+        if sla_m is not None:
+            best = best_under_sla(full, sla_m, max(1, mem.max_batch_size_that_fits), eff, use_overlap)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,

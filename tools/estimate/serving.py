@@ -74,12 +74,13 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_
                    output_tokens_per_s_per_user=1e3 / step, meets_sla=sla.met(ttft, step) if sla else None)
 
 
-def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int) -> Serving | None:
+def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, eff: dict[str, float] | None = None,
+                   overlap: bool | None = None) -> Serving | None:
     """The concurrency with the most output tokens/s per GPU that meets ``sla`` (None if even one request
-    misses it), searched on the fast per-layer estimator."""
+    misses it), searched on the fast per-layer estimator with the estimate's efficiency keys and overlap."""
     from tools.estimate.fast import FastEstimator
 
-    fast = FastEstimator(plan)
+    fast = FastEstimator(plan, eff=eff, overlap=overlap)
     dp, gpus = fast.layout.dp, fast.layout.gpus_needed
     pre1 = fast.phase_ms("prefill", 1)
 
