@@ -3,13 +3,15 @@ way, DeepEP's all-to-all latency is nearly flat in the peer count, wide EP does 
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from tools import estimate_performance
 from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel
 from tools.estimate.efficiency import efficiency_for
-from tools.estimate.engine_profile import ENGINE_IDS, engine_profile
+from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import parse_plan
@@ -52,6 +54,7 @@ def test_engines_differ_where_they_should() -> None:
 
 
 def test_every_engine_profile_loads_with_sources() -> None:
+    assert set(ENGINE_IDS) == {f.stem for f in ENGINE_DIR.glob("*.json")} == set(get_args(EngineId))
     for engine in ENGINE_IDS:
         prof = engine_profile(engine)
         assert prof.id == engine
