@@ -61,3 +61,20 @@ def test_best_under_sla_uses_the_estimates_efficiency_overlay() -> None:
     slow = estimate_performance(plan=plan(8), sla=sla, efficiency={"small_gemm_memory_efficiency": 0.3,
                                                                    "memory_efficiency": 0.3}).best_under_sla
     assert base is not None and slow is not None and slow.concurrency < base.concurrency
+
+
+def test_search_under_sla_prices_continuous_batching() -> None:
+    """Static batches pay the whole batch's prefill as TTFT; under continuous batching the search can hold more
+    requests in flight within the same SLA, and every plan it returns meets it."""
+    from tools.search import search_strategies
+
+    args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput", "dtype": "fp8",
+            "slo": {"max_tpot_ms": 50, "max_ttft_ms": 1000}, "engine": "vllm", "disaggregated": False}
+    static = search_strategies(**args).top[0]
+    served = search_strategies(**args, serving=True).top[0]
+    assert served.plan["engine"] == "vllm"
+    assert served.batch_size > static.batch_size
+    assert served.tpot_ms <= 50 and served.ttft_ms <= 1000
+    check = estimate_performance(plan=served.plan).serving
+    assert check is not None and check.tpot_ms == pytest.approx(served.tpot_ms, rel=1e-6)
