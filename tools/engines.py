@@ -363,10 +363,12 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
 
 
-def export_plan(plan: Plan | dict[str, Any], engine: str) -> ExportResult:
-    """The launch command of ``engine`` (vllm, sglang, trtllm) for ``plan``; raises EngineCannotExpress
-    (with the reason) for plans the engine cannot launch."""
+def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> ExportResult:
+    """The launch command of ``engine`` (vllm, sglang, trtllm; default: the plan's own ``engine``) for ``plan``;
+    raises EngineCannotExpress (with the reason) for plans the engine cannot launch."""
     parsed = parse_plan(plan)
+    if engine is None:
+        engine = parsed.engine
     key = str(engine).strip().lower().replace("-", "").replace("_", "")
     key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
     if key not in ENGINES:
@@ -653,5 +655,6 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
         plan["options"] = options
     if ignored:
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
+    plan["engine"] = engine  # the estimate then uses this engine's profile (knowledge/engines/)
     parse_plan(plan)  # fail here, with field paths, if the result is malformed
     return ImportResult(engine=engine, plan=plan, notes=notes)

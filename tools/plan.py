@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tools.errors import PdagInputError
+from tools.estimate.engine_profile import EngineId
 from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, resolve_accelerator
 from tools.inputs import check_json_value
 from tools.models import ModelSpec, resolve_model
@@ -102,6 +103,9 @@ class Plan(_Strict):
     kv_dtype: Dtype | None = None
     objective: Literal["latency", "throughput"] = "latency"
     options: Options = Field(default_factory=Options)
+    engine: EngineId = Field(
+        "generic", description="serving engine the estimate assumes (knowledge/engines/<id>.json): per-pass and "
+                               "per-kernel overheads, CUDA graphs, all-reduce and all-to-all implementation, overlap")
 
     @model_validator(mode="after")
     def _split_entries_positive(self) -> Plan:

@@ -7,6 +7,7 @@ from typing import Any
 
 from knowledge import ROOT
 from tools.dag import dag_json_schema
+from tools.estimate.engine_profile import EngineProfile
 from tools.plan import Plan
 
 SCHEMA_DIR = ROOT / "schemas"
@@ -19,7 +20,14 @@ def plan_json_schema() -> dict[str, Any]:
     return schema
 
 
-SCHEMAS = {"dag": dag_json_schema, "plan": plan_json_schema}
+def engine_json_schema() -> dict[str, Any]:
+    schema = EngineProfile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://pdag.dev/schema/engine-v1.json"
+    return schema
+
+
+SCHEMAS = {"dag": dag_json_schema, "plan": plan_json_schema, "engine": engine_json_schema}
 
 
 def render(name: str) -> str:

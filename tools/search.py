@@ -53,6 +53,7 @@ from tools.errors import PdagInputError
 from tools.estimate.core import Headline, headline
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
+from tools.estimate.serving import continuous
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
@@ -229,6 +230,7 @@ class _Search:
         self.considered = 0
         self._fast: dict[Any, FastEstimator] = {}
         self._mem_cache: dict[Any, Any] = {}
+        self.serving = False  # price aggregated plans under continuous batching (search_strategies(serving=True))
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -306,8 +308,15 @@ class _Search:
     def point(self, s: _Shape, batch: int, dp: int) -> _Point:
         h = self.estimate(s, batch)
         mem = self.memory(s, batch)
-        p = _Point(s, batch, dp, dp * s.gpus, h.ttft_ms, h.tpot_ms, h.e2e_ms, h.throughput.output_tokens_per_s * dp,
-                   float(mem.max_gpu_bytes), float(mem.capacity_bytes))
+        ttft, tpot, e2e, tput = h.ttft_ms, h.tpot_ms, h.e2e_ms, h.throughput.output_tokens_per_s * dp
+        if self.serving:  # continuous batching at `batch` requests in flight per replica (tools/estimate/serving.py)
+            f = self.fast(s)
+            sv = continuous(f.plan, f.eff, batch, f.phase_ms("prefill", 1), f.phase_ms("decode", batch), dp,
+                            dp * s.gpus)
+            ttft, tpot, tput = sv.ttft_ms, sv.tpot_ms, sv.output_tokens_per_s
+            e2e = ttft + self.wl.output_len * tpot
+        p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),
+                   float(mem.capacity_bytes))
         self._misses(p)
         return p
 
@@ -708,6 +717,8 @@ def search_strategies(
     latency_metric: Literal["e2e", "tpot", "ttft"] = "e2e",
     attention_dp: bool = True,
     disaggregated: bool | None = None,
+    engine: str = "generic",
+    serving: bool = False,
 ) -> SearchResult:
     """Search the parallel plans of ``model`` on ``hardware`` for ``objective`` (see the module doc for the
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
@@ -716,7 +727,10 @@ def search_strategies(
     TP ranks (what vLLM and SGLang do without EP), stated in each plan's options.  ``attention_dp`` adds the
     attention-DP layouts of MoE models; ``disaggregated`` (default: when the cluster has >= 2 GPUs) also
     searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
-    ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side."""
+    ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side.  ``engine`` selects
+    the engine profile the plans are priced with; ``serving`` prices aggregated plans under continuous batching
+    (batch = requests in flight per replica, TTFT/TPOT under mixed prefill/decode steps), so that the
+    throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets"."""
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
     if latency_metric not in ("e2e", "tpot", "ttft"):
@@ -738,6 +752,8 @@ def search_strategies(
     }
     if kv_dtype is not None:
         base["kv_dtype"] = kv_dtype
+    if engine != "generic":
+        base["engine"] = engine
     try:
         probe = parse_plan({**base, "parallel": {}})
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
@@ -745,6 +761,7 @@ def search_strategies(
     if isinstance(model, str):
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
+    search.serving = bool(serving)
     shapes = search.shapes()
     fitting = search.fitting(shapes, 1 if not batch_fixed else wl.batch_size)
     points = search.run_latency(fitting) if objective == "latency" else search.run_throughput(fitting)

@@ -18,8 +18,15 @@ columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (requir
 kv_dtype, gpus_per_node, overlap_comm, id, source`` (optional; degrees default to 1, ``dtype`` to bf16,
 ``overlap_comm`` to the plan default).  See ``CSV_COLUMNS``.
 
-Scores: absolute percentage error per point (median and p90) and, inside every group of points with the same
-model, GPU and metric (3 points or more), the Spearman rank correlation of prediction and measurement.
+Each point runs on an engine profile (``knowledge/engines``): ``engine_profile`` if given, else inferred from the
+``engine`` text (TensorRT-LLM / NIM -> trtllm, vLLM -> vllm, SGLang -> sglang, gpt-fast -> gpt-fast, otherwise
+generic).
+
+Scores: absolute percentage error per point (median and p90) and signed bias (median of (predicted - measured) /
+measured), overall, per metric (TTFT, TPOT, e2e, throughput) and per regime (batch 1, large batch >= 32, MoE,
+multi-node); inside every group of points with the same model, GPU and metric (3 points or more), the Spearman rank
+correlation of prediction and measurement.  Two held-out scores: leave-one-group-out (model@GPU) and
+leave-one-source-out (each publication held out in turn, factors fitted on the other publications only).
 
 Fitting (``calibrate`` and the leave-one-group-out score): four scale factors, one each for the compute-bound,
 memory-bound, communication and overhead parts of the critical path (``PhaseDetail.breakdown_ms``).  A
@@ -41,19 +48,21 @@ from statistics import median
 from typing import Any
 
 from tools.errors import PdagInputError
-from tools.estimate.efficiency import efficiency_for, load_overlay
+from tools.estimate.efficiency import efficiency_for, known_keys, load_overlay
 from tools.inputs import load_json_text, read_text_file
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
 PARTS = ("compute", "memory", "communication", "overhead")
 SCALED_KEYS = {
-    "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_attention", -1),
+    "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_gemm_fp8", -1),
+                ("compute_efficiency_attention", -1), ("compute_efficiency_attention_flashmla", -1),
                 ("compute_efficiency_experts", -1)),
     "memory": (("memory_efficiency", -1), ("small_gemm_memory_efficiency", -1)),
     "communication": (("comm_bandwidth_efficiency", -1), ("comm_latency_scale", 1), ("allreduce_min_us", 1),
                       ("alltoall_min_us", 1)),
-    "overhead": (("kernel_overhead_us", 1), ("layer_overhead_us", 1), ("step_overhead_ms", 1),
+    "overhead": (("kernel_overhead_us", 1), ("decode_kernel_overhead_us", 1), ("layer_overhead_us", 1),
+                 ("decode_layer_overhead_us", 1), ("step_overhead_ms", 1), ("decode_step_overhead_ms", 1),
                  ("moe_dispatch_overhead_us", 1)),
 }
 EFF_CAP = 0.98  # an efficiency never exceeds this
@@ -183,12 +192,49 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
     }
     if pt.get("kv_dtype"):
         plan["kv_dtype"] = pt["kv_dtype"]
+    plan["engine"] = point_engine(pt)
     options = dict(pt.get("options") or {})
     if "overlap_comm" in pt:
         options["overlap_comm"] = bool(pt["overlap_comm"])
     if options:
         plan["options"] = options
     return plan
+
+
+_ENGINE_WORDS = (("tensorrt-llm", "trtllm"), ("nim ", "trtllm"), ("vllm", "vllm"), ("sglang", "sglang"),
+                 ("gpt-fast", "gpt-fast"))
+
+
+def point_engine(pt: dict[str, Any]) -> str:
+    """The engine profile of a point: ``engine_profile`` if set, else inferred from the ``engine`` description."""
+    if pt.get("engine_profile"):
+        return str(pt["engine_profile"])
+    text = str(pt.get("engine") or "").lower()
+    return next((profile for word, profile in _ENGINE_WORDS if word in text), "generic")
+
+
+def point_gpus(pt: dict[str, Any]) -> int:
+    return int(point_plan(pt)["hardware"]["num_gpus"])
+
+
+def regimes(pt: dict[str, Any]) -> list[str]:
+    """The regimes a point belongs to (a point can be in several)."""
+    from tools.models import resolve_model
+
+    out = []
+    if pt["batch_size"] == 1:
+        out.append("batch 1")
+    if pt["batch_size"] >= 32:
+        out.append("large batch (>= 32)")
+    if resolve_model(pt["model"]).is_moe:
+        out.append("MoE")
+    if point_gpus(pt) > int(pt.get("gpus_per_node", 8)):
+        out.append("multi-node")
+    return out
+
+
+METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
+                "output_tokens_per_s_per_gpu": "throughput"}
 
 
 @dataclass
@@ -206,7 +252,7 @@ def _point_overlay(pt: dict[str, Any], overlay: dict[str, Any] | str | None) -> 
     if not own:
         return overlay
     base = load_overlay(overlay) or {}
-    known = set(efficiency_for(pt["gpu"]))
+    known = known_keys()
     flat = {k: v for k, v in base.items() if k in known}
     accels = dict(base.get("accelerators") or {})
     accels[pt["gpu"]] = {**(accels.get(pt["gpu"]) or {}), **own}
@@ -312,23 +358,45 @@ def _apply_scales(eff: dict[str, float], s: dict[str, float]) -> dict[str, float
     return out
 
 
-def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, dict[str, float]]:
-    """Per-accelerator efficiency overrides fitted to ``points`` (one set of scales per GPU id)."""
-    overlay: dict[str, dict[str, float]] = {}
+def scaled_overlay(pt: dict[str, Any], scales: dict[str, float]) -> dict[str, Any]:
+    """The point's own efficiency (its GPU on its engine) with fitted part scales applied."""
+    base = efficiency_for(pt["gpu"], None, point_engine(pt))
+    return {"accelerators": {pt["gpu"]: _apply_scales(base, scales)}}
+
+
+def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1) -> dict[str, dict[str, float]]:
+    """Per-accelerator part scales (compute, memory, communication, overhead) fitted to ``points``; scales, not
+    absolute factors, so that points measured on different engines keep their own engine's figures.  A GPU whose
+    points come from fewer than ``min_sources`` publications keeps the catalog (nothing is fitted to a single
+    source when scoring held-out data)."""
+    out: dict[str, dict[str, float]] = {}
     by_gpu: dict[str, list[dict[str, Any]]] = {}
     for pt in points:
         by_gpu.setdefault(pt["gpu"], []).append(pt)
     for gpu, pts in by_gpu.items():
-        eff = efficiency_for(gpu)
+        if len({str(pt.get("source", "")) for pt in pts}) < min_sources:
+            continue
+        cum = dict.fromkeys(PARTS, 1.0)
         for _ in range(rounds):
-            doc = {"accelerators": {gpu: eff}}
-            preds = [predict(pt, doc) for pt in pts]
+            preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
             s = _fit_scales(pts, preds)
             if all(abs(v - 1) < 1e-9 for v in s.values()):
                 break
-            eff = _apply_scales(eff, s)
-        overlay[gpu] = eff
-    return overlay
+            cum = {k: cum[k] * s[k] for k in PARTS}
+        out[gpu] = cum
+    return out
+
+
+def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, dict[str, float]]:
+    """Per-accelerator efficiency overrides (absolute values, generic engine) fitted to ``points``."""
+    return {gpu: _apply_scales(efficiency_for(gpu), sc) for gpu, sc in fit_scales(points, rounds).items()}
+
+
+def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: set[int]) -> dict[int, float]:
+    """Predictions for the points whose index is in ``test``, with scales fitted on ``train``."""
+    scales = fit_scales(train, rounds=2, min_sources=2) if train else {}
+    return {i: predict(pt, scaled_overlay(pt, scales[pt["gpu"]]) if pt["gpu"] in scales else None).value
+            for i, pt in enumerate(points) if i in test}
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -340,10 +408,33 @@ class Row:
     measured: float
     predicted: float
     loo: float | None = None
+    source: str = ""
+    regimes: list[str] = field(default_factory=list)
+    loso: float | None = None
 
     @property
     def error(self) -> float:
         return (self.predicted - self.measured) / self.measured
+
+
+def _scores(rows: list[Row], attr: str) -> dict[str, float]:
+    vals = [(getattr(r, attr), r.measured) for r in rows if getattr(r, attr) is not None]
+    ape = [_ape(p, m) for p, m in vals]
+    signed = [(p - m) / m for p, m in vals]
+    if not vals:
+        return {"points": 0}
+    return {"points": len(vals), "median_ape": median(ape), "p90_ape": _quantile(ape, 0.9),
+            "median_bias": median(signed)}
+
+
+def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
+    """Scores overall, per metric class and per regime."""
+    out = {"all": _scores(rows, attr)}
+    for cls in dict.fromkeys(METRIC_CLASS.values()):
+        out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
+    for reg in ("batch 1", "large batch (>= 32)", "MoE", "multi-node"):
+        out[f"regime: {reg}"] = _scores([r for r in rows if reg in r.regimes], attr)
+    return out
 
 
 @dataclass
@@ -367,6 +458,11 @@ class AccuracyReport:
         if any(r.loo is not None for r in self.rows):
             lmed, lp90 = self.stats("loo")
             out.update(loo_median_ape=lmed, loo_p90_ape=lp90, loo_note=self.loo_note)
+        out["breakdown"] = {"catalog": breakdown(self.rows)}
+        if any(r.loso is not None for r in self.rows):
+            smed, sp90 = self.stats("loso")
+            out.update(loso_median_ape=smed, loso_p90_ape=sp90)
+            out["breakdown"]["leave_one_source_out"] = breakdown(self.rows, "loso")
         return out
 
     def text(self) -> str:
@@ -383,6 +479,27 @@ class AccuracyReport:
             lmed, lp90 = self.stats("loo")
             lines.append(f"leave-one-group-out fitted factors: median APE {lmed:.1%}, p90 APE {lp90:.1%} "
                          f"({self.loo_note})")
+        if any(r.loso is not None for r in self.rows):
+            smed, sp90 = self.stats("loso")
+            n_src = len({r.source for r in self.rows})
+            lines.append(f"leave-one-source-out fitted factors: median APE {smed:.1%}, p90 APE {sp90:.1%} "
+                         f"({n_src} sources; each publication held out, factors fitted per GPU on the others)")
+        lines.append("")
+        lines.append(f"{'':<34} {'points':>6} {'median APE':>11} {'p90 APE':>8} {'median bias':>12}"
+                     + ("   LOSO: median APE   p90 APE  median bias" if any(r.loso is not None for r in self.rows)
+                        else ""))
+        cat = breakdown(self.rows)
+        loso = breakdown(self.rows, "loso") if any(r.loso is not None for r in self.rows) else None
+        for key, sc in cat.items():
+            if not sc["points"]:
+                lines.append(f"{key:<34} {0:>6}   no published measurement")
+                continue
+            line = (f"{key:<34} {sc['points']:>6} {sc['median_ape']:>11.1%} {sc['p90_ape']:>8.1%} "
+                    f"{sc['median_bias']:>+12.1%}")
+            if loso and loso[key]["points"]:
+                lo = loso[key]
+                line += f"   {lo['median_ape']:>16.1%} {lo['p90_ape']:>9.1%} {lo['median_bias']:>+12.1%}"
+            lines.append(line)
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
             lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
@@ -400,7 +517,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     for pt in points:
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
-                        p.value))
+                        p.value, source=str(pt.get("source", "")), regimes=regimes(pt)))
     report = AccuracyReport(rows)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
@@ -411,13 +528,15 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     if leave_one_out:
         groups = sorted({_group(pt) for pt in points})
         for g in groups:
-            train = [pt for pt in points if _group(pt) != g]
-            overlay = {"accelerators": fit_efficiency(train, rounds=2)}
-            for pt, row in zip(points, rows, strict=True):
-                if _group(pt) == g:
-                    row.loo = predict(pt, overlay).value
+            test = {i for i, pt in enumerate(points) if _group(pt) == g}
+            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test).items():
+                rows[i].loo = v
         report.loo_note = (f"{len(groups)} model@GPU groups; each held out in turn, efficiency scales fitted per "
                            "GPU on the remaining groups (a GPU seen only in the held-out group keeps catalog factors)")
+        for src in sorted({r.source for r in rows}):
+            test = {i for i, r in enumerate(rows) if r.source == src}
+            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test).items():
+                rows[i].loso = v
     return report
 
 

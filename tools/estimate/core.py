@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 import networkx as nx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
@@ -41,9 +41,10 @@ from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
+from tools.estimate.serving import Serving, Sla, best_under_sla, continuous
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
-from tools.plan import Plan, parse_plan
+from tools.plan import Plan, parse_plan, validation_error_to_input_error
 
 __all__ = ["Estimate", "estimate_performance"]
 
@@ -141,6 +142,12 @@ class Estimate(BaseModel):
         None, description="disaggregated: prefill replicas per decode replica that would balance the rates")
     balanced_split: dict[str, int] | None = Field(
         None, description="disaggregated: prefill and decode replicas that best balance hardware.num_gpus")
+    serving: Serving | None = Field(
+        None, description="aggregated: continuous batching with chunked prefill at concurrency = batch_size per "
+                          "replica (TTFT and TPOT under mixed prefill/decode); the fields above are the static batch")
+    best_under_sla: Serving | None = Field(
+        None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
+                          "(null when even one request misses it)")
 
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
@@ -165,6 +172,17 @@ class Estimate(BaseModel):
             lines.append(f"KV hand-off: {self.kv_transfer.bytes_per_request / 1e6:.1f} MB per request "
                          f"({self.kv_transfer.wire_bytes_per_request / 1e6:.1f} MB on the wire), "
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
+        if self.serving:
+            sv = self.serving
+            lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica): TTFT "
+                         f"{sv.ttft_ms:.1f} ms, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
+                         f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
+                         + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
+        if self.best_under_sla:
+            b = self.best_under_sla
+            lines.append(f"best under the SLA: {b.concurrency} in flight per replica, "
+                         f"{b.output_tokens_per_s_per_gpu:,.1f} tok/s/GPU (TTFT {b.ttft_ms:.1f} ms, "
+                         f"TPOT {b.tpot_ms:.2f} ms)")
         for phase in ("prefill", "decode"):
             d: PhaseDetail = getattr(self, phase)
             lines.append(f"{phase}: {d.latency_ms:.3f} ms, bottleneck {d.bottleneck}; stages "
@@ -405,7 +423,7 @@ _PREPARED_MAX = 32
 def _prepared(full: Plan) -> _Prepared:
     """The DAG and layout depend on the model, hardware, degrees and options only: plans that differ in
     workload, objective or dtypes share one (the costs, which do depend on those, are computed per call)."""
-    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype"})
+    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype", "engine"})
     hit = _PREPARED.pop(key, None)
     if hit is None:
         hit = _Prepared(full)
@@ -422,12 +440,15 @@ def estimate_performance(
     efficiency: Overlay = None,
     *,
     balanced_experts: bool = False,
+    sla: Sla | dict[str, Any] | None = None,
 ) -> Estimate:
     """Estimate latency, throughput, KV cache and memory of a plan (or of a DAG that embeds its plan).
 
     ``overlap`` overrides ``plan.options.overlap_comm``; ``efficiency`` is an overlay (dict or JSON path) of
     efficiency factors, defaulting to the file named by ``$PDAG_EFFICIENCY`` if set.  ``balanced_experts``
-    (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.
+    (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.  ``sla``
+    (``max_tpot_ms``, ``max_ttft_ms``) checks the serving figures against it and finds the concurrency with the
+    most output tokens/s per GPU within it (``best_under_sla``; aggregated plans).
     """
     full = _resolve_plan(plan, dag)
     if overlap is not None and not isinstance(overlap, bool):
@@ -435,14 +456,24 @@ def estimate_performance(
     use_overlap = full.options.overlap_comm if overlap is None else overlap
     prep = _prepared(full)
     layout = prep.layout
-    eff = efficiency_for(full.accelerator.id, efficiency)
+    eff = efficiency_for(full.accelerator.id, efficiency, full.engine)
     calibrated = load_overlay(efficiency) is not None
     model = CostModel(full, layout, eff, use_overlap, balanced_experts)
-    step = eff["step_overhead_ms"] * 1e-3
     wl = full.workload
-    pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp, step)
-    dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp, step)
+    pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp,
+                 eff["step_overhead_ms"] * 1e-3)
+    dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp,
+                 eff["decode_step_overhead_ms"] * 1e-3)
     mem = memory_report(full, layout, efficiency)
+    sla_m = _parse_sla(sla)
+    serving = best = None
+    if not layout.disaggregated:
+        pre1 = pre.latency_ms if wl.batch_size == 1 else _phase(
+            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
+        serving = continuous(full, eff, wl.batch_size, pre1, dec.latency_ms, layout.dp,
+                             prep.replica_gpus * layout.dp, sla_m)
+        if sla_m is not None:
+            best = best_under_sla(full, sla_m, max(1, mem.max_batch_size_that_fits), eff, use_overlap)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
@@ -479,7 +510,20 @@ def estimate_performance(
         pool_balance=figures.pool_balance,
         balanced_prefill_per_decode=figures.balanced_prefill_per_decode,
         balanced_split=figures.balanced_split,
+        serving=serving,
+        best_under_sla=best,
     )
+
+
+def _parse_sla(sla: Sla | dict[str, Any] | None) -> Sla | None:
+    if sla is None or isinstance(sla, Sla):
+        return sla
+    if not isinstance(sla, dict):
+        raise PdagInputError("sla", f"expected an object, got {type(sla).__name__}", "{max_tpot_ms, max_ttft_ms}")
+    try:
+        return Sla.model_validate(sla)
+    except ValidationError as exc:
+        raise validation_error_to_input_error(exc, "sla") from None
 
 
 class Headline(BaseModel):
@@ -572,19 +616,26 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     wl = plan.workload
     e = model.eff
     out = [
-        "roofline per kernel: time = max(FLOPs/(peak*eff), bytes/(HBM bw*eff)) + launch overhead; "
+        f"roofline per kernel: time = (t_compute^p + t_memory^p)^(1/p) + launch overhead, p = "
+        f"{e['roofline_blend_exponent']:g} (no perfect overlap of loads and math near the ridge point); "
         f"GEMMs run in {model.gemm_dtype}, attention in 16-bit",
+        f"engine profile {plan.engine!r} (knowledge/engines/{plan.engine}.json): "
+        f"{e['kernel_overhead_us']:g}/{e['decode_kernel_overhead_us']:g} us per kernel in prefill/decode "
+        f"(CUDA graphs in decode), all-reduce floor {e['allreduce_min_us']:g} us, all-to-all latency "
+        f"{e['alltoall_min_us']:g} us",
         f"decode reads the KV cache of the average context input_len + output_len/2 = {model.decode_context:g} tokens",
         "prefill processes the whole batch in one pass (chunked prefill would not change the FLOPs)",
         "causal attention: each prompt token attends to (L+1)/2 keys on average (flash attention, no L^2 memory)",
-        f"engine overhead of {e['step_overhead_ms']:g} ms per forward pass (scheduler, sampling, host)",
+        f"engine overhead of {e['step_overhead_ms']:g} ms per prefill pass and {e['decode_step_overhead_ms']:g} ms "
+        "per decode step (scheduler, sampling, host)",
         "collectives: alpha-beta with the catalog link (intra-node NVLink/xGMI/PCIe, inter-node network); "
         "all-reduce takes the fastest of ring, one-shot and two-shot (intra-node) or ring and tree (inter-node)",
         "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
     ]
     if overlap:
-        out.append(f"overlap_comm on: {e['overlap_hidden_fraction']:.0%} of TP all-reduce / EP all-to-all / SP "
-                   "all-gather time is hidden behind compute when the phase has >= 2 tokens (micro-batch overlap)")
+        out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
+                   f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute when the phase has >= 2 "
+                   "tokens (two-batch overlap where the engine has it; engines do not overlap the TP all-reduce)")
     else:
         out.append("overlap_comm off: every collective is on the critical path")
     if plan.spec.is_moe:
@@ -628,10 +679,13 @@ def _provenance(plan: Plan, eff: dict[str, float], calibrated: bool) -> list[Pro
                    source=src.get("inter_node.bandwidth_bytes_per_s", "")),
         Provenance(figure=f"model {spec.id} dimensions", kind="catalog", value=spec.name, source=spec.source or ""),
     ]
-    for key in ("compute_efficiency_gemm", "compute_efficiency_attention", "memory_efficiency",
-                "comm_bandwidth_efficiency", "kernel_overhead_us", "step_overhead_ms", "overlap_hidden_fraction"):
+    for key in ("compute_efficiency_gemm", "compute_efficiency_gemm_fp8", "compute_efficiency_attention",
+                "memory_efficiency", "small_gemm_memory_efficiency", "comm_bandwidth_efficiency",
+                "roofline_blend_exponent", "kernel_overhead_us", "decode_kernel_overhead_us", "step_overhead_ms",
+                "decode_step_overhead_ms", "allreduce_min_us", "alltoall_min_us", "tp_overlap_fraction",
+                "ep_overlap_fraction"):
         out.append(Provenance(figure=key, kind="calibrated" if calibrated else "assumption", value=f"{eff[key]:g}",
-                              source="efficiency overlay" if calibrated else efficiency_source(key)))
+                              source="efficiency overlay" if calibrated else efficiency_source(key, plan.engine)))
     out.append(Provenance(figure="latencies, throughput, KV, memory", kind="modelled", value="",
                           source="tools/estimate (critical path over the DAG) and tools/memory.py"))
     return out
@@ -642,7 +696,7 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     p = parse_plan(plan)
     layout = Layout(p)
     graph = build_graph(p, layout, first_replica_only=True)
-    model = CostModel(p, layout, efficiency_for(p.accelerator.id), p.options.overlap_comm)
+    model = CostModel(p, layout, efficiency_for(p.accelerator.id, engine=p.engine), p.options.overlap_comm)
     b = batch or p.workload.batch_size
     groups = {ph: pl.attn_dp for ph, pl in layout.phases.items()}
     return {v: model.cost(a, node_batch(a, b, groups.get(a.get("phase") or "prefill", 1)))  # type: ignore[call-overload]

@@ -1,8 +1,24 @@
 """Cost of one DAG node: roofline for compute nodes, alpha-beta for communication nodes.
 
 Every compute node is a short sequence of kernels; each kernel takes
-``max(flops / (peak * eff_compute), bytes / (hbm_bw * eff_mem)) + kernel_overhead``.  Efficiency factors come
-from ``knowledge/hardware/efficiency.json`` (see ``tools/estimate/efficiency.py``).
+``(t_c^p + t_m^p)^(1/p) + kernel_overhead`` with ``t_c = flops / (peak * eff_compute)`` and
+``t_m = bytes / (hbm_bw * eff_mem)``: near the ridge point loads are not hidden behind math, far from it the
+larger term wins (``roofline_blend_exponent`` p).  Efficiency factors come from
+``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/estimate/efficiency.py``);
+decode uses the engine's CUDA-graph per-kernel and per-layer overheads.
+
+Collectives (alpha-beta on the link the devices share): the TP all-reduce takes the best of ring, one-shot and
+two-shot with the engine's small-message floor (NCCL ~20 us, a custom one-shot kernel ~6-8 us) and is never
+overlapped.  MoE token exchange depends on where the tokens are:
+
+* tokens replicated over the expert GPUs (attention TP covering the EP group, no attention-DP: expert-TP and
+  TP-style EP): each GPU picks its tokens locally (no dispatch traffic) and the combine is an all-reduce;
+* otherwise (attention-DP): an all-to-all.  Each source GPU sends its tokens' copies to the GPUs holding their
+  experts; copies to GPUs of the same node move over NVLink, the others over the node's NICs (per-GPU RDMA
+  bandwidth).  Dispatch uses the engine's payload (fp8 for DeepEP), combine 16-bit.  In prefill an engine with
+  node de-duplication (DeepEP normal kernels) sends a token once per remote node and forwards it over NVLink;
+  in decode (low-latency kernels) every copy travels.  The latency term is one fixed alpha, not one per peer:
+  DeepEP's published dispatch latency grows only 1.6x from EP 16 to EP 256.
 
 Token counts per phase (``batch`` sequences of the DP replica, or of one micro-batch):
 
@@ -31,7 +47,6 @@ from tools.layout import Layout
 from tools.plan import Plan
 
 T = NodeType
-COMM_ROLES_OVERLAPPABLE = frozenset({"tp_sync", "dispatch", "combine", "sp_sync"})
 
 
 @dataclass
@@ -53,6 +68,7 @@ class Kernel:
     attention: bool = False
     small: bool = False  # weight-streaming GEMM with few tokens
     experts: bool = False  # grouped GEMM over routed experts
+    mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -87,6 +103,10 @@ class CostModel:
         self.kvb = DTYPE_BYTES[plan.effective_kv_dtype]
         self.ab = self.eff["activation_bytes"]
         self.gemm_dtype = self.gemm_compute_dtype()
+        e = self.eff
+        self.eff_gemm = e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") \
+            else e["compute_efficiency_gemm"]
+        self.blend = max(1.0, e["roofline_blend_exponent"])
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
         self.peak_attn = acc.peak_flops("bf16" if acc.supports("bf16") else "fp16")
         self.hbm = acc.memory_bandwidth_bytes_per_s
@@ -103,24 +123,30 @@ class CostModel:
         return "bf16" if acc.supports("bf16") else "fp16"
 
     # ------------------------------------------------------------------ kernels
-    def run(self, kernels: list[Kernel]) -> NodeCost:
+    def run(self, phase: str, kernels: list[Kernel]) -> NodeCost:
         e = self.eff
         total = flops = nbytes = 0.0
         t_c = t_m = 0.0
+        launch = e["decode_kernel_overhead_us" if phase == "decode" else "kernel_overhead_us"] * 1e-6
+        p = self.blend
         for k in kernels:
-            if k.attention:
+            if k.mla and e["mla_decode_flash"] >= 0.5:
+                peak = self.peak_attn * e["compute_efficiency_attention_flashmla"]
+            elif k.attention:
                 peak = self.peak_attn * e["compute_efficiency_attention"]
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
                 peak = (self.peak_gemm if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
-                peak = self.peak_gemm * e["compute_efficiency_gemm"]
+                peak = self.peak_gemm * self.eff_gemm
             bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
             tc, tm = k.flops / peak, k.bytes / bw
-            t_c += tc if tc >= tm else 0.0
-            t_m += tm if tm > tc else 0.0
-            total += max(tc, tm) + e["kernel_overhead_us"] * 1e-6
+            both = (tc ** p + tm ** p) ** (1 / p) if tc > 0 and tm > 0 else tc + tm
+            # the blend's excess over the larger term is charged to the larger term's kind
+            t_c += both if tc >= tm else 0.0
+            t_m += both if tm > tc else 0.0
+            total += both + launch
             flops += k.flops
             nbytes += k.bytes
         over = total - t_c - t_m
@@ -171,16 +197,17 @@ class CostModel:
         if ntype == T.ATTENTION:
             return self.attention(phase, batch, attrs, meta, sliding)
         if ntype == T.NORM:
-            c = self.run([Kernel(0.0, 2 * tok * h * ab, small=True)])
+            c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
             if attrs.get("role") in ("pre_attention", "pre_ffn"):
-                c.seconds += e["layer_overhead_us"] * 0.5e-6
-                c.overhead_s += e["layer_overhead_us"] * 0.5e-6
+                extra = e["decode_layer_overhead_us" if phase == "decode" else "layer_overhead_us"] * 0.5e-6
+                c.seconds += extra
+                c.overhead_s += extra
             return c
         if ntype == T.FFN:
             inter = spec.moe.shared_expert_intermediate_size if (attrs.get("role") == "shared_expert"
                                                                   and spec.moe) else spec.intermediate_size
             i_l = inter / max(1, int(meta.get("of", 1)))
-            return self.run([
+            return self.run(phase, [
                 Kernel(2 * tok * h * 2 * i_l, 2 * h * i_l * self.wb + tok * (h + 2 * i_l) * ab, small=small),
                 Kernel(tok * 2 * i_l, tok * 3 * i_l * ab, small=True),
                 Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small),
@@ -190,23 +217,25 @@ class CostModel:
         if ntype == T.ROUTER:
             assert spec.moe is not None
             n_e = spec.moe.num_experts
-            c = self.run([Kernel(2 * tok * h * n_e, h * n_e * self.hb + tok * (h * ab + n_e * 4), small=small),
+            c = self.run(phase, [Kernel(2 * tok * h * n_e, h * n_e * self.hb + tok * (h * ab + n_e * 4), small=small),
                           Kernel(tok * n_e * 4, tok * n_e * 4 * 2, small=True)])
-            c.seconds += e["moe_dispatch_overhead_us"] * 1e-6
-            c.overhead_s += e["moe_dispatch_overhead_us"] * 1e-6
+            if not self.tokens_replicated(phase):  # permutation into the all-to-all send buffers
+                c.seconds += e["moe_dispatch_overhead_us"] * 1e-6
+                c.overhead_s += e["moe_dispatch_overhead_us"] * 1e-6
             return c
         if ntype == T.EMBEDDING:
-            return self.run([Kernel(0.0, 2 * tok * h * self.hb, small=True)])
+            return self.run(phase, [Kernel(0.0, 2 * tok * h * self.hb, small=True)])
         if ntype == T.LM_HEAD:
             v = spec.vocab_size
-            return self.run([Kernel(2 * batch * h * v, h * v * self.hb + batch * v * 4, small=True),
+            return self.run(phase, [Kernel(2 * batch * h * v, h * v * self.hb + batch * v * 4, small=True),
                              Kernel(batch * v * 4, batch * v * 8, small=True)])  # sampling / softmax
         if ntype == T.KV_CACHE:
             kv_local = self.kv_elems_local(attrs)
             sp = max(1, int(meta.get("seq_shards", 1) or 1))
             if phase == "prefill":
-                return self.run([Kernel(0.0, tok / max(1, self.attn_sp(attrs)) * kv_local * self.kvb, small=True)])
-            return self.run([Kernel(0.0, batch * kv_local * self.kvb / sp, small=True)])
+                per_gpu = tok / max(1, self.attn_sp(attrs)) * kv_local * self.kvb
+                return self.run(phase, [Kernel(0.0, per_gpu, small=True)])
+            return self.run(phase, [Kernel(0.0, batch * kv_local * self.kvb / sp, small=True)])
         if ntype in (T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL, T.SEND_RECV, T.KV_TRANSFER):
             return self.comm(ntype, phase, batch, attrs)
         return NodeCost(0.0, "overhead")
@@ -250,11 +279,11 @@ class CostModel:
                 kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
                                       small=True))
                 ctx_bytes = batch * keys * (kvl + rope) * self.kvb / 1  # latent is whole on every TP rank
-                kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True))
+                kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True, mla=True))
                 kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
                                       small=True))
             kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small))
-            return self.run(kernels)
+            return self.run(phase, kernels)
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
         qkv_w = h * (hq + 2 * hkv) * d
@@ -268,12 +297,13 @@ class CostModel:
             kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb * reread
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
         kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small))
-        return self.run(kernels)
+        return self.run(phase, kernels)
 
     def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
         spec = self.spec
         moe = spec.moe
         assert moe is not None
+        phase = attrs.get("phase") or "prefill"
         held = len(attrs.get("experts") or ())
         etp = max(1, int(meta.get("of", 1) or 1))
         ranks = self.layout.phases[attrs.get("phase") or "prefill"].ep  # type: ignore[index]
@@ -282,13 +312,19 @@ class CostModel:
         h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
         w1 = hit * 2 * h * i_l * self.wb
         w2 = hit * i_l * h * self.wb
-        return self.run([
+        return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
             Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True),
         ])
 
     # ------------------------------------------------------------------ communication
+    def tokens_replicated(self, phase: str) -> bool:
+        """Every expert GPU already holds every token of the layer (attention TP spans the EP group and there is
+        no attention-DP): MoE then needs no dispatch, and its combine is an all-reduce (expert-TP, TP-style EP)."""
+        pl = self.layout.phases[phase]  # type: ignore[index]
+        return pl.attn_dp == 1 and pl.tp >= pl.ep
+
     def comm(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any]) -> NodeCost:
         e, spec = self.eff, self.spec
         devices = attrs["devices"]
@@ -300,31 +336,69 @@ class CostModel:
         link = self.link(devices)
         bw = link.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
         alpha = link.latency_us * e["comm_latency_scale"] * 1e-6
-        switched = link.kind in ("nvlink", "xgmi")
-        if ntype == T.ALL_REDUCE:
-            ring = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
-            options = [ring]
-            if switched:
-                options.append((n - 1) * size / bw + alpha)  # one-shot: read every peer's buffer
-                options.append(2 * (n - 1) / n * size / bw + 2 * alpha)  # two-shot: reduce-scatter + all-gather
-            else:
-                options.append(2 * size / bw + 2 * math.ceil(math.log2(n)) * alpha)  # tree
-            t = max(min(options), e["allreduce_min_us"] * 1e-6)
+        role = attrs.get("role")
+        overlap_key = "tp_overlap_fraction"
+        if ntype == T.ALL_TO_ALL and self.tokens_replicated(phase):
+            if role == "dispatch":  # each GPU selects its experts' tokens from its own copy
+                return NodeCost(0.0, "communication")
+            t = self.all_reduce(n, size, link, bw, alpha)
+        elif ntype == T.ALL_REDUCE:
+            t = self.all_reduce(n, size, link, bw, alpha)
         elif ntype in (T.ALL_GATHER, T.REDUCE_SCATTER):
+            switched = link.kind in ("nvlink", "xgmi")
             t = max((n - 1) / n * size / bw + ((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
         elif ntype == T.ALL_TO_ALL:
-            k = spec.moe.experts_per_token if spec.moe else 1
-            per_gpu = tok * k * spec.hidden_size * self.ab / n
-            t = max((n - 1) / n * per_gpu / bw + (n - 1) * alpha, e["alltoall_min_us"] * 1e-6)
+            t = self.all_to_all(phase, tok, devices, role)
+            overlap_key = "ep_overlap_fraction"
         elif ntype == T.KV_TRANSFER:
             layer_kv = self.tokens("prefill", batch) * self.kv_elems_local({"kv_heads": spec.num_kv_heads}) * self.kvb
             t = alpha + layer_kv / max(1, n) / bw
         else:  # SEND_RECV: activations of the batch between two pipeline stages
             t = alpha + size / bw
         hidden = 0.0
-        if self.overlap and attrs.get("role") in COMM_ROLES_OVERLAPPABLE and self.can_overlap(phase, batch):
-            hidden = t * e["overlap_hidden_fraction"]
+        if self.overlap and role in ("tp_sync", "sp_sync", "dispatch", "combine") and self.can_overlap(phase, batch):
+            hidden = t * e[overlap_key]
         return NodeCost(t - hidden, "communication", 0.0, size, hidden)
+
+    def all_reduce(self, n: int, size: float, link: Link, bw: float, alpha: float) -> float:
+        """Fastest of ring, one-shot and two-shot (switched intra-node fabric) or ring and tree (network), never
+        below the engine's small-message floor (inside a node; across nodes NCCL's own latency applies)."""
+        ring = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
+        options = [ring]
+        switched = link.kind in ("nvlink", "xgmi")
+        if switched:
+            options.append((n - 1) * size / bw + alpha)  # one-shot: read every peer's buffer
+            options.append(2 * (n - 1) / n * size / bw + 2 * alpha)  # two-shot: reduce-scatter + all-gather
+        else:
+            options.append(2 * size / bw + 2 * math.ceil(math.log2(n)) * alpha)  # tree
+        return max(min(options), self.eff["allreduce_min_us"] * 1e-6)
+
+    def all_to_all(self, phase: str, tok: float, devices: list[int], role: str | None) -> float:
+        """One MoE dispatch or combine over ``devices`` (see the module doc): NVLink and NIC traffic in parallel,
+        one fixed latency."""
+        e, spec = self.eff, self.spec
+        n = len(devices)
+        k = spec.moe.experts_per_token if spec.moe else 1
+        elem = e["dispatch_bytes"] if role == "dispatch" else self.ab
+        per_src = tok / n * spec.hidden_size * elem  # one copy of one source GPU's tokens
+        c = self.plan.cluster
+        gpn = max(1, min(c.gpus_per_node, n))
+        nodes = max(1, math.ceil(n / gpn)) if self.crosses_nodes(devices) else 1
+        intra = self.plan.accelerator.intra_node
+        nvl_bw = intra.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
+        floor = e["alltoall_min_us"] * 1e-6
+        if nodes == 1:
+            return floor + k * (n - 1) / n * per_src / nvl_bw
+        net = self.plan.accelerator.inter_node
+        net_bw = net.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
+        local = gpn / n  # share of the expert GPUs in the sender's node
+        if phase == "prefill" and e["alltoall_node_dedup"] >= 0.5:
+            remote_copies = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)  # distinct remote nodes a token reaches
+            nvl_copies = k  # local copies plus forwarding of received copies inside the destination node
+        else:
+            remote_copies = k * (1 - local)
+            nvl_copies = k * local
+        return floor + net.latency_us * 1e-6 + max(remote_copies * per_src / net_bw, nvl_copies * per_src / nvl_bw)
 
     def can_overlap(self, phase: str, batch: int) -> bool:
         """Overlap needs two independent pieces of work (two micro-batches): a batch of >= 2 sequences in

@@ -1,6 +1,7 @@
 """Efficiency factors of the performance and memory models (``knowledge/hardware/efficiency.json``).
 
-Resolution order for one accelerator: the file's ``defaults``, then ``accelerators.<id>`` of the file, then an
+Resolution order for one accelerator: the file's ``defaults``, then the engine profile's keys
+(``engine_profile.py``, ``generic`` unless the plan names an engine), then ``accelerators.<id>`` of the file, then an
 *overlay* (the JSON ``pdag calibrate`` writes) given as an argument or through the ``PDAG_EFFICIENCY``
 environment variable.  An overlay has the same shape as the file (``defaults`` and/or ``accelerators``);
 a flat ``{key: value}`` object is also accepted and applies to every accelerator.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.errors import PdagInputError
+from tools.estimate.engine_profile import ENGINE_KEYS, engine_profile
 from tools.inputs import load_json_text, read_text_file
 
 EFFICIENCY_FILE = Path(__file__).resolve().parent.parent.parent / "knowledge" / "hardware" / "efficiency.json"
@@ -49,8 +51,12 @@ def load_overlay(overlay: Overlay) -> dict[str, Any] | None:
     raise PdagInputError("efficiency", f"cannot use {type(overlay).__name__} as an overlay", "a dict or a path")
 
 
+def known_keys() -> set[str]:
+    return set(efficiency_catalog()["defaults"]) | ENGINE_KEYS
+
+
 def _apply(out: dict[str, float], layer: dict[str, Any], accel_id: str) -> None:
-    known = set(efficiency_catalog()["defaults"])
+    known = known_keys()
     flat = {k: v for k, v in layer.items() if k in known}
     nested = dict(layer.get("defaults") or {})
     nested.update((layer.get("accelerators") or {}).get(accel_id) or {})
@@ -62,10 +68,11 @@ def _apply(out: dict[str, float], layer: dict[str, Any], accel_id: str) -> None:
         out[key] = float(value)
 
 
-def efficiency_for(accel_id: str, overlay: Overlay = None) -> dict[str, float]:
-    """Every efficiency key resolved for ``accel_id`` (unknown accelerators get the defaults)."""
+def efficiency_for(accel_id: str, overlay: Overlay = None, engine: str = "generic") -> dict[str, float]:
+    """Every efficiency key resolved for ``accel_id`` on ``engine`` (unknown accelerators get the defaults)."""
     cat = efficiency_catalog()
     out = {k: float(v) for k, v in cat["defaults"].items()}
+    out.update(engine_profile(engine).efficiency_keys())
     out.update({k: float(v) for k, v in (cat["accelerators"].get(accel_id) or {}).items()})
     extra = load_overlay(overlay)
     if extra:
@@ -73,5 +80,8 @@ def efficiency_for(accel_id: str, overlay: Overlay = None) -> dict[str, float]:
     return out
 
 
-def efficiency_source(key: str) -> str:
-    return str(efficiency_catalog()["sources"].get(key, "assumption"))
+def efficiency_source(key: str, engine: str = "generic") -> str:
+    src = efficiency_catalog()["sources"].get(key)
+    if src is None and key in ENGINE_KEYS:
+        return f"engine profile knowledge/engines/{engine}.json"
+    return str(src or "assumption")

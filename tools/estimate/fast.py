@@ -58,12 +58,14 @@ def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int
 class FastEstimator:
     """Per-layout phase latencies at any batch; build once per layout (the batch is not part of it)."""
 
-    def __init__(self, plan: Plan, layout: Layout | None = None) -> None:
+    def __init__(self, plan: Plan, layout: Layout | None = None, eff: dict[str, float] | None = None,
+                 overlap: bool | None = None) -> None:
         self.plan = plan
         self.layout = layout or Layout(plan)
-        self.eff = efficiency_for(plan.accelerator.id)
-        self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm)
-        self.step = self.eff["step_overhead_ms"] * 1e-3
+        self.eff = eff or efficiency_for(plan.accelerator.id, engine=plan.engine)
+        self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm if overlap is None else overlap)
+        self.step = {"prefill": self.eff["step_overhead_ms"] * 1e-3,
+                     "decode": self.eff["decode_step_overhead_ms"] * 1e-3}
         self.stages = self._build()
         self._phase_ms: dict[tuple[str, int], float] = {}
 
@@ -152,7 +154,7 @@ class FastEstimator:
             slowest = max(mstages)
             piped = (m + pp - 1) * slowest if phase == "prefill" else max(sum(mstages), m * slowest)
             latency = min(latency, piped)
-        ms = (latency + self.step) * 1e3
+        ms = (latency + self.step[phase]) * 1e3
         self._phase_ms[key] = ms
         return ms
 

@@ -1,0 +1,58 @@
+"""Monotonicity the estimate must keep over arbitrary plans: more sequences or more context never make a step
+faster, and spreading experts wider at the same per-GPU batch never lowers decode throughput per GPU."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tools import estimate_performance
+from tools.estimate.engine_profile import ENGINE_IDS
+
+DENSE = st.sampled_from([("llama-3.1-8b", 1), ("llama-3.1-8b", 2), ("llama-3.1-70b", 4), ("llama-3.1-70b", 8),
+                         ("mistral-7b", 1)])
+GPUS = st.sampled_from(["h100-sxm", "a100-80gb", "h200", "mi300x"])
+SLOW = settings(max_examples=12, deadline=None, derandomize=True)
+
+
+def _est(model: str, tp: int, gpu: str, engine: str, b: int, i: int, o: int):
+    return estimate_performance(plan={"model": model, "hardware": {"gpu": gpu, "num_gpus": tp},
+                                      "parallel": {"tp": tp}, "engine": engine,
+                                      "workload": {"input_len": i, "output_len": o, "batch_size": b}})
+
+
+@SLOW
+@given(DENSE, GPUS, st.sampled_from(ENGINE_IDS), st.integers(1, 256), st.integers(1, 64), st.integers(16, 8192))
+def test_latency_monotonic_in_batch(mt: tuple[str, int], gpu: str, engine: str, b: int, extra: int,
+                                    i: int) -> None:
+    model, tp = mt
+    small, big = _est(model, tp, gpu, engine, b, i, 128), _est(model, tp, gpu, engine, b + extra, i, 128)
+    assert big.decode_latency_ms_per_token >= small.decode_latency_ms_per_token
+    assert big.prefill_latency_ms >= small.prefill_latency_ms
+
+
+@SLOW
+@given(DENSE, GPUS, st.sampled_from(ENGINE_IDS), st.integers(1, 128), st.integers(16, 16384),
+       st.integers(1, 16384))
+def test_latency_monotonic_in_context(mt: tuple[str, int], gpu: str, engine: str, b: int, i: int,
+                                      extra: int) -> None:
+    model, tp = mt
+    short, long = _est(model, tp, gpu, engine, b, i, 128), _est(model, tp, gpu, engine, b, i + extra, 128)
+    assert long.decode_latency_ms_per_token >= short.decode_latency_ms_per_token
+    assert long.prefill_latency_ms >= short.prefill_latency_ms
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(st.sampled_from([(8, 16), (16, 32), (32, 64)]), st.sampled_from([16, 64, 128]),
+       st.sampled_from(["sglang", "generic"]))
+def test_decode_throughput_per_gpu_monotonic_in_ep(widths: tuple[int, int], per_gpu: int, engine: str) -> None:
+    """Published large-scale EP results (DeepSeek, SGLang): wider EP at equal per-GPU batch keeps or raises
+    throughput per GPU."""
+    rate = []
+    for ep in widths:
+        est = estimate_performance(plan={
+            "model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": ep}, "dtype": "fp8", "engine": engine,
+            "parallel": {"ep": ep, "attn_dp": ep}, "options": {"allow_attention_dp": True},
+            "workload": {"input_len": 2000, "output_len": 200, "batch_size": per_gpu * ep}})
+        rate.append(est.throughput.decode_tokens_per_s / ep)
+    assert rate[1] >= 0.98 * rate[0]

@@ -1,0 +1,139 @@
+"""Physics the estimator must respect: batch-1 decode is a weight stream, engines price collectives their own
+way, DeepEP's all-to-all latency is nearly flat in the peer count, wide EP does not lose throughput per GPU."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+
+from tools import estimate_performance
+from tools.errors import PdagInputError
+from tools.estimate.costs import CostModel
+from tools.estimate.efficiency import efficiency_for
+from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
+from tools.layout import Layout
+from tools.memory import memory_report
+from tools.plan import parse_plan
+
+
+def plan(model: str, gpu: str, n: int, b: int = 1, i: int = 128, o: int = 128, dtype: str = "bf16",
+         engine: str = "generic", options: dict | None = None, **par: int) -> dict:
+    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": par, "dtype": dtype,
+            "workload": {"input_len": i, "output_len": o, "batch_size": b}, "engine": engine,
+            "options": options or {}}
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("llama-3.1-8b", "h100-sxm", 1), ("llama-2-7b", "a100-80gb", 1),
+                                                  ("llama-3.1-70b", "h100-sxm", 4), ("llama-2-70b", "a100-80gb", 8)])
+def test_batch1_decode_is_weight_stream_plus_collectives(model: str, gpu: str, tp: int) -> None:
+    """TPOT at batch 1 within 10 % of weight bytes / achievable bandwidth + 2 all-reduces per layer + step cost."""
+    p = plan(model, gpu, tp, tp=tp)
+    full = parse_plan(p)
+    eff = efficiency_for(full.accelerator.id)
+    weights = max(g.weights_bytes for g in memory_report(full, Layout(full)).per_gpu)
+    stream_ms = weights / (full.accelerator.memory_bandwidth_bytes_per_s * eff["small_gemm_memory_efficiency"]) * 1e3
+    collectives_ms = (2 * full.spec.num_layers * eff["allreduce_min_us"] * 1e-3) if tp > 1 else 0.0
+    expected = stream_ms + collectives_ms + eff["decode_step_overhead_ms"]
+    tpot = estimate_performance(plan=p).decode_latency_ms_per_token
+    assert tpot == pytest.approx(expected, rel=0.10)
+
+
+def test_engines_differ_where_they_should() -> None:
+    """Same plan: a custom one-shot all-reduce (vLLM) beats NCCL (generic) at batch-1 TP 8; CUDA graphs make decode
+    overhead a fraction of prefill's."""
+    p = plan("llama-3.1-70b", "h100-sxm", 8, tp=8)
+    generic = estimate_performance(plan=p)
+    vllm = estimate_performance(plan={**p, "engine": "vllm"})
+    assert vllm.decode_latency_ms_per_token < generic.decode_latency_ms_per_token
+    assert vllm.decode.breakdown_ms["communication"] < 0.5 * generic.decode.breakdown_ms["communication"]
+    e = efficiency_for("h100-sxm", engine="generic")
+    assert e["decode_kernel_overhead_us"] < e["kernel_overhead_us"]
+    assert e["decode_step_overhead_ms"] < e["step_overhead_ms"]
+    assert any("engine profile 'vllm'" in a for a in vllm.assumptions)
+
+
+def test_every_engine_profile_loads_with_sources() -> None:
+    assert set(ENGINE_IDS) == {f.stem for f in ENGINE_DIR.glob("*.json")} == set(get_args(EngineId))
+    for engine in ENGINE_IDS:
+        prof = engine_profile(engine)
+        assert prof.id == engine
+        for key in ("step_overhead_ms", "allreduce", "alltoall", "overlap", "kernels"):
+            assert prof.sources.get(key), f"{engine}: no source for {key}"
+        assert prof.overlap.tp_allreduce == 0.0  # no engine overlaps the TP all-reduce
+    with pytest.raises(PdagInputError):
+        engine_profile("nonesuch")
+
+
+def test_tp_allreduce_is_never_hidden() -> None:
+    est = estimate_performance(plan={**plan("llama-3.1-70b", "h100-sxm", 8, b=32, i=2048, tp=8),
+                                     "options": {"overlap_comm": True}, "engine": "sglang"})
+    assert est.prefill.communication_hidden_ms == 0 and est.decode.communication_hidden_ms == 0
+
+
+def test_expert_tp_combines_with_an_all_reduce() -> None:
+    """Expert-TP (tokens on every expert GPU): no dispatch traffic, the combine costs one TP all-reduce."""
+    p = parse_plan(plan("mixtral-8x7b", "h100-sxm", 8, options={"allow_expert_tp": True}, tp=8))
+    layout = Layout(p)
+    m = CostModel(p, layout, efficiency_for(p.accelerator.id), False)
+    gpus = list(range(8))
+    dispatch = m.cost({"type": "AllToAllNode", "role": "dispatch", "phase": "decode", "devices": gpus}, 1)
+    combine = m.cost({"type": "AllToAllNode", "role": "combine", "phase": "decode", "devices": gpus}, 1)
+    tp_sync = m.cost({"type": "AllReduceNode", "role": "tp_sync", "phase": "decode", "devices": gpus}, 1)
+    assert dispatch.seconds == 0.0 and combine.seconds == pytest.approx(tp_sync.seconds)
+
+
+# DeepEP low-latency kernels, H800 + CX7 400 Gb/s, 128 tokens per GPU, hidden 7168, top-8, fp8 dispatch
+# (https://github.com/deepseek-ai/DeepEP, README "Low-latency kernels with pure RDMA"): dispatch latency in us.
+DEEPEP_DISPATCH_US = {16: 118, 32: 155, 64: 173, 128: 192, 256: 194}
+
+
+def _dispatch_us(ep: int) -> float:
+    p = parse_plan(plan("deepseek-v3", "h100-sxm", ep, b=128 * ep, dtype="fp8", engine="sglang",
+                        options={"allow_attention_dp": True}, ep=ep, attn_dp=ep))
+    m = CostModel(p, Layout(p), efficiency_for(p.accelerator.id, engine="sglang"), False)
+    attrs = {"type": "AllToAllNode", "role": "dispatch", "phase": "decode", "devices": list(range(ep))}
+    return m.cost(attrs, 128 * ep).seconds * 1e6
+
+
+def test_all_to_all_latency_is_flat_like_deepep() -> None:
+    got = {ep: _dispatch_us(ep) for ep in DEEPEP_DISPATCH_US}
+    for ep, us in DEEPEP_DISPATCH_US.items():
+        assert got[ep] == pytest.approx(us, rel=0.3), (ep, got[ep])
+    assert got[256] / got[16] < 2.2  # DeepEP: 1.64x from EP 16 to EP 256, not 16x
+
+
+def test_wide_ep_keeps_throughput_per_gpu() -> None:
+    """EP 144 does not lose decode throughput per GPU to EP 72 at the same per-GPU batch (large-scale EP results:
+    more GPUs hold fewer experts each, the all-to-all stays nearly flat)."""
+    rate = {}
+    for ep in (72, 144):
+        est = estimate_performance(plan=plan("deepseek-v3", "h200", ep, b=64 * ep, i=2000, o=200, dtype="fp8",
+                                             engine="sglang", options={"allow_attention_dp": True,
+                                                                       "expert_imbalance_ok": True},
+                                             ep=ep, attn_dp=ep))
+        rate[ep] = est.throughput.decode_tokens_per_s / ep
+    assert rate[144] >= 0.98 * rate[72]
+
+
+def test_imported_plans_carry_their_engine_and_export_to_it() -> None:
+    from tools.engines import export_plan, import_command
+
+    r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
+    assert r.plan["engine"] == "sglang"
+    assert export_plan(r.plan).engine == "sglang"
+    v = import_command("vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4")
+    assert v.plan["engine"] == "vllm" and export_plan(v.plan).engine == "vllm"
+    with pytest.raises(PdagInputError):  # the generic profile is no launchable engine
+        export_plan({**v.plan, "engine": "generic"})
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang", "gpt-fast"])
+def test_search_fast_path_prices_the_engine_like_the_estimate(engine: str) -> None:
+    from tools.estimate.fast import FastEstimator
+
+    p = plan("mixtral-8x7b", "h100-sxm", 8, b=16, i=1024, dtype="fp8", engine=engine, ep=8, tp=8)
+    est = estimate_performance(plan=p)
+    fast = FastEstimator(parse_plan(p))
+    assert fast.phase_ms("decode", 16) == pytest.approx(est.decode_latency_ms_per_token, rel=1e-9)
+    assert fast.phase_ms("prefill", 16) == pytest.approx(est.prefill_latency_ms, rel=1e-9)

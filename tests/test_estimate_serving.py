@@ -1,0 +1,80 @@
+"""Serving mode: continuous batching with chunked prefill, and the best concurrency under an SLA."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tools import estimate_performance
+from tools.errors import PdagInputError
+
+
+def plan(b: int, i: int = 2048, o: int = 256, **extra: object) -> dict:
+    return {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+            "dtype": "fp8", "engine": "vllm", "workload": {"input_len": i, "output_len": o, "batch_size": b},
+            **extra}
+
+
+def test_serving_step_is_decode_plus_prompt_share() -> None:
+    e = estimate_performance(plan=plan(32))
+    one = estimate_performance(plan=plan(1))
+    sv = e.serving
+    assert sv is not None and sv.concurrency == 32
+    # a step carries 32/256 of one request's prefill work on top of the decode step at 32
+    share = 32 / 256 * (one.prefill_latency_ms - e.prefill.step_overhead_ms)
+    assert sv.tpot_ms == pytest.approx(e.decode_latency_ms_per_token + share, rel=1e-6)
+    assert sv.tpot_ms > e.decode_latency_ms_per_token  # prefill interferes with decode
+    assert sv.ttft_ms < e.prefill_latency_ms  # one prompt, not the whole static batch
+    assert sv.output_tokens_per_s_per_gpu == pytest.approx(32 / (sv.step_ms / 1e3) / 8)
+    assert sv.output_tokens_per_s_per_user == pytest.approx(1e3 / sv.step_ms)
+
+
+def test_best_under_sla_meets_it_and_beats_its_neighbour() -> None:
+    e = estimate_performance(plan=plan(8), sla={"max_tpot_ms": 40, "max_ttft_ms": 1000})
+    best = e.best_under_sla
+    assert best is not None and best.meets_sla and best.tpot_ms <= 40 and best.ttft_ms <= 1000
+    over = estimate_performance(plan=plan(best.concurrency + 1)).serving
+    assert over is not None and over.tpot_ms > 40  # one more request in flight breaks the SLA
+    assert best.output_tokens_per_s_per_gpu >= e.serving.output_tokens_per_s_per_gpu  # type: ignore[union-attr]
+
+
+def test_impossible_sla_gives_none_and_bad_sla_is_named() -> None:
+    assert estimate_performance(plan=plan(1), sla={"max_tpot_ms": 0.01}).best_under_sla is None
+    with pytest.raises(PdagInputError) as exc:
+        estimate_performance(plan=plan(1), sla={"max_tpot_ms": -1})
+    assert exc.value.field.startswith("sla")
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(st.integers(1, 512), st.integers(1, 256), st.integers(16, 8192), st.integers(16, 2048))
+def test_serving_latencies_grow_with_concurrency(c: int, extra: int, i: int, o: int) -> None:
+    lo = estimate_performance(plan=plan(c, i, o)).serving
+    hi = estimate_performance(plan=plan(c + extra, i, o)).serving
+    assert lo is not None and hi is not None
+    assert hi.tpot_ms >= lo.tpot_ms and hi.ttft_ms >= lo.ttft_ms
+
+
+def test_best_under_sla_uses_the_estimates_efficiency_overlay() -> None:
+    sla = {"max_tpot_ms": 40}
+    base = estimate_performance(plan=plan(8), sla=sla).best_under_sla
+    slow = estimate_performance(plan=plan(8), sla=sla, efficiency={"small_gemm_memory_efficiency": 0.3,
+                                                                   "memory_efficiency": 0.3}).best_under_sla
+    assert base is not None and slow is not None and slow.concurrency < base.concurrency
+
+
+def test_search_under_sla_prices_continuous_batching() -> None:
+    """Static batches pay the whole batch's prefill as TTFT; under continuous batching the search can hold more
+    requests in flight within the same SLA, and every plan it returns meets it."""
+    from tools.search import search_strategies
+
+    args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput", "dtype": "fp8",
+            "slo": {"max_tpot_ms": 50, "max_ttft_ms": 1000}, "engine": "vllm", "disaggregated": False}
+    static = search_strategies(**args).top[0]
+    served = search_strategies(**args, serving=True).top[0]
+    assert served.plan["engine"] == "vllm"
+    assert served.batch_size > static.batch_size
+    assert served.tpot_ms <= 50 and served.ttft_ms <= 1000
+    check = estimate_performance(plan=served.plan).serving
+    assert check is not None and check.tpot_ms == pytest.approx(served.tpot_ms, rel=1e-6)

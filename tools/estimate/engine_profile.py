@@ -1,0 +1,111 @@
+"""Serving-engine profiles (``knowledge/engines/<id>.json``): what an engine does that changes the estimate.
+
+Engines differ in fixed cost per forward pass (scheduler, sampling, Python), whether decode runs as a captured
+CUDA graph (kernel launches replayed without the host, so per-kernel gaps shrink), how they all-reduce (NCCL
+rings versus a custom one-shot kernel over NVLink peer memory), how they move MoE tokens (NCCL all-to-all
+versus DeepEP with fp8 dispatch), which collectives they overlap with compute (none overlap the TP all-reduce;
+some overlap EP dispatch/combine with two micro-batches) and which kernels they ship.  A profile turns those
+facts into efficiency keys (``efficiency_keys``) that sit between the per-accelerator factors and a user's
+calibration overlay (see ``efficiency.py``).  Every figure carries a source in the profile's ``sources``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from knowledge import ROOT, load_json
+from tools.errors import PdagInputError
+
+ENGINE_DIR = ROOT / "engines"
+
+Kernel = Literal["flash_attention", "flashmla", "fp8_gemm", "fp8_grouped_gemm", "deepgemm", "custom_allreduce",
+                 "deepep", "gqa_decode"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PerPhase(_Strict):
+    prefill: float = Field(ge=0)
+    decode: float = Field(ge=0)
+
+
+class AllReduceImpl(_Strict):
+    implementation: Literal["nccl", "custom_one_shot"] = Field(
+        description="nccl: ring/tree kernels; custom_one_shot: every rank reads its peers' buffers over NVLink")
+    min_us: float = Field(ge=0, description="floor of a small-message all-reduce inside one node")
+
+
+class AllToAllImpl(_Strict):
+    implementation: Literal["nccl", "deepep"]
+    min_us: float = Field(ge=0, description="fixed latency of one dispatch or combine, nearly flat in the peer count")
+    dispatch_bytes: float = Field(gt=0, le=2, description="bytes per hidden element sent by dispatch (fp8 = 1)")
+    node_dedup_prefill: bool = Field(
+        description="prefill sends a token once per destination node and forwards it over NVLink (DeepEP normal "
+                    "kernels); decode sends one copy per expert (low-latency kernels)")
+
+
+class Overlap(_Strict):
+    tp_allreduce: float = Field(ge=0, le=0.95, description="fraction of TP all-reduce time hidden behind compute")
+    ep_alltoall: float = Field(ge=0, le=0.95,
+                               description="fraction of EP dispatch/combine hidden (two-batch / dual micro-batch)")
+
+
+class EngineProfile(_Strict):
+    id: str
+    name: str
+    description: str
+    cuda_graphs: dict[Literal["prefill", "decode"], bool]
+    step_overhead_ms: PerPhase = Field(description="fixed host-side cost of one forward pass")
+    kernel_overhead_us: PerPhase = Field(description="launch gap and tail per kernel")
+    layer_overhead_us: PerPhase = Field(description="small un-modelled kernels per decoder layer")
+    allreduce: AllReduceImpl
+    alltoall: AllToAllImpl
+    overlap: Overlap
+    kernels: list[Kernel]
+    sources: dict[str, str] = Field(description="public source (or 'assumption: why') of every figure above")
+
+    def efficiency_keys(self) -> dict[str, float]:
+        """The efficiency keys this profile sets (see ``knowledge/hardware/efficiency.json`` for their meaning)."""
+        k = set(self.kernels)
+        return {
+            "step_overhead_ms": self.step_overhead_ms.prefill,
+            "decode_step_overhead_ms": self.step_overhead_ms.decode,
+            "kernel_overhead_us": self.kernel_overhead_us.prefill,
+            "decode_kernel_overhead_us": self.kernel_overhead_us.decode,
+            "layer_overhead_us": self.layer_overhead_us.prefill,
+            "decode_layer_overhead_us": self.layer_overhead_us.decode,
+            "allreduce_min_us": self.allreduce.min_us,
+            "alltoall_min_us": self.alltoall.min_us,
+            "dispatch_bytes": self.alltoall.dispatch_bytes,
+            "alltoall_node_dedup": 1.0 if self.alltoall.node_dedup_prefill else 0.0,
+            "tp_overlap_fraction": self.overlap.tp_allreduce,
+            "ep_overlap_fraction": self.overlap.ep_alltoall,
+            "experts_low_precision_math": 1.0 if k & {"fp8_grouped_gemm", "deepgemm"} else 0.0,
+            "mla_decode_flash": 1.0 if "flashmla" in k else 0.0,
+        }
+
+
+ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "gpt-fast")
+EngineId = Literal["generic", "vllm", "sglang", "trtllm", "gpt-fast"]
+ENGINE_KEYS = frozenset({
+    "step_overhead_ms", "decode_step_overhead_ms", "kernel_overhead_us", "decode_kernel_overhead_us",
+    "layer_overhead_us", "decode_layer_overhead_us", "allreduce_min_us", "alltoall_min_us", "dispatch_bytes",
+    "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction", "experts_low_precision_math",
+    "mla_decode_flash"})
+
+
+@cache
+def engine_profile(engine: str = "generic") -> EngineProfile:
+    """The profile of ``engine`` (one of ``ENGINE_IDS``), read once from ``knowledge/engines/<id>.json``."""
+    key = str(engine).strip().lower()
+    if key not in ENGINE_IDS:
+        raise PdagInputError("engine", f"unknown engine {engine!r}", ", ".join(ENGINE_IDS))
+    profile = EngineProfile.model_validate(load_json(f"engines/{key}.json"))
+    if profile.id != key:
+        raise PdagInputError("engine", f"knowledge/engines/{key}.json declares id {profile.id!r}", key)
+    return profile
