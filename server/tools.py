@@ -24,6 +24,8 @@ from server import responses as R
 from server.schemas import compact
 from tools.dag import NodeType
 from tools.errors import PdagInputError
+from tools.estimate.engine_profile import EngineId
+from tools.estimate.serving import Sla
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
 from tools.plan import Hardware, HFModel, Plan, Workload
 
@@ -304,6 +306,9 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
 def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
+                         sla: Annotated[Sla | None, Field(description="max_tpot_ms / max_ttft_ms under load: adds "
+                                                          "best_under_sla, the concurrency with the most tokens/s "
+                                                          "per GPU within it")] = None,
                          detail: DetailArg = "summary", cursor: CursorArg = None) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
@@ -322,8 +327,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.respond("estimate_performance", _key(plan=plan, dag=dag, detail=detail), detail,  # type: ignore[return-value]
-                     cursor, lambda: R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))
+    return R.respond("estimate_performance", _key(plan=plan, dag=dag, sla=sla, detail=detail),  # type: ignore[return-value]
+                     detail, cursor, lambda: R.shape_estimate(fn(**_plan_or_dag(plan, dag), sla=sla), detail))
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -390,6 +395,9 @@ def search_strategies(
     attention_dp: Annotated[bool, Field(description="also try the opt-in attention-DP for MoE models")] = True,
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
+    engine: Annotated[EngineId, Field(description="engine profile the plans are priced with")] = "generic",
+    serving: Annotated[bool, Field(description="continuous batching: batch = requests in flight per replica; with "
+                                               "objective throughput and slo: most tokens/s within the SLO")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.SearchAnswer:
@@ -420,6 +428,8 @@ def search_strategies(
         dtype=dtype,
         attention_dp=attention_dp,
         disaggregated=disaggregated,
+        engine=engine,
+        serving=serving,
     )
     return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                      lambda: R.shape_search(fn(**args), detail))

@@ -240,7 +240,12 @@ def requests(draw: Any) -> tuple[bytes, bool]:
 
 
 def _wanted(line: bytes, answerable: bool) -> Any:
-    return json.loads(line.decode("utf-8", "surrogatepass"))["id"] if answerable else None
+    """The id the answer must carry: the request's, unless the line is not JSON at all (raw bytes, or a raw
+    lone surrogate, which is not UTF-8), where JSON-RPC says parse error with id null."""
+    try:
+        return json.loads(line.decode("utf-8"))["id"] if answerable else None
+    except UnicodeDecodeError:
+        return None
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,

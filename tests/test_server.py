@@ -256,7 +256,7 @@ def fake_cores(monkeypatch):
                 "plan": fixed, "dag": build_dag(SMALL).dag, "violations": []}
 
     def search_strategies(model, hardware, workload=None, objective="latency", slo=None, top_k=5, dtype="bf16",
-                          attention_dp=True, disaggregated=None):
+                          attention_dp=True, disaggregated=None, engine="generic", serving=False):
         plans = [{"rank": i + 1, "label": f"TP{i}", "plan": SMALL, "ttft_ms": 1.23456789} for i in range(top_k)]
         return {"model": model, "top": plans, "pareto": plans * 5, "notes": []}
 
@@ -305,3 +305,27 @@ async def test_malformed_dag_comes_back_as_schema_violations_with_paths(client):
     s = r.structured_content
     assert s["valid"] is False
     assert s["violations"][0]["rule_id"] == "STRUCT-SCHEMA" and "nodes[0]" in json.dumps(s["violations"][0])
+
+
+async def test_estimate_sla_and_search_engine_serving_reach_the_core(client):
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+            "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}
+    plain = (await client.call_tool("estimate_performance", {"plan": plan})).structured_content
+    r = await client.call_tool("estimate_performance", {"plan": plan, "sla": {"max_tpot_ms": 50}})
+    assert not r.is_error, r.content[0].text
+    best = r.structured_content["best_under_sla"]
+    assert "best_under_sla" not in plain and best["tpot_ms"] <= 50 and best["meets_sla"] is True
+    bad = await client.call_tool("estimate_performance", {"plan": plan, "sla": {"max_tpot_ms": -1}})
+    assert bad.is_error and "max_tpot_ms" in bad.content[0].text
+
+    args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput",
+            "slo": {"max_tpot_ms": 50}, "disaggregated": False, "attention_dp": False, "top_k": 2}
+    generic = (await client.call_tool("search_strategies", args)).structured_content
+    served = await client.call_tool("search_strategies", args | {"engine": "vllm", "serving": True})
+    assert not served.is_error, served.content[0].text
+    top = served.structured_content["top"][0]
+    assert top["plan"]["engine"] == "vllm" and top["tpot_ms"] <= 50
+    assert served.structured_content["top"] != generic["top"]
+    unknown = await client.call_tool("search_strategies", args | {"engine": "tgi"})
+    assert unknown.is_error and "engine" in unknown.content[0].text

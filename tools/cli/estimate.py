@@ -6,7 +6,6 @@ import argparse
 import json
 
 from tools.cli.common import add_plan_args, command, plan_from_args
-from tools.estimate.engine_profile import ENGINE_IDS
 
 
 def estimate_args(p: argparse.ArgumentParser) -> None:
@@ -19,7 +18,6 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tpot-ms", type=float, help="SLA: time per output token under load; with --max-ttft-ms, "
                                                      "reports the concurrency with the best tokens/s per GPU within it")
     p.add_argument("--max-ttft-ms", type=float, help="SLA: time to first token under load")
-    p.add_argument("--engine", choices=list(ENGINE_IDS), help="engine profile the estimate assumes (plan.engine)")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -27,8 +25,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
     plan = plan_from_args(args)
-    if args.engine:
-        plan["engine"] = args.engine
     est = estimate_performance(plan=plan, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None)
     print(est.model_dump_json(indent=2) if args.json else est.summary())
     return 0

@@ -20,6 +20,9 @@ def search_args(p: Any) -> None:
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--no-attention-dp", action="store_true", help="leave attention-DP layouts out (MoE models)")
     p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
+    p.add_argument("--serving", action="store_true",
+                   help="price plans under continuous batching (batch = requests in flight per replica); with "
+                        "--objective throughput and SLO flags: most tokens/s within the TTFT/TPOT targets")
 
 
 def cmd_search(args: Any) -> int:
@@ -38,7 +41,8 @@ def cmd_search(args: Any) -> int:
         model=plan["model"], hardware=plan["hardware"], workload=workload or None,
         objective=plan.get("objective", "latency"), slo=slo or None, top_k=args.top,
         dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"), attention_dp=not args.no_attention_dp,
-        disaggregated=False if args.no_disaggregated else None,
+        disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
+        serving=args.serving,
     )
     if args.json:
         print(result.model_dump_json())
@@ -60,11 +64,14 @@ def cmd_search(args: Any) -> int:
 def export_args(p: Any) -> None:
     """Arguments of ``pdag export``: a plan file (or `pdag plan --json` output) and/or the plan flags."""
     add_plan_args(p)
-    p.add_argument("--engine", required=True, choices=list(ENGINES))
 
 
 def cmd_export(args: Any) -> int:
-    result = export_plan(plan_from_args(args), args.engine)
+    plan = plan_from_args(args)
+    engine = plan.get("engine")
+    if engine not in ENGINES:
+        raise PdagInputError("--engine", f"exports need a target engine, got {engine!r}", ", ".join(ENGINES))
+    result = export_plan(plan, engine)
     if args.json:
         print(result.model_dump_json())
         return 0
