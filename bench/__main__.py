@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("build", "validate", "estimate", "search", "server")
+BENCHES = ("build", "validate", "estimate", "search", "report", "server")
 
 
 def main(names: list[str]) -> None:

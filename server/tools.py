@@ -34,6 +34,7 @@ DetailArg = Annotated[
     Field(description='"summary" (default): concise, folded, grouped. "full": the complete object (can be large).'),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
+RenderArg = Annotated[bool, Field(description="true: add PNG pictures and their text summary")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
 # The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
 # malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
@@ -286,7 +287,7 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
 def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
-                         detail: DetailArg = "summary") -> R.EstimateAnswer:
+                         detail: DetailArg = "summary", render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
@@ -301,10 +302,18 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
     memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used, the bottleneck and critical path per
     phase. It does not validate the plan: an invalid plan can still get numbers, so call validate_dag first.
+    `render`: true adds images (folded DAG, prefill/decode timelines, memory per GPU).
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.to_result(R.shape_estimate(fn(**_plan_or_dag(plan, dag)), detail))  # type: ignore[return-value]
+    kwargs = _plan_or_dag(plan, dag)
+    result = R.to_result(R.shape_estimate(fn(**kwargs), detail))
+    if render:
+        from server.pictures import plan_images
+        from tools.estimate.core import _resolve_plan
+
+        result = plan_images(result, _resolve_plan(kwargs.get("plan"), kwargs.get("dag")))
+    return result  # type: ignore[return-value]
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -370,6 +379,7 @@ def search_strategies(
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
     detail: DetailArg = "summary",
+    render: RenderArg = False,
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
@@ -384,7 +394,7 @@ def search_strategies(
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
     whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), the best aggregated and
     the best disaggregated plan with a comparison, and how many alternatives each rule rejected. Figures are
-    analytical estimates, not measurements.
+    analytical estimates, not measurements. `render`: true adds an image of the Pareto front.
     """
     fn = core("search_strategies")
     assert fn is not None
@@ -399,4 +409,9 @@ def search_strategies(
         attention_dp=attention_dp,
         disaggregated=disaggregated,
     )
-    return R.to_result(R.shape_search(result, detail))  # type: ignore[return-value]
+    answer = R.to_result(R.shape_search(result, detail))
+    if render:
+        from server.pictures import search_images
+
+        answer = search_images(answer, result)
+    return answer  # type: ignore[return-value]

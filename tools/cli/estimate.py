@@ -19,9 +19,12 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.estimate.core import estimate_performance
+    from tools.pictures.report import text_bars
 
-    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency)
-    print(est.model_dump_json(indent=2) if args.json else est.summary())
+    paths: dict = {}
+    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency,
+                               trace=paths)
+    print(est.model_dump_json(indent=2) if args.json else est.summary() + "\n" + text_bars(est, paths))
     return 0
 
 

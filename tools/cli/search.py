@@ -29,6 +29,7 @@ def search_args(p: Any) -> None:
     p.add_argument("--no-attention-dp", action="store_true", help="leave attention-DP layouts out (MoE models)")
     p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
+    p.add_argument("--report", metavar="HTML", help="also write an HTML report: Pareto front and the best plan")
 
 
 def cmd_search(args: Any) -> int:
@@ -42,6 +43,11 @@ def cmd_search(args: Any) -> int:
         dtype=args.dtype, kv_dtype=args.kv_dtype, attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None,
     )
+    if args.report:
+        from tools.cli.report import write_page
+        from tools.pictures.report import search_report
+
+        write_page(args.report, search_report(result)[1])
     if args.json:
         print(result.model_dump_json())
         return 0
@@ -56,6 +62,8 @@ def cmd_search(args: Any) -> int:
         print(f"aggregated vs disaggregated: {result.comparison}")
     for note in result.notes:
         print(f"note: {note}")
+    if args.report:
+        print(f"wrote {args.report}")
     return 0
 
 

@@ -120,7 +120,8 @@ class Canvas:
                 style = "--" if a["dash"] else "-"
                 if a["rx"]:
                     ax.add_patch(FancyBboxPatch((a["x"], a["y"]), a["w"], a["h"],
-                                                boxstyle=f"round,pad=0,rounding_size={a['rx']}", facecolor=fill or "none",
+                                                boxstyle=f"round,pad=0,rounding_size={a['rx']}",
+                                                facecolor=fill or "none",
                                                 edgecolor=edge, linewidth=a["sw"] * pt, linestyle=style))
                 else:
                     ax.add_patch(Rectangle((a["x"], a["y"]), a["w"], a["h"], facecolor=fill or "none",

@@ -117,6 +117,7 @@ class PhaseDraw:
     phase: str
     replica: str
     stages: list[StageDraw] = field(default_factory=list)
+    inbound: list[Op] = field(default_factory=list)  # links into this phase from another pool (KV hand-off)
 
 
 def _contracted_edges(graph: nx.DiGraph, members: set[str]) -> set[tuple[str, str]]:
@@ -167,6 +168,7 @@ def phase_views(graph: nx.DiGraph, path_nodes: set[str]) -> list[PhaseDraw]:
             stage_nodes[(ph, a["stage"])] = n
         elif a["type"] not in CONTROL_TYPES:
             by_stage[(ph, a["stage"])][a.get("layer")].append(n)
+    handoff = [n for n, a in nodes.items() if a["type"] == NodeType.KV_TRANSFER and not a.get("phase")]
     crit: set[tuple[str, int | None, Key]] = set()
     for v in path_nodes:
         a = nodes.get(v)
@@ -213,6 +215,8 @@ def phase_views(graph: nx.DiGraph, path_nodes: set[str]) -> list[PhaseDraw]:
                 prev.devices = sorted(set(prev.devices) | set(st.devices))
                 continue
             pd.stages.append(st)
+        if ph == "decode" and handoff:
+            pd.inbound = _ops(graph, handoff, set())
         out.append(pd)
     return out
 
@@ -281,7 +285,9 @@ def _draw_row(c: Canvas, ops: list[Op], x0: float, y0: float, label: str) -> flo
     for i, o in enumerate(ops):
         _, _, w, h = _draw_op(c, o, x, y0 + 4)
         if i:
-            c.line(x - COL_GAP, y0 + 4 + BOX_H / 2, x, y0 + 4 + BOX_H / 2, stroke="#888", arrow=True)
+            on = o.critical and ops[i - 1].critical
+            c.line(x - COL_GAP, y0 + 4 + BOX_H / 2, x, y0 + 4 + BOX_H / 2, stroke=CRIT if on else "#888",
+                   sw=2 if on else 1, arrow=True, cls="edge critical" if on else "edge")
         x += w + COL_GAP
     return BOX_H + 10
 
@@ -302,6 +308,11 @@ def draw_dag(views: list[PhaseDraw], title: str, subtitle: str = "") -> Canvas:
         c.text(10, y + 14, f"{pv.phase} (replica {pv.replica}; other replicas are copies on their own GPUs)", 13,
                weight="bold", cls="phase")
         y += 24
+        for o in pv.inbound:
+            _draw_op(c, o, 22, y)
+            c.text(22 + BOX_W + 10, y + 20, "KV cache handed over from the prefill pool, one transfer per layer "
+                   "(costed after the prefill pass; see the prefill timeline)", 10, fill="#555", cls="handoff")
+            y += PILL_H + 12
         for i, st in enumerate(pv.stages):
             if i:
                 c.line(30, y - 14, 30, y, stroke="#555", sw=1.5, arrow=True)

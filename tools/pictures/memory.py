@@ -59,7 +59,9 @@ def bars(mem: MemoryReport) -> list[Bar]:
     return out
 
 
-def draw_memory(mem: MemoryReport, title: str = "Memory per GPU (replica 0)", width: float = 960) -> Canvas:
+def draw_memory(mem: MemoryReport, title: str = "Memory per GPU (replica 0)", width: float = 960,
+                decode_from: int | None = None) -> Canvas:
+    """``decode_from``: with disaggregated pools, the first GPU of the decode pool (bars are labelled by pool)."""
     bs = bars(mem)
     left, top, plot_h = 70, 50, 260
     bar_w = min(70.0, (width - left - 180) / max(len(bs), 1) * 0.7)
@@ -90,8 +92,9 @@ def draw_memory(mem: MemoryReport, title: str = "Memory per GPU (replica 0)", wi
                    title=f"{b.label} ({len(b.gpus)} GPUs): {name} {b.parts[f] / 1e9:.2f} GB")
         c.text(x + bar_w / 2, y - 4, f"{b.total / 1e9:.1f}", 10, anchor="middle", cls="mem-total")
         c.text(x + bar_w / 2, base + 14, b.label, 10, anchor="middle")
-        c.text(x + bar_w / 2, base + 27, f"stage {b.stage}" + (f" ×{len(b.gpus)}" if len(b.gpus) > 1 else ""), 9,
-               anchor="middle", fill="#666")
+        pool = "" if decode_from is None else ("decode " if b.gpus[0] >= decode_from else "prefill ")
+        c.text(x + bar_w / 2, base + 27, f"{pool}stage {b.stage}" + (f" ×{len(b.gpus)}" if len(b.gpus) > 1 else ""),
+               9, anchor="middle", fill="#666")
         x += bar_w + gap
     cy = base - cap * sy
     c.line(left, cy, width - 170, cy, stroke="#b00", sw=1.5, dash=True, cls="capacity")

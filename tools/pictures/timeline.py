@@ -123,7 +123,8 @@ def schedule(path: PhasePath, handoff_ms: float = 0.0) -> Timeline:
         end += path.step_overhead_ms
     if handoff_ms > 0:
         rows.append("KV hand-off")
-        segs.append(Segment("KV hand-off", end, handoff_ms, "handoff", 0, {"KV hand-off to the decode pool": handoff_ms}))
+        segs.append(Segment("KV hand-off", end, handoff_ms, "handoff", 0,
+                            {"KV hand-off to the decode pool": handoff_ms}))
         end += handoff_ms
     return Timeline(path.phase, rows, segs, end, m)
 
@@ -133,8 +134,15 @@ def timelines(est: Estimate, paths: dict[str, PhasePath]) -> list[Timeline]:
     return [schedule(paths["prefill"], hand), schedule(paths["decode"])]
 
 
+def num(v: float) -> str:
+    """A duration for people: 1,246 / 71.6 / 0.48 / 0 (no exponents, no float noise)."""
+    if abs(v) < 5e-4:
+        return "0"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
 def _fmt_ms(ms: float) -> str:
-    return f"{ms:.3g} ms" if ms < 10 else f"{ms:,.0f} ms"
+    return f"{num(ms)} ms"
 
 
 def _ticks(total: float) -> list[float]:
@@ -164,8 +172,8 @@ def draw_timeline(tl: Timeline, title: str, width: float = 960) -> Canvas:
         c.rect(left, y + 3, plot_w, row_h - 6, fill=IDLE, cls="idle", title=f"{row}: idle")
         busy = tl.busy_ms(row)
         idle = max(tl.total_ms - sum(busy.values()), 0.0)
-        parts = [f"{SHORT[k]} {v:.3g}" for k, v in sorted(busy.items(), key=lambda kv: -kv[1]) if k != "overhead"]
-        parts.append(f"idle {idle:.3g} ms")
+        parts = [f"{SHORT[k]} {num(v)}" for k, v in sorted(busy.items(), key=lambda kv: -kv[1]) if k != "overhead"]
+        parts.append(f"idle {num(idle)} ms")
         c.text(left + plot_w + 8, y + row_h / 2 + 4, " · ".join(parts[-4:]), 10, fill="#444")
     first: dict[tuple[str, int], float] = {}
     for s in tl.segments:
