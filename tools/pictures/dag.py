@@ -120,11 +120,11 @@ class PhaseDraw:
     inbound: list[Op] = field(default_factory=list)  # links into this phase from another pool (KV hand-off)
 
 
-def _contracted_edges(graph: nx.DiGraph, members: set[str]) -> set[tuple[str, str]]:
-    """Edges between non-control members, looking through control nodes (MoE, stage, group containers)."""
+def _contracted_edges(graph: nx.DiGraph, members: set[str], sources: set[str]) -> set[tuple[str, str]]:
+    """Edges from ``sources`` to other members, looking through control nodes (MoE, group containers)."""
     nodes = graph._node
     out: set[tuple[str, str]] = set()
-    for u in members:
+    for u in sorted(sources):
         stack, seen = list(graph._succ[u]), set()
         while stack:
             v = stack.pop()
@@ -191,7 +191,9 @@ def phase_views(graph: nx.DiGraph, path_nodes: set[str]) -> list[PhaseDraw]:
             for layer in sorted(k for k in lay if k is not None):
                 names = lay[layer]
                 member = set(names)
-                edges = {(node_key(nodes[u]), node_key(nodes[v])) for u, v in _contracted_edges(graph, member)}
+                reps = {node_key(nodes[n]): n for n in reversed(names)}  # shards of an operator are alike
+                edges = {(node_key(nodes[u]), node_key(nodes[v]))
+                         for u, v in _contracted_edges(graph, member, set(reps.values()))}
                 edges = {e for e in edges if e[0] != e[1]}
                 ops = _ops(graph, names, {k for p, lyr, k in crit if p == ph and lyr == layer})
                 sig = (tuple((o.key, o.count) for o in ops), tuple(sorted(edges)))
@@ -206,13 +208,20 @@ def phase_views(graph: nx.DiGraph, path_nodes: set[str]) -> list[PhaseDraw]:
             first, stop = (sa.get("layers") or [0, 0])[:2]
             st = StageDraw(s, list(sa.get("devices", ())), (first, stop - 1), pre, blocks, post)
             prev = pd.stages[-1] if pd.stages else None
-            if (prev and not st.pre and not st.post and not prev.pre and not prev.post
+            if (prev and not st.pre and not prev.pre and [o.key for o in prev.post] == [o.key for o in st.post]
                     and [b.signature() for b in prev.blocks] == [b.signature() for b in st.blocks]):
                 if prev.same_as is None:
                     prev.same_as, prev.until = prev.stage, prev.stage
                 prev.until = s
                 prev.layers = (prev.layers[0], st.layers[1])
                 prev.devices = sorted(set(prev.devices) | set(st.devices))
+                for mine, theirs in zip(prev.post, st.post, strict=True):
+                    mine.devices = sorted(set(mine.devices) | set(theirs.devices))
+                    mine.critical = mine.critical or theirs.critical
+                for mine_b, theirs_b in zip(prev.blocks, st.blocks, strict=True):
+                    for mine, theirs in zip(mine_b.ops, theirs_b.ops, strict=True):
+                        mine.devices = sorted(set(mine.devices) | set(theirs.devices))
+                        mine.critical = mine.critical or theirs.critical
                 continue
             pd.stages.append(st)
         if ph == "decode" and handoff:
@@ -248,13 +257,15 @@ def _draw_op(c: Canvas, o: Op, x: float, y: float) -> tuple[float, float, float,
     return x, y, BOX_W, h
 
 
-def _draw_block(c: Canvas, b: Block, x0: float, y0: float) -> float:
-    """Draw one block at (x0, y0); return its height."""
+def _draw_block(c: Canvas, b: Block, x0: float, y0: float, folded: bool = False) -> float:
+    """Draw one block at (x0, y0); return its height.  ``folded``: the block stands for the same layers of several
+    stages, so it is labelled by its repeat count only."""
     cols = _columns(b)
     tall = max((sum((PILL_H if o.collective else BOX_H) + ROW_GAP for o in col) for col in cols), default=0)
     h = 24 + tall + 4
     w = len(cols) * (BOX_W + COL_GAP) - COL_GAP + 20
-    rep = (f"layers {b.layers[0]}–{b.layers[1]}  ×{b.repeat}" if b.repeat > 1 else f"layer {b.layers[0]}")
+    rep = (f"{b.repeat} layers per stage  ×{b.repeat}" if folded
+           else f"layers {b.layers[0]}–{b.layers[1]}  ×{b.repeat}" if b.repeat > 1 else f"layer {b.layers[0]}")
     c.rect(x0, y0, w, h, fill="#fafafa", stroke="#999", rx=6, cls="block")
     c.text(x0 + 8, y0 + 16, rep, 11, weight="bold", cls="repeat")
     pos: dict[Key, tuple[float, float, float, float]] = {}
@@ -324,7 +335,7 @@ def draw_dag(views: list[PhaseDraw], title: str, subtitle: str = "") -> Canvas:
             y += 24
             y += _draw_row(c, st.pre, 22, y, "in")
             for b in st.blocks:
-                y += _draw_block(c, b, 22, y) + 8
+                y += _draw_block(c, b, 22, y, st.same_as is not None) + 8
             y += _draw_row(c, st.post, 22, y, "out")
             c.rect(14, top, width - 28, y - top + 4, stroke="#555", sw=1, rx=8, cls="stage-frame")
             y += 18

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from tools.estimate.core import Estimate, PhasePath, estimate_performance, replica_graph
+from tools.estimate.core import Estimate, PhasePath, estimate_performance, pool_label, replica_graph
 from tools.lookup import catalog
 from tools.pictures.canvas import Canvas
 from tools.pictures.dag import draw_dag, phase_views
@@ -51,9 +51,8 @@ def _title(plan: Plan, est: Estimate) -> str:
         return (f"{plan.spec.name} on {est.gpus_used}× {plan.accelerator.id} (disaggregated: prefill "
                 f"{est.pools['prefill'].label} | decode {est.pools['decode'].label})")
     p = plan.parallel
-    degrees = " ".join(f"{k.upper()}{v}" for k, v in p.model_dump().items() if isinstance(v, int) and v > 1)
-    return f"{plan.spec.name} on {est.gpus_used}× {plan.accelerator.id}" + (f" ({degrees})" if degrees else "")
-
+    label = pool_label(p.dp, p.pp, p.tp, p.ep if plan.spec.is_moe else 1, p.attn_dp, p.sp)
+    return f"{plan.spec.name} on {est.gpus_used}× {plan.accelerator.id} ({label})"
 
 def plan_pictures(plan: Plan | dict[str, Any], search: SearchResult | None = None) -> PlanPictures:
     """Estimate and validate the plan once, then draw: the folded DAG with the critical path, the prefill and

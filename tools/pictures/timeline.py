@@ -155,6 +155,34 @@ def _ticks(total: float) -> list[float]:
     return [round(i * step, 12) for i in range(int(total / step + 1e-9) + 1)]
 
 
+def _pixels(tl: Timeline, scale: float, min_px: float = 1.5) -> list[tuple[str, float, float, str, list[Segment]]]:
+    """Segments as drawn: on each row, touching segments narrower together than ``min_px`` become one rectangle
+    in the colour of the kind that takes most of it (the timeline's figures are unchanged; a 120-layer pipeline
+    would otherwise draw tens of thousands of sub-pixel slivers)."""
+    out: list[tuple[str, float, float, str, list[Segment]]] = []
+    for row in tl.rows:
+        group: list[Segment] = []
+        for g in sorted((g for g in tl.segments if g.row == row), key=lambda g: g.start_ms):
+            if group:
+                start, end = group[0].start_ms, group[-1].start_ms + group[-1].ms
+                if (end - start) * scale < min_px and (g.start_ms - end) * scale < 0.5:
+                    group.append(g)
+                    continue
+                out.append(_flush(row, group))
+            group = [g]
+        if group:
+            out.append(_flush(row, group))
+    return out
+
+
+def _flush(row: str, group: list[Segment]) -> tuple[str, float, float, str, list[Segment]]:
+    by_kind: dict[str, float] = defaultdict(float)
+    for g in group:
+        by_kind[g.kind] += g.ms
+    start = group[0].start_ms
+    return row, start, group[-1].start_ms + group[-1].ms - start, max(by_kind, key=by_kind.__getitem__), group
+
+
 def draw_timeline(tl: Timeline, title: str, width: float = 960) -> Canvas:
     """One Gantt chart: a row per stage (plus the KV hand-off), coloured by what the GPUs do."""
     left, right, row_h, top = 88, 250, 26, 46
@@ -176,22 +204,26 @@ def draw_timeline(tl: Timeline, title: str, width: float = 960) -> Canvas:
         parts.append(f"idle {num(idle)} ms")
         c.text(left + plot_w + 8, y + row_h / 2 + 4, " · ".join(parts[-4:]), 10, fill="#444")
     first: dict[tuple[str, int], float] = {}
-    for s in tl.segments:
-        y = top + tl.rows.index(s.row) * row_h
-        w = s.ms * scale
+    for row, start, ms, kind, parts in _pixels(tl, scale):
+        y = top + tl.rows.index(row) * row_h
+        w = ms * scale
         tip = ""
-        if w >= 3:  # a tooltip per sliver would triple the page for nothing
-            top_names = sorted(s.names.items(), key=lambda kv: -kv[1])[:3]
-            tip = (f"{s.row}, micro-batch {s.micro}: {KIND_NAMES[s.kind]} {s.ms:.3f} ms at {s.start_ms:.3f} ms ("
+        if w >= 3 and len(parts) == 1:  # a tooltip per sliver would triple the page for nothing
+            g = parts[0]
+            top_names = sorted(g.names.items(), key=lambda kv: -kv[1])[:3]
+            tip = (f"{g.row}, micro-batch {g.micro}: {KIND_NAMES[g.kind]} {g.ms:.3f} ms at {g.start_ms:.3f} ms ("
                    + ", ".join(f"{n} {v:.3f}" for n, v in top_names) + ")")
-        c.rect(left + s.start_ms * scale, y + 3, max(w, 0.4), row_h - 6, fill=KIND_COLORS[s.kind],
-               cls=f"seg {s.kind}", title=tip)
-        if s.kind != "overhead" and tl.micro_batches > 1:
-            first[(s.row, s.micro)] = min(first.get((s.row, s.micro), s.start_ms), s.start_ms)
+        c.rect(left + start * scale, y + 3, max(w, 0.4), row_h - 6, fill=KIND_COLORS[kind], cls=f"seg {kind}",
+               title=tip)
+    for g in tl.segments:
+        if g.kind != "overhead" and tl.micro_batches > 1:
+            first[(g.row, g.micro)] = min(first.get((g.row, g.micro), g.start_ms), g.start_ms)
+    slot_px = (tl.total_ms / (tl.micro_batches + len(tl.rows))) * scale
     for (row, micro), start in sorted(first.items()):
         x, y = left + start * scale, top + tl.rows.index(row) * row_h
         c.line(x, y + 1, x, y + row_h - 1, stroke="#222", sw=1.5)
-        c.text(x + 2, y + row_h - 6, f"mb{micro}", 8, fill="#fff")
+        if slot_px >= 24:
+            c.text(x + 2, y + row_h - 6, f"mb{micro}", 8, fill="#fff")
     axis_y = top + row_h * len(tl.rows) + 4
     c.line(left, axis_y, left + plot_w, axis_y, stroke="#888")
     for t in _ticks(tl.total_ms):
