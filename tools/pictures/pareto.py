@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 
 from tools.pictures.canvas import Canvas
+from tools.pictures.timeline import ticks
 from tools.search import SearchResult
 
 
 def draw_pareto(result: SearchResult, width: float = 960) -> Canvas:
-    left, top, plot_w, plot_h = 70, 50, width - 70 - 300, 320
+    left, top, plot_w, plot_h = 70, 66, width - 70 - 300, 320
     c = Canvas(width, top + plot_h + 60)
     c.text(10, 20, f"Pareto front: {result.model} on {result.hardware.get('num_gpus')}× {result.hardware.get('gpu')}",
            15, weight="bold")
@@ -21,20 +22,20 @@ def draw_pareto(result: SearchResult, width: float = 960) -> Canvas:
     xs = [p.tpot_ms for p in pts] or [1.0]
     ys = [p.throughput_per_gpu for p in pts] or [1.0]
     x_lo, x_hi = math.log10(min(xs) * 0.8), math.log10(max(xs) * 1.25)
-    y_hi = max(ys) * 1.12 or 1.0
+    y_ticks = ticks(max(ys) * 1.12 or 1.0)
+    y_hi = max(max(ys) * 1.12, y_ticks[-1]) or 1.0
 
     def px(p_tpot: float, p_tput: float) -> tuple[float, float]:
         fx = (math.log10(p_tpot) - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5
         return left + fx * plot_w, top + plot_h - p_tput / y_hi * plot_h
 
     c.rect(left, top, plot_w, plot_h, fill="#fcfcfc", stroke="#bbb")
-    for k in range(6):
-        v = y_hi * k / 5
+    for v in y_ticks:
         _, y = px(xs[0], v)
         c.line(left, y, left + plot_w, y, stroke="#eee")
         c.text(left - 6, y + 4, f"{v:,.0f}", 10, anchor="end", fill="#555")
     for e in range(math.floor(x_lo), math.ceil(x_hi) + 1):
-        for m in (1, 2, 5):
+        for m in (1, 2, 3, 5):
             v = m * 10 ** e
             if x_lo <= math.log10(v) <= x_hi:
                 x, _ = px(v, 0)
@@ -56,7 +57,9 @@ def draw_pareto(result: SearchResult, width: float = 960) -> Canvas:
         x, y = px(chosen.tpot_ms, chosen.throughput_per_gpu)
         c.circle(x, y, 9, "none", stroke="#d62728", sw=2.5, cls="chosen",
                  title=f"chosen: {chosen.label} batch {chosen.batch_size}")
-        c.text(x + 11, y + 14, f"chosen: {chosen.label}", 10, weight="bold", fill="#d62728")
+        near_edge = x > left + plot_w - 110
+        c.text(x - 11 if near_edge else x + 11, y + 16, f"chosen: {chosen.label}", 10, weight="bold", fill="#d62728",
+               anchor="end" if near_edge else "start")
     rx = left + plot_w + 24
     c.text(rx, top + 6, "rejected before estimation", 12, weight="bold")
     y = top + 26

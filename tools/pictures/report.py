@@ -173,6 +173,11 @@ def report_html(pics: PlanPictures, search: SearchResult | None = None) -> str:
     ]
     if search is not None:
         parts += ["<h2>Search: Pareto front</h2>", f'<div class="pic">{c["pareto"].to_svg("Pareto front")}</div>']
+        rows = "".join(f"<tr><td>{p.rank}</td><td>{escape(p.label)}</td><td>{p.gpus_used}</td><td>{p.batch_size}</td>"
+                       f"<td>{p.ttft_ms:,.1f}</td><td>{p.tpot_ms:.2f}</td><td>{p.throughput_per_gpu:,.1f}</td>"
+                       f"<td>{escape(p.reason)}</td></tr>" for p in search.top)
+        parts.append("<table><tr><th>rank</th><th>plan</th><th>GPUs</th><th>batch</th><th>TTFT ms</th><th>TPOT ms</th>"
+                     f"<th>tok/s/GPU</th><th>why</th></tr>{rows}</table><p>The pictures below are of plan 1.</p>")
         if search.comparison:
             parts.append(f"<p>{escape(search.comparison)}</p>")
     parts += [

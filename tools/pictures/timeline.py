@@ -145,7 +145,7 @@ def _fmt_ms(ms: float) -> str:
     return f"{num(ms)} ms"
 
 
-def _ticks(total: float) -> list[float]:
+def ticks(total: float) -> list[float]:
     """About six round tick values (1, 2 or 5 times a power of ten) from 0 to ``total``."""
     if total <= 0:
         return [0.0]
@@ -226,7 +226,7 @@ def draw_timeline(tl: Timeline, title: str, width: float = 960) -> Canvas:
             c.text(x + 2, y + row_h - 6, f"mb{micro}", 8, fill="#fff")
     axis_y = top + row_h * len(tl.rows) + 4
     c.line(left, axis_y, left + plot_w, axis_y, stroke="#888")
-    for t in _ticks(tl.total_ms):
+    for t in ticks(tl.total_ms):
         x = left + t * scale
         c.line(x, axis_y, x, axis_y + 4, stroke="#888")
         c.text(x, axis_y + 16, f"{t:g}", 10, anchor="middle", fill="#555")
