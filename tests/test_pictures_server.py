@@ -42,3 +42,17 @@ async def test_render_over_stdio():
                                                     "hardware": {"gpu": "h100-sxm", "num_gpus": 2}})
         assert not s.is_error and len(_pngs(s)) == 1
         assert any(x.type == "text" and x.text.startswith("Pictures (pareto)") for x in s.content)
+
+
+async def test_render_from_a_dag_in_process():
+    from server import create_server
+    from tools import build_dag
+
+    small = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2}}
+    dag = build_dag(small).model_dump(mode="json")
+    async with Client(create_server(), mode="legacy") as c:
+        r = await c.call_tool("estimate_performance", {"dag": dag, "render": True})
+        assert not r.is_error, r.content
+        assert len(_pngs(r)) == 4
+        bad = await c.call_tool("estimate_performance", {"render": True})
+        assert bad.is_error and "plan" in bad.content[0].text
