@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("build", "validate", "estimate", "search", "server", "scale")
+BENCHES = ("build", "validate", "estimate", "search", "report", "server", "scale")
 
 
 def main(names: list[str]) -> None:

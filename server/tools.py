@@ -43,6 +43,7 @@ CursorArg = Annotated[
     Field(description="next_cursor of the previous full page", max_length=40),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
+RenderArg = Annotated[bool, Field(description="true: add PNG pictures and their text summary")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
 # The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
 # malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
@@ -309,7 +310,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
                          sla: Annotated[Sla | None, Field(description="max_tpot_ms / max_ttft_ms under load: adds "
                                                           "best_under_sla, the concurrency with the most tokens/s "
                                                           "per GPU within it")] = None,
-                         detail: DetailArg = "summary", cursor: CursorArg = None) -> R.EstimateAnswer:
+                         detail: DetailArg = "summary", cursor: CursorArg = None,
+                         render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
@@ -324,11 +326,19 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
     memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used, the bottleneck and critical path per
     phase. It does not validate the plan: an invalid plan can still get numbers, so call validate_dag first.
+    `render`: true adds images (folded DAG, prefill/decode timelines, memory per GPU).
     """
     fn = core("estimate_performance")
     assert fn is not None
-    return R.respond("estimate_performance", _key(plan=plan, dag=dag, sla=sla, detail=detail),  # type: ignore[return-value]
-                     detail, cursor, lambda: R.shape_estimate(fn(**_plan_or_dag(plan, dag), sla=sla), detail))
+    kwargs = _plan_or_dag(plan, dag)
+    result = R.respond("estimate_performance", _key(plan=plan, dag=dag, sla=sla, detail=detail), detail, cursor,
+                       lambda: R.shape_estimate(fn(**kwargs, sla=sla), detail))
+    if render:
+        from server.pictures import plan_images
+        from tools.estimate.core import _resolve_plan
+
+        result = plan_images(result, _resolve_plan(kwargs.get("plan"), kwargs.get("dag")))
+    return result  # type: ignore[return-value]
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -400,6 +410,7 @@ def search_strategies(
                                                "objective throughput and slo: most tokens/s within the SLO")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
+    render: RenderArg = False,
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
@@ -414,7 +425,7 @@ def search_strategies(
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
     whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), the best aggregated and
     the best disaggregated plan with a comparison, and how many alternatives each rule rejected. Figures are
-    analytical estimates, not measurements.
+    analytical estimates, not measurements. `render`: true adds an image of the Pareto front.
     """
     fn = core("search_strategies")
     assert fn is not None
@@ -431,5 +442,12 @@ def search_strategies(
         engine=engine,
         serving=serving,
     )
-    return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
-                     lambda: R.shape_search(fn(**args), detail))
+    if not render:
+        return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
+                         lambda: R.shape_search(fn(**args), detail))
+    from server.pictures import search_images
+
+    result = fn(**args)
+    answer = R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,
+                       lambda: R.shape_search(result, detail))
+    return search_images(answer, result)  # type: ignore[return-value]

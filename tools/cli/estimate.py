@@ -22,11 +22,13 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.estimate.core import estimate_performance
+    from tools.pictures.report import text_bars
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
-    plan = plan_from_args(args)
-    est = estimate_performance(plan=plan, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None)
-    print(est.model_dump_json(indent=2) if args.json else est.summary())
+    paths: dict = {}
+    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency,
+                               sla=sla or None, trace=paths)
+    print(est.model_dump_json(indent=2) if args.json else est.summary() + "\n" + text_bars(est, paths))
     return 0
 
 

@@ -23,6 +23,7 @@ def search_args(p: Any) -> None:
     p.add_argument("--serving", action="store_true",
                    help="price plans under continuous batching (batch = requests in flight per replica); with "
                         "--objective throughput and SLO flags: most tokens/s within the TTFT/TPOT targets")
+    p.add_argument("--report", metavar="HTML", help="also write an HTML report: Pareto front and the best plan")
 
 
 def cmd_search(args: Any) -> int:
@@ -44,6 +45,11 @@ def cmd_search(args: Any) -> int:
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
         serving=args.serving,
     )
+    if args.report:
+        from tools.cli.report import write_page
+        from tools.pictures.report import search_report
+
+        write_page(args.report, search_report(result)[1])
     if args.json:
         print(result.model_dump_json())
         return 0
@@ -58,6 +64,8 @@ def cmd_search(args: Any) -> int:
         print(f"aggregated vs disaggregated: {result.comparison}")
     for note in result.notes:
         print(f"note: {note}")
+    if args.report:
+        print(f"wrote {args.report}")
     return 0
 
 

@@ -46,7 +46,7 @@ from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
 
-__all__ = ["Estimate", "estimate_performance"]
+__all__ = ["Estimate", "PhasePath", "estimate_performance", "replica_graph"]
 
 
 class Contributor(BaseModel):
@@ -72,6 +72,29 @@ class PhaseDetail(BaseModel):
         description="latency split into compute-bound, memory-bound, communication and overhead time")
     critical_path: list[Contributor]
     bottleneck: str
+
+
+class PathStep(BaseModel):
+    node: str = Field(description="node id (replica 0)")
+    name: str = Field(description="operator kind, as in Contributor.name")
+    kind: str = Field(description="compute | memory | communication | overhead")
+    stage: int
+    layer: int | None
+    ms: float
+
+
+class PhasePath(BaseModel):
+    """The critical path one phase's latency was taken from, node by node (what a timeline draws).
+
+    With ``micro_batches > 1`` the steps are one micro-batch's path and the pipeline schedule repeats them
+    (see the module doc); ``latency_ms`` is then the scheduled time, not the sum of the steps."""
+
+    phase: str
+    stages: int
+    micro_batches: int
+    steps: list[PathStep]
+    latency_ms: float = Field(description="the phase's latency without the engine step overhead")
+    step_overhead_ms: float
 
 
 class Throughput(BaseModel):
@@ -350,6 +373,21 @@ def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], 
     return out
 
 
+def _path_of(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int, micro: int, latency: float,
+             step_overhead: float) -> PhasePath:
+    nodes = pg.graph.nodes
+    steps = [PathStep(node=v, name=_label(nodes[v]), kind=costs[v].kind, stage=min(nodes[v].get("stage") or 0, pp - 1),
+                      layer=nodes[v].get("layer"), ms=costs[v].seconds * 1e3)
+             for v in path if costs[v].seconds > 0]
+    return PhasePath(phase=pg.phase, stages=pp, micro_batches=micro, steps=steps, latency_ms=latency * 1e3,
+                     step_overhead_ms=step_overhead * 1e3)
+
+
+def replica_graph(plan: Plan | dict[str, Any]) -> nx.DiGraph:
+    """Replica 0's DAG as the estimator prices it (cached per layout; do not modify it)."""
+    return _prepared(parse_plan(plan)).graph
+
+
 def _bottleneck(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost]) -> str:
     by_kind: dict[str, float] = defaultdict(float)
     for v in path:
@@ -363,7 +401,8 @@ def _bottleneck(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost]) ->
     return f"{word} ({by_kind[kind] / total:.0%} of the critical path)"
 
 
-def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead: float) -> PhaseDetail:
+def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead: float,
+           trace: dict[str, PhasePath] | None = None) -> PhaseDetail:
     costs = _cost_phase(model, pg, batch)
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
@@ -379,8 +418,12 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
         if piped < cp:
             latency, micro = piped, m
             bubble = (pp - 1) / (m + pp - 1) if pg.phase == "prefill" else 1 - m / pp
+            if trace is not None:
+                trace[pg.phase] = _path_of(pg, mpath, mcosts, pp, m, latency, step_overhead)
     elif pp > 1:
         bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
+    if trace is not None and pg.phase not in trace:
+        trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead)
     comm = sum(costs[v].seconds for v in path if costs[v].kind == "communication")
     hidden = sum(costs[v].hidden_seconds for v in path)
     total = latency + step_overhead
@@ -441,6 +484,7 @@ def estimate_performance(
     *,
     balanced_experts: bool = False,
     sla: Sla | dict[str, Any] | None = None,
+    trace: dict[str, PhasePath] | None = None,
 ) -> Estimate:
     """Estimate latency, throughput, KV cache and memory of a plan (or of a DAG that embeds its plan).
 
@@ -449,6 +493,7 @@ def estimate_performance(
     (for what-if analysis) assumes perfectly even expert load instead of the expected maximum.  ``sla``
     (``max_tpot_ms``, ``max_ttft_ms``) checks the serving figures against it and finds the concurrency with the
     most output tokens/s per GPU within it (``best_under_sla``; aggregated plans).
+    ``trace``, when given, receives each phase's priced critical path (``PhasePath``, for the pictures).
     """
     full = _resolve_plan(plan, dag)
     if overlap is not None and not isinstance(overlap, bool):
@@ -461,9 +506,9 @@ def estimate_performance(
     model = CostModel(full, layout, eff, use_overlap, balanced_experts)
     wl = full.workload
     pre = _phase(model, prep.phases["prefill"], wl.batch_size, layout.pools["prefill"].pp,
-                 eff["step_overhead_ms"] * 1e-3)
+                 eff["step_overhead_ms"] * 1e-3, trace)
     dec = _phase(model, prep.phases["decode"], wl.batch_size, layout.pools["decode"].pp,
-                 eff["decode_step_overhead_ms"] * 1e-3)
+                 eff["decode_step_overhead_ms"] * 1e-3, trace)
     mem = memory_report(full, layout, efficiency)
     sla_m = _parse_sla(sla)
     serving = best = None
