@@ -32,3 +32,21 @@ def test_gpu_min_one_in_a_fresh_process() -> None:
     out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], capture_output=True, text=True,
                          check=True, timeout=120)
     assert "GPU-MIN-ONE" in json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_kv_replication_is_valid_and_warns_with_the_per_gpu_cost() -> None:
+    """Qwen3-235B-A22B has 4 KV heads and its published recipe runs TP 8: engines replicate KV heads silently."""
+    r = validate_dag({"model": "qwen3-235b-a22b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+                      "parallel": {"tp": 8, "ep": 8}, "dtype": "fp8"})
+    assert r.valid, [v.message for v in r.violations if v.severity == "error"]
+    warn = [v for v in r.violations if v.rule_id == "TP-KV-REPLICATED"]
+    assert warn and warn[0].severity == "warning"
+    assert "replicated 2 times" in warn[0].message and "KiB of KV per token" in warn[0].message
+
+
+def test_old_plans_with_kv_replication_ok_still_parse_and_validate() -> None:
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "parallel": {"tp": 16},
+            "options": {"kv_replication_ok": True}}
+    r = validate_dag(plan)
+    assert not [v for v in r.violations if v.severity == "error"]
+    assert "TP-KV-REPLICATED" in {v.rule_id for v in r.violations}

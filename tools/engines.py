@@ -619,8 +619,6 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
                                           "ep dividing tp")
             if ep < tp:
                 options["allow_expert_tp"] = True
-    if tp > spec.num_kv_heads and spec.attention != "mla":
-        options["kv_replication_ok"] = True
     parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
     if attn_dp > 1:
         parallel["attn_dp"] = attn_dp

@@ -75,7 +75,10 @@ class Options(_Strict):
         None, max_length=MAX_DEGREE, description="layers per pipeline stage, in order; default: as even as possible"
     )
     expert_imbalance_ok: bool = Field(False, description="state that an uneven expert split is intended")
-    kv_replication_ok: bool = Field(False, description="state that KV heads are replicated when tp > kv heads")
+    kv_replication_ok: bool = Field(
+        False, description="ignored: KV-head replication under tp > kv heads is always allowed (stated as the "
+        "TP-KV-REPLICATED warning); kept so that older plans still parse"
+    )
     allow_attention_dp: bool = Field(
         False, description="opt in to attention-DP: attention replicated per group, experts spread over the stage"
     )

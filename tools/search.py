@@ -6,7 +6,7 @@ id of the catalog that forbids it, when (checked in this order):
 
 ``EP-MOE-ONLY`` ep > 1 on a dense model; ``GPU-EXCEEDS-CLUSTER`` pp*W > num_gpus; ``PP-DEGREE-LE-LAYERS``;
 ``TP-WITHIN-NODE`` the stage group does not fit in one node; ``TP-HEADS-DIVISIBLE``;
-``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and stated);
+``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and warned as TP-KV-REPLICATED);
 ``EP-EXPERT-NODES-EQ-GPUS`` ep > experts; ``EP-EVEN-EXPERTS`` experts not divisible by ep;
 ``EP-SPANS-STAGE-GROUP`` ep < W without expert TP; ``EP-NO-EXPERT-TP`` ep < W when expert TP is not allowed;
 ``SP-LONG-CONTEXT-ONLY`` prefill SP below the catalog's long-context threshold; ``SP-DECODE-INEFFECTIVE`` SP in decode;
@@ -246,8 +246,6 @@ class _Search:
             options["allow_expert_tp"] = True
         if any(s.attn_dp > 1 for s in shapes):
             options["allow_attention_dp"] = True
-        if self.spec.attention != "mla" and any(s.tp > self.spec.num_kv_heads for s in shapes):
-            options["kv_replication_ok"] = True
         return options
 
     def plan_dict(self, s: _Shape, dp: int, batch: int) -> dict[str, Any]:
