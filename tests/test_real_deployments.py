@@ -50,3 +50,19 @@ def test_old_plans_with_kv_replication_ok_still_parse_and_validate() -> None:
     r = validate_dag(plan)
     assert not [v for v in r.violations if v.severity == "error"]
     assert "TP-KV-REPLICATED" in {v.rule_id for v in r.violations}
+
+
+def test_cli_flags_and_a_plan_file_share_one_default_workload(tmp_path, capsys) -> None:
+    """CLI flags defaulted to batch 8 while a plan file or an MCP call defaulted to batch 1."""
+    from tools.cli import main
+    from tools.plan import Workload
+
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    main(["estimate", str(path)])
+    from_file = capsys.readouterr().out
+    main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--tp", "1"])
+    from_flags = capsys.readouterr().out
+    assert from_file == from_flags
+    assert f"workload: batch {Workload().batch_size} per DP replica" in from_file.splitlines()[0]

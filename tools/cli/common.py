@@ -11,11 +11,11 @@ from typing import Any
 
 from tools.errors import PdagInputError
 
+# The workload is left to the plan model's defaults, so flags, plan files and MCP calls estimate the same thing.
 DEFAULT_PLAN: dict[str, Any] = {
     "model": "llama-3.1-70b",
     "hardware": {"gpu": "h100-sxm", "num_gpus": 8, "gpus_per_node": 8},
     "parallel": {"tp": 8},
-    "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8},
     "objective": "latency",
 }
 

@@ -19,9 +19,16 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.estimate.core import estimate_performance
+    from tools.plan import parse_plan
 
-    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency)
-    print(est.model_dump_json(indent=2) if args.json else est.summary())
+    raw = plan_from_args(args)
+    est = estimate_performance(plan=raw, overlap=args.overlap, efficiency=args.efficiency)
+    if args.json:
+        print(est.model_dump_json(indent=2))
+        return 0
+    wl = parse_plan(raw).workload
+    print(f"workload: batch {wl.batch_size} per DP replica, input {wl.input_len} tokens, output {wl.output_len} tokens")
+    print(est.summary())
     return 0
 
 
