@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tools.validate import validate_dag
 
 INT4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus": 8},
@@ -66,3 +68,18 @@ def test_cli_flags_and_a_plan_file_share_one_default_workload(tmp_path, capsys) 
     from_flags = capsys.readouterr().out
     assert from_file == from_flags
     assert f"workload: batch {Workload().batch_size} per DP replica" in from_file.splitlines()[0]
+
+
+@pytest.mark.parametrize("plan", [
+    {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "parallel": {"pp": 2, "ep": 2}},
+    {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+     "parallel": {"pp": 2, "ep": 8}},
+], ids=["mixtral-pp2-ep2", "deepseek-v3-pp2-ep8"])
+def test_pp_with_ep_wider_than_tp_builds_a_dag_that_passes_its_own_validation(plan: dict) -> None:
+    from tools.build import build_dag
+
+    assert not [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
+    dag = build_dag(plan).model_dump(mode="json")["dag"]
+    sends = [n for n in dag["nodes"] if n["type"] == "SendRecvNode"]
+    assert sends
+    assert not [v.rule_id for v in validate_dag(dag=dag).violations if v.severity == "error"]

@@ -77,6 +77,20 @@ class _Builder:
         self.nodes.append((node_id, attrs))
         return node_id
 
+    def devices_of(self, ids: list[str]) -> set[int]:
+        """GPUs of these recently built nodes.  A stage ending in an MoE combine wider than attention (ep > tp)
+        hands its tokens to the next stage from the combine's GPUs: the combine all-to-all and the stage's
+        SendRecv share that group, so the SendRecv lists it (engines return tokens to their attention ranks in
+        the combine and send from there)."""
+        want, found = set(ids), set()
+        for node_id, attrs in reversed(self.nodes):
+            if node_id in want:
+                found.update(attrs["devices"])
+                want.discard(node_id)
+                if not want:
+                    break
+        return found
+
     def edge(self, u: str, v: str, etype: EdgeType = DATA) -> None:
         self.edges.append((u, v, self._etype[etype]))
 
@@ -186,7 +200,7 @@ class _Builder:
             send = self.node(
                 f"{rid}.{phase}.s{s}.send",
                 NodeType.SEND_RECV,
-                sorted(set(t_dev) | set(nxt)),
+                sorted(set(t_dev) | set(nxt) | self.devices_of(outs)),
                 phase=phase,
                 replica=r,
                 stage=s,
