@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tools.validate import validate_dag
 
@@ -83,3 +85,31 @@ def test_pp_with_ep_wider_than_tp_builds_a_dag_that_passes_its_own_validation(pl
     sends = [n for n in dag["nodes"] if n["type"] == "SendRecvNode"]
     assert sends
     assert not [v.rule_id for v in validate_dag(dag=dag).violations if v.severity == "error"]
+
+
+TINY_MOE = {"hf_config": {"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 256,
+                          "num_attention_heads": 8, "num_key_value_heads": 4, "intermediate_size": 512,
+                          "vocab_size": 1000, "num_local_experts": 8, "num_experts_per_tok": 2,
+                          "max_position_embeddings": 131072}}
+
+
+@settings(max_examples=25, deadline=None)
+@given(dp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), tp=st.sampled_from([1, 2, 4]),
+       ep=st.sampled_from([1, 2, 4]), sp=st.sampled_from([1, 2]), expert_tp=st.booleans())
+def test_a_plan_valid_at_plan_level_builds_a_dag_valid_by_its_own_rules(dp, pp, tp, ep, sp, expert_tp) -> None:
+    """Degree combinations (seed 001 section 5): what passes the plan-level rules must not break a DAG rule once
+    built (pdag's builder and its validator agree)."""
+    from tools.build import build_dag
+    from tools.validate import plan_violations
+
+    width = max(tp, ep, sp)
+    assume(width % tp == 0 and width % ep == 0 and width % sp == 0)
+    plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": dp * pp * width, "gpus_per_node": 8},
+            "parallel": {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": sp}, "phases": {"decode": {"sp": 1}},
+            "workload": {"input_len": 32768, "output_len": 64, "batch_size": 1},
+            "options": {"allow_expert_tp": expert_tp}}
+    _, plan_level = plan_violations(plan, build=False)
+    assume(not [v for v in plan_level if v.severity == "error"])
+    dag = build_dag(plan).model_dump(mode="json")["dag"]
+    errors = [f"{v.rule_id}: {v.message}" for v in validate_dag(dag=dag).violations if v.severity == "error"]
+    assert not errors, errors
