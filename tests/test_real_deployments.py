@@ -95,10 +95,10 @@ TINY_MOE = {"hf_config": {"model_type": "mixtral", "num_hidden_layers": 4, "hidd
 
 @settings(max_examples=25, deadline=None)
 @given(dp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), tp=st.sampled_from([1, 2, 4]),
-       ep=st.sampled_from([1, 2, 4]), sp=st.sampled_from([1, 2]), expert_tp=st.booleans())
+       ep=st.sampled_from([1, 2, 4]), sp=st.sampled_from([1, 2, 4]), expert_tp=st.booleans())
 def test_a_plan_valid_at_plan_level_builds_a_dag_valid_by_its_own_rules(dp, pp, tp, ep, sp, expert_tp) -> None:
-    """Degree combinations (seed 001 section 5): what passes the plan-level rules must not break a DAG rule once
-    built (pdag's builder and its validator agree)."""
+    """All degree combinations of seed 001 section 5 (SP alone included): what passes the plan-level rules must
+    not break a DAG rule once built (pdag's builder and its validator agree)."""
     from tools.build import build_dag
     from tools.validate import plan_violations
 
@@ -113,3 +113,14 @@ def test_a_plan_valid_at_plan_level_builds_a_dag_valid_by_its_own_rules(dp, pp, 
     dag = build_dag(plan).model_dump(mode="json")["dag"]
     errors = [f"{v.rule_id}: {v.message}" for v in validate_dag(dag=dag).violations if v.severity == "error"]
     assert not errors, errors
+
+
+def test_sp_without_tp_is_valid_and_estimates() -> None:
+    """Seed 001 section 5 lists SP alone among the valid combinations; pdag used to demand sp | tp."""
+    from tools.estimate.core import estimate_performance
+
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"sp": 2},
+            "phases": {"decode": {"sp": 1}}, "workload": {"input_len": 32768, "output_len": 128, "batch_size": 1}}
+    r = validate_dag(plan)
+    assert r.valid, [v.message for v in r.violations if v.severity == "error"]
+    assert estimate_performance(plan=plan).prefill_latency_ms > 0

@@ -332,15 +332,18 @@ class _Builder:
     def dense_ffn(self, c: _Ctx, s: int, op: str, src: str, base: int, common: dict[str, Any],
                   role: str | None) -> list[str]:
         tp = c.pl.tp
+        # SP wider than TP (e.g. SP alone): the sequence shards are gathered before the FFN, which then runs
+        # replicated on each TP-sized slice of the attention GPUs, so the next layer finds its tokens locally.
+        copies = max(1, c.pl.attn_width // tp)
         shards = []
         for i in range(tp):
-            f = self.node(f"{op}.t{i}", NodeType.FFN, [c.pool.device(c.r, s, base + i)], op=op, tp_rank=i,
-                          role=role, meta={"of": tp}, **common)
+            devs = [c.pool.device(c.r, s, base + j * tp + i) for j in range(copies)]
+            f = self.node(f"{op}.t{i}", NodeType.FFN, devs, op=op, tp_rank=i, role=role, meta={"of": tp}, **common)
             self.edge(src, f)
             shards.append(f)
         if tp == 1:
             return shards
-        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, c.pool.devices(c.r, s, base, tp), op=op,
+        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, c.pool.devices(c.r, s, base, tp * copies), op=op,
                        role="tp_sync", **common)
         for f in shards:
             self.edge(f, ar)
