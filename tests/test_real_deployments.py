@@ -124,3 +124,32 @@ def test_sp_without_tp_is_valid_and_estimates() -> None:
     r = validate_dag(plan)
     assert r.valid, [v.message for v in r.violations if v.severity == "error"]
     assert estimate_performance(plan=plan).prefill_latency_ms > 0
+
+
+def test_search_refuses_a_dtype_the_accelerator_does_not_run() -> None:
+    from tools.errors import PdagInputError
+    from tools.search import search_strategies
+
+    with pytest.raises(PdagInputError) as exc:
+        search_strategies("llama-3.1-8b", {"gpu": "h200", "num_gpus": 8}, dtype="int4")
+    assert exc.value.field == "dtype" and "HW-ACCELERATOR-SPEC" in exc.value.problem
+
+
+@settings(max_examples=6, deadline=None)
+@given(case=st.sampled_from([("llama-3.1-8b", "h100-sxm", 8, "bf16"), ("llama-3.1-70b", "h100-sxm", 16, "bf16"),
+                             ("mixtral-8x7b", "h100-sxm", 8, "bf16"), ("qwen3-235b-a22b", "h200", 8, "fp8"),
+                             ("deepseek-v3", "h200", 16, "fp8")]),
+       objective=st.sampled_from(["latency", "throughput"]))
+def test_every_plan_search_returns_validates_and_estimates(case, objective) -> None:
+    """search_strategies must not rank a plan its own validator rejects."""
+    from tools.estimate.core import estimate_performance
+    from tools.search import search_strategies
+
+    model, gpu, gpus, dtype = case
+    res = search_strategies(model, {"gpu": gpu, "num_gpus": gpus}, objective=objective, dtype=dtype, top_k=3)
+    assert res.top
+    for entry in res.top:
+        plan = entry.plan if isinstance(entry.plan, dict) else entry.plan.model_dump(mode="json", exclude_none=True)
+        errors = [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
+        assert not errors, (entry.label, errors)
+        assert estimate_performance(plan=plan).e2e_latency_ms > 0

@@ -695,6 +695,17 @@ def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: 
     return f"{winner} wins for throughput (the {loser} plan is the best of its kind): {why}."
 
 
+def _refuse_what_validation_refuses(base: dict[str, Any]) -> None:
+    """The plan-wide raw rules (e.g. HW-ACCELERATOR-SPEC: a dtype the accelerator does not run) reject every
+    layout alike; refuse the search with the rule's words instead of ranking plans validate_dag rejects."""
+    from tools.rules.registry import Context, run_checkers
+
+    for v in run_checkers(Context(raw_plan={**base, "parallel": {}}), ["raw"]):
+        if v.severity == "error":
+            field = (v.location.field or "plan").removeprefix("plan.")
+            raise PdagInputError(field, f"{v.rule_id}: {v.message}", v.hint or "a value the rule allows")
+
+
 def search_strategies(
     model: str | dict[str, Any],
     hardware: dict[str, Any],
@@ -743,6 +754,7 @@ def search_strategies(
         probe = parse_plan({**base, "parallel": {}})
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
         raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
+    _refuse_what_validation_refuses(base)
     if isinstance(model, str):
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
