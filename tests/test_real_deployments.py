@@ -153,3 +153,25 @@ def test_every_plan_search_returns_validates_and_estimates(case, objective) -> N
         errors = [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
         assert not errors, (entry.label, errors)
         assert estimate_performance(plan=plan).e2e_latency_ms > 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_import_then_export_serves_the_imported_checkpoint(engine: str) -> None:
+    """An Instruct checkpoint used to come back as the preset's base repo."""
+    from tools.engines import export_plan, import_command
+
+    repo = "meta-llama/Llama-3.1-70B-Instruct"
+    imported = import_command(f"vllm serve {repo} --tensor-parallel-size 8")
+    assert imported.plan["checkpoint"] == repo
+    command = export_plan(imported.plan, engine).command
+    assert repo in command.split()
+
+
+def test_a_malformed_checkpoint_is_a_clear_input_error() -> None:
+    from tools.errors import PdagInputError
+    from tools.plan import parse_plan
+
+    with pytest.raises(PdagInputError) as exc:
+        parse_plan({"model": "llama-3.1-8b", "checkpoint": "not a repo; rm -rf /",
+                    "hardware": {"gpu": "h100-sxm", "num_gpus": 1}})
+    assert "checkpoint" in exc.value.field

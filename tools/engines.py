@@ -129,6 +129,8 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
 
 
 def _hf_repo(plan: Plan) -> str:
+    if plan.checkpoint:
+        return plan.checkpoint
     if plan.spec.hf_repo:
         return plan.spec.hf_repo
     return plan.model_id
@@ -570,7 +572,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     tp = _int("tp", values.get("tp", "1"))
     pp = _int("pp", values.get("pp", "1"))
     dp = _int("dp", values.get("dp", "1"))
-    plan: dict[str, Any] = {"model": model}
+    plan: dict[str, Any] = {"model": model, "checkpoint": repo.strip().rstrip("/")}
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
     options: dict[str, Any] = {}
     attn_dp = 1

@@ -96,6 +96,11 @@ class Plan(_Strict):
     """The compact strategy of the contract: model, hardware, degrees, optional per-phase overrides."""
 
     model: str | HFModel = Field(description="model preset id, or {'hf_config': {...}}")
+    checkpoint: str | None = Field(
+        None, max_length=200, pattern=r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$",
+        description="Hugging Face repo the engine serves (e.g. an Instruct or quantised variant of the preset); "
+        "default: the preset's base repo",
+    )
     hardware: Hardware
     parallel: Degrees = Field(default_factory=Degrees)
     phases: Phases = Field(default_factory=Phases)
