@@ -175,3 +175,18 @@ def test_a_malformed_checkpoint_is_a_clear_input_error() -> None:
         parse_plan({"model": "llama-3.1-8b", "checkpoint": "not a repo; rm -rf /",
                     "hardware": {"gpu": "h100-sxm", "num_gpus": 1}})
     assert "checkpoint" in exc.value.field
+
+
+def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> None:
+    from tools.engines import export_plan
+    from tools.memory import memory_report
+    from tools.plan import parse_plan
+
+    base = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8}}
+    one = export_plan({**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}}, "vllm").argv[0]
+    other = export_plan({**base, "workload": {"batch_size": 4, "input_len": 128, "output_len": 16}}, "vllm").argv[0]
+    limit = lambda argv, flag: int(argv[argv.index(flag) + 1])  # noqa: E731
+    assert limit(one, "--max-model-len") == parse_plan(base).spec.max_position_embeddings == 131072
+    assert limit(one, "--max-num-seqs") == limit(other, "--max-num-seqs")
+    assert limit(one, "--max-num-seqs") == memory_report(parse_plan(
+        {**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}})).max_batch_size_that_fits
