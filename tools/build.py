@@ -95,6 +95,20 @@ class _Builder:
         self.nodes.append((node_id, attrs))
         return node_id
 
+    def devices_of(self, ids: list[str]) -> set[int]:
+        """GPUs of these recently built nodes.  A stage ending in an MoE combine wider than attention (ep > tp)
+        hands its tokens to the next stage from the combine's GPUs: the combine all-to-all and the stage's
+        SendRecv share that group, so the SendRecv lists it (engines return tokens to their attention ranks in
+        the combine and send from there)."""
+        want, found = set(ids), set()
+        for node_id, attrs in reversed(self.nodes):
+            if node_id in want:
+                found.update(attrs["devices"])
+                want.discard(node_id)
+                if not want:
+                    break
+        return found
+
     def edge(self, u: str, v: str, etype: EdgeType = DATA) -> None:
         self.edges.append((u, v, self._etype[etype]))
 
@@ -209,7 +223,7 @@ class _Builder:
             send = self.node(
                 f"{rid}.{phase}.s{s}.send",
                 NodeType.SEND_RECV,
-                sorted(set(t_dev) | set(nxt)),
+                sorted(set(t_dev) | set(nxt) | self.devices_of(outs)),
                 phase=phase,
                 replica=r,
                 stage=s,
@@ -364,15 +378,18 @@ class _Builder:
     def dense_ffn(self, c: _Ctx, s: int, op: str, src: str, base: int, common: dict[str, Any],
                   role: str | None) -> list[str]:
         tp = c.pl.tp
+        # SP wider than TP (e.g. SP alone): the sequence shards are gathered before the FFN, which then runs
+        # replicated on each TP-sized slice of the attention GPUs, so the next layer finds its tokens locally.
+        copies = max(1, c.pl.attn_width // tp)
         shards = []
         for i in range(tp):
-            f = self.node(f"{op}.t{i}", NodeType.FFN, [c.pool.device(c.r, s, base + i)], op=op, tp_rank=i,
-                          role=role, meta={"of": tp}, **common)
+            devs = [c.pool.device(c.r, s, base + j * tp + i) for j in range(copies)]
+            f = self.node(f"{op}.t{i}", NodeType.FFN, devs, op=op, tp_rank=i, role=role, meta={"of": tp}, **common)
             self.edge(src, f)
             shards.append(f)
         if tp == 1:
             return shards
-        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, c.pool.devices(c.r, s, base, tp), op=op,
+        ar = self.node(f"{op}.allreduce", NodeType.ALL_REDUCE, c.pool.devices(c.r, s, base, tp * copies), op=op,
                        role="tp_sync", **common)
         for f in shards:
             self.edge(f, ar)

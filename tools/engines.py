@@ -128,7 +128,22 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     )
 
 
+def _serving_limits(plan: Plan) -> tuple[int, int]:
+    """Engine limits from the model and the memory, not from the estimated workload (which is one operating
+    point): the longest sequence is the model's context window, cut to what one sequence's KV fits beside the
+    weights; the sequence cap is the largest batch per replica whose KV fits at the workload's context."""
+    from tools.memory import memory_report
+
+    one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
+    fits_len = memory_report(one).max_context_that_fits
+    max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
+    max_seqs = max(plan.workload.batch_size, memory_report(plan).max_batch_size_that_fits)
+    return max_seqs, max_len
+
+
 def _hf_repo(plan: Plan) -> str:
+    if plan.checkpoint:
+        return plan.checkpoint
     if plan.spec.hf_repo:
         return plan.spec.hf_repo
     return plan.model_id
@@ -225,8 +240,8 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"vLLM's data-parallel ranks of a MoE model are not independent: their expert layers form "
                          f"one group of dp*tp = {p.dp * p.tp} GPUs; for {p.dp} independent replicas launch "
                          f"{p.dp} separate deployments")
-    argv += ["--max-num-seqs", str(plan.workload.batch_size),
-             "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
+    max_seqs, max_len = _serving_limits(plan)
+    argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8")
     env: list[str] = []
     split = _layer_split_note(plan, layout)
@@ -255,12 +270,13 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     notes = [f"vLLM DP+EP: {p.attn_dp} data-parallel engines (attention TP {p.tp} each, own scheduler and KV "
              f"cache) whose MoE layers form one EP group of {p.ep} GPUs; idle ranks run dummy steps to keep "
              "the MoE collectives in step (vLLM data-parallel deployment docs)"]
+    max_seqs, max_len = _serving_limits(plan)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.attn_dp),
             "--enable-expert-parallel",
-            "--max-num-seqs", str(-(-plan.workload.batch_size // p.attn_dp)),
-            "--max-model-len", str(plan.workload.input_len + plan.workload.output_len)]
-    notes.append(f"--max-num-seqs is per DP engine: batch {plan.workload.batch_size} / {p.attn_dp} groups, rounded up")
+            "--max-num-seqs", str(-(-max_seqs // p.attn_dp)), "--max-model-len", str(max_len)]
+    notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
+                 "rounded up")
     argv += _dtype_flags(plan, notes, kv_fp8="fp8")
     return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
@@ -307,8 +323,8 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
             argv += ["--ep", str(ep)]
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
-    argv += ["--max-running-requests", str(plan.workload.batch_size),
-             "--context-length", str(plan.workload.input_len + plan.workload.output_len)]
+    max_seqs, max_len = _serving_limits(plan)
+    argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8_e4m3")
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
@@ -334,8 +350,8 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
         notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
-    base += ["--max_batch_size", str(plan.workload.batch_size),
-             "--max_seq_len", str(plan.workload.input_len + plan.workload.output_len)]
+    max_seqs, max_len = _serving_limits(plan)
+    base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
     if plan.dtype not in _DTYPE_FLAG:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
@@ -572,7 +588,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     tp = _int("tp", values.get("tp", "1"))
     pp = _int("pp", values.get("pp", "1"))
     dp = _int("dp", values.get("dp", "1"))
-    plan: dict[str, Any] = {"model": model}
+    plan: dict[str, Any] = {"model": model, "checkpoint": repo.strip().rstrip("/")}
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
     options: dict[str, Any] = {}
     attn_dp = 1
@@ -621,25 +637,16 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
                                           "ep dividing tp")
             if ep < tp:
                 options["allow_expert_tp"] = True
-    if tp > spec.num_kv_heads and spec.attention != "mla":
-        options["kv_replication_ok"] = True
     parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
     if attn_dp > 1:
         parallel["attn_dp"] = attn_dp
     plan["hardware"] = {"gpu": gpu, "num_gpus": dp * pp * tp * attn_dp, "gpus_per_node": gpus_per_node}
     plan["parallel"] = parallel
-    workload: dict[str, int] = {}
-    if "batch" in values:
-        per_engine = engine == "vllm" and attn_dp > 1  # vLLM's --max-num-seqs counts one DP engine's sequences
-        workload["batch_size"] = _int("batch", values["batch"]) * (attn_dp if per_engine else 1)
-    if "context" in values:
-        context = _int("context", values["context"])
-        workload["output_len"] = 256 if context > 256 else max(1, context // 2)
-        workload["input_len"] = max(1, context - workload["output_len"])
-        notes.append(f"context length {context} read as input_len {workload['input_len']} + output_len "
-                     f"{workload['output_len']}; set the real lengths before estimating")
-    if workload:
-        plan["workload"] = workload
+    limits = [f"{flag} {values[key]}" for key, flag in (("batch", "sequence cap"), ("context", "context cap"))
+              if key in values]
+    if limits:
+        notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload: the plan keeps "
+                     "the default workload; set the real batch and lengths before estimating")
     dtype = values.get("dtype", "auto").lower()
     quant = values.get("quant", "").lower()
     if quant == "fp8":

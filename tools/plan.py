@@ -77,7 +77,10 @@ class Options(_Strict):
         None, max_length=MAX_DEGREE, description="layers per pipeline stage, in order; default: as even as possible"
     )
     expert_imbalance_ok: bool = Field(False, description="state that an uneven expert split is intended")
-    kv_replication_ok: bool = Field(False, description="state that KV heads are replicated when tp > kv heads")
+    kv_replication_ok: bool = Field(
+        False, description="ignored: KV-head replication under tp > kv heads is always allowed (stated as the "
+        "TP-KV-REPLICATED warning); kept so that older plans still parse"
+    )
     allow_attention_dp: bool = Field(
         False, description="opt in to attention-DP: attention replicated per group, experts spread over the stage"
     )
@@ -95,6 +98,11 @@ class Plan(_Strict):
     """The compact strategy of the contract: model, hardware, degrees, optional per-phase overrides."""
 
     model: str | HFModel = Field(description="model preset id, or {'hf_config': {...}}")
+    checkpoint: str | None = Field(
+        None, max_length=200, pattern=r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$",
+        description="Hugging Face repo the engine serves (e.g. an Instruct or quantised variant of the preset); "
+        "default: the preset's base repo",
+    )
     hardware: Hardware
     parallel: Degrees = Field(default_factory=Degrees)
     phases: Phases = Field(default_factory=Phases)

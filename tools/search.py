@@ -6,7 +6,7 @@ id of the catalog that forbids it, when (checked in this order):
 
 ``EP-MOE-ONLY`` ep > 1 on a dense model; ``GPU-EXCEEDS-CLUSTER`` pp*W > num_gpus; ``PP-DEGREE-LE-LAYERS``;
 ``TP-WITHIN-NODE`` the stage group does not fit in one node; ``TP-HEADS-DIVISIBLE``;
-``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and stated);
+``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and warned as TP-KV-REPLICATED);
 ``EP-EXPERT-NODES-EQ-GPUS`` ep > experts; ``EP-EVEN-EXPERTS`` experts not divisible by ep;
 ``EP-SPANS-STAGE-GROUP`` ep < W without expert TP; ``EP-NO-EXPERT-TP`` ep < W when expert TP is not allowed;
 ``SP-LONG-CONTEXT-ONLY`` prefill SP below the catalog's long-context threshold; ``SP-DECODE-INEFFECTIVE`` SP in decode;
@@ -246,8 +246,6 @@ class _Search:
             options["allow_expert_tp"] = True
         if any(s.attn_dp > 1 for s in shapes):
             options["allow_attention_dp"] = True
-        if self.spec.attention != "mla" and any(s.tp > self.spec.num_kv_heads for s in shapes):
-            options["kv_replication_ok"] = True
         return options
 
     def plan_dict(self, s: _Shape, dp: int, batch: int) -> dict[str, Any]:
@@ -704,6 +702,17 @@ def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: 
     return f"{winner} wins for throughput (the {loser} plan is the best of its kind): {why}."
 
 
+def _refuse_what_validation_refuses(base: dict[str, Any]) -> None:
+    """The plan-wide raw rules (e.g. HW-ACCELERATOR-SPEC: a dtype the accelerator does not run) reject every
+    layout alike; refuse the search with the rule's words instead of ranking plans validate_dag rejects."""
+    from tools.rules.registry import Context, run_checkers
+
+    for v in run_checkers(Context(raw_plan={**base, "parallel": {}}), ["raw"]):
+        if v.severity == "error":
+            field = (v.location.field or "plan").removeprefix("plan.")
+            raise PdagInputError(field, f"{v.rule_id}: {v.message}", v.hint or "a value the rule allows")
+
+
 def search_strategies(
     model: str | dict[str, Any],
     hardware: dict[str, Any],
@@ -758,6 +767,7 @@ def search_strategies(
         probe = parse_plan({**base, "parallel": {}})
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
         raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
+    _refuse_what_validation_refuses(base)
     if isinstance(model, str):
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)

@@ -12,11 +12,11 @@ from tools.errors import PdagInputError
 from tools.estimate.engine_profile import ENGINE_IDS
 from tools.inputs import load_json_text, read_text_file
 
+# The workload is left to the plan model's defaults, so flags, plan files and MCP calls estimate the same thing.
 DEFAULT_PLAN: dict[str, Any] = {
     "model": "llama-3.1-70b",
     "hardware": {"gpu": "h100-sxm", "num_gpus": 8, "gpus_per_node": 8},
     "parallel": {"tp": 8},
-    "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8},
     "objective": "latency",
 }
 

@@ -23,12 +23,19 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.estimate.core import estimate_performance
     from tools.pictures.report import text_bars
+    from tools.plan import parse_plan
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
+    raw = plan_from_args(args)
     paths: dict = {}
-    est = estimate_performance(plan=plan_from_args(args), overlap=args.overlap, efficiency=args.efficiency,
-                               sla=sla or None, trace=paths)
-    print(est.model_dump_json(indent=2) if args.json else est.summary() + "\n" + text_bars(est, paths))
+    est = estimate_performance(plan=raw, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None,
+                               trace=paths)
+    if args.json:
+        print(est.model_dump_json(indent=2))
+        return 0
+    wl = parse_plan(raw).workload
+    print(f"workload: batch {wl.batch_size} per DP replica, input {wl.input_len} tokens, output {wl.output_len} tokens")
+    print(est.summary() + "\n" + text_bars(est, paths))
     return 0
 
 

@@ -462,6 +462,9 @@ def field_of(phase: str | None, name: str, plan: Plan | None = None) -> str:
 
 
 def run_checkers(ctx: Context, stages: Iterable[Needs]) -> list[Violation]:
+    """Findings of every registered checker of these stages; loads the rule modules first, so that the first
+    call in a fresh process sees the same checkers as every later one."""
+    load_all()
     out: list[Violation] = []
     wanted = set(stages)
     for entry in CHECKERS.values():

@@ -102,10 +102,11 @@ def check_long_context(ctx: Context) -> Iterator[Finding]:
 def check_with_tp(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
     for ph, pl in ctx.layout.phases.items():
-        if pl.sp > 1 and pl.tp % pl.sp:
-            yield Finding(f"{ph}: sp = {pl.sp} does not divide tp = {pl.tp}; SP re-partitions the TP GPUs of attention "
-                          "into tp/sp head shards x sp sequence shards and never adds GPUs (SP never runs without TP)",
-                          field=field_of(ph, "sp", ctx.plan), hint=f"use an sp that divides {pl.tp}")
+        if pl.sp > 1 and pl.tp % pl.sp and pl.sp % pl.tp:
+            yield Finding(f"{ph}: sp = {pl.sp} and tp = {pl.tp} do not divide one another; attention runs on "
+                          "max(tp, sp) GPUs as max(tp, sp)/sp head shards x sp sequence shards",
+                          field=field_of(ph, "sp", ctx.plan),
+                          hint=f"use an sp that divides {pl.tp} or a multiple of it")
             return
 
 
@@ -114,7 +115,7 @@ def fix_with_tp(plan: dict[str, Any], ctx: Context) -> list[Change]:
     assert ctx.layout is not None
     changes = []
     for ph, pl in ctx.layout.phases.items():
-        if pl.sp > 1 and pl.tp % pl.sp:
+        if pl.sp > 1 and pl.tp % pl.sp and pl.sp % pl.tp:
             new = max(s for s in range(1, pl.sp + 1) if pl.tp % s == 0)
             path = field_of(ph, "sp", ctx.plan)
             tgt = plan.setdefault("phases", {}).setdefault(ph, {}) if "phases" in path else plan["parallel"]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import NodeType
+from tools.hardware import DTYPE_BYTES
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
@@ -96,10 +97,10 @@ def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
                           [root, *kids])
 
 
-def _tp_ok(spec: Any, t: int, kv_ok: bool) -> bool:
+def _tp_ok(spec: Any, t: int) -> bool:
     if spec.num_heads % t:
         return False
-    if spec.attention != "mla" and spec.num_kv_heads % t and not (t % spec.num_kv_heads == 0 and kv_ok):
+    if spec.attention != "mla" and spec.num_kv_heads % t and t % spec.num_kv_heads:
         return False
     if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
         return False
@@ -129,14 +130,14 @@ def check_heads(ctx: Context) -> Iterator[Finding]:
                 return
 
 
-def nearest_tp(ctx: Context, tp: int, kv_ok: bool) -> int:
+def nearest_tp(ctx: Context, tp: int) -> int:
     """The valid tp closest to the current one (on a log scale), preferring one whose layout fits in memory and
     then the smaller one (fewer GPUs): a single step instead of 'round down, then grow for memory'."""
     from tools.rules.memory import fits_with
 
     assert ctx.plan is not None
     spec = ctx.plan.spec
-    valid = [t for t in range(1, spec.num_heads + 1) if _tp_ok(spec, t, kv_ok)]
+    valid = [t for t in range(1, spec.num_heads + 1) if _tp_ok(spec, t)]
     valid.sort(key=lambda t: (abs(math.log2(t / tp)), t))
     for t in valid[:4]:
         if fits_with(ctx.plan, tp=t):
@@ -144,14 +145,14 @@ def nearest_tp(ctx: Context, tp: int, kv_ok: bool) -> int:
     return valid[0]
 
 
-def set_tp(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, kv_ok: bool) -> list[Change]:
+def set_tp(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[Change]:
     changes = []
     par = plan.setdefault("parallel", {})
     targets = [("plan.parallel.tp", par)] + [(f"plan.phases.{ph}.tp", o) for ph, o in
                                             (plan.get("phases") or {}).items() if isinstance(o, dict) and "tp" in o]
     for path, d in targets:
         before = d.get("tp", 1)
-        new = nearest_tp(ctx, before, kv_ok)
+        new = nearest_tp(ctx, before)
         if new != before:
             d["tp"] = new
             changes.append(Change(rule_id=rule_id, message=f"set tp from {before} to {new}: {why}", field=path,
@@ -161,8 +162,7 @@ def set_tp(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, kv_ok: bo
 
 @fixer("TP-HEADS-DIVISIBLE")
 def fix_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    return set_tp(plan, ctx, "TP-HEADS-DIVISIBLE", "the nearest degree that divides the heads and FFN width",
-                  ctx.options.kv_replication_ok)
+    return set_tp(plan, ctx, "TP-HEADS-DIVISIBLE", "the nearest degree that divides the heads and FFN width")
 
 
 @checker("TP-KV-HEADS-DIVISIBLE", needs="plan")
@@ -174,33 +174,41 @@ def check_kv_heads(ctx: Context) -> Iterator[Finding]:
     kv = spec.num_kv_heads
     for ph, pl in ctx.layout.phases.items():
         hs = pl.head_shards
-        if kv % hs == 0:
-            continue
-        if hs % kv == 0:
-            if not ctx.plan.options.kv_replication_ok:
-                yield Finding(f"{ph}: {hs} head shards exceed the {kv} KV heads, so each KV head is replicated "
-                              f"{hs // kv} times; the plan must state it (options.kv_replication_ok)",
-                              field="plan.options.kv_replication_ok",
-                              hint="set options.kv_replication_ok = true, or use tp <= the KV heads")
-        else:
+        if kv % hs and hs % kv:
             yield Finding(f"{ph}: {kv} KV heads neither divide by nor divide {hs} head shards; each rank would hold a "
                           "fraction of a KV head", field=field_of(ph, "tp", ctx.plan),
                           hint=f"use a tp that divides {kv} or a multiple of it")
-        return
+            return
 
 
 @fixer("TP-KV-HEADS-DIVISIBLE")
 def fix_kv_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    assert ctx.plan is not None and ctx.layout is not None
+    assert ctx.plan is not None
     kv = ctx.plan.spec.num_kv_heads
-    if all(pl.head_shards % kv == 0 or kv % pl.head_shards == 0 for pl in ctx.layout.phases.values()):
-        opts = plan.setdefault("options", {})
-        opts["kv_replication_ok"] = True
-        return [Change(rule_id="TP-KV-HEADS-DIVISIBLE", message=f"set options.kv_replication_ok: tp exceeds the {kv} "
-                       "KV heads, which are replicated across TP ranks (stated, as the rule asks)",
-                       field="plan.options.kv_replication_ok", before=False, after=True)]
-    return set_tp(plan, ctx, "TP-KV-HEADS-DIVISIBLE", f"a degree compatible with the {kv} KV heads",
-                  ctx.options.kv_replication_ok)
+    return set_tp(plan, ctx, "TP-KV-HEADS-DIVISIBLE", f"a degree compatible with the {kv} KV heads")
+
+
+@checker("TP-KV-REPLICATED", needs="plan")
+def check_kv_replicated(ctx: Context) -> Iterator[Finding]:
+    """Engines replicate KV heads silently when tp exceeds them; pdag accepts it and states what it costs."""
+    assert ctx.plan is not None and ctx.layout is not None
+    spec = ctx.plan.spec
+    if spec.attention == "mla":
+        return
+    kv = spec.num_kv_heads
+    kv_bytes = DTYPE_BYTES[ctx.plan.effective_kv_dtype]
+    for ph, pl in ctx.layout.phases.items():
+        hs = pl.head_shards
+        if hs <= kv or hs % kv:
+            continue
+        per_gpu = float(spec.kv_bytes_per_token(kv_bytes)) / kv / pl.pp
+        sharded = float(spec.kv_bytes_per_token(kv_bytes)) / hs / pl.pp
+        yield Finding(f"{ph}: {hs} head shards exceed the {kv} KV heads, so each KV head is replicated {hs // kv} "
+                      f"times (as vLLM, SGLang and TensorRT-LLM do): each GPU stores {per_gpu / 1024:.1f} KiB of KV "
+                      f"per token instead of {sharded / 1024:.1f} KiB if the heads could be split",
+                      field=field_of(ph, "tp", ctx.plan),
+                      hint=f"tp <= {kv} avoids the replication (spend the other GPUs on dp)")
+        return
 
 
 @checker("TP-WITHIN-NODE", needs="any")

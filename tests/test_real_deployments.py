@@ -1,0 +1,192 @@
+"""Regressions from issue 10: pdag agrees with the deployments people run, and with itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tools.validate import validate_dag
+
+INT4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus": 8},
+                "parallel": {"tp": 8}, "dtype": "int4"}
+
+
+def test_raw_checkers_run_on_the_first_call_of_a_fresh_process() -> None:
+    """plan_context ran the raw checkers before the rule modules were imported, so a fresh process said valid."""
+    code = ("import json, sys; from tools.validate import validate_dag; "
+            "r = validate_dag(json.loads(sys.argv[1])); "
+            "print(json.dumps([v.rule_id for v in r.violations if v.severity == 'error']))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(INT4_ON_H200)], capture_output=True, text=True,
+                         check=True, timeout=120)
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+    again = [v.rule_id for v in validate_dag(INT4_ON_H200).violations if v.severity == "error"]
+    assert "HW-ACCELERATOR-SPEC" in first
+    assert first == again
+
+
+def test_gpu_min_one_in_a_fresh_process() -> None:
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 0}}
+    code = ("import json, sys; from tools.validate import validate_dag; "
+            "r = validate_dag(json.loads(sys.argv[1])); print(json.dumps([v.rule_id for v in r.violations]))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert "GPU-MIN-ONE" in json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_kv_replication_is_valid_and_warns_with_the_per_gpu_cost() -> None:
+    """Qwen3-235B-A22B has 4 KV heads and its published recipe runs TP 8: engines replicate KV heads silently."""
+    r = validate_dag({"model": "qwen3-235b-a22b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+                      "parallel": {"tp": 8, "ep": 8}, "dtype": "fp8"})
+    assert r.valid, [v.message for v in r.violations if v.severity == "error"]
+    warn = [v for v in r.violations if v.rule_id == "TP-KV-REPLICATED"]
+    assert warn and warn[0].severity == "warning"
+    assert "replicated 2 times" in warn[0].message and "KiB of KV per token" in warn[0].message
+
+
+def test_old_plans_with_kv_replication_ok_still_parse_and_validate() -> None:
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "parallel": {"tp": 16},
+            "options": {"kv_replication_ok": True}}
+    r = validate_dag(plan)
+    assert not [v for v in r.violations if v.severity == "error"]
+    assert "TP-KV-REPLICATED" in {v.rule_id for v in r.violations}
+
+
+def test_cli_flags_and_a_plan_file_share_one_default_workload(tmp_path, capsys) -> None:
+    """CLI flags defaulted to batch 8 while a plan file or an MCP call defaulted to batch 1."""
+    from tools.cli import main
+    from tools.plan import Workload
+
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    main(["estimate", str(path)])
+    from_file = capsys.readouterr().out
+    main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--tp", "1"])
+    from_flags = capsys.readouterr().out
+    assert from_file == from_flags
+    assert f"workload: batch {Workload().batch_size} per DP replica" in from_file.splitlines()[0]
+
+
+@pytest.mark.parametrize("plan", [
+    {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "parallel": {"pp": 2, "ep": 2}},
+    {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+     "parallel": {"pp": 2, "ep": 8}},
+], ids=["mixtral-pp2-ep2", "deepseek-v3-pp2-ep8"])
+def test_pp_with_ep_wider_than_tp_builds_a_dag_that_passes_its_own_validation(plan: dict) -> None:
+    from tools.build import build_dag
+
+    assert not [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
+    dag = build_dag(plan).model_dump(mode="json")["dag"]
+    sends = [n for n in dag["nodes"] if n["type"] == "SendRecvNode"]
+    assert sends
+    assert not [v.rule_id for v in validate_dag(dag=dag).violations if v.severity == "error"]
+
+
+TINY_MOE = {"hf_config": {"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 256,
+                          "num_attention_heads": 8, "num_key_value_heads": 4, "intermediate_size": 512,
+                          "vocab_size": 1000, "num_local_experts": 8, "num_experts_per_tok": 2,
+                          "max_position_embeddings": 131072}}
+
+
+@settings(max_examples=25, deadline=None)
+@given(dp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), tp=st.sampled_from([1, 2, 4]),
+       ep=st.sampled_from([1, 2, 4]), sp=st.sampled_from([1, 2, 4]), expert_tp=st.booleans())
+def test_a_plan_valid_at_plan_level_builds_a_dag_valid_by_its_own_rules(dp, pp, tp, ep, sp, expert_tp) -> None:
+    """All degree combinations of seed 001 section 5 (SP alone included): what passes the plan-level rules must
+    not break a DAG rule once built (pdag's builder and its validator agree)."""
+    from tools.build import build_dag
+    from tools.validate import plan_violations
+
+    width = max(tp, ep, sp)
+    assume(width % tp == 0 and width % ep == 0 and width % sp == 0)
+    plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": dp * pp * width, "gpus_per_node": 8},
+            "parallel": {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": sp}, "phases": {"decode": {"sp": 1}},
+            "workload": {"input_len": 32768, "output_len": 64, "batch_size": 1},
+            "options": {"allow_expert_tp": expert_tp}}
+    _, plan_level = plan_violations(plan, build=False)
+    assume(not [v for v in plan_level if v.severity == "error"])
+    dag = build_dag(plan).model_dump(mode="json")["dag"]
+    errors = [f"{v.rule_id}: {v.message}" for v in validate_dag(dag=dag).violations if v.severity == "error"]
+    assert not errors, errors
+
+
+def test_sp_without_tp_is_valid_and_estimates() -> None:
+    """Seed 001 section 5 lists SP alone among the valid combinations; pdag used to demand sp | tp."""
+    from tools.estimate.core import estimate_performance
+
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"sp": 2},
+            "phases": {"decode": {"sp": 1}}, "workload": {"input_len": 32768, "output_len": 128, "batch_size": 1}}
+    r = validate_dag(plan)
+    assert r.valid, [v.message for v in r.violations if v.severity == "error"]
+    assert estimate_performance(plan=plan).prefill_latency_ms > 0
+
+
+def test_search_refuses_a_dtype_the_accelerator_does_not_run() -> None:
+    from tools.errors import PdagInputError
+    from tools.search import search_strategies
+
+    with pytest.raises(PdagInputError) as exc:
+        search_strategies("llama-3.1-8b", {"gpu": "h200", "num_gpus": 8}, dtype="int4")
+    assert exc.value.field == "dtype" and "HW-ACCELERATOR-SPEC" in exc.value.problem
+
+
+@settings(max_examples=6, deadline=None)
+@given(case=st.sampled_from([("llama-3.1-8b", "h100-sxm", 8, "bf16"), ("llama-3.1-70b", "h100-sxm", 16, "bf16"),
+                             ("mixtral-8x7b", "h100-sxm", 8, "bf16"), ("qwen3-235b-a22b", "h200", 8, "fp8"),
+                             ("deepseek-v3", "h200", 16, "fp8")]),
+       objective=st.sampled_from(["latency", "throughput"]))
+def test_every_plan_search_returns_validates_and_estimates(case, objective) -> None:
+    """search_strategies must not rank a plan its own validator rejects."""
+    from tools.estimate.core import estimate_performance
+    from tools.search import search_strategies
+
+    model, gpu, gpus, dtype = case
+    res = search_strategies(model, {"gpu": gpu, "num_gpus": gpus}, objective=objective, dtype=dtype, top_k=3)
+    assert res.top
+    for entry in res.top:
+        plan = entry.plan if isinstance(entry.plan, dict) else entry.plan.model_dump(mode="json", exclude_none=True)
+        errors = [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
+        assert not errors, (entry.label, errors)
+        assert estimate_performance(plan=plan).e2e_latency_ms > 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_import_then_export_serves_the_imported_checkpoint(engine: str) -> None:
+    """An Instruct checkpoint used to come back as the preset's base repo."""
+    from tools.engines import export_plan, import_command
+
+    repo = "meta-llama/Llama-3.1-70B-Instruct"
+    imported = import_command(f"vllm serve {repo} --tensor-parallel-size 8")
+    assert imported.plan["checkpoint"] == repo
+    command = export_plan(imported.plan, engine).command
+    assert repo in command.split()
+
+
+def test_a_malformed_checkpoint_is_a_clear_input_error() -> None:
+    from tools.errors import PdagInputError
+    from tools.plan import parse_plan
+
+    with pytest.raises(PdagInputError) as exc:
+        parse_plan({"model": "llama-3.1-8b", "checkpoint": "not a repo; rm -rf /",
+                    "hardware": {"gpu": "h100-sxm", "num_gpus": 1}})
+    assert "checkpoint" in exc.value.field
+
+
+def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> None:
+    from tools.engines import export_plan
+    from tools.memory import memory_report
+    from tools.plan import parse_plan
+
+    base = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8}}
+    one = export_plan({**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}}, "vllm").argv[0]
+    other = export_plan({**base, "workload": {"batch_size": 4, "input_len": 128, "output_len": 16}}, "vllm").argv[0]
+    limit = lambda argv, flag: int(argv[argv.index(flag) + 1])  # noqa: E731
+    assert limit(one, "--max-model-len") == parse_plan(base).spec.max_position_embeddings == 131072
+    assert limit(one, "--max-num-seqs") == limit(other, "--max-num-seqs")
+    assert limit(one, "--max-num-seqs") == memory_report(parse_plan(
+        {**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}})).max_batch_size_that_fits
