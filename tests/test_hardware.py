@@ -120,7 +120,7 @@ def test_cluster_geometry() -> None:
     assert [c.node_of(g) for g in (0, 7, 8, 19)] == [0, 0, 1, 2]
     assert c.link_between(0, 7).kind == "nvlink"
     assert c.link_between(7, 8).kind == "infiniband"
-    assert c.link_for([0, 1, 2]) is acc.intra_node and c.link_for([0, 9]) is acc.inter_node
+    assert c.link_for([0, 1, 2]) is acc.intra_node and c.link_for([0, 8]) is acc.inter_node  # same rail
     with pytest.raises(PdagInputError):
         c.node_of(20)
     with pytest.raises(ValueError):

@@ -21,12 +21,14 @@ __all__ = [
     "Cluster",
     "DenseTflops",
     "Link",
+    "Network",
     "accelerator_ids",
     "load_accelerator",
     "resolve_accelerator",
 ]
 
 HARDWARE_FILE = KNOWLEDGE_ROOT / "hardware" / "accelerators.json"
+NETWORK_FILE = KNOWLEDGE_ROOT / "hardware" / "network.json"
 
 DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
@@ -96,12 +98,34 @@ class Accelerator(_Frozen):
         return tflops * 1e12
 
 
+def _network_defaults() -> dict[str, Any]:
+    with open(NETWORK_FILE, encoding="utf-8") as f:
+        return json.load(f)["network"]
+
+
+_NET = _network_defaults()
+
+
+class Network(_Frozen):
+    """The scale-out fabric between NVLink domains (defaults and their sources: knowledge/hardware/network.json)."""
+
+    rails: bool = Field(_NET["rails"], description="rail-optimized: GPU i of every node on leaf switch i (DGX "
+                        "SuperPOD); false: one top-of-rack leaf per group of whole nodes")
+    leaf_downlink_ports: int = Field(_NET["leaf_downlink_ports"], ge=1, le=MAX_GPUS,
+                                     description="ports of a leaf switch facing GPUs")
+    spine_oversubscription: float = Field(_NET["spine_oversubscription"], ge=1, le=64,
+                                          description="leaf downlink to uplink bandwidth ratio (1: non-blocking)")
+    switch_latency_us: float = Field(_NET["switch_latency_us"], ge=0, le=1000,
+                                     description="one switch traversal")
+
+
 class Cluster(_Frozen):
     """``num_gpus`` accelerators, ``gpus_per_node`` to a node; GPU ids are 0..num_gpus-1, node-major."""
 
     accelerator: Accelerator
     num_gpus: int = Field(ge=1, le=MAX_GPUS)
     gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
+    network: Network = Field(default_factory=Network)
 
     @property
     def num_nodes(self) -> int:
@@ -133,10 +157,33 @@ class Cluster(_Frozen):
         first = self.domain_of(gpu_ids[0])
         return any(self.domain_of(g) != first for g in gpu_ids)
 
+    @property
+    def nodes_per_leaf(self) -> int:
+        """Nodes one leaf switch reaches without the spine: a rail leaf has one port per node, a top-of-rack
+        leaf one port per GPU of each node."""
+        ports = self.network.leaf_downlink_ports
+        return ports if self.network.rails else max(1, ports // self.gpus_per_node)
+
     def link_for(self, gpu_ids: list[int] | tuple[int, ...]) -> Link:
-        """The slowest link a collective over ``gpu_ids`` crosses: wide EP inside an NVL72 rack stays on NVLink."""
+        """The slowest link a collective over ``gpu_ids`` crosses: NVLink inside one NVLink domain (wide EP in
+        an NVL72 rack stays on it), else the network as the fabric routes it: under one leaf as the
+        accelerator's inter_node link; across leaves through the spine (two more switch traversals, bandwidth
+        divided by the oversubscription); on rails, a peer of another local rank is reached through an NVLink
+        hop to the GPU on its rail."""
         domains = {self.domain_of(g) for g in gpu_ids}
-        return self.accelerator.intra_node if len(domains) <= 1 else self.accelerator.inter_node
+        if len(domains) <= 1:
+            return self.accelerator.intra_node
+        net, nw = self.accelerator.inter_node, self.network
+        extra_us, share = 0.0, 1.0
+        if len({self.node_of(g) // self.nodes_per_leaf for g in gpu_ids}) > 1:
+            extra_us += 2 * nw.switch_latency_us
+            share = 1 / nw.spine_oversubscription
+        if nw.rails and len({g % self.gpus_per_node for g in gpu_ids}) > 1:
+            extra_us += self.accelerator.intra_node.latency_us
+        if not extra_us and share == 1.0:
+            return net
+        return Link(kind=net.kind, bandwidth_bytes_per_s=net.bandwidth_bytes_per_s * share,
+                    latency_us=net.latency_us + extra_us)
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tools.errors import PdagInputError
 from tools.estimate.engine_profile import EngineId
-from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, resolve_accelerator
+from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
 from tools.inputs import check_json_value
 from tools.models import ModelSpec, resolve_model
 
@@ -63,6 +63,8 @@ class Hardware(_Strict):
     num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs the plan may use")
     gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE,
                                description="GPUs per node sharing the fast interconnect")
+    network: Network | None = Field(None, description="scale-out fabric: rails, leaf ports, spine "
+                                    "oversubscription (default: a rail-optimized, non-blocking fat tree)")
 
 
 class Workload(_Strict):
@@ -149,6 +151,7 @@ class Plan(_Strict):
             accelerator=self.accelerator,
             num_gpus=self.hardware.num_gpus,
             gpus_per_node=self.hardware.gpus_per_node,
+            network=self.hardware.network or Network(),
         )
 
     @property

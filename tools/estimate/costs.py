@@ -172,7 +172,7 @@ class CostModel:
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
                meta.get("of"), meta.get("seq_shards"), len(attrs.get("experts") or ()), sliding,
-               len(devices), self.crosses_nodes(devices) if len(devices) > 1 else None)
+               len(devices), self.link(devices) if len(devices) > 1 else None)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
@@ -389,7 +389,7 @@ class CostModel:
         floor = e["alltoall_min_us"] * 1e-6
         if nodes == 1:
             return floor + k * (n - 1) / n * per_src / nvl_bw
-        net = self.plan.accelerator.inter_node
+        net = self.link(devices)
         net_bw = net.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
         local = gpn / n  # share of the expert GPUs in the sender's node
         if phase == "prefill" and e["alltoall_node_dedup"] >= 0.5:
