@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -318,43 +318,41 @@ class Expansion:
                 edges[t] += c.fold.count - 1
         return nodes, edges, reps, self.node_count, self.edge_count
 
-    def nodes(self, offset: int) -> Iterator[dict[str, Any]]:
-        for n, a in self.base_nodes[offset:]:
-            yield {"id": n, **a}
-        offset = max(0, offset - len(self.base_nodes))
+    def _copies(self, offset: int, base_len: int,
+                items_of: Callable[[Any], list[Any]]) -> Iterator[tuple[Any, int, Any]]:
+        """(fold, copy index, item) of every folded copy from overall position ``offset`` on, the unfolded base
+        holding the first ``base_len`` positions."""
+        offset = max(0, offset - base_len)
         for c in self.live:
-            block = (c.fold.count - 1) * len(c.members)
+            items = items_of(c)
+            block = (c.fold.count - 1) * len(items)
             if offset >= block:
                 offset -= block
                 continue
-            k0, i0 = divmod(offset, len(c.members))
+            k0, i0 = divmod(offset, len(items))
             offset = 0
             for k in range(k0 + 1, c.fold.count):
-                for n in c.members[i0:]:
-                    a = dict(self.attrs[n])
-                    a["devices"] = sorted(self._device(c, d, k) for d in a.get("devices", ()))
-                    if a.get("replica") is not None:
-                        a["replica"] = a["replica"] + k
-                    if isinstance(a.get("op"), str):
-                        a["op"] = _replica_id(a["op"], c.fold.node, k)
-                    yield {"id": self._name(c, n, k), **a}
+                for it in items[i0:]:
+                    yield c, k, it
                 i0 = 0
+
+    def nodes(self, offset: int) -> Iterator[dict[str, Any]]:
+        for n, a in self.base_nodes[offset:]:
+            yield {"id": n, **a}
+        for c, k, n in self._copies(offset, len(self.base_nodes), lambda c: c.members):
+            a = dict(self.attrs[n])
+            a["devices"] = sorted(self._device(c, d, k) for d in a.get("devices", ()))
+            if a.get("replica") is not None:
+                a["replica"] = a["replica"] + k
+            if isinstance(a.get("op"), str):
+                a["op"] = _replica_id(a["op"], c.fold.node, k)
+            yield {"id": self._name(c, n, k), **a}
 
     def edges(self, offset: int) -> Iterator[dict[str, Any]]:
         for u, v, t in self.base_edges[offset:]:
             yield {"source": u, "target": v, "type": t}
-        offset = max(0, offset - len(self.base_edges))
-        for c in self.live:
-            block = (c.fold.count - 1) * len(c.edges)
-            if offset >= block:
-                offset -= block
-                continue
-            k0, i0 = divmod(offset, len(c.edges))
-            offset = 0
-            for k in range(k0 + 1, c.fold.count):
-                for u, v, t in c.edges[i0:]:
-                    yield {"source": self._name(c, u, k), "target": self._name(c, v, k), "type": t}
-                i0 = 0
+        for c, k, (u, v, t) in self._copies(offset, len(self.base_edges), lambda c: c.edges):
+            yield {"source": self._name(c, u, k), "target": self._name(c, v, k), "type": t}
 
 
 class Page(BaseModel):
