@@ -108,7 +108,7 @@ def test_sp_shards_attention_only_and_syncs_explicitly():
     assert len(shards) == 8 and {g.nodes[s]["sp_rank"] for s in shards} == {0, 1}
     gather = of_type(g, NodeType.ALL_GATHER, phase="prefill", layer=0)
     assert len(gather) == 1 and all(gather[0] in g.successors(s) for s in shards)
-    assert not of_type(g, NodeType.ALL_GATHER, phase="decode")
+    assert not [n for n in of_type(g, NodeType.ALL_GATHER, phase="decode") if g.nodes[n].get("role") != "logits"]
     assert all("sp_rank" not in g.nodes[f] for f in of_type(g, NodeType.FFN))
     # KV laid out differently in the two phases: an explicit reshard between them
     assert of_type(g, NodeType.KV_TRANSFER, layer=0)
@@ -135,7 +135,9 @@ def test_prefill_and_decode_are_separate_branches_linked_by_kv():
     assert len(crossing) == 80 * 8
     step = "r0.decode.step"
     assert g.nodes[step]["type"] == NodeType.DECODE_STEP
-    assert "r0.prefill.lm_head" in g.predecessors(step)
+    # the first token comes from prefill's LM head, its vocabulary slices gathered over the TP ranks
+    assert "r0.prefill.logits.allgather" in g.predecessors(step)
+    assert list(g.predecessors("r0.prefill.logits.allgather")) == ["r0.prefill.lm_head"]
 
 
 def test_every_node_has_devices_and_comm_nodes_span_their_groups():

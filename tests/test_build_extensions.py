@@ -59,7 +59,7 @@ def test_disaggregated_pools_are_disjoint_and_linked_by_kv_transfer():
     assert len(srcs) == 8 and all(g.nodes[s]["phase"] == "prefill" for s in srcs)
     assert all(g.nodes[v]["type"] == NodeType.KV_CACHE for v in g.successors(t))
     assert g.nodes[t]["meta"]["from"]["head_shards"] == 8 and g.nodes[t]["meta"]["to"]["head_shards"] == 4
-    assert "p0.prefill.lm_head" in g.predecessors("d1.decode.step")
+    assert "p0.prefill.logits.allgather" in g.predecessors("d1.decode.step")
     assert nx.is_directed_acyclic_graph(g)
     assert len(devices_used(g)) == 16
 

@@ -23,11 +23,15 @@ def test_llama70b_tp8_weights_per_gpu() -> None:
     emb = spec.embedding_params() + spec.lm_head_params() + spec.final_norm_params()
     norms = spec.num_layers * spec.layer_norm_params()
     sharded = spec.param_count() - emb - norms
-    expected = (sharded / 8 + emb + norms) * 2
+    vocab = spec.embedding_params() + spec.lm_head_params()  # split by vocabulary over the 8 TP ranks
+    expected = (sharded / 8 + vocab / 8 + spec.final_norm_params() + norms) * 2
     r = memory_report(p)
     assert r.per_gpu[0].weights_bytes == pytest.approx(expected, rel=1e-9)
-    # ~70.55e9 params: 1/8 of the sharded part plus the two 128256x8192 matrices replicated (~21.3 GB).
-    assert 21.0e9 < r.weights_bytes < 21.6e9
+    # ~70.55e9 params, all of them 1/8 per GPU but the norms (~17.6 GB); replicated embedding and LM head
+    # would add 7/8 of the two 128256x8192 matrices (~3.7 GB)
+    assert 17.4e9 < r.weights_bytes < 17.9e9
+    whole = memory_report(parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=8) | {"engine": "gpt-fast"}))
+    assert whole.weights_bytes - r.weights_bytes == pytest.approx(vocab * 7 / 8 * 2, rel=1e-9)
     assert r.fits and len(r.per_gpu) == 8
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from tools.dag import CONTROL_TYPES, MAX_WORKING_NODES, EdgeType, NodeType
 from tools.errors import PdagInputError
-from tools.layout import Layout, PhaseLayout, Pool, even_split
+from tools.layout import Layout, PhaseLayout, Pool, even_split, vocab_shards
 from tools.plan import Phase, Plan, parse_plan
 from tools.render import FoldedDag, fold
 from tools.working import (
@@ -195,9 +195,15 @@ class _Builder:
             self.edge(prev, stage, PIPE if s > 0 else DATA)
             outs = [stage]
             t_dev = self.token_devices(pool, r, s, pl)
+            vocab = vocab_shards(self.plan, pl)
             if s == 0:
-                outs = [self.node(f"{rid}.{phase}.embed", NodeType.EMBEDDING, t_dev, phase=phase, replica=r, stage=s)]
+                outs = [self.node(f"{rid}.{phase}.embed", NodeType.EMBEDDING, t_dev, phase=phase, replica=r, stage=s,
+                                  meta={"vocab_shards": vocab} if vocab > 1 else None)]
                 self.edge(stage, outs[0])
+                if vocab > 1:  # each rank looks up the rows it holds; the sum gives every rank the embeddings
+                    outs = [self.node(f"{rid}.{phase}.embed.allreduce", NodeType.ALL_REDUCE, t_dev, phase=phase,
+                                      replica=r, stage=s, role="vocab_sync")]
+                    self.edge(f"{rid}.{phase}.embed", outs[0])
             if pl.attn_dp > 1:
                 groups = {g: list(outs) for g in range(pl.attn_dp)}
                 for run in self.runs(layers):
@@ -214,10 +220,16 @@ class _Builder:
             if s == pool.pp - 1:
                 norm = self.node(f"{rid}.{phase}.final_norm", NodeType.NORM, t_dev, phase=phase, replica=r, stage=s,
                                  role="final_norm")
-                head = self.node(f"{rid}.{phase}.lm_head", NodeType.LM_HEAD, t_dev, phase=phase, replica=r, stage=s)
+                head = self.node(f"{rid}.{phase}.lm_head", NodeType.LM_HEAD, t_dev, phase=phase, replica=r, stage=s,
+                                 meta={"vocab_shards": vocab} if vocab > 1 else None)
                 for o in outs:
                     self.edge(o, norm)
                 self.edge(norm, head)
+                if vocab > 1:  # each rank scores its slice of the vocabulary; sampling needs all the logits
+                    gather = self.node(f"{rid}.{phase}.logits.allgather", NodeType.ALL_GATHER, t_dev, phase=phase,
+                                       replica=r, stage=s, role="logits")
+                    self.edge(head, gather)
+                    return gather
                 return head
             nxt = self.token_devices(pool, r, s + 1, pl)
             send = self.node(

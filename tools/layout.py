@@ -180,3 +180,14 @@ def nominal_product(plan: Plan) -> int:
     """The mechanically multiplied GPU count an agent might wrongly claim (dp*pp*tp*ep*sp)."""
     d = plan.parallel
     return d.dp * d.pp * d.tp * d.ep * d.sp * d.attn_dp
+
+
+def vocab_shards(plan: Plan, pl: PhaseLayout) -> int:
+    """Ranks the embedding table and LM head are split over by vocabulary: the TP group, where the plan's engine
+    does so (profile kernel ``vocab_parallel``: vLLM, SGLang, TensorRT-LLM; not gpt-fast). Attention-DP groups
+    and SP beyond TP keep them whole."""
+    from tools.estimate.engine_profile import engine_profile
+
+    if "vocab_parallel" not in engine_profile(plan.engine).kernels:
+        return 1
+    return pl.tp if pl.attn_dp == 1 and pl.tp > 1 and pl.sp <= pl.tp else 1

@@ -54,7 +54,7 @@ from pydantic import BaseModel, Field
 
 from tools.estimate.efficiency import Overlay, efficiency_for
 from tools.hardware import DTYPE_BYTES
-from tools.layout import Layout, PhaseLayout, Pool
+from tools.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 
 __all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
@@ -228,11 +228,12 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 weights += len(layers) * ((rep_attn + shard_attn / shards) * wb + spec.layer_norm_params() * hb)
                 if moe:
                     weights += n_moe * spec.router_params() * hb
+                vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks
                 if s == 0:
-                    weights += spec.embedding_params() * hb
+                    weights += spec.embedding_params() / vocab * hb
                 if last:
                     head = spec.lm_head_params() or (spec.embedding_params() if pool.pp > 1 else 0)
-                    weights += (head + spec.final_norm_params()) * hb
+                    weights += (head / vocab + spec.final_norm_params()) * hb
             act_ffn = act_exp = 0.0
             if j < tp:
                 weights += dense_ffn / tp * wb

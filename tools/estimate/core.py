@@ -464,9 +464,10 @@ _PREPARED_MAX = 32
 
 
 def _prepared(full: Plan) -> _Prepared:
-    """The DAG and layout depend on the model, hardware, degrees and options only: plans that differ in
-    workload, objective or dtypes share one (the costs, which do depend on those, are computed per call)."""
-    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype", "engine"})
+    """The DAG and layout depend on the model, hardware, degrees, options and engine (whether it splits the
+    vocabulary) only: plans that differ in workload, objective or dtypes share one (the costs, which do depend
+    on those, are computed per call)."""
+    key = full.model_dump_json(exclude_none=True, exclude={"workload", "objective", "dtype", "kv_dtype"})
     hit = _PREPARED.pop(key, None)
     if hit is None:
         hit = _Prepared(full)

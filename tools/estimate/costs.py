@@ -171,8 +171,8 @@ class CostModel:
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
-               meta.get("of"), meta.get("seq_shards"), len(attrs.get("experts") or ()), sliding,
-               len(devices), self.link(devices) if len(devices) > 1 else None)
+               meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
+               sliding, len(devices), self.link(devices) if len(devices) > 1 else None)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
@@ -226,7 +226,7 @@ class CostModel:
         if ntype == T.EMBEDDING:
             return self.run(phase, [Kernel(0.0, 2 * tok * h * self.hb, small=True)])
         if ntype == T.LM_HEAD:
-            v = spec.vocab_size
+            v = spec.vocab_size / max(1, int(meta.get("vocab_shards", 1) or 1))
             return self.run(phase, [Kernel(2 * batch * h * v, h * v * self.hb + batch * v * 4, small=True),
                              Kernel(batch * v * 4, batch * v * 8, small=True)])  # sampling / softmax
         if ntype == T.KV_CACHE:
@@ -345,6 +345,8 @@ class CostModel:
         elif ntype == T.ALL_REDUCE:
             t = self.all_reduce(n, size, link, bw, alpha)
         elif ntype in (T.ALL_GATHER, T.REDUCE_SCATTER):
+            if role == "logits":  # one row of logits per sequence (the last prompt token in prefill)
+                size = batch * spec.vocab_size * self.ab
             switched = link.kind in ("nvlink", "xgmi")
             t = max((n - 1) / n * size / bw + ((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
         elif ntype == T.ALL_TO_ALL:

@@ -21,8 +21,8 @@ from tools.errors import PdagInputError
 
 ENGINE_DIR = ROOT / "engines"
 
-Kernel = Literal["flash_attention", "flashmla", "fp8_gemm", "fp8_grouped_gemm", "deepgemm", "custom_allreduce",
-                 "deepep", "gqa_decode"]
+Kernel = Literal["vocab_parallel", "flash_attention", "flashmla", "fp8_gemm", "fp8_grouped_gemm", "deepgemm",
+                 "custom_allreduce", "deepep", "gqa_decode"]
 
 
 class _Strict(BaseModel):

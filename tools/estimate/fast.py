@@ -24,7 +24,7 @@ from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
 from tools.estimate.costs import CostModel
 from tools.estimate.efficiency import efficiency_for
-from tools.layout import Layout
+from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
 
 __all__ = ["FastEstimator"]
@@ -107,11 +107,17 @@ class FastEstimator:
                     ))
                 fixed = []
                 common = {"phase": phase, "replica": 0, "stage": s}
+                shards = vocab_shards(plan, pl)
+                vocab = {"meta": {"vocab_shards": shards}} if shards > 1 else {}
                 if s == 0:
-                    fixed.append({"type": NodeType.EMBEDDING, "devices": t_dev, **common})
+                    fixed.append({"type": NodeType.EMBEDDING, "devices": t_dev, **vocab, **common})
+                    if vocab:
+                        fixed.append({"type": NodeType.ALL_REDUCE, "devices": t_dev, "role": "vocab_sync", **common})
                 if s == pool.pp - 1:
                     fixed.append({"type": NodeType.NORM, "devices": t_dev, "role": "final_norm", **common})
-                    fixed.append({"type": NodeType.LM_HEAD, "devices": t_dev, **common})
+                    fixed.append({"type": NodeType.LM_HEAD, "devices": t_dev, **vocab, **common})
+                    if vocab:
+                        fixed.append({"type": NodeType.ALL_GATHER, "devices": t_dev, "role": "logits", **common})
                 else:
                     nxt = b.token_devices(pool, 0, s + 1, pl)
                     fixed.append({"type": NodeType.SEND_RECV, "devices": sorted(set(t_dev) | set(nxt)),

@@ -91,7 +91,10 @@ def check_phases_separate(ctx: Context) -> Iterator[Finding]:
 
 @checker("PERF-COMM-ACCOUNTED")
 def check_comm_accounted(ctx: Context) -> Iterator[Finding]:
-    loose = [n for n in ctx.real_nodes if ctx.is_comm(n) and (not ctx.pred[n] or not ctx.succ[n])]
+    # the gathered logits end a branch: the token sampled from them leaves the DAG (decode's next step is the
+    # DecodeStepNode's loop, not an edge)
+    loose = [n for n in ctx.real_nodes if ctx.is_comm(n) and (
+        not ctx.pred[n] or (not ctx.succ[n] and ctx.g._node[n].get("role") != "logits"))]
     if loose:
         yield Finding(f"{len(loose)} communication node(s) are not on any path (e.g. {loose[0]} has no "
                       f"{'input' if not ctx.pred[loose[0]] else 'consumer'}); each collective sits on the path whose "
