@@ -16,7 +16,9 @@ from tools.estimate.accuracy import (
     calibrate,
     load_measurements,
     point_engine,
+    point_gpus,
     predict,
+    regimes,
     spearman,
 )
 from tools.estimate.efficiency import efficiency_for
@@ -85,6 +87,24 @@ def test_measurements_cover_several_sources_engines_and_tp() -> None:
     # file defaults reach the points: every point states whether its engine overlapped communication
     assert all(isinstance(p.get("overlap_comm"), bool) for p in pts)
     assert any(p["overlap_comm"] for p in pts) and not all(p["overlap_comm"] for p in pts)
+
+
+def test_large_scale_moe_points_within_1_3x() -> None:
+    """Every published MoE point on 16+ GPUs (SGLang's DeepSeek-V3 on 32 and 72 H100, DeepEP with two-batch overlap)
+    is predicted within 1.3x by the catalog factors, and there are at least five of them."""
+    pts = [p for p in load_measurements() if "MoE on 16+ GPUs" in regimes(p)]
+    assert len(pts) >= 5 and all(point_gpus(p) >= 16 for p in pts)
+    for p in pts:
+        ratio = predict(p).value / p["value"]
+        assert 1 / 1.3 <= ratio <= 1.3, (p["id"], ratio)
+
+
+def test_a_stated_condition_keeps_a_point_out_of_its_ranking_group() -> None:
+    """SGLang's simulated-perfect-EPLB run is the same plan as its default-EPLB run: ranked apart, not as a tie."""
+    rows = accuracy_report([p for p in load_measurements() if p["model"] == "deepseek-v3"], leave_one_out=False)
+    groups = {r.group for r in rows.rows}
+    assert "deepseek-v3@h100-sxm [simulated perfect EPLB]" in groups and "deepseek-v3@h100-sxm" in groups
+    assert rows.spearman["deepseek-v3@h100-sxm/ttft_ms"] == pytest.approx(1.0)
 
 
 def test_catalog_accuracy_figures_hold() -> None:
