@@ -1,7 +1,7 @@
 """Monotonicity over MoE plans (expert TP, EP inside a node, attention-DP with wide EP across nodes), in the
-static estimate and in serving mode: more sequences or more context never make a step faster; and, where the
-published large-scale EP results say so, wider EP at the same per-GPU batch never lowers decode throughput per
-GPU."""
+static estimate and in serving mode, and over dense plans in serving mode (``test_estimate_monotonic.py`` covers
+their static estimate): more sequences or more context never make a step faster; and, where the published
+large-scale EP results say so, wider EP at the same per-GPU batch never lowers decode throughput per GPU."""
 
 from __future__ import annotations
 
@@ -70,3 +70,27 @@ def test_wide_ep_decode_throughput_per_gpu_monotonic(widths: tuple[int, int], pe
             "workload": {"input_len": 2000, "output_len": 200, "batch_size": per_gpu * ep}})
         rate.append(est.throughput.decode_tokens_per_s / ep)
     assert rate[1] >= 0.98 * rate[0], (widths, per_gpu, gpu, rate)
+
+
+DENSE = st.sampled_from([("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("llama-3.1-70b", 8), ("mistral-7b", 1),
+                         ("qwen2.5-72b", 8)])
+
+
+@SLOW
+@given(DENSE, st.sampled_from(["h100-sxm", "a100-80gb", "h200", "mi300x"]), st.sampled_from(ENGINE_IDS),
+       st.integers(1, 128), st.integers(1, 128), st.integers(16, 8192), st.integers(1, 8192))
+def test_dense_serving_latency_monotonic(mt: tuple[str, int], gpu: str, engine: str, b: int, extra_b: int, i: int,
+                                         extra_i: int) -> None:
+    """Serving mode (continuous batching, chunked prefill) keeps what the static estimate keeps: more concurrent
+    requests or longer prompts never make TTFT or TPOT shorter."""
+    model, tp = mt
+
+    def serving(batch: int, inp: int) -> tuple[float, float]:
+        est = estimate_performance(plan={"model": model, "hardware": {"gpu": gpu, "num_gpus": tp},
+                                         "parallel": {"tp": tp}, "engine": engine,
+                                         "workload": {"input_len": inp, "output_len": 256, "batch_size": batch}})
+        return est.serving.tpot_ms, est.serving.ttft_ms
+
+    base = serving(b, i)
+    for other in (serving(b + extra_b, i), serving(b, i + extra_i)):
+        assert other[0] >= base[0] and other[1] >= base[1], (model, tp, gpu, engine, b, i, base, other)
