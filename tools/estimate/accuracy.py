@@ -4,8 +4,10 @@ Measurements (``evals/measurements/*.json``; ``load_measurements()`` reads every
 first): ``{"defaults": {...}, "points": [...]}``.  Each point has ``model``, ``gpu``, ``parallel`` (degrees),
 ``dtype``, optional ``kv_dtype``, ``gpus_per_node``, ``overlap_comm`` and ``options``, ``input_len``, ``output_len``,
 ``batch_size``, ``metric``, ``value`` and ``source``, and optionally ``efficiency``: efficiency keys that state facts
-about the measuring engine (``_point_overlay``), never fitted values.  A file's ``defaults`` fill keys a point leaves
-out.  Metrics:
+about the measuring engine (``_point_overlay``), never fitted values, and optionally ``condition``: a measured
+condition the plan cannot express (e.g. ``simulated perfect EPLB``), which keeps the point out of the rank
+correlation and the held-out group of the runs it does not compare with.  A file's ``defaults`` fill keys a point
+leaves out.  Metrics:
 
 * ``ttft_ms``: time to first token of a batch of ``batch_size`` prompts processed together (prefill);
 * ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
@@ -24,8 +26,8 @@ generic).
 
 Scores: absolute percentage error per point (median and p90) and signed bias (median of (predicted - measured) /
 measured), overall, per metric (TTFT, TPOT, e2e, throughput) and per regime (batch 1, large batch >= 32, MoE,
-multi-node); inside every group of points with the same model, GPU and metric (3 points or more), the Spearman rank
-correlation of prediction and measurement.  Two held-out scores: leave-one-group-out (model@GPU) and
+MoE on 16+ GPUs, multi-node); inside every group of points with the same model, GPU and metric (3 points or more),
+the Spearman rank correlation of prediction and measurement.  Two held-out scores: leave-one-group-out (model@GPU) and
 leave-one-source-out (each publication held out in turn, factors fitted on the other publications only).
 
 Fitting (``calibrate`` and the leave-one-group-out score): four scale factors, one each for the compute-bound,
@@ -228,11 +230,14 @@ def regimes(pt: dict[str, Any]) -> list[str]:
         out.append("large batch (>= 32)")
     if resolve_model(pt["model"]).is_moe:
         out.append("MoE")
+        if point_gpus(pt) >= 16:
+            out.append("MoE on 16+ GPUs")
     if point_gpus(pt) > int(pt.get("gpus_per_node", 8)):
         out.append("multi-node")
     return out
 
 
+REGIMES = ("batch 1", "large batch (>= 32)", "MoE", "MoE on 16+ GPUs", "multi-node")
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
                 "output_tokens_per_s_per_gpu": "throughput"}
 
@@ -324,7 +329,10 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 def _group(pt: dict[str, Any]) -> str:
-    return f"{pt['model']}@{pt['gpu']}"
+    """model@GPU, plus the point's ``condition`` when it states one the estimate cannot see (e.g. a simulated
+    perfect expert balance): such a point is ranked and held out apart from the runs it does not compare with."""
+    cond = pt.get("condition")
+    return f"{pt['model']}@{pt['gpu']}" + (f" [{cond}]" if cond else "")
 
 
 # ---------------------------------------------------------------------------------------------- fitting
@@ -432,7 +440,7 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
     out = {"all": _scores(rows, attr)}
     for cls in dict.fromkeys(METRIC_CLASS.values()):
         out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
-    for reg in ("batch 1", "large batch (>= 32)", "MoE", "multi-node"):
+    for reg in REGIMES:
         out[f"regime: {reg}"] = _scores([r for r in rows if reg in r.regimes], attr)
     return out
 
