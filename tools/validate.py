@@ -22,6 +22,7 @@ from tools.errors import PdagInputError
 from tools.inputs import check_json_value
 from tools.layout import Layout
 from tools.models import resolve_model
+from tools.normalize import normalize
 from tools.plan import Plan, parse_plan
 from tools.rules.registry import (
     CHECKERS,
@@ -204,13 +205,18 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
 
 
 def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) -> WorkingDag:
-    """The working form of a loaded document: the folds it states (unusable ones reported as schema errors)."""
+    """The working form of a loaded document: normalized (canonical order, inferred attributes), then folded by
+    the folds it states (unusable ones reported as schema errors) or by the symmetry of its drawn replicas."""
+    reps: list[Any] = []
+    lays: list[Any] = []
+    if folds is not None:
+        reps, lays, bad = read_folds(folds, g)
+        problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
+    g, inferences = normalize(g, lays)
     if folds is None:
-        return WorkingDag(g, fold_drawn_replicas(g))
-    reps, lays, bad = read_folds(folds, g)
-    problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
+        return WorkingDag(g, fold_drawn_replicas(g), inferences=inferences)
     apply_layer_folds(g, lays)
-    return WorkingDag(g, reps, lays)
+    return WorkingDag(g, reps, lays, inferences)
 
 
 # ----------------------------------------------------------------------------------------------- plan context

@@ -198,12 +198,14 @@ class Context:
     notes: list[str] = field(default_factory=list)  # internal failures, reported rather than raised
     replica_folds: list[ReplicaFold] = field(default_factory=list)
     layer_folds: list[LayerFold] = field(default_factory=list)
+    inferences: list[Any] = field(default_factory=list)  # attributes normalization filled in (tools.normalize)
 
     def set_working(self, working: WorkingDag) -> None:
         """Judge this working DAG: its graph, with the replica and layer folds it states."""
         self.graph = working.graph
         self.replica_folds = list(working.replicas)
         self.layer_folds = list(working.layers)
+        self.inferences = list(working.inferences)
 
     @property
     def working(self) -> WorkingDag:
