@@ -37,6 +37,7 @@ T = NodeType
 _LAYERLESS = (CONTROL_TYPES - {T.MOE, T.ATTN_DP_GROUP}) | {T.SEND_RECV, T.KV_TRANSFER, T.LM_HEAD, T.EMBEDDING}
 _MIXERS = {T.FFN, T.EXPERT}
 _SHARDED = (T.ATTENTION, T.FFN, T.LINEAR)
+_ROLE_TYPES = {T.KV_CACHE, T.ALL_TO_ALL, T.ALL_REDUCE, T.ALL_GATHER, T.SEND_RECV, T.NORM, T.FFN, T.KV_TRANSFER}
 _REJOIN = {T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL}
 
 
@@ -54,49 +55,70 @@ class Inference:
 
 
 def normalize(g: nx.DiGraph, layer_folds: Iterable[LayerFold] = ()) -> tuple[nx.DiGraph, list[Inference]]:
-    """The canonical graph of ``g`` with the optional attributes filled in, and what was inferred."""
-    out = _canonical(g)
-    n = _Normalizer(out, list(layer_folds))
+    """``g`` made canonical (reordered in place) with the optional attributes filled in, and what was inferred."""
+    out, depth = _canonical(g)
+    out.graph["topological"] = depth is not None  # its node order is then a topological order
+    n = _Normalizer(out, list(layer_folds), depth)
     n.run()
     return out, n.inferences
 
 
 # ----------------------------------------------------------------------------------------------- canonical order
-def _own_key(a: dict[str, Any]) -> str:
-    return repr(sorted((k, repr(v)) for k, v in a.items() if k not in ("type", "devices")))
+_KEY_FIELDS = ("phase", "replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "attn_group", "role", "op")
 
 
-def _canonical(g: nx.DiGraph) -> nx.DiGraph:
-    """A copy of ``g`` with nodes and edges in a structural order that ignores JSON order and id spelling."""
+def _own_key(a: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(a.get(k)) for k in _KEY_FIELDS)
+
+
+def _canonical(g: nx.DiGraph) -> tuple[nx.DiGraph, dict[str, int] | None]:
+    """``g`` with its nodes and edges put (in place) in a structural order that ignores JSON order and id
+    spelling, and each node's depth (None when the graph has a cycle).  On an acyclic graph the order is
+    topological."""
     depth: dict[str, int] = {}
-    if nx.is_directed_acyclic_graph(g):
+    try:
         for i, gen in enumerate(nx.topological_generations(g)):
             for n in gen:
                 depth[n] = i
+    except nx.NetworkXUnfeasible:
+        depth = {}
     nodes = g._node
 
     def key(n: str) -> tuple[Any, ...]:
         a = nodes[n]
-        return depth.get(n, 0), str(a.get("type")), tuple(a.get("devices") or ()), _own_key(a), n
+        return depth.get(n, 0), str(a.get("type")), tuple(a.get("devices") or ())
 
-    order = sorted(g, key=key)
+    keys = {n: key(n) for n in g}
+    seen = Counter(keys.values())
+    order = sorted(g, key=lambda n: (keys[n], _own_key(nodes[n]) if seen[keys[n]] > 1 else (), n))
     pos = {n: i for i, n in enumerate(order)}
-    out = nx.DiGraph(**g.graph)
-    out.add_nodes_from((n, dict(nodes[n])) for n in order)
-    edges = sorted(g.edges(data=True), key=lambda e: (pos[e[0]], pos[e[1]]))
-    out.add_edges_from((u, v, dict(a)) for u, v, a in edges)
-    return out
+    out = g
+    # reorder networkx's adjacency dicts in place (node order, then each neighbour dict by position): the same
+    # graph, its iteration order canonical, without copying 30,000 attribute dicts
+    by_pos = pos.__getitem__
+    succ = {n: dict(sorted(out._succ[n].items(), key=lambda kv: by_pos(kv[0]))) for n in order}
+    pred = {n: dict(sorted(out._pred[n].items(), key=lambda kv: by_pos(kv[0]))) for n in order}
+    out._node = {n: nodes[n] for n in order}
+    out._adj = out._succ = succ
+    out._pred = pred
+    for view in ("nodes", "adj", "succ", "pred", "edges", "out_edges", "in_edges", "degree", "in_degree",
+                 "out_degree"):
+        out.__dict__.pop(view, None)  # cached views hold the old dicts
+    return out, (depth if len(depth) == len(order) else None)
 
 
 # ----------------------------------------------------------------------------------------------- inference
 class _Normalizer:
-    def __init__(self, g: nx.DiGraph, folds: list[LayerFold]) -> None:
+    def __init__(self, g: nx.DiGraph, folds: list[LayerFold], depth: dict[str, int] | None) -> None:
         self.g = g
+        self.depth = depth or {}
+        self.acyclic = depth is not None  # then the canonical order is a topological order
         self.a = g._node
         self.folds = folds
         self.inferences: list[Inference] = []
         self.replica_of: dict[str, str] = {}  # node -> the ReplicaNode it hangs under
         self.pos = {n: i for i, n in enumerate(g)}
+        self.fold_of = {n: f for f in folds for n in f.nodes}
 
     def t(self, n: str) -> str:
         return str(self.a[n].get("type"))
@@ -114,22 +136,36 @@ class _Normalizer:
         self.roles()
 
     # ------------------------------------------------------------------ containment
-    def _under(self, kind: NodeType, skip_edges: frozenset[str]) -> dict[str, str]:
-        """node -> the nearest container of ``kind`` it hangs under (first container in canonical order wins)."""
-        owners = [n for n in self.g if self.a[n].get("type") == kind]
-        barrier = set(owners)
-        view = nx.subgraph_view(self.g, filter_edge=lambda u, v: self.g._succ[u][v].get("type") not in skip_edges
-                                and v not in barrier)
-        out: dict[str, str] = {}
-        for c in owners:
-            for n in nx.descendants(view, c):
-                out.setdefault(n, c)
+    def _owners(self) -> dict[NodeType, dict[str, str]]:
+        """node -> the ReplicaNode / PhaseNode / PipelineStageNode it hangs under: one pass in topological order,
+        a node taking its first predecessor's container (a container is its own).  Sync and kv edges join
+        phases and pools, pipeline edges join stages: they carry no containment."""
+        kinds = (T.REPLICA, T.PHASE, T.STAGE)
+        out: dict[NodeType, dict[str, str]] = {k: {} for k in kinds}
+        rep, ph, st = out[T.REPLICA], out[T.PHASE], out[T.STAGE]
+        pred = self.g._pred
+        for n in self.g:
+            t = self.a[n].get("type")
+            r = n if t == T.REPLICA else None
+            p = n if t == T.PHASE else None
+            s = n if t == T.STAGE else None
+            for u, e in pred[n].items():
+                et = e.get("type", "data")
+                if et in ("sync", "kv"):
+                    continue
+                r = r or rep.get(u)
+                p = p or ph.get(u)
+                if et != "pipeline":
+                    s = s or st.get(u)
+            for d, v in ((rep, r), (ph, p), (st, s)):
+                if v is not None:
+                    d[n] = v
         return out
 
     def containers(self) -> None:
-        no_cross = frozenset({"sync", "kv"})
+        owners = self._owners()
         reps = [n for n in self.g if self.a[n].get("type") == T.REPLICA]
-        under_rep = self._under(T.REPLICA, no_cross)
+        under_rep = {n: r for n, r in owners[T.REPLICA].items() if n != r}
         for i, r in enumerate(sorted(reps, key=lambda r: (min(self.a[r].get("devices") or [1 << 30]),
                                                           self.pos[r]))):
             self.set(r, "replica", i, "ReplicaNodes numbered by their first GPU")
@@ -137,7 +173,7 @@ class _Normalizer:
         for n, r in under_rep.items():
             self.replica_of[n] = r
             self.set(n, "replica", self.a[r].get("replica"), f"hangs under ReplicaNode {r}")
-        under_phase = self._under(T.PHASE, no_cross)
+        under_phase = {n: p for n, p in owners[T.PHASE].items() if n != p}
         members: dict[str, list[str]] = defaultdict(list)
         for n, p in under_phase.items():
             members[p].append(n)
@@ -154,13 +190,12 @@ class _Normalizer:
                          if hint == "prefill" else "named after its phase")
         for n, p in under_phase.items():
             self.set(n, "phase", self.a[p].get("phase"), f"hangs under PhaseNode {p}")
-        under_stage = self._under(T.STAGE, frozenset({"sync", "kv", "pipeline"}))
+        under_stage = {n: x for n, x in owners[T.STAGE].items() if n != x}
         chains: dict[tuple[Any, Any], list[str]] = defaultdict(list)
         for s in (n for n in self.g if self.a[n].get("type") == T.STAGE):
             chains[(self.replica_of.get(s), self.a[s].get("phase"))].append(s)
-        depth = self._depth()
         for stages in chains.values():
-            for i, s in enumerate(sorted(stages, key=lambda s: depth.get(s, 0))):
+            for i, s in enumerate(sorted(stages, key=lambda s: self.depth.get(s, 0))):
                 self.set(s, "stage", i, "position in its branch's pipeline chain")
         for n, s in under_stage.items():
             self.set(n, "stage", self.a[s].get("stage"), f"hangs under PipelineStageNode {s}")
@@ -180,18 +215,13 @@ class _Normalizer:
                 for f in ("replica", "phase", "stage"):
                     self.set(n, f, self.a[m].get(f), f"KV cache of attention {m}")
 
-    def _depth(self) -> dict[str, int]:
-        if not nx.is_directed_acyclic_graph(self.g):
-            return {}
-        return {n: i for i, gen in enumerate(nx.topological_generations(self.g)) for n in gen}
-
     # ------------------------------------------------------------------ layers
     def layers(self) -> None:
         for f in self.folds:
             for n in f.nodes:
                 if n in self.g and self.t(n) not in _LAYERLESS:
                     self.set(n, "layer", f.first_layer, "drawn layer of a layer fold")
-        if not nx.is_directed_acyclic_graph(self.g):
+        if not self.acyclic:
             return
         groups: dict[tuple[Any, Any], dict[Any, list[str]]] = defaultdict(lambda: defaultdict(list))
         for n, a in self.a.items():
@@ -224,21 +254,18 @@ class _Normalizer:
 
     def _stage_layers(self, members: list[str], stage: str | None, start: int) -> int:
         """Fill ``layer`` inside one stage by counting layers along its data chain; returns the next layer."""
-        mset = set(members)
-        sub = nx.subgraph_view(self.g, filter_node=mset.__contains__,
-                               filter_edge=lambda u, v: self.g._succ[u][v].get("type", "data") == "data")
         count: dict[str, int] = {}
         exits: set[str] = set()
-        for n in nx.topological_sort(sub):
+        for n in members:  # in canonical order, which is topological
             t = self.t(n)
             if t == T.KV_CACHE:
                 continue
+            ins = [p for p, e in self.g._pred[n].items() if p in count and e.get("type", "data") == "data"]
             c = 0
-            for p in sub._pred[n]:
-                if p in count:
-                    c = max(c, count[p] + (self._repeat(p) if p in exits and t not in COMM_TYPES else 0))
+            for p in ins:
+                c = max(c, count[p] + (self._repeat(p) if p in exits and t not in COMM_TYPES else 0))
             count[n] = c
-            if t in _MIXERS or (t in COMM_TYPES and any(p in exits for p in sub._pred[n])):
+            if t in _MIXERS or (t in COMM_TYPES and any(p in exits for p in ins)):
                 exits.add(n)
         span = max((count[e] + self._repeat(e) for e in exits), default=0)
         if span == 0 and any(self.t(n) == T.ATTENTION for n in count):
@@ -261,9 +288,9 @@ class _Normalizer:
         return base + span
 
     def _repeat(self, n: str) -> int:
-        for f in self.folds:
-            if n in f.nodes:
-                return f.repeat
+        f = self.fold_of.get(n)
+        if f is not None:
+            return f.repeat
         r = self.a[n].get("repeat")
         return r if isinstance(r, int) and r > 1 else 1
 
@@ -334,9 +361,9 @@ class _Normalizer:
         self.moe_layers = {(self.replica_of.get(m), a.get("phase"), a.get("layer")) for m, a in self.a.items()
                            if a.get("type") in (T.EXPERT, T.MOE) and a.get("layer") is not None}
         for n, a in self.a.items():
-            if a.get("role") is not None:
-                continue
             t = a.get("type")
+            if a.get("role") is not None or t not in _ROLE_TYPES:
+                continue
             preds = {self.t(p) for p in self.g._pred[n]}
             succs = {self.t(s) for s in self.g._succ[n]}
             if t == T.KV_CACHE:

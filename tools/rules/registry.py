@@ -317,6 +317,8 @@ class Context:
 
     @cached_property
     def _order(self) -> list[str] | None:
+        if self.g.graph.get("topological"):  # normalized: the canonical order is topological
+            return list(self.g)
         try:
             return list(nx.topological_sort(self.g))
         except nx.NetworkXUnfeasible:
