@@ -315,13 +315,18 @@ class _Normalizer:
         groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
         for n, a in self.a.items():
             if a.get("type") in _SHARDED and a.get("op") is None:
-                key = (self.replica_of.get(n), a.get("phase"), a.get("layer"), a.get("type"), self._rejoin(n))
+                feeds = frozenset(self.t(p) for p in self.g._pred[n])  # QKV and output projections differ here
+                key = (self.replica_of.get(n), a.get("phase"), a.get("layer"), a.get("type"), feeds, self._rejoin(n))
                 groups[key].append(n)
-        for (_r, _ph, _l, typ, rejoin), shards in groups.items():
+        named: dict[tuple[str, Any], int] = defaultdict(int)
+        for (_r, _ph, _l, typ, _feeds, rejoin), shards in groups.items():
             if len(shards) < 2 or not rejoin:
                 continue
             anchor = min(rejoin, key=self.pos.__getitem__)
-            op = self.a[anchor].get("op") or anchor
+            base = self.a[anchor].get("op") or anchor
+            k = named[(base, typ)]
+            named[(base, typ)] += 1
+            op = base if k == 0 else f"{base}#{k}"  # e.g. the QKV and the output projection of one attention
             for s in shards:
                 self.set(s, "op", op, f"one {typ} operator: shards rejoining at {anchor}")
         by_op: dict[tuple[Any, Any, Any], list[str]] = defaultdict(list)

@@ -205,3 +205,20 @@ def fix_divide_group(plan: dict[str, Any], ctx: Context) -> list[Change]:
     for c in changes:
         c.rule_id = "GPU-DEGREES-DIVIDE-GROUP"
     return changes
+
+
+@checker("GPU-SHARDS-DISTINCT")
+def check_shards_distinct(ctx: Context) -> Iterator[Finding]:
+    """Shards of one operator (TP, SP or EP ranks) split its work across GPUs: two shards on one GPU split
+    nothing and leave the operator's GPU count wrong."""
+    for key, shards in sorted(ctx.ops.items(), key=lambda kv: str(kv[0])):
+        seen: dict[int, str] = {}
+        for s in shards:
+            for d in ctx.devices[s]:
+                if d in seen and seen[d] != s:
+                    op = key[0] if isinstance(key[0], str) else ctx.types[s]
+                    yield Finding(f"shards {seen[d]} and {s} of {op} both run on GPU {d}; the shards of an operator "
+                                  "run on distinct GPUs", [seen[d], s],
+                                  hint=f"put each of the {len(shards)} shards of {op} on its own GPU")
+                    return
+                seen[d] = s

@@ -225,3 +225,21 @@ def check_kv_dependency(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{len(kv)} decode KV cache node(s) receive no kv edge from the prefill cache (e.g. {kv[0]}); "
                       "the "
                       "decode cache continues the one prefill built", kv)
+
+
+@checker("DECODE-FIRST-TOKEN-FROM-PREFILL")
+def check_first_token(ctx: Context) -> Iterator[Finding]:
+    """Seed 001 section 6.1 at the prefill -> decode hand-off: the prefill's LM head produces the first token,
+    so the first decode step depends on it (a sync or data edge), not only on the KV cache (see the catalog's
+    CONFLICT-PREFILL-DECODE-HANDOFF)."""
+    steps = [s for s in ctx.of(NodeType.DECODE_STEP) if _phase(ctx, s) != "prefill"]
+    if not steps or not any(_phase(ctx, n) == "prefill" for n in ctx.of(NodeType.LM_HEAD)):
+        return
+    first = [s for s in steps if not any(ctx.types[p] == NodeType.DECODE_STEP for p in ctx.pred[s])]
+    bad = [s for s in first if not any(ctx.types[p] == NodeType.LM_HEAD and _phase(ctx, p) == "prefill"
+                                       for p in ctx.pred[s])]
+    if bad:
+        heads = [n for n in ctx.of(NodeType.LM_HEAD) if _phase(ctx, n) == "prefill"]
+        yield Finding(f"{len(bad)} first decode step(s) do not wait for the prefill's first token (e.g. {bad[0]}); "
+                      "token t+1 depends on token t, and prefill's LM head produces the first one", bad,
+                      hint=f"add a sync edge {heads[0]} -> {bad[0]}")

@@ -38,13 +38,25 @@ def _layer_stage(ctx: Context, n: str) -> tuple[Any, Any]:
     return ctx.key(n, "layer", "stage")
 
 
+def _chained(ctx: Context, s: str, v: str) -> bool:
+    """``v`` continues shard ``s`` on its own GPUs inside one logical operator: the Megatron split of attention
+    (QKV linear shard -> attention shard -> output-projection shard, one AllReduce at the end), which seed 001
+    section 3.1 allows (TP on the Linear nodes of one compute node)."""
+    return (ctx.attr(v, "tp_rank") is not None and ctx.attr(v, "tp_rank") == ctx.attr(s, "tp_rank")
+            and ctx.types[v] in TP_OK_TYPES - {NodeType.KV_CACHE} and ctx.devices[v] <= ctx.devices[s]
+            and ctx.key(v, "layer") == ctx.key(s, "layer"))
+
+
 @checker("TP-REJOIN-BEFORE-NEXT-LAYER")
 def check_rejoin(ctx: Context) -> Iterator[Finding]:
     for key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
         members = set(shards)
         bad = []
+        dead = []
+        chained = False
         joined: set[int] = set()
         for s in shards:
+            onward = False
             for v in ctx.succ[s]:
                 t = ctx.types[v]
                 if v in members or ctx.succ[s][v].get("type") == "sync":
@@ -52,18 +64,30 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                 if t in REJOIN_OK:
                     if t != NodeType.KV_CACHE:
                         joined |= ctx.devices[v]
+                        onward = True
+                elif _chained(ctx, s, v):
+                    chained = onward = True
                 else:
                     bad.append((s, v))
+                    onward = True
+            if not onward:
+                dead.append(s)
+        devs = frozenset().union(*(ctx.devices[s] for s in shards))
         if bad:
             s, v = bad[0]
             yield Finding(f"TP shard {s} feeds the {ctx.types[v]} {v} directly; the shards of a TP operator rejoin "
                           "through an explicit AllReduceNode (or AllGather/ReduceScatter) before anything else reads "
-                          "them", [s, v], hint="insert an AllReduceNode on the shards' GPUs")
+                          "them", [s, v], hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} between the "
+                                               f"shards of {key[0]} and {v}")
             continue
-        devs = frozenset().union(*(ctx.devices[s] for s in shards))
-        if not devs <= joined:
+        if dead:
+            yield Finding(f"TP shard {dead[0]} of {key[0]} leads nowhere: its partial result never reaches the "
+                          "collective that rejoins the operator", dead,
+                          hint=f"add the edge {dead[0]} -> the AllReduceNode joining {key[0]}")
+            continue
+        if not chained and not devs <= joined:
             yield Finding(f"the TP shards of {key[0]} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
-                          "those GPUs", shards, hint="insert an AllReduceNode over all shard GPUs")
+                          "those GPUs", shards, hint=f"insert an AllReduceNode over GPUs {sorted(devs)[:16]}")
 
 
 @checker("TP-NO-CROSS-LAYER")
