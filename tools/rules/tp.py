@@ -8,6 +8,7 @@ from typing import Any
 
 from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES
+from tools.rules.gpus import op_name
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
@@ -73,20 +74,21 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
             if not onward:
                 dead.append(s)
         devs = frozenset().union(*(ctx.devices[s] for s in shards))
+        op = op_name(ctx, key, shards[0])
         if bad:
             s, v = bad[0]
             yield Finding(f"TP shard {s} feeds the {ctx.types[v]} {v} directly; the shards of a TP operator rejoin "
                           "through an explicit AllReduceNode (or AllGather/ReduceScatter) before anything else reads "
                           "them", [s, v], hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} between the "
-                                               f"shards of {key[0]} and {v}")
+                                               f"shards of {op} and {v}")
             continue
         if dead:
-            yield Finding(f"TP shard {dead[0]} of {key[0]} leads nowhere: its partial result never reaches the "
+            yield Finding(f"TP shard {dead[0]} of {op} leads nowhere: its partial result never reaches the "
                           "collective that rejoins the operator", dead,
-                          hint=f"add the edge {dead[0]} -> the AllReduceNode joining {key[0]}")
+                          hint=f"add the edge {dead[0]} -> the AllReduceNode joining {op}")
             continue
         if not chained and not devs <= joined:
-            yield Finding(f"the TP shards of {key[0]} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
+            yield Finding(f"the TP shards of {op} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
                           "those GPUs", shards, hint=f"insert an AllReduceNode over GPUs {sorted(devs)[:16]}")
 
 
@@ -111,14 +113,20 @@ def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
     bad = [n for n in ctx.of(*NOT_TP_TYPES) if ctx.attr(n, "tp_rank") is not None
            or "tp_shard" in (ctx.attr(n, "meta") or {})]
     if bad:
-        yield Finding(f"{len(bad)} {ctx.types[bad[0]]}(s) are TP-sharded (e.g. {bad[0]}); embeddings, norms, routers "
-                      "and the LM head are not TP-sharded: they run replicated on the neighbouring operator's GPUs",
-                      bad)
+        kinds = sorted({ctx.types[b] for b in bad})
+        yield Finding(f"{len(bad)} node(s) of type {', '.join(kinds)} are TP-sharded (e.g. {bad[0]}); embeddings, "
+                      "norms, routers and the LM head are not TP-sharded: they run replicated on the neighbouring "
+                      "operator's GPUs", bad, hint=f"drop tp_rank from these {len(bad)} node(s) and list on each the "
+                                                   "GPUs of the operator next to it")
     for root in ctx.of(NodeType.REQUEST):
         kids = [k for k in ctx.succ[root] if ctx.attr(k, "tp_rank") is not None]
         if kids:
-            yield Finding("TP shards hang directly under the RequestNode: TP never wraps the whole model",
-                          [root, *kids])
+            gpus = sorted({d for k in kids for d in ctx.devices[k]})
+            yield Finding(f"{len(kids)} TP shards hang directly under the RequestNode ({', '.join(kids[:3])}): TP "
+                          "never wraps the whole model", [root, *kids],
+                          hint=f"draw one replica on GPUs {gpus[:16]} instead of {len(kids)} per-rank copies, and "
+                               f"split only its attention and FFN operators into {len(kids)} shards (tp_rank "
+                               f"0..{len(kids) - 1}), each followed by an AllReduceNode")
 
 
 def _tp_ok(spec: Any, t: int) -> bool:
