@@ -124,8 +124,10 @@ def _stage_handoffs(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Ch
     """A data edge from one stage into the next on other GPUs, with no SendRecv: insert one."""
     if not any(v.rule_id in ("COMM-NO-IMPLICIT", "PP-SENDRECV-CONSECUTIVE") for v in vs):
         return
+    from tools.rules.pp import _first_real
+
     for n in ctx.of(T.SEND_RECV):  # a transfer that does not list the GPUs it reaches
-        recv = {d for v in ctx.succ[n] for d in ctx.devices[v]}
+        recv = {d for v in _first_real(ctx, list(ctx.succ[n])) for d in ctx.devices[v]}
         if recv - ctx.devices[n]:
             new = sorted(ctx.devices[n] | recv)
             doc.set_field(n, "devices", new)

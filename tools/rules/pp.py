@@ -333,10 +333,28 @@ def check_sendrecv(ctx: Context) -> Iterator[Finding]:
                 yield Finding(f"SendRecv {n} hands stage {s} to stage(s) {sorted(dst)}; a stage hands off to the next "
                               f"one ({s + 1}) only", [n, *outs[:2]], hint=f"connect {n} to stage {s + 1}")
                 return
-        recv = frozenset().union(*(ctx.devices[v] for v in outs)) if outs else frozenset()
+        recv = frozenset().union(*(ctx.devices[v] for v in _first_real(ctx, outs)))
         missing = recv - ctx.devices[n]
         if missing:
-            yield Finding(f"SendRecv {n} runs on GPUs {sorted(ctx.devices[n])[:8]} but the stage it feeds runs on "
+            yield Finding(f"SendRecv {n} runs on GPUs {sorted(ctx.devices[n])[:8]} but the stage it feeds starts on "
                           f"{sorted(recv)[:8]}; a stage transfer lists the sending and the receiving GPUs", [n],
                           hint=f"set {n}.devices to {sorted(ctx.devices[n] | recv)[:16]}")
             return
+
+
+def _first_real(ctx: Context, nodes: list[str]) -> list[str]:
+    """The first operators reached from ``nodes`` through containers (a stage node stands for what it opens
+    with): the GPUs a transfer delivers to."""
+    out: list[str] = []
+    seen: set[str] = set()
+    todo = list(nodes)
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if ctx.types[v] in CONTROL_TYPES:
+            todo.extend(w for w, a in ctx.succ[v].items() if a.get("type") != "sync")
+        else:
+            out.append(v)
+    return out
