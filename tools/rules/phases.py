@@ -225,6 +225,14 @@ def check_kv_dependency(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{len(kv)} decode KV cache node(s) receive no kv edge from the prefill cache (e.g. {kv[0]}); "
                       "the "
                       "decode cache continues the one prefill built", kv)
+    if any(_phase(ctx, k) == "decode" for k in ctx.of(NodeType.KV_CACHE)):
+        lost = [k for k in ctx.of(NodeType.KV_CACHE) if _phase(ctx, k) == "prefill"
+                and not any(a.get("type") == "kv" for a in ctx.succ[k].values())]
+        if lost:
+            yield Finding(f"{len(lost)} prefill KV cache shard(s) are never handed to decode (e.g. {lost[0]}); the "
+                          "decode cache is built from every prefill shard of its layer", lost,
+                          hint=f"add a kv edge from {lost[0]} to the decode KV cache (or the KV re-shard / "
+                               "transfer node) of its layer")
 
 
 @checker("DECODE-FIRST-TOKEN-FROM-PREFILL")
