@@ -78,3 +78,18 @@ def test_gpu_arithmetic_adds_up():
         for total, dp, pp, w in re.findall(r"needs (\d+) GPUs \(dp (\d+) x pp (\d+) x W (\d+)\)", m):
             assert int(total) == int(dp) * int(pp) * int(w), m
         assert "use 3 distinct GPUs" in m or "needs 3" not in m, m
+
+
+def test_pp_drawn_as_replication_is_one_root_cause():
+    from tests.fixtures.generate import P_PP
+
+    d = copy.deepcopy(dag_of(P_PP))
+    for n in d["nodes"]:
+        if n.get("stage") == 1 and n.get("layer") is not None:
+            n["layer"] -= 2  # stage 1 runs layers 0-1 again instead of 2-3
+        if n["type"] == "PipelineStageNode" and n.get("stage") == 1:
+            n["layers"] = [0, 2]
+    v = validate_dag(dag=d)
+    roots = [x for x in v.violations if x.severity == "error" and x.caused_by is None]
+    assert [x.rule_id for x in roots] == ["PP-NOT-REPLICATION"] and v.errors > 3
+    assert "instead of layers 0-1 again" in roots[0].hint

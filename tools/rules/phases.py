@@ -152,12 +152,12 @@ def check_single_token(ctx: Context) -> Iterator[Finding]:
             k = (r, lyr, ctx.attr(a, "attn_group"))
             ops[k].add(ctx.attr(a, "op") or ("rank", ctx.attr(a, "tp_rank"), ctx.attr(a, "sp_rank")))
             nodes[k].append(a)
-    for (r, lyr, _g), v in sorted(ops.items(), key=str):
+    for (r, lyr, g), v in sorted(ops.items(), key=str):
         named = {x for x in v if isinstance(x, str)}
-        unnamed = [a for a in nodes[(r, lyr)] if ctx.attr(a, "op") is None]
+        unnamed = [a for a in nodes[(r, lyr, g)] if ctx.attr(a, "op") is None]
         if len(named) > 1 or len(unnamed) > len(v - named):
             yield Finding(f"replica {r} decode runs layer {lyr} more than once; the decode branch is the execution of "
-                          "a single token (repeated steps are a count, not more branches)", nodes[(r, lyr)])
+                          "a single token (repeated steps are a count, not more branches)", nodes[(r, lyr, g)])
             return
 
 

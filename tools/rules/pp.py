@@ -224,11 +224,17 @@ def check_not_replication(ctx: Context) -> Iterator[Finding]:
         if s not in where[k]:
             where[k].add(s)
             ex[k].append(n)
-    for k, stages in sorted(where.items(), key=str):
-        if len(stages) > 1:
-            yield Finding(f"replica {k[0]} {k[1]}: layer {k[2]} has weights in stages {sorted(stages)}; each stage "
-                          "holds only its own layers, stages are not copies of one another", ex[k])
-            return
+    reps = [k for k, stages in sorted(where.items(), key=str) if len(stages) > 1]
+    if reps:
+        k = reps[0]
+        involved = {(r, ph, s) for (r, ph, _lyr) in reps for s in where[(r, ph, _lyr)]}
+        stage_nodes = [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n] in involved]
+        copied = sorted({lyr for (r, ph, lyr) in reps if (r, ph) == k[:2]})
+        yield Finding(f"replica {k[0]} {k[1]}: layer {k[2]} has weights in stages {sorted(where[k])}; each stage "
+                      "holds only its own layers, stages are not copies of one another",
+                      stage_nodes or ex[k],
+                      hint=f"give the later stage(s) the next layers instead of layers {copied[0]}-{copied[-1]} again "
+                           f"(the {len(copied)} layer(s) drawn twice)")
 
 
 @checker("PP-OUTER-STRUCTURE")
