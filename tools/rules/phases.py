@@ -225,7 +225,10 @@ def check_kv_dependency(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{len(kv)} decode KV cache node(s) receive no kv edge from the prefill cache (e.g. {kv[0]}); "
                       "the "
                       "decode cache continues the one prefill built", kv)
-    if any(_phase(ctx, k) == "decode" for k in ctx.of(NodeType.KV_CACHE)):
+    pools = ctx.options.disaggregated or any(ctx.attr(t, "role") != "kv_reshard" for t in ctx.of(NodeType.KV_TRANSFER))
+    if not pools and any(_phase(ctx, k) == "decode" for k in ctx.of(NodeType.KV_CACHE)):
+        # aggregated: every replica's decode continues its own prefill cache (a prefill pool may hold
+        # replicas no decode replica reads from)
         lost = [k for k in ctx.of(NodeType.KV_CACHE) if _phase(ctx, k) == "prefill"
                 and not any(a.get("type") == "kv" for a in ctx.succ[k].values())]
         if lost:
