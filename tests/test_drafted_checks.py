@@ -107,3 +107,18 @@ def test_megatron_shard_skipping_its_out_projection_is_still_caught():
     d = megatron(dense())
     d = drop_edges(d, lambda e: (e["source"], e["target"]) == (f"{R}.L0.out_proj.t1", f"{R}.L0.attn.allreduce"))
     assert "TP-REJOIN-BEFORE-NEXT-LAYER" in errors(d)
+
+
+def test_head_shards_gathered_but_never_summed():
+    from tests.fixtures.generate import P_SP
+
+    d = copy.deepcopy(dag_of(P_SP))
+    assert "TP-REJOIN-BEFORE-NEXT-LAYER" not in errors(d)
+    assert "TP-REJOIN-BEFORE-NEXT-LAYER" in errors(bypass(d, f"{R}.L0.attn.allreduce"))
+
+
+def test_dead_end_shard_without_op_or_rank_is_still_a_shard():
+    removed = drop_edges(dense(), lambda e: (e["source"], e["target"]) == (f"{R}.L1.attn.t1", f"{R}.L1.attn.allreduce"))
+    for n in removed["nodes"]:
+        n.pop("op", None)
+    assert "TP-REJOIN-BEFORE-NEXT-LAYER" in errors(removed)

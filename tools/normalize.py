@@ -318,6 +318,10 @@ class _Normalizer:
                 feeds = frozenset(self.t(p) for p in self.g._pred[n])  # QKV and output projections differ here
                 key = (self.replica_of.get(n), a.get("phase"), a.get("layer"), a.get("type"), feeds, self._rejoin(n))
                 groups[key].append(n)
+        for key in [k for k in groups if not k[-1]]:  # a shard that reaches no collective (a dead end) belongs
+            siblings = [k for k in groups if k[:-1] == key[:-1] and k[-1]]  # to its one sibling operator
+            if len(siblings) == 1:
+                groups[siblings[0]].extend(groups.pop(key))
         named: dict[tuple[str, Any], int] = defaultdict(int)
         for (_r, _ph, _l, typ, _feeds, rejoin), shards in groups.items():
             if len(shards) < 2 or not rejoin:

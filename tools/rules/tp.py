@@ -48,6 +48,19 @@ def _chained(ctx: Context, s: str, v: str) -> bool:
             and ctx.key(v, "layer") == ctx.key(s, "layer"))
 
 
+_REDUCING = (NodeType.ALL_REDUCE, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
+
+
+def _reduced(ctx: Context, s: str) -> bool:
+    """A TP shard's partial result is summed: it feeds a reduction, directly or after the SP AllGather."""
+    for v in ctx.succ[s]:
+        if ctx.types[v] in _REDUCING:
+            return True
+        if ctx.types[v] == NodeType.ALL_GATHER and any(ctx.types[w] in _REDUCING for w in ctx.succ[v]):
+            return True
+    return False
+
+
 @checker("TP-REJOIN-BEFORE-NEXT-LAYER")
 def check_rejoin(ctx: Context) -> Iterator[Finding]:
     for key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
@@ -90,6 +103,12 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
         if not chained and not devs <= joined:
             yield Finding(f"the TP shards of {op} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
                           "those GPUs", shards, hint=f"insert an AllReduceNode over GPUs {sorted(devs)[:16]}")
+        elif not chained and not any(_reduced(ctx, s) for s in shards):
+            gather = next((v for s in shards for v in ctx.succ[s] if ctx.types[v] == NodeType.ALL_GATHER), None)
+            yield Finding(f"the {ctx.tp_width(shards)} head/width shards of {op} are gathered but never summed: "
+                          f"their partial results need a reduction (AllReduce) after {gather or 'the gather'}",
+                          shards, hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} after "
+                                       f"{gather or 'the gather'}")
 
 
 @checker("TP-NO-CROSS-LAYER")
