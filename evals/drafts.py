@@ -9,7 +9,10 @@ left out), with one mistake from the catalog's failure modes applied.  It report
   output), and how many of those it repaired in place;
 - root violations per mistake: the median number of root errors reported (the rest carry ``caused_by``);
 - terse drafts accepted: the share of the same drafts *without* a mistake that validate (no false alarm
-  from the drawing style).
+  from the drawing style);
+- estimate regret: how much worse the repaired DAG's estimate is than search_strategies' best plan for the
+  same model, hardware, workload and objective (e2e latency, or throughput per GPU), median over the repaired
+  drafts.  It measures the drafted plans as much as the repairs: the drafts keep their own degrees.
 
 Thresholds live in ``evals/suite.json`` (``drafts``).
 """
@@ -17,6 +20,7 @@ Thresholds live in ``evals/suite.json`` (``drafts``).
 from __future__ import annotations
 
 import copy
+import json
 import random
 import statistics
 from collections import Counter
@@ -36,7 +40,7 @@ from tests.fixtures.generate import (
     dag_of,
     plan,
 )
-from tools import autofix_dag, validate_dag
+from tools import autofix_dag, estimate_performance, search_strategies, validate_dag
 
 PLANS = [P_DENSE, P_PP, P_DP, P_MOE, P_SP, plan(TINY_MOE, 4, parallel={"tp": 2, "ep": 2, "pp": 2}),
          plan(TINY, 8, parallel={"tp": 4, "pp": 2}, workload={"batch_size": 4}, objective="throughput")]
@@ -183,6 +187,32 @@ class Outcome:
     repaired: bool
     in_place: bool
     style_ok: bool
+    regret: float | None = None
+
+
+_BEST: dict[str, Any] = {}
+
+
+def _best(p: dict[str, Any]) -> Any:
+    """search_strategies' best plan for a draft's plan settings (cached: a few plans serve every draft)."""
+    key = json.dumps({k: p.get(k) for k in ("model", "hardware", "workload", "objective")}, sort_keys=True)
+    if key not in _BEST:
+        r = search_strategies(model=p["model"], hardware=p["hardware"], workload=p.get("workload"),
+                              objective=p.get("objective", "latency"))
+        _BEST[key] = r.top[0] if r.top else None
+    return _BEST[key]
+
+
+def regret(fixed: Doc, p: dict[str, Any]) -> float | None:
+    """Relative shortfall of the repaired DAG's estimate against the searched best (0 = as good)."""
+    best = _best(p)
+    if best is None:
+        return None
+    est = estimate_performance(dag=copy.deepcopy(fixed))
+    if p.get("objective", "latency") == "throughput":
+        mine = est.throughput.output_tokens_per_s / max(1, est.gpus_used)
+        return max(0.0, best.throughput_per_gpu / mine - 1) if mine > 0 else None
+    return max(0.0, est.e2e_latency_ms / best.e2e_ms - 1) if best.e2e_ms > 0 else None
 
 
 def draft(rnd: random.Random) -> tuple[str, Doc, Doc] | None:
@@ -205,7 +235,9 @@ def judge(name: str, broken: Doc, clean: Doc) -> Outcome:
     in_place = r.repair == "in_place"
     if not r.valid and r.dag is not None:
         r = autofix_dag(dag=copy.deepcopy(r.dag))
-    return Outcome(name, not v.valid, roots, r.valid, in_place, validate_dag(dag=copy.deepcopy(clean)).valid)
+    plan_ = (r.dag or {}).get("plan") or broken.get("plan")
+    loss = regret(r.dag, plan_) if r.valid and r.dag is not None and isinstance(plan_, dict) else None
+    return Outcome(name, not v.valid, roots, r.valid, in_place, validate_dag(dag=copy.deepcopy(clean)).valid, loss)
 
 
 def run_drafts(cases: int = 1000, seed: int = 13) -> dict[str, Any]:
@@ -226,6 +258,8 @@ def run_drafts(cases: int = 1000, seed: int = 13) -> dict[str, Any]:
         "repaired_in_place": sum(o.in_place for o in out) / len(out),
         "median_root_violations_per_mistake": statistics.median(o.roots for o in detected) if detected else 0,
         "terse_drafts_accepted": sum(o.style_ok for o in out) / len(out),
+        "median_estimate_regret": statistics.median(losses) if (losses := [o.regret for o in out
+                                                                         if o.regret is not None]) else None,
         "by_mistake": {k: {"cases": n, "missed": missed.get(k, 0)} for k, n in sorted(per.items())},
     }
 
@@ -242,6 +276,8 @@ def text(fig: dict[str, Any]) -> str:
              f"  repaired within 2 autofix rounds {fig['repaired_within_2_rounds']:.1%} "
              f"(in place: {fig['repaired_in_place']:.1%})",
              f"  median root violations/mistake {fig['median_root_violations_per_mistake']}",
-             f"  terse drafts without mistake accepted {fig['terse_drafts_accepted']:.1%}"]
+             f"  terse drafts without mistake accepted {fig['terse_drafts_accepted']:.1%}",
+             "  median estimate regret vs search " + (f"{fig['median_estimate_regret']:.1%}"
+                                                      if fig["median_estimate_regret"] is not None else "n/a")]
     lines += [f"  {k:<18} {v['cases']:>4} cases, {v['missed']} missed" for k, v in fig["by_mistake"].items()]
     return "\n".join(lines)

@@ -135,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(
         run_suite(cases, agent, transport=transport, config=cfg, out_dir=out_dir, record_dir=args.record)
     )
+    if agent_kind == "scripted" and not args.cases:  # the full offline eval also judges drafted DAGs
+        from evals.drafts import passes, run_drafts
+        from evals.drafts import text as drafts_text
+
+        fig = run_drafts(cfg["drafts"]["cases"], cfg["drafts"]["seed"])
+        result.summary["drafts"] = fig
+        result.summary["ok"] = bool(result.summary["ok"] and passes(fig, cfg["drafts"]))
+        write_reports(out_dir, result.scores, result.summary)
+        print(drafts_text(fig))
     text = table(result.scores, result.summary)
     print("\n".join(text.splitlines()[-4:]) if args.quiet else text)
     print(f"reports: {out_dir / 'report.json'}, {out_dir / 'report.md'}")
