@@ -41,6 +41,9 @@ CASES = {
     "missing sendrecv": lambda: bypass(copy.deepcopy(dag_of(P_PP)), f"{R}.s0.send"),
     "sendrecv short of GPUs": lambda: set_attr(copy.deepcopy(dag_of(P_PP)), f"{R}.s0.send", devices=[0, 1]),
     "no first-token edge": lambda: drop_edges(dense(), lambda e: e["type"] == "sync"),
+    "norm typed as a collective": lambda: set_attr(dense(), f"{R}.L1.norm_attn", type="AllReduceNode"),
+    "shard stacked on a sibling's GPU": lambda: set_attr(set_attr(dense(), f"{R}.L1.ffn.t1", devices=[0]),
+                                                         f"{R}.L2.attn.t1", devices=[0]),
 }
 
 

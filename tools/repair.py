@@ -3,7 +3,8 @@
 autofix_dag tries these before rebuilding a DAG from its plan, so the agent's drawing (its ids, its layout
 choices) survives whatever is only locally wrong: a TP operator whose shards are never rejoined gets its
 AllReduceNode, a dead-end shard its edge to the rejoin, a stage hand-off its SendRecvNode, a transfer the GPUs
-it reaches, the first decode step its edge from the prefill's LM head.  The analysis reads the normalized
+it reaches, the first decode step its edge from the prefill's LM head, a norm drawn as a collective its type,
+a shard stacked on a sibling's GPU the free GPU of its operator.  The analysis reads the normalized
 working form (tools.normalize); the edits apply to the document as submitted.  No plan is needed.
 """
 
@@ -166,7 +167,53 @@ def _first_token(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Chang
                      after=[same[0], s, "sync"])
 
 
-REPAIRS = (_tp_rejoins, _stage_handoffs, _first_token)
+def _retyped_norms(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Change]:
+    """A reduction of nothing that sits where a norm belongs (it feeds attention, an FFN or a MoE layer): the
+    drafter typed a NormNode as a collective; give it its type back."""
+    from tools.rules.comm import REDUCING
+
+    bad = {n for v in vs if v.rule_id == "COMM-REDUCE-OF-SHARDS" for n in v.location.nodes}
+    norm_next = {T.ATTENTION, T.FFN, T.LINEAR, T.MOE, T.ROUTER, T.LM_HEAD, T.ATTN_DP_GROUP}
+    for n in sorted(bad):
+        if n in ctx.g and ctx.types[n] in REDUCING and any(ctx.types[v] in norm_next for v in ctx.succ[n]):
+            doc.set_field(n, "type", str(T.NORM))
+            yield Change(rule_id="COMM-REDUCE-OF-SHARDS", message=f"{n} reduced no shards and feeds "
+                         f"{next(iter(ctx.succ[n]))}: typed it NormNode (the node that sits there)",
+                         field=f"dag.nodes[{n}].type", before=ctx.types[n], after=str(T.NORM))
+
+
+def _stacked_shards(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Change]:
+    """Two shards of one operator on one GPU while the operator's rejoin spans a GPU no shard uses: move the
+    second shard (and the KV cache it writes or reads) there."""
+    if not any(v.rule_id == "GPU-SHARDS-DISTINCT" for v in vs):
+        return
+    for _key, shards in sorted(ctx.ops.items(), key=lambda kv: str(kv[0])):
+        used: dict[int, str] = {}
+        stacked = []
+        for sh in sorted(shards):
+            devs = ctx.devices[sh]
+            if len(devs) == 1 and next(iter(devs)) in used:
+                stacked.append(sh)
+            for d in devs:
+                used.setdefault(d, sh)
+        if not stacked:
+            continue
+        span = {d for sh in shards for v in ctx.succ[sh] if ctx.is_comm(v) for d in ctx.devices[v]}
+        free = sorted(span - set(used))
+        if len(free) != len(stacked):
+            continue
+        for sh, gpu in zip(stacked, free, strict=True):
+            old = sorted(ctx.devices[sh])
+            doc.set_field(sh, "devices", [gpu])
+            for kv in (*ctx.pred[sh], *ctx.succ[sh]):
+                if ctx.types[kv] == T.KV_CACHE and ctx.devices[kv] == ctx.devices[sh]:
+                    doc.set_field(kv, "devices", [gpu])
+            yield Change(rule_id="GPU-SHARDS-DISTINCT", message=f"moved {sh} from GPU {old[0]} to GPU {gpu}, the "
+                         "one GPU of its operator's collective that no other shard used", field=f"dag.nodes[{sh}]"
+                         ".devices", before=old, after=[gpu])
+
+
+REPAIRS = (_tp_rejoins, _stage_handoffs, _first_token, _retyped_norms, _stacked_shards)
 
 
 def repair_in_place(dag: dict[str, Any]) -> tuple[dict[str, Any], list[Change], list[dict[str, Any]], list[Violation]]:
