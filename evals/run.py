@@ -96,6 +96,9 @@ async def run_suite(
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evals.run", description=__doc__)
+    p.add_argument("--suite", choices=("agent", "drafts"), default="agent",
+                   help="agent: planning conversations over MCP; drafts: injected mistakes in drafted DAGs")
+    p.add_argument("--drafts", type=int, metavar="N", help="drafts suite: how many drafted DAGs (default suite.json)")
     p.add_argument("--agent", choices=("scripted", "anthropic", "replay"), default="scripted")
     p.add_argument("--model", help="Anthropic model id for --agent anthropic (default: suite.json's default_model)")
     p.add_argument("--cases", nargs="*", metavar="ID", help="only these case ids (or id prefixes)")
@@ -113,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = suite_config()
+    if args.suite == "drafts":
+        return _drafts(cfg["drafts"], args.drafts)
     if args.max_turns:
         cfg["max_turns"] = args.max_turns
     if args.threshold is not None:
@@ -130,10 +135,31 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(
         run_suite(cases, agent, transport=transport, config=cfg, out_dir=out_dir, record_dir=args.record)
     )
+    if agent_kind == "scripted" and not args.cases:  # the full offline eval also judges drafted DAGs
+        from evals.drafts import passes, run_drafts
+        from evals.drafts import text as drafts_text
+
+        fig = run_drafts(cfg["drafts"]["cases"], cfg["drafts"]["seed"])
+        result.summary["drafts"] = fig
+        result.summary["ok"] = bool(result.summary["ok"] and passes(fig, cfg["drafts"]))
+        write_reports(out_dir, result.scores, result.summary)
+        print(drafts_text(fig))
     text = table(result.scores, result.summary)
     print("\n".join(text.splitlines()[-4:]) if args.quiet else text)
     print(f"reports: {out_dir / 'report.json'}, {out_dir / 'report.md'}")
     return 0 if result.summary["ok"] else 1
+
+
+def _drafts(cfg: dict[str, Any], cases: int | None) -> int:
+    """The drafts suite (evals/drafts.py): its figures, and 0 when they meet suite.json's thresholds."""
+    from evals.drafts import passes, run_drafts, text
+
+    fig = run_drafts(cases or cfg["cases"], cfg["seed"])
+    ok = passes(fig, cfg)
+    print(text(fig))
+    print("drafts suite: " + ("pass" if ok else "FAIL") + f" (thresholds: detection >= {cfg['min_detection']:.0%}, "
+          f"repaired >= {cfg['min_repaired']:.0%}, median root violations <= {cfg['max_median_root_violations']})")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -189,10 +189,18 @@ def _counts(violations: list[Mapping[str, Any]]) -> tuple[int, int]:
 def _shape_violations(raw: list[Mapping[str, Any]], detail: Detail, tool: str) -> tuple[list[ViolationItem], str]:
     if detail == "full":
         return [ViolationItem.model_validate(dict(v)) for v in raw], ""
-    groups = group_by_rule(raw)
+    roots = [v for v in raw if not v.get("caused_by")]
+    follow = Counter(str(v["caused_by"]).split(" at ")[0] for v in raw if v.get("caused_by"))
+    groups = group_by_rule(roots)
+    for g in groups:
+        if follow.get(g.rule_id):
+            g.consequences = follow[g.rule_id]  # type: ignore[attr-defined]  # extra: errors this root explains
     note = ""
+    if follow:
+        note = (f"{sum(follow.values())} more violation(s) follow from the root causes shown (counted in "
+                f"'consequences'); fix those first, or call {tool} with detail=\"full\" to list them. ")
     if len(groups) > GROUPS_SHOWN:
-        note = f"{len(groups) - GROUPS_SHOWN} more rule groups not shown. "
+        note += f"{len(groups) - GROUPS_SHOWN} more rule groups not shown. "
         groups = groups[:GROUPS_SHOWN]
     if any((g.count or 0) > LOCATIONS_SHOWN for g in groups) or note:
         note += f'Violations are grouped by rule with the first {LOCATIONS_SHOWN} locations; call {tool} with ' \

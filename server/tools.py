@@ -317,7 +317,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
     roofline estimates (compute, memory bandwidth, interconnect) over the DAG's critical path, not
     measurements: trust differences between plans more than absolute values.
-    Give `plan` (or a `dag` built from one). For a disaggregated plan (`options.disaggregated`) it also
+    Give `plan`, or a `dag` carrying its plan: the DAG is priced as drawn, and refused if it fails validation.
+    For a disaggregated plan (`options.disaggregated`) it also
     returns `pools` (each pool's replicas, GPUs and rate), `kv_transfer` (the KV hand-off per request) and
     `pool_balance` with a balanced split.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},

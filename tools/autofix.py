@@ -3,14 +3,16 @@
 Repairs happen at plan level: each violated rule with a registered fixer proposes an edit, the edit is kept
 only if it lowers (errors, warnings), and the loop runs to a fixed point.  Because every kept edit strictly
 improves that score, the loop terminates, and running autofix on its own output changes nothing
-(idempotent); a valid plan never gets an error.  A DAG is repaired by fixing its embedded (or inferred) plan
-and rebuilding it with build_dag, which lays the DAG out correctly by construction.
+(idempotent); a valid plan never gets an error.  A DAG is first repaired in place (tools/repair.py: local
+edits to the agent's own drawing, reported as a JSON patch); only when that does not make it valid is it
+repaired by fixing its embedded (or inferred) plan and rebuilding it with build_dag, which lays the DAG out
+correctly by construction.  The answer says which of the two it did.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -19,6 +21,7 @@ from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.inputs import check_json_value
 from tools.plan import Plan
+from tools.repair import repair_in_place
 from tools.rules.registry import FIXERS, Change, Context, Violation, load_all
 from tools.validate import load_dag, plan_violations
 
@@ -60,6 +63,10 @@ class AutofixResult(BaseModel):
     dag: dict[str, Any] | None = Field(None, description="the fixed DAG (for DAG input: rebuilt from the fixed plan)")
     violations: list[RemainingViolation] = Field(description="what is left, each with the reason it stays")
     alternatives: list[Alternative] = Field(default_factory=list, description="other repairs, best first")
+    repair: Literal["none", "in_place", "rebuilt"] | None = Field(
+        None, description="for a DAG: edited in place (the drawing kept) or rebuilt from its plan")
+    patch: list[dict[str, Any]] | None = Field(None, description="the in-place edits as a JSON patch (RFC 6902) "
+                                               "against the submitted DAG")
     input: str
     summary: str
     notes: list[str] = Field(default_factory=list)
@@ -279,14 +286,25 @@ def _fix_dag(dag: Any) -> AutofixResult:
     ctx, _ = load_dag(dag)
     before = check(ctx)
     notes: list[str] = []
+    local: list[Change] = []
+    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list):
+        fixed, local, patch, left = repair_in_place(dag)
+        if local and not any(v.severity == "error" for v in left):
+            return _in_place(fixed, local, patch, left, ctx.raw_plan)
+        if local:
+            rules = sorted({v.rule_id for v in left if v.severity == "error"})
+            notes.append(f"{len(local)} local repair(s) were not enough ({', '.join(rules[:5])} remain): the "
+                         "structure is beyond local repair")
     if ctx.plan is not None and ctx.raw_plan is not None:
         raw = ctx.raw_plan
     else:
         inferred, why = _infer_plan(ctx, dag) if isinstance(dag, dict) and "nodes" in dag else (None, "not a DAG")
         if inferred is None:
-            left = [RemainingViolation(**v.model_dump(), reason=why) for v in before]
-            errors = sum(v.severity == "error" for v in left)
-            return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left, input="dag",
+            if local:  # no plan to rebuild from: hand back what the local repairs achieved
+                return _in_place(fixed, local, patch, left, None, [why])
+            left_ = [RemainingViolation(**v.model_dump(), reason=why) for v in before]
+            errors = sum(v.severity == "error" for v in left_)
+            return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left_, input="dag",
                                  summary="valid: nothing to change" if not errors else f"not fixed: {why}",
                                  notes=ctx.notes)
         raw, notes = inferred, [why]
@@ -302,4 +320,22 @@ def _fix_dag(dag: Any) -> AutofixResult:
         changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
                               "rule is gone", field="dag"))
-    return _finish(state, changes, found, "dag", rebuilt, notes, original=raw)
+    out = _finish(state, changes, found, "dag", rebuilt, notes, original=raw)
+    out.repair = "rebuilt"
+    out.summary += "; the DAG was rebuilt from its plan (the drawing could not be repaired in place)"
+    return out
+
+
+def _in_place(fixed: dict[str, Any], changes: list[Change], patch: list[dict[str, Any]], left: list[Violation],
+              plan: dict[str, Any] | None, notes: list[str] | None = None) -> AutofixResult:
+    """The agent's own DAG, repaired by local edits (each change, and the whole JSON patch, say what)."""
+    from tools.causes import group_causes
+
+    left = group_causes(left, None)
+    rest = [RemainingViolation(**v.model_dump(), reason="no local repair for it: fix by hand, or give the DAG a plan "
+                               "(autofix then rebuilds it)") for v in left]
+    errors = sum(v.severity == "error" for v in rest)
+    summary = (f"repaired in place: {len(changes)} edit(s) to the submitted DAG" if not errors else
+               f"{len(changes)} edit(s) made in place; {errors} error(s) remain")
+    return AutofixResult(valid=errors == 0, changes=changes, plan=plan, dag=fixed, violations=rest, input="dag",
+                         summary=summary, repair="in_place", patch=patch, notes=notes or [])

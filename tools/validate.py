@@ -17,11 +17,13 @@ import networkx as nx
 from pydantic import BaseModel, Field, ValidationError
 
 from tools.build import build_working, estimated_node_count, gc_paused
+from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
 from tools.errors import PdagInputError
 from tools.inputs import check_json_value
 from tools.layout import Layout
 from tools.models import resolve_model
+from tools.normalize import normalize
 from tools.plan import Plan, parse_plan
 from tools.rules.registry import (
     CHECKERS,
@@ -204,13 +206,18 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
 
 
 def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) -> WorkingDag:
-    """The working form of a loaded document: the folds it states (unusable ones reported as schema errors)."""
+    """The working form of a loaded document: normalized (canonical order, inferred attributes), then folded by
+    the folds it states (unusable ones reported as schema errors) or by the symmetry of its drawn replicas."""
+    reps: list[Any] = []
+    lays: list[Any] = []
+    if folds is not None:
+        reps, lays, bad = read_folds(folds, g)
+        problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
+    g, inferences = normalize(g, lays)
     if folds is None:
-        return WorkingDag(g, fold_drawn_replicas(g))
-    reps, lays, bad = read_folds(folds, g)
-    problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
+        return WorkingDag(g, fold_drawn_replicas(g), inferences=inferences)
     apply_layer_folds(g, lays)
-    return WorkingDag(g, reps, lays)
+    return WorkingDag(g, reps, lays, inferences)
 
 
 # ----------------------------------------------------------------------------------------------- plan context
@@ -275,12 +282,16 @@ def sort_violations(vs: list[Violation]) -> list[Violation]:
 
 def result_of(ctx: Context, violations: list[Violation], kind: Literal["plan", "dag"],
               notes: list[str] | None = None) -> ValidationResult:
+    violations = group_causes(violations, ctx.graph)
     errors = sum(v.severity == "error" for v in violations)
     warnings = len(violations) - errors
     gpus = ctx.gpus_used if ctx.graph is not None else None
     if errors:
-        rules = sorted({v.rule_id for v in violations if v.severity == "error"})
-        summary = f"invalid: {errors} error(s) ({', '.join(rules[:8])}{'...' if len(rules) > 8 else ''})"
+        roots = [v for v in violations if v.severity == "error" and v.caused_by is None]
+        rules = sorted({v.rule_id for v in roots})
+        follow = errors - len(roots)
+        summary = (f"invalid: {len(roots)} root error(s) ({', '.join(rules[:8])}{'...' if len(rules) > 8 else ''})"
+                   + (f" and {follow} error(s) following from them" if follow else ""))
     else:
         summary = "valid"
     if warnings:
@@ -293,7 +304,11 @@ def result_of(ctx: Context, violations: list[Violation], kind: Literal["plan", "
 
 
 def ctx_notes(ctx: Context) -> list[str]:
-    return list(ctx.notes)
+    notes = list(ctx.notes)
+    if ctx.inferences:
+        shown = "; ".join(i.text() for i in ctx.inferences[:2])
+        notes.append(f"{len(ctx.inferences)} attribute(s) were inferred from the structure, e.g. {shown}")
+    return notes
 
 
 def validate_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> ValidationResult:

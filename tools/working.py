@@ -55,6 +55,7 @@ class WorkingDag:
     graph: nx.DiGraph
     replicas: list[ReplicaFold] = field(default_factory=list)
     layers: list[LayerFold] = field(default_factory=list)
+    inferences: list[Any] = field(default_factory=list)  # tools.normalize.Inference: what normalization assumed
 
     def folds_json(self) -> dict[str, Any]:
         return {

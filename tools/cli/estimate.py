@@ -21,19 +21,20 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from tools.estimate.core import estimate_performance
+    from tools.cli.check import cli_input
+    from tools.estimate.core import _resolve_plan, estimate_performance
     from tools.pictures.report import text_bars
     from tools.plan import parse_plan
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
-    raw = plan_from_args(args)
+    given = cli_input(args) if getattr(args, "plan_file", None) else {"plan": plan_from_args(args)}
     paths: dict = {}
-    est = estimate_performance(plan=raw, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None,
-                               trace=paths)
+    est = estimate_performance(**given, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None,
+                               trace=paths)  # a DAG file is priced as drawn (and refused if it does not validate)
     if args.json:
         print(est.model_dump_json(indent=2))
         return 0
-    wl = parse_plan(raw).workload
+    wl = (parse_plan(given["plan"]) if "plan" in given else _resolve_plan(None, given["dag"])).workload
     print(f"workload: batch {wl.batch_size} per DP replica, input {wl.input_len} tokens, output {wl.output_len} tokens")
     print(est.summary() + "\n" + text_bars(est, paths))
     return 0

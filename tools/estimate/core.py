@@ -448,15 +448,39 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
 class _Prepared:
     """What does not depend on efficiency factors or overlap: replica 0's DAG and its phase sub-DAGs."""
 
-    def __init__(self, full: Plan) -> None:
+    def __init__(self, full: Plan, graph: nx.DiGraph | None = None, replica_gpus: int | None = None) -> None:
         self.layout = Layout(full)
         with gc_paused():
-            self.graph = build_working(full, self.layout).graph
+            self.graph = build_working(full, self.layout).graph if graph is None else graph
             order = list(nx.topological_sort(self.graph))
             # disaggregated: the KV hand-off is costed between the pools (disagg.py), not inside prefill
             skip = frozenset({NodeType.KV_TRANSFER}) if self.layout.disaggregated else frozenset()
             self.phases = {ph: _PhaseGraph(self.graph, order, ph, skip) for ph in ("prefill", "decode")}
-            self.replica_gpus = len(devices_used(self.graph))
+            self.replica_gpus = replica_gpus or len(devices_used(self.graph))
+
+
+def _submitted(full: Plan, dag: Any) -> _Prepared:
+    """The submitted DAG itself, normalized and folded as validate_dag sees it, ready to price; refused when its
+    structure breaks a rule (numbers for a broken DAG would be numbers for some other DAG).  Plan-level findings
+    (memory, degrees) are left to the estimate's warnings, as for a plan."""
+    from tools.causes import group_causes, where
+    from tools.validate import check, load_dag
+
+    data = dag.model_dump() if isinstance(dag, BaseModel) else dag
+    ctx, _ = load_dag(dict(data))
+    found = group_causes(check(ctx), ctx.graph)
+    broken = [v for v in found if v.severity == "error" and v.caused_by is None
+              and (v.location.nodes or not (v.location.field or "").startswith("plan"))]
+    if broken or ctx.graph is None:
+        first = broken[0] if broken else None
+        what = f"{first.rule_id} at {where(first)}: {first.message[:240]}" if first else "it has no usable graph"
+        raise PdagInputError("dag", f"the DAG does not validate ({len(broken)} root error(s); first {what}), so it "
+                             "cannot be priced", "a DAG that validate_dag accepts: run autofix_dag on it first, or "
+                             "pass the plan to price the DAG pdag builds")
+    reps = max(1, len(ctx.of(NodeType.REPLICA)))
+    per_replica = None if ctx.layout is None or ctx.layout.disaggregated else max(1, ctx.gpus_used // max(
+        1, ctx.replica_count)) if reps > 1 else None
+    return _Prepared(full, ctx.graph, per_replica)
 
 
 _PREPARED: dict[str, _Prepared] = {}
@@ -487,7 +511,9 @@ def estimate_performance(
     sla: Sla | dict[str, Any] | None = None,
     trace: dict[str, PhasePath] | None = None,
 ) -> Estimate:
-    """Estimate latency, throughput, KV cache and memory of a plan (or of a DAG that embeds its plan).
+    """Estimate latency, throughput, KV cache and memory of a plan, or of a submitted DAG: the DAG's own nodes,
+    devices and folds are priced (its embedded plan gives hardware and workload), and a DAG that fails
+    validation is refused with the rule it breaks.
 
     ``overlap`` overrides ``plan.options.overlap_comm``; ``efficiency`` is an overlay (dict or JSON path) of
     efficiency factors, defaulting to the file named by ``$PDAG_EFFICIENCY`` if set.  ``balanced_experts``
@@ -500,7 +526,7 @@ def estimate_performance(
     if overlap is not None and not isinstance(overlap, bool):
         raise PdagInputError("overlap", f"expected true or false, got {overlap!r}", "a boolean")
     use_overlap = full.options.overlap_comm if overlap is None else overlap
-    prep = _prepared(full)
+    prep = _prepared(full) if plan is not None else _submitted(full, dag)
     layout = prep.layout
     eff = efficiency_for(full.accelerator.id, efficiency, full.engine)
     calibrated = load_overlay(efficiency) is not None

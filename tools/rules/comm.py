@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tools.dag import CONTROL_TYPES
+from tools.dag import CONTROL_TYPES, NodeType
 from tools.rules.registry import Context, Finding, checker
-
-COMM_MARK = "<comm>"
 
 
 def _producers(ctx: Context) -> dict[str, frozenset[str]]:
     """For each container node: the nearest real (non-container) producers above it, seen through containers.
-    Contains COMM_MARK when a communication node feeds it (the exchange is then explicit)."""
+    A communication node counts with its own GPUs: it makes data present there and nowhere else, so an
+    unrelated collective upstream of a stage hand-off does not stand in for the missing SendRecv."""
     out: dict[str, frozenset[str]] = {}
     for n in ctx.topo:
         if ctx.types[n] not in CONTROL_TYPES:
@@ -21,9 +20,7 @@ def _producers(ctx: Context) -> dict[str, frozenset[str]]:
         for p, a in ctx.pred[n].items():
             if a.get("type") == "sync":
                 continue
-            if ctx.is_comm(p):
-                acc.add(COMM_MARK)
-            elif ctx.types[p] in CONTROL_TYPES:
+            if ctx.types[p] in CONTROL_TYPES:
                 acc |= out.get(p, frozenset())
             else:
                 acc.add(p)
@@ -50,7 +47,7 @@ def check_no_implicit(ctx: Context) -> Iterator[Finding]:
             continue
         if ctx.types[u] in CONTROL_TYPES:
             srcs = prod.get(u, frozenset())
-            if not srcs or COMM_MARK in srcs:
+            if not srcs:
                 continue
             have = frozenset().union(*(ctx.devices[s] for s in srcs))
         else:
@@ -62,11 +59,15 @@ def check_no_implicit(ctx: Context) -> Iterator[Finding]:
             bad.append((u, v, extra))
     if bad:
         u, v, extra = bad[0]
+        stages = ctx.key(u, "stage")[0], ctx.key(v, "stage")[0]
+        what = (f"a SendRecvNode from stage {stages[0]} to stage {stages[1]} on GPUs "
+                f"{sorted(ctx.devices[u] | ctx.devices[v])[:8]}" if None not in stages and stages[0] != stages[1]
+                else f"the collective that brings {u}'s output to GPU(s) {sorted(extra)[:8]}")
         yield Finding(f"{len(bad)} edge(s) move data between GPUs with no communication node (e.g. {u} -> {v}: {v} "
                       "runs "
                       f"on GPU(s) {sorted(extra)[:8]} that {u} does not use); a consumer may only read what is already "
                       "on its GPUs", [x for e in bad[:3] for x in e[:2]],
-                      hint="insert the collective (AllReduce/AllGather/AllToAll/SendRecv) that moves the data")
+                      hint=f"insert {what} between {u} and {v}")
 
 
 @checker("COMM-EXPLICIT-COLLECTIVES")
@@ -86,3 +87,33 @@ def check_explicit_collectives(ctx: Context) -> Iterator[Finding]:
                       f"{sorted(ctx.devices[n])[:8]} but its inputs are also on {sorted(missing)[:8]}); a collective's "
                       "devices are every GPU taking part", [b[0] for b in bad],
                       hint="list every participating GPU in the collective's devices")
+
+
+REDUCING = (NodeType.ALL_REDUCE, NodeType.REDUCE_SCATTER)
+PARTIAL_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.EXPERT}
+
+
+@checker("COMM-REDUCE-OF-SHARDS")
+def check_reduce_of_shards(ctx: Context) -> Iterator[Finding]:
+    """An AllReduce / ReduceScatter sums partial results: its inputs are shards of a sharded operator (or one
+    sharded operator drawn as a single node over several GPUs).  Fed only by norms, collectives or nothing, it
+    reduces nothing: typically another node drawn with a collective's type."""
+    def partial(p: str) -> bool:
+        if ctx.types[p] == NodeType.ALL_GATHER:  # sequence shards gathered first (SP), then the TP reduction
+            return any(partial(q) for q in ctx.pred[p] if ctx.types[q] != NodeType.ALL_GATHER)
+        if ctx.types[p] == NodeType.EMBEDDING:  # a vocab-parallel lookup: each rank holds some rows
+            return int((ctx.attr(p, "meta") or {}).get("vocab_shards", 1) or 1) > 1
+        return ctx.types[p] in PARTIAL_TYPES and (
+            any(ctx.attr(p, k) is not None for k in ("tp_rank", "sp_rank", "ep_rank")) or len(ctx.devices[p]) > 1)
+
+    bad = []
+    for n in ctx.of(*REDUCING):
+        ins = [p for p, a in ctx.pred[n].items() if a.get("type") != "sync"]
+        if not any(partial(p) for p in ins):
+            bad.append((n, ins))
+    if bad:
+        n, ins = bad[0]
+        fed = f"fed by {', '.join(f'{ctx.types[p]} {p}' for p in ins[:2])}" if ins else "fed by nothing"
+        yield Finding(f"{len(bad)} {ctx.types[n]}(s) reduce no partial results (e.g. {n}, {fed}); a reduction "
+                      "joins the shards of a TP-sharded operator", [b[0] for b in bad],
+                      hint=f"give {n} its real type (e.g. NormNode) or feed it the shards it joins")

@@ -184,9 +184,12 @@ def check_exceeds(ctx: Context) -> Iterator[Finding]:
         how = " + ".join(f"{ph} dp {p.dp} x pp {p.pp} x W {p.group_width}" for ph, p in
                          ({"prefill": ctx.layout.pools["prefill"], "decode": ctx.layout.pools["decode"]}.items()
                           if ctx.layout.disaggregated else [("", ctx.layout.pools["prefill"])]))
-        yield Finding(f"the plan needs {used} GPUs ({how.strip()}) but "
-                      f"hardware.num_gpus is {have}", field="plan.hardware.num_gpus",
-                      hint="lower dp first, then pp or tp, or use a larger cluster")
+        needed = ctx.layout.gpus_needed
+        why = f"the plan needs {used} GPUs ({how.strip()})" if used == needed else \
+            f"the DAG's nodes use {used} distinct GPUs (its plan's layout needs {needed}: {how.strip()})"
+        yield Finding(f"{why} but hardware.num_gpus is {have}", field="plan.hardware.num_gpus",
+                      hint="lower dp first, then pp or tp, or use a larger cluster" if used == needed else
+                      f"move the nodes onto GPUs 0-{have - 1} (the plan's layout places them on {needed})")
 
 
 @fixer("GPU-DEGREES-DIVIDE-GROUP")
@@ -205,3 +208,33 @@ def fix_divide_group(plan: dict[str, Any], ctx: Context) -> list[Change]:
     for c in changes:
         c.rule_id = "GPU-DEGREES-DIVIDE-GROUP"
     return changes
+
+
+@checker("GPU-SHARDS-DISTINCT")
+def check_shards_distinct(ctx: Context) -> Iterator[Finding]:
+    """Shards of one operator (TP, SP or EP ranks) split its work across GPUs: two shards on one GPU split
+    nothing and leave the operator's GPU count wrong."""
+    for key, shards in sorted(ctx.ops.items(), key=lambda kv: str(kv[0])):
+        seen: dict[int, str] = {}
+        for s in shards:
+            for d in ctx.devices[s]:
+                other = seen.get(d)
+                if other is not None and other != s and _rank(ctx, other) != _rank(ctx, s):
+                    op = op_name(ctx, key, s)
+                    yield Finding(f"shards {other} and {s} of {op} both run on GPU {d}; the shards of an operator "
+                                  "run on distinct GPUs", [other, s],
+                                  hint=f"put each of the {len(shards)} shards of {op} on its own GPU")
+                    return
+                seen[d] = s
+
+
+def _rank(ctx: Context, n: str) -> tuple[Any, ...]:
+    return tuple(ctx.attr(n, k) for k in ("tp_rank", "sp_rank", "ep_rank"))
+
+
+def op_name(ctx: Context, key: Any, n: str) -> str:
+    """How to name a sharded operator in a message: its ``op``, else its type and layer."""
+    if isinstance(key, tuple) and isinstance(key[0], str):
+        return key[0]
+    layer = ctx.inherited[n]["layer"]
+    return f"the {ctx.types[n]} of layer {layer}" if layer is not None else f"the {ctx.types[n]} {n}"

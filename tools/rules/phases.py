@@ -152,12 +152,12 @@ def check_single_token(ctx: Context) -> Iterator[Finding]:
             k = (r, lyr, ctx.attr(a, "attn_group"))
             ops[k].add(ctx.attr(a, "op") or ("rank", ctx.attr(a, "tp_rank"), ctx.attr(a, "sp_rank")))
             nodes[k].append(a)
-    for (r, lyr, _g), v in sorted(ops.items(), key=str):
+    for (r, lyr, g), v in sorted(ops.items(), key=str):
         named = {x for x in v if isinstance(x, str)}
-        unnamed = [a for a in nodes[(r, lyr)] if ctx.attr(a, "op") is None]
+        unnamed = [a for a in nodes[(r, lyr, g)] if ctx.attr(a, "op") is None]
         if len(named) > 1 or len(unnamed) > len(v - named):
             yield Finding(f"replica {r} decode runs layer {lyr} more than once; the decode branch is the execution of "
-                          "a single token (repeated steps are a count, not more branches)", nodes[(r, lyr)])
+                          "a single token (repeated steps are a count, not more branches)", nodes[(r, lyr, g)])
             return
 
 
@@ -225,3 +225,38 @@ def check_kv_dependency(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{len(kv)} decode KV cache node(s) receive no kv edge from the prefill cache (e.g. {kv[0]}); "
                       "the "
                       "decode cache continues the one prefill built", kv)
+    pools = ctx.options.disaggregated or any(ctx.attr(t, "role") != "kv_reshard" for t in ctx.of(NodeType.KV_TRANSFER))
+    if not pools and any(_phase(ctx, k) == "decode" for k in ctx.of(NodeType.KV_CACHE)):
+        # aggregated: every replica's decode continues its own prefill cache (a prefill pool may hold
+        # replicas no decode replica reads from)
+        lost = [k for k in ctx.of(NodeType.KV_CACHE) if _phase(ctx, k) == "prefill"
+                and not any(a.get("type") == "kv" for a in ctx.succ[k].values())]
+        if lost:
+            yield Finding(f"{len(lost)} prefill KV cache shard(s) are never handed to decode (e.g. {lost[0]}); the "
+                          "decode cache is built from every prefill shard of its layer", lost,
+                          hint=f"add a kv edge from {lost[0]} to the decode KV cache (or the KV re-shard / "
+                               "transfer node) of its layer")
+
+
+@checker("DECODE-FIRST-TOKEN-FROM-PREFILL")
+def check_first_token(ctx: Context) -> Iterator[Finding]:
+    """Seed 001 section 6.1 at the prefill -> decode hand-off: the prefill's LM head produces the first token,
+    so the first decode step depends on it (a sync or data edge), not only on the KV cache (see the catalog's
+    CONFLICT-PREFILL-DECODE-HANDOFF)."""
+    steps = [s for s in ctx.of(NodeType.DECODE_STEP) if _phase(ctx, s) != "prefill"]
+    if not steps or not any(_phase(ctx, n) == "prefill" for n in ctx.of(NodeType.LM_HEAD)):
+        return
+    def token_out(p: str) -> bool:
+        """The prefill's LM head, or the gather of its vocabulary slices (vocab-parallel LM head)."""
+        if _phase(ctx, p) != "prefill":
+            return False
+        return ctx.types[p] == NodeType.LM_HEAD or (
+            ctx.types[p] == NodeType.ALL_GATHER and any(ctx.types[q] == NodeType.LM_HEAD for q in ctx.pred[p]))
+
+    first = [s for s in steps if not any(ctx.types[p] == NodeType.DECODE_STEP for p in ctx.pred[s])]
+    bad = [s for s in first if not any(token_out(p) for p in ctx.pred[s])]
+    if bad:
+        heads = [n for n in ctx.of(NodeType.LM_HEAD) if _phase(ctx, n) == "prefill"]
+        yield Finding(f"{len(bad)} first decode step(s) do not wait for the prefill's first token (e.g. {bad[0]}); "
+                      "token t+1 depends on token t, and prefill's LM head produces the first one", bad,
+                      hint=f"add a sync edge {heads[0]} -> {bad[0]}")

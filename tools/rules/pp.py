@@ -127,6 +127,26 @@ def check_contiguous(ctx: Context) -> Iterator[Finding]:
                               "layer must be in exactly one stage", [])
 
 
+    yield from _stage_ranges(ctx, per_stage)
+
+
+def _stage_ranges(ctx: Context, per_stage: dict[tuple[Any, Any], dict[int, set[int]]]) -> Iterator[Finding]:
+    """A stage node's ``layers`` range says which layers it holds: it must match the attention layers under it."""
+    for n in ctx.of(NodeType.STAGE):
+        rng = ctx.attr(n, "layers")
+        r, ph, s = ctx.rps[n]
+        got = per_stage.get((r, ph), {}).get(s)
+        if not rng or len(rng) != 2 or not got:
+            continue
+        if set(range(rng[0], rng[1])) != got:
+            yield Finding(f"stage {n} says it holds layers {rng[0]}-{rng[1] - 1} but its attention runs layers "
+                          f"{min(got)}-{max(got)}" + (f" ({len(got)} layers)" if len(got) != max(got) - min(got) + 1
+                                                       else ""), [n],
+                          hint=f"set {n}.layers to [{min(got)}, {max(got) + 1}] or move the layers into the stage "
+                               "that holds them")
+            return
+
+
 def _attn_nodes(ctx: Context, grp: tuple[Any, Any], s: int) -> list[str]:
     return [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n] == (*grp, s)]
 
@@ -204,11 +224,17 @@ def check_not_replication(ctx: Context) -> Iterator[Finding]:
         if s not in where[k]:
             where[k].add(s)
             ex[k].append(n)
-    for k, stages in sorted(where.items(), key=str):
-        if len(stages) > 1:
-            yield Finding(f"replica {k[0]} {k[1]}: layer {k[2]} has weights in stages {sorted(stages)}; each stage "
-                          "holds only its own layers, stages are not copies of one another", ex[k])
-            return
+    reps = [k for k, stages in sorted(where.items(), key=str) if len(stages) > 1]
+    if reps:
+        k = reps[0]
+        involved = {(r, ph, s) for (r, ph, _lyr) in reps for s in where[(r, ph, _lyr)]}
+        stage_nodes = [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n] in involved]
+        copied = sorted({lyr for (r, ph, lyr) in reps if (r, ph) == k[:2]})
+        yield Finding(f"replica {k[0]} {k[1]}: layer {k[2]} has weights in stages {sorted(where[k])}; each stage "
+                      "holds only its own layers, stages are not copies of one another",
+                      stage_nodes or ex[k],
+                      hint=f"give the later stage(s) the next layers instead of layers {copied[0]}-{copied[-1]} again "
+                           f"(the {len(copied)} layer(s) drawn twice)")
 
 
 @checker("PP-OUTER-STRUCTURE")
@@ -275,3 +301,66 @@ def check_decode_bubbles(ctx: Context) -> Iterator[Finding]:
                       f"{batch} of "
                       f"{pp} stages work at any moment", field="plan.workload.batch_size",
                       hint=f"batch at least {pp} sequences per replica, or use fewer stages")
+
+
+@checker("PP-LAYER-ORDER")
+def check_layer_order(ctx: Context) -> Iterator[Finding]:
+    """Inside one stage, data flows from layer l to layer l or a later one: never back to an earlier layer."""
+    bad = []
+    for u, v, t in ctx.data_edges():
+        if t != "data":
+            continue
+        a, b = ctx.inherited[u], ctx.inherited[v]
+        if a["layer"] is None or b["layer"] is None or (a["replica"], a["phase"], a["stage"]) != \
+                (b["replica"], b["phase"], b["stage"]):
+            continue
+        if b["layer"] < a["layer"]:
+            bad.append((u, v, a["layer"], b["layer"]))
+    if bad:
+        u, v, lu, lv = bad[0]
+        yield Finding(f"{len(bad)} edge(s) run back to an earlier layer (e.g. {u} of layer {lu} feeds {v} of layer "
+                      f"{lv}); inside a stage layers run in increasing order", [u, v],
+                      hint=f"draw layer {lv} before layer {lu}: reconnect its entry after layer {lv - 1} "
+                           f"and its exit to layer {lv + 1}, or fix the layer labels")
+
+
+@checker("PP-SENDRECV-CONSECUTIVE")
+def check_sendrecv(ctx: Context) -> Iterator[Finding]:
+    """A stage hand-off (SendRecvNode) goes from stage s to stage s+1 of the same branch and runs on the GPUs of
+    both: the sender's last operator and the receiving stage."""
+    for n in ctx.of(NodeType.SEND_RECV):
+        ins = [p for p, a in ctx.pred[n].items() if a.get("type") != "sync" and ctx.types[p] not in CONTROL_TYPES]
+        outs = [v for v, a in ctx.succ[n].items() if a.get("type") != "sync"]
+        src = {ctx.inherited[p]["stage"] for p in ins} - {None}
+        dst = {ctx.inherited[v]["stage"] for v in outs} - {None}
+        if len(src) == 1 and dst:
+            s = next(iter(src))
+            if dst != {s + 1}:
+                yield Finding(f"SendRecv {n} hands stage {s} to stage(s) {sorted(dst)}; a stage hands off to the next "
+                              f"one ({s + 1}) only", [n, *outs[:2]], hint=f"connect {n} to stage {s + 1}")
+                return
+        recv = frozenset().union(*(ctx.devices[v] for v in _first_real(ctx, outs)))
+        missing = recv - ctx.devices[n]
+        if missing:
+            yield Finding(f"SendRecv {n} runs on GPUs {sorted(ctx.devices[n])[:8]} but the stage it feeds starts on "
+                          f"{sorted(recv)[:8]}; a stage transfer lists the sending and the receiving GPUs", [n],
+                          hint=f"set {n}.devices to {sorted(ctx.devices[n] | recv)[:16]}")
+            return
+
+
+def _first_real(ctx: Context, nodes: list[str]) -> list[str]:
+    """The first operators reached from ``nodes`` through containers (a stage node stands for what it opens
+    with): the GPUs a transfer delivers to."""
+    out: list[str] = []
+    seen: set[str] = set()
+    todo = list(nodes)
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if ctx.types[v] in CONTROL_TYPES:
+            todo.extend(w for w, a in ctx.succ[v].items() if a.get("type") != "sync")
+        else:
+            out.append(v)
+    return out

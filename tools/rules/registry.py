@@ -48,6 +48,8 @@ class Violation(BaseModel):
     location: Location = Field(default_factory=Location)
     source: list[Source] = Field(default_factory=list, description="seed and section the rule comes from")
     hint: str | None = Field(None, description="how to fix it")
+    caused_by: str | None = Field(None, description="the root violation this one follows from (rule id at its "
+                                  "location): fixing that one first usually clears this one")
 
 
 class Change(BaseModel):
@@ -198,12 +200,14 @@ class Context:
     notes: list[str] = field(default_factory=list)  # internal failures, reported rather than raised
     replica_folds: list[ReplicaFold] = field(default_factory=list)
     layer_folds: list[LayerFold] = field(default_factory=list)
+    inferences: list[Any] = field(default_factory=list)  # attributes normalization filled in (tools.normalize)
 
     def set_working(self, working: WorkingDag) -> None:
         """Judge this working DAG: its graph, with the replica and layer folds it states."""
         self.graph = working.graph
         self.replica_folds = list(working.replicas)
         self.layer_folds = list(working.layers)
+        self.inferences = list(working.inferences)
 
     @property
     def working(self) -> WorkingDag:
@@ -315,6 +319,8 @@ class Context:
 
     @cached_property
     def _order(self) -> list[str] | None:
+        if self.g.graph.get("topological"):  # normalized: the canonical order is topological
+            return list(self.g)
         try:
             return list(nx.topological_sort(self.g))
         except nx.NetworkXUnfeasible:
@@ -477,19 +483,26 @@ def run_checkers(ctx: Context, stages: Iterable[Needs]) -> list[Violation]:
             ctx.notes.append(f"checker {entry.rule_id} failed: {type(exc).__name__}: {exc}")
             continue
         for f in findings:
+            nodes = sorted_ids(f.nodes)
+            fld = f.field if (f.field or nodes) else ("dag" if ctx.graph is not None and not ctx.from_plan else "plan")
             out.append(
                 Violation(
                     rule_id=entry.rule_id,
                     severity=meta["severity"],
                     message=f.message,
-                    location=Location(nodes=sorted_ids(f.nodes), field=f.field),
+                    location=Location(nodes=nodes, field=fld),
                     source=[Source(seed=s["seed"], section=s["section"]) for s in meta.get("source", ())],
-                    hint=f.hint or meta.get("hint") or _default_hint(meta),
+                    hint=f.hint or meta.get("hint") or _default_hint(meta, nodes, fld),
                 )
             )
     return out
 
 
-def _default_hint(meta: dict[str, Any]) -> str | None:
-    sat = (meta.get("examples") or {}).get("satisfying")
-    return f"the rule is met by e.g. {sat}" if sat else None
+def _default_hint(meta: dict[str, Any], nodes: list[str], fld: str | None) -> str | None:
+    """Without a hint computed by the checker: what to change (this violation's location) and what must hold
+    there (the rule's statement), never the catalog's example, which is about some other model."""
+    statement = meta.get("statement")
+    if not statement:
+        return None
+    at = ", ".join(nodes[:3]) if nodes else fld
+    return f"change {at} so that: {statement}"

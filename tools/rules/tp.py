@@ -8,6 +8,7 @@ from typing import Any
 
 from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES
+from tools.rules.gpus import op_name
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
@@ -38,13 +39,38 @@ def _layer_stage(ctx: Context, n: str) -> tuple[Any, Any]:
     return ctx.key(n, "layer", "stage")
 
 
+def _chained(ctx: Context, s: str, v: str) -> bool:
+    """``v`` continues shard ``s`` on its own GPUs inside one logical operator: the Megatron split of attention
+    (QKV linear shard -> attention shard -> output-projection shard, one AllReduce at the end), which seed 001
+    section 3.1 allows (TP on the Linear nodes of one compute node)."""
+    return (ctx.attr(v, "tp_rank") is not None and ctx.attr(v, "tp_rank") == ctx.attr(s, "tp_rank")
+            and ctx.types[v] in TP_OK_TYPES - {NodeType.KV_CACHE} and ctx.devices[v] <= ctx.devices[s]
+            and ctx.key(v, "layer") == ctx.key(s, "layer"))
+
+
+_REDUCING = (NodeType.ALL_REDUCE, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
+
+
+def _reduced(ctx: Context, s: str) -> bool:
+    """A TP shard's partial result is summed: it feeds a reduction, directly or after the SP AllGather."""
+    for v in ctx.succ[s]:
+        if ctx.types[v] in _REDUCING:
+            return True
+        if ctx.types[v] == NodeType.ALL_GATHER and any(ctx.types[w] in _REDUCING for w in ctx.succ[v]):
+            return True
+    return False
+
+
 @checker("TP-REJOIN-BEFORE-NEXT-LAYER")
 def check_rejoin(ctx: Context) -> Iterator[Finding]:
     for key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
         members = set(shards)
         bad = []
+        dead = []
+        chained = False
         joined: set[int] = set()
         for s in shards:
+            onward = False
             for v in ctx.succ[s]:
                 t = ctx.types[v]
                 if v in members or ctx.succ[s][v].get("type") == "sync":
@@ -52,18 +78,37 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                 if t in REJOIN_OK:
                     if t != NodeType.KV_CACHE:
                         joined |= ctx.devices[v]
+                        onward = True
+                elif _chained(ctx, s, v):
+                    chained = onward = True
                 else:
                     bad.append((s, v))
+                    onward = True
+            if not onward:
+                dead.append(s)
+        devs = frozenset().union(*(ctx.devices[s] for s in shards))
+        op = op_name(ctx, key, shards[0])
         if bad:
             s, v = bad[0]
             yield Finding(f"TP shard {s} feeds the {ctx.types[v]} {v} directly; the shards of a TP operator rejoin "
                           "through an explicit AllReduceNode (or AllGather/ReduceScatter) before anything else reads "
-                          "them", [s, v], hint="insert an AllReduceNode on the shards' GPUs")
+                          "them", [s, v], hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} between the "
+                                               f"shards of {op} and {v}")
             continue
-        devs = frozenset().union(*(ctx.devices[s] for s in shards))
-        if not devs <= joined:
-            yield Finding(f"the TP shards of {key[0]} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
-                          "those GPUs", shards, hint="insert an AllReduceNode over all shard GPUs")
+        if dead:
+            yield Finding(f"TP shard {dead[0]} of {op} leads nowhere: its partial result never reaches the "
+                          "collective that rejoins the operator", dead,
+                          hint=f"add the edge {dead[0]} -> the AllReduceNode joining {op}")
+            continue
+        if not chained and not devs <= joined:
+            yield Finding(f"the TP shards of {op} on GPUs {sorted(devs)[:8]} are never joined by a collective on "
+                          "those GPUs", shards, hint=f"insert an AllReduceNode over GPUs {sorted(devs)[:16]}")
+        elif not chained and not any(_reduced(ctx, s) for s in shards):
+            gather = next((v for s in shards for v in ctx.succ[s] if ctx.types[v] == NodeType.ALL_GATHER), None)
+            yield Finding(f"the {ctx.tp_width(shards)} head/width shards of {op} are gathered but never summed: "
+                          f"their partial results need a reduction (AllReduce) after {gather or 'the gather'}",
+                          shards, hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} after "
+                                       f"{gather or 'the gather'}")
 
 
 @checker("TP-NO-CROSS-LAYER")
@@ -87,14 +132,20 @@ def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
     bad = [n for n in ctx.of(*NOT_TP_TYPES) if ctx.attr(n, "tp_rank") is not None
            or "tp_shard" in (ctx.attr(n, "meta") or {})]
     if bad:
-        yield Finding(f"{len(bad)} {ctx.types[bad[0]]}(s) are TP-sharded (e.g. {bad[0]}); embeddings, norms, routers "
-                      "and the LM head are not TP-sharded: they run replicated on the neighbouring operator's GPUs",
-                      bad)
+        kinds = sorted({ctx.types[b] for b in bad})
+        yield Finding(f"{len(bad)} node(s) of type {', '.join(kinds)} are TP-sharded (e.g. {bad[0]}); embeddings, "
+                      "norms, routers and the LM head are not TP-sharded: they run replicated on the neighbouring "
+                      "operator's GPUs", bad, hint=f"drop tp_rank from these {len(bad)} node(s) and list on each the "
+                                                   "GPUs of the operator next to it")
     for root in ctx.of(NodeType.REQUEST):
         kids = [k for k in ctx.succ[root] if ctx.attr(k, "tp_rank") is not None]
         if kids:
-            yield Finding("TP shards hang directly under the RequestNode: TP never wraps the whole model",
-                          [root, *kids])
+            gpus = sorted({d for k in kids for d in ctx.devices[k]})
+            yield Finding(f"{len(kids)} TP shards hang directly under the RequestNode ({', '.join(kids[:3])}): TP "
+                          "never wraps the whole model", [root, *kids],
+                          hint=f"draw one replica on GPUs {gpus[:16]} instead of {len(kids)} per-rank copies, and "
+                               f"split only its attention and FFN operators into {len(kids)} shards (tp_rank "
+                               f"0..{len(kids) - 1}), each followed by an AllReduceNode")
 
 
 def _tp_ok(spec: Any, t: int) -> bool:
