@@ -61,7 +61,8 @@ _ALIASES = {
     "meta-llama-3.1-405b": "llama-3.1-405b",
 }
 _SUFFIX = re.compile(
-    r"(-(instruct|chat|it|base|hf|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|thinking|terminus)"
+    r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
+    r"|terminus)"
     r"|-v\d+(\.\d+)*|-\d{4})$"
 )
 
@@ -501,6 +502,9 @@ def _split_command(command: str) -> list[str]:
     return tokens
 
 
+_VLLM_IMAGES = {"vllm/vllm-openai", "vllm/vllm-openai-rocm", "rocm/vllm"}
+
+
 def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
     """(engine, the arguments after the entry point, positional model if any)."""
     for i, tok in enumerate(tokens):
@@ -512,11 +516,25 @@ def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
             return "vllm", rest, None
         if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
             return "vllm", tokens[i + 1:], None
+        if tok.split(":")[0] in _VLLM_IMAGES and i > 0:
+            # docker run ... vllm/vllm-openai[:tag] <server flags>: the image's entry point is the API server
+            return "vllm", tokens[i + 1:], None
         if tok in ("sglang.launch_server",) or (name == "sglang" and tokens[i + 1:i + 2] == ["serve"]):
             skip = 1 if tok == "sglang.launch_server" else 2
             return "sglang", tokens[i + skip:], None
     raise PdagInputError("command", "not a vLLM or SGLang launch command",
                          "'vllm serve <model> ...' or 'python -m sglang.launch_server --model-path <model> ...'")
+
+
+def vllm_dashes(args: list[str]) -> list[str]:
+    """vLLM's argument parser reads ``--tensor_parallel_size`` as ``--tensor-parallel-size``; so does import."""
+    out = []
+    for a in args:
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            a = name.replace("_", "-") + eq + value
+        out.append(a)
+    return out
 
 
 def _int(flag: str, value: str) -> int:
@@ -577,6 +595,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     tokens = _split_command(command)
     engine, args, positional = _detect(tokens)
     if engine == "vllm":
+        args = vllm_dashes(args)
         values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
     else:
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, _SGLANG_BOOL, _SGLANG_REFUSE, "SGLang")
