@@ -26,11 +26,11 @@ def test_published_deployment_round_trips(entry) -> None:
 
 
 def test_the_corpus_is_wide_enough() -> None:
-    """At least 40 deployments across dense and MoE models, the GPU generations and both engines."""
+    """At least 40 deployments across dense and MoE models, the GPU generations and the three engines."""
     assert len(ENTRIES) >= 40
     assert len({e.id for e in ENTRIES}) == len(ENTRIES)
     assert {e.setting.gpu for e in ENTRIES} >= {"a100-80gb", "h100-sxm", "h200", "b200", "mi300x"}
-    assert {e.engine for e in ENTRIES} == {"vllm", "sglang"}
+    assert {e.engine for e in ENTRIES} == {"vllm", "sglang", "trtllm"}
     layouts = {k for e in ENTRIES for k, n in e.expected.parallel.items() if n > 1}
     assert layouts >= {"tp", "ep", "attn_dp"}
     assert any(e.expected.weights != "bf16" for e in ENTRIES)

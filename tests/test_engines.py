@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tools import export_plan, import_command
@@ -160,7 +162,8 @@ def test_attention_dp_export_flags() -> None:
     assert "--data-parallel-size 8 --enable-expert-parallel" in export_plan(plan, "vllm").command
     trt = export_plan(plan, "trtllm")
     assert "--tp_size 8" in trt.command and "--ep_size 8" in trt.command
-    assert any("enable_attention_dp: true" in n for n in trt.notes)
+    assert trt.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+    assert "--config pdag-trtllm.yml" in trt.command
     with pytest.raises(EngineCannotExpress):
         export_plan(_plan("deepseek-v3", "h200", {"tp": 2, "attn_dp": 4, "ep": 8}, dtype="fp8", options=ADP),
                     "trtllm")
@@ -176,3 +179,69 @@ def test_disaggregated_exports_one_command_per_pool(engine: str, flag: str) -> N
     assert r.argv[0][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
     assert r.argv[-1][0].startswith("CUDA_VISIBLE_DEVICES=") and "15" in r.argv[-1][0]
     assert any("KV" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("engine, flags", [
+    ("vllm", "--tensor-parallel-size 8 --pipeline-parallel-size 1 --data-parallel-size 2 --enable-expert-parallel"),
+    ("sglang", "--tp 16 --dp 2 --enable-dp-attention --ep 16"),
+])
+def test_ep_wider_than_tp_exports_as_the_engines_attention_dp_form(engine: str, flags: str) -> None:
+    """Issue 10: deepseek-v3 fp8 tp 8 ep 16 on 16 H200 validated but export refused it ('pdag does not model
+    attention-DP yet').  Engines spread experts beyond TP only with attention-DP groups: that is the export."""
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+            "parallel": {"tp": 8, "ep": 16}}
+    out = export_plan(plan, engine)
+    assert flags in out.command and out.gpus == 16
+    assert "attention-DP form" in out.notes[0] and "attn_dp=2" in out.notes[0]
+    back = import_command(out.command, gpu="h200")
+    assert back.plan["parallel"]["attn_dp"] == 2 and back.plan["parallel"]["tp"] == 8
+    assert back.plan["parallel"]["ep"] == 16
+
+
+def test_ep_wider_than_tp_names_what_tensorrt_llm_lacks() -> None:
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+            "parallel": {"tp": 8, "ep": 16}}
+    with pytest.raises(EngineCannotExpress) as exc:
+        export_plan(plan, "trtllm")
+    assert "attention DP runs attention with TP 1" in exc.value.problem
+    one = export_plan({**plan, "parallel": {"tp": 1, "ep": 8}, "hardware": {"gpu": "h200", "num_gpus": 8}}, "trtllm")
+    assert one.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+
+
+def test_trtllm_serve_imports_with_its_config_yaml() -> None:
+    """TensorRT-LLM's DeepSeek-R1 serve example: --tp_size 8 --ep_size 8 with enable_attention_dp in config.yml."""
+    cmd = ("trtllm-serve deepseek-ai/DeepSeek-R1 --max_batch_size 1024 --tp_size 8 --ep_size 8 --pp_size 1 "
+           "--config ./config.yml")
+    plain = import_command(cmd, gpu="b200").plan
+    assert plain["parallel"]["tp"] == 8 and plain["parallel"]["ep"] == 8 and "attn_dp" not in plain["parallel"]
+    adp = import_command(cmd, gpu="b200", engine_config={"enable_attention_dp": True,
+                                                         "kv_cache_config": {"dtype": "fp8"}}).plan
+    assert adp["parallel"] == {"dp": 1, "pp": 1, "tp": 1, "ep": 8, "sp": 1, "attn_dp": 8}
+    assert adp["kv_dtype"] == "fp8" and adp["engine"] == "trtllm"
+    yaml_only = import_command("trtllm-serve deepseek-ai/DeepSeek-R1-0528 --config x.yaml", gpu="b200",
+                               engine_config={"tensor_parallel_size": 8, "moe_expert_parallel_size": 4}).plan
+    assert yaml_only["parallel"]["tp"] == 8 and yaml_only["parallel"]["ep"] == 4
+    assert yaml_only["options"] == {"allow_expert_tp": True}
+
+
+def test_trtllm_import_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(EngineCannotExpress):
+        import_command("trtllm-serve disaggregated -c disagg.yaml")
+    with pytest.raises(EngineCannotExpress):
+        import_command("trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 3")
+    from tools.errors import PdagInputError
+
+    with pytest.raises(PdagInputError) as exc:
+        import_command("trtllm-serve deepseek-ai/DeepSeek-R1", engine_config=["not", "a", "mapping"])  # type: ignore[arg-type]
+    assert exc.value.field == "engine_config"
+
+
+def test_cli_import_reads_a_trtllm_config(tmp_path, capsys) -> None:
+    from tools.cli import main
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"enable_attention_dp": True}))
+    assert main(["import", "trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 8", "--gpu", "b200",
+                 "--engine-config", str(cfg)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["parallel"]["attn_dp"] == 8

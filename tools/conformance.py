@@ -42,9 +42,11 @@ class Expected(_Strict):
 
 class Entry(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
-    engine: Literal["vllm", "sglang"]
+    engine: Literal["vllm", "sglang", "trtllm"]
     setting: Setting
     command: str = Field(description="the launch command as published (for a multi-node launch: node 0's)")
+    engine_config: dict[str, Any] | None = Field(
+        None, description="TensorRT-LLM: the published --config YAML the command reads (as an object)")
     source: str = Field(pattern=r"^https://", description="where the command is published")
     where: str = Field(description="section of the source the command is taken from, and what it states")
     expected: Expected
@@ -94,15 +96,24 @@ def _weights_of(plan: dict[str, Any]) -> str:
     return str(plan.get("dtype", "bf16"))
 
 
-def layout_flags(engine: str, command: str, torch_dtype: str = "bf16") -> dict[str, str]:
-    """What a launch command says about the parallel layout, the weights and the checkpoint, with engine
-    defaults filled in, so that a published command and pdag's export compare key by key."""
+def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None,
+                 torch_dtype: str = "bf16") -> dict[str, str]:
+    """What a launch command (and, for TensorRT-LLM, its --config options) says about the parallel layout, the
+    weights and the checkpoint, with engine defaults filled in, so that a published command and pdag's export
+    compare key by key."""
     from tools import engines as e
 
     tokens = e._split_command(command)
     found, args, positional = e._detect(tokens)
     if found != engine:
         raise PdagInputError("command", f"a {found} command where {engine} was expected", engine)
+    if engine == "trtllm":
+        values, _ = e._parse_flags(args, e._TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
+        values.update(e.trtllm_config_values(config))
+        return {"checkpoint": (positional or values.get("model", "")).rstrip("/"),
+                "tp_size": values.get("tp", "1"), "pp_size": values.get("pp", "1"), "ep_size": values.get("ep", "1"),
+                "enable_attention_dp": "on" if values.get("adp_on") else "off",
+                "kv_cache_dtype": "fp8" if values.get("kv", "auto").lower().startswith("fp8") else "auto"}
     if engine == "vllm":
         values, _ = e._parse_flags(e.vllm_dashes(args), e._VLLM_FLAGS, e._VLLM_BOOL, {}, "vLLM")
     else:
@@ -138,7 +149,8 @@ def run_entry(entry: Entry) -> Verdict:
     v = Verdict(id=entry.id, model=entry.expected.model, hardware=f"{s.num_gpus}x {s.gpu}", engine=entry.engine,
                 layout=_layout(entry.expected.parallel), ok=False, stage="import", needs=entry.needs)
     try:
-        plan = import_command(entry.command, gpu=s.gpu, gpus_per_node=s.gpus_per_node).plan
+        plan = import_command(entry.command, gpu=s.gpu, gpus_per_node=s.gpus_per_node,
+                              engine_config=entry.engine_config).plan
         got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"),
                "parallel": {k: n for k, n in plan["parallel"].items() if n != 1},
                "weights": _weights_of(plan), "gpus": plan["hardware"]["num_gpus"]}
@@ -165,8 +177,8 @@ def run_entry(entry: Entry) -> Verdict:
         v.stage = "export"
         exported = export_plan(plan, entry.engine)
         v.stage = "compare"
-        published = layout_flags(entry.engine, entry.command)
-        ours = layout_flags(entry.engine, exported.command)
+        published = layout_flags(entry.engine, entry.command, entry.engine_config)
+        ours = layout_flags(entry.engine, exported.command, exported.config)
         if published != ours:
             diff = {k: (ours.get(k), published.get(k)) for k in published if published.get(k) != ours.get(k)}
             v.detail = "export differs (pdag, published): " + json.dumps(diff)

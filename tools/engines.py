@@ -76,6 +76,8 @@ class ExportResult(BaseModel):
     command: str = Field(description="the launch command (one line per server when the engine needs several)")
     argv: list[list[str]] = Field(description="each server's command as an argument list")
     gpus: int = Field(description="GPUs the engine will use (its own counting)")
+    config: dict[str, Any] | None = Field(
+        None, description="TensorRT-LLM: the LLM-API options the command's --config YAML file must hold")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -152,6 +154,7 @@ def _hf_repo(plan: Plan) -> str:
 
 # ---------------------------------------------------------------------------------------------- export
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+TRTLLM_CONFIG_FILE = "pdag-trtllm.yml"
 # launchers that take no explicit pipeline layer split (vLLM has VLLM_PP_LAYER_PARTITION)
 _NO_LAYER_SPLIT = {"sglang": "SGLang's launcher", "trtllm": "trtllm-serve"}
 
@@ -192,10 +195,9 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
     if ep > tp:
         raise EngineCannotExpress(
             "parallel.ep",
-            f"ep={ep} is wider than tp={tp}: attention would run on {tp} of the {ep} GPUs of the stage group. "
-            f"{engine} spreads experts over more GPUs than attention TP only through attention data parallelism "
-            "(DP-attention), which pdag does not model yet",
-            "ep <= tp (ep = tp for pure EP, ep < tp with options.allow_expert_tp)",
+            f"ep={ep} is wider than the {tp} GPUs of the engine's TP world and not a multiple of the attention TP: "
+            f"{engine} spreads experts beyond its TP world only through attention-DP groups of equal TP",
+            "ep a multiple of tp (exported as attention-DP with attn_dp = ep / tp), or ep <= tp",
         )
     if tp % ep:
         raise EngineCannotExpress("parallel.ep", f"ep={ep} does not divide tp={tp}", "ep dividing tp")
@@ -208,6 +210,28 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
             "options.allow_expert_tp = true, or ep = tp",
         )
     return ep, moe_tp
+
+
+def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
+    """EP wider than TP, in the one form engines launch it: attention data parallelism.  pdag's plan with
+    ``ep > tp`` (no attention-DP) runs attention on ``tp`` of the ``ep`` GPUs of a stage group; no engine leaves
+    GPUs out of attention, they spread the experts beyond the TP group only with attention-DP groups (vLLM
+    ``--data-parallel-size`` + ``--enable-expert-parallel``, SGLang ``--enable-dp-attention --dp``, TensorRT-LLM
+    ``enable_attention_dp``).  The export is that plan, ``attn_dp = ep / tp`` on the same GPUs, with a note."""
+    p = plan.parallel
+    if not plan.spec.is_moe or p.attn_dp > 1 or p.ep <= p.tp or p.ep % p.tp:
+        return plan, None
+    groups = p.ep // p.tp
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = {**data["parallel"], "attn_dp": groups}
+    data["options"] = {**data.get("options", {}), "allow_attention_dp": True}
+    form = parse_plan(data)
+    note = (f"ep={p.ep} is wider than tp={p.tp}: {_ENGINE_NAMES[key]} spreads experts beyond the TP group only with "
+            f"attention data parallelism, so this is the attention-DP form of the plan ({groups} attention groups of "
+            f"TP {p.tp}, experts over all {p.ep} GPUs; parallel.attn_dp={groups} with options.allow_attention_dp). "
+            f"pdag's plan left {p.ep - p.tp} of the {p.ep} GPUs out of attention; estimate the exported form to see "
+            "its own figures")
+    return form, note
 
 
 def _layer_split_note(plan: Plan, layout: Layout) -> str | None:
@@ -344,9 +368,11 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
             "parallel.tp", f"TensorRT-LLM's attention DP runs attention with TP 1 on each of the tp_size ranks; "
             f"this plan has {p.attn_dp} groups of attention TP {p.tp}", "tp = 1 with attn_dp = ep")
     base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(world), "--pp_size", str(p.pp)]
+    config: dict[str, Any] = {}
     if p.attn_dp > 1:
-        notes.append("attention DP: put 'enable_attention_dp: true' in the YAML passed with --config "
-                     "(LLM API option; see TensorRT-LLM's DeepSeek-R1 serve example)")
+        config["enable_attention_dp"] = True
+        notes.append(f"attention DP: enable_attention_dp in the --config YAML runs attention on each of the {world} "
+                     "ranks with TP 1 (LLM API option; see TensorRT-LLM's DeepSeek-R1 serve example)")
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
@@ -356,7 +382,11 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     if plan.dtype not in _DTYPE_FLAG:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
-        notes.append("fp8 KV cache: set kv_cache_config.dtype: fp8 in the --config YAML")
+        config["kv_cache_config"] = {"dtype": "fp8"}
+    if config:
+        base += ["--config", TRTLLM_CONFIG_FILE]
+        notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
+                     + json.dumps(config, sort_keys=True))
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         notes.append("a replica spans nodes: launch under mpirun/srun (trtllm-llmapi-launch) across the nodes")
@@ -374,7 +404,8 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
             argvs.append(argv)
             lines.append(f"CUDA_VISIBLE_DEVICES={devices} " + shlex.join(argv[1:]))
         command = "\n".join(lines)
-    return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, notes=notes)
+    return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, config=config or None,
+                        notes=notes)
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
@@ -394,7 +425,10 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     if parsed.options.disaggregated:
         return _export_disaggregated(parsed, layout, key)
     _common_checks(parsed, key)
-    result = _EXPORTERS[key](parsed, layout)
+    engine_form, form_note = _attention_dp_form(parsed, key)
+    result = _EXPORTERS[key](engine_form, Layout(engine_form))
+    if form_note:
+        result.notes.insert(0, form_note)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
     return result
@@ -484,6 +518,12 @@ _SGLANG_FLAGS = {
     "--model-path": "model", "--model": "model",
 }
 _SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
+_TRTLLM_FLAGS = {
+    "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
+    "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model",
+}
+# LLM-API options of the --config / --extra_llm_api_options YAML that say something about the plan
+_TRTLLM_CONFIG_KEYS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "moe_expert_parallel_size": "ep"}
 _SGLANG_REFUSE = {
     "--disaggregation-mode": "one --disaggregation-mode command describes one pool of a disaggregated deployment; "
                              "import the pool without the flag, then combine prefill and decode pools in one plan "
@@ -519,11 +559,23 @@ def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
         if tok.split(":")[0] in _VLLM_IMAGES and i > 0:
             # docker run ... vllm/vllm-openai[:tag] <server flags>: the image's entry point is the API server
             return "vllm", tokens[i + 1:], None
+        if name == "trtllm-serve":
+            rest = tokens[i + 1:]
+            if rest[:1] == ["disaggregated"]:
+                raise EngineCannotExpress(
+                    "command", "'trtllm-serve disaggregated -c <config>' names its context and generation servers in "
+                    "the config file; import each server's own trtllm-serve command and combine the pools in one "
+                    "plan (options.disaggregated, phases.decode)", "one trtllm-serve command")
+            rest = rest[1:] if rest[:1] == ["serve"] else rest
+            if rest and not rest[0].startswith("-"):
+                return "trtllm", rest[1:], rest[0]
+            return "trtllm", rest, None
         if tok in ("sglang.launch_server",) or (name == "sglang" and tokens[i + 1:i + 2] == ["serve"]):
             skip = 1 if tok == "sglang.launch_server" else 2
             return "sglang", tokens[i + skip:], None
-    raise PdagInputError("command", "not a vLLM or SGLang launch command",
-                         "'vllm serve <model> ...' or 'python -m sglang.launch_server --model-path <model> ...'")
+    raise PdagInputError("command", "not a vLLM, SGLang or TensorRT-LLM launch command",
+                         "'vllm serve <model> ...', 'python -m sglang.launch_server --model-path <model> ...' or "
+                         "'trtllm-serve <model> ...'")
 
 
 def vllm_dashes(args: list[str]) -> list[str]:
@@ -586,14 +638,34 @@ def _parse_flags(args: list[str], table: dict[str, str], bools: dict[str, str], 
     return values, ignored
 
 
-def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) -> ImportResult:
-    """A plan from a pasted vLLM or SGLang launch command.  The model comes from the Hugging Face repo
-    (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
-    and node size come from the arguments and the GPU count is the engine's own count."""
+def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
+    """The plan-relevant options of a TensorRT-LLM ``--config`` YAML (given as a parsed mapping)."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PdagInputError("engine_config", f"expected a mapping, got {type(config).__name__}",
+                             "the --config YAML of trtllm-serve as an object")
+    out = {key: str(config[name]) for name, key in _TRTLLM_CONFIG_KEYS.items() if name in config}
+    if config.get("enable_attention_dp") is True:
+        out["adp_on"] = "1"
+    kv = config.get("kv_cache_config")
+    if isinstance(kv, dict) and isinstance(kv.get("dtype"), str):
+        out["kv"] = kv["dtype"]
+    return out
+
+
+def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
+                   engine_config: dict[str, Any] | None = None) -> ImportResult:
+    """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
+    repo (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
+    and node size come from the arguments and the GPU count is the engine's own count.  ``engine_config`` is
+    the TensorRT-LLM ``--config`` YAML (parsed), whose options override the command's flags as in trtllm-serve."""
     if not isinstance(command, str) or not command.strip():
-        raise PdagInputError("command", "empty command", "a vLLM or SGLang launch command")
+        raise PdagInputError("command", "empty command", "a vLLM, SGLang or TensorRT-LLM launch command")
     tokens = _split_command(command)
     engine, args, positional = _detect(tokens)
+    if engine == "trtllm":
+        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config)
     if engine == "vllm":
         args = vllm_dashes(args)
         values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
@@ -684,3 +756,52 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     plan["engine"] = engine  # the estimate then uses this engine's profile (knowledge/engines/)
     parse_plan(plan)  # fail here, with field paths, if the result is malformed
     return ImportResult(engine=engine, plan=plan, notes=notes)
+
+
+def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_node: int,
+                   engine_config: dict[str, Any] | None) -> ImportResult:
+    """trtllm-serve: ``--tp_size T --pp_size P --ep_size E`` (TensorRT-LLM requires ``T = moe_tp * moe_ep``;
+    without ``--ep_size`` its mapping keeps EP 1 and shards experts by TP), and from the ``--config`` YAML
+    ``enable_attention_dp`` (attention on each of the T ranks with TP 1: pdag's ``attn_dp = T, tp = 1``)."""
+    values, ignored = _parse_flags(args, _TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
+    values.update(trtllm_config_values(engine_config))
+    repo = positional or values.get("model")
+    if not repo:
+        raise PdagInputError("command.model", "no model given", "the HF repo after 'trtllm-serve'")
+    model, note = model_for_repo(repo)
+    notes = [note] if note else []
+    world, pp, ep = (_int(k, values.get(k, "1")) for k in ("tp", "pp", "ep"))
+    spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
+    if ep > 1 and not spec.is_moe:
+        notes.append("--ep_size ignored: the model has no MoE layers")
+        ep = 1
+    if ep > world or world % ep:
+        raise EngineCannotExpress("command.--ep_size", f"TensorRT-LLM needs tp_size = moe_tp * moe_ep (ep={ep}, "
+                                  f"tp={world})", "ep_size dividing tp_size")
+    options: dict[str, Any] = {}
+    parallel: dict[str, int] = {"dp": 1, "pp": pp, "tp": world, "ep": ep, "sp": 1}
+    if values.get("adp_on") and world > 1:
+        if not spec.is_moe:
+            raise EngineCannotExpress("engine_config.enable_attention_dp", "attention DP on a model without MoE "
+                                      "layers (pdag's attention-DP shares experts between the groups)", "a MoE model")
+        parallel.update(tp=1, attn_dp=world)
+        options["allow_attention_dp"] = True
+        notes.append(f"enable_attention_dp: {world} attention groups of TP 1, experts over ep_size={ep} GPUs")
+    if spec.is_moe and ep < world:
+        options["allow_expert_tp"] = True
+    plan: dict[str, Any] = {"model": model, "checkpoint": repo.strip().rstrip("/"),
+                            "hardware": {"gpu": gpu, "num_gpus": world * pp, "gpus_per_node": gpus_per_node},
+                            "parallel": parallel}
+    if values.get("kv", "").lower().startswith("fp8"):
+        plan["kv_dtype"] = "fp8"
+    if options:
+        plan["options"] = options
+    limits = [f"{flag} {values[key]}" for key, flag in (("batch", "--max_batch_size"), ("context", "--max_seq_len"))
+              if key in values]
+    if limits:
+        notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload")
+    if ignored:
+        notes.append("flags without a plan field, ignored: " + " ".join(ignored))
+    plan["engine"] = "trtllm"
+    parse_plan(plan)
+    return ImportResult(engine="trtllm", plan=plan, notes=notes)
