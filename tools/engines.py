@@ -212,6 +212,41 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
     return ep, moe_tp
 
 
+def _export_aggregated(plan: Plan, key: str) -> ExportResult:
+    """One aggregated plan (or pool) in the engine's own form: EP wider than TP as attention-DP, and replicas of
+    an attention-DP plan as separate servers where the engine's data-parallel flag is taken."""
+    engine_form, form_note = _attention_dp_form(plan, key)
+    if key in ("vllm", "sglang") and engine_form.parallel.attn_dp > 1 and engine_form.parallel.dp > 1:
+        result = _export_replicas(engine_form, key)
+    else:
+        result = _EXPORTERS[key](engine_form, Layout(engine_form))
+    if form_note:
+        result.notes.insert(0, form_note)
+    return result
+
+
+def _export_replicas(plan: Plan, key: str) -> ExportResult:
+    """dp independent replicas of an attention-DP plan: vLLM's --data-parallel-size and SGLang's --dp already
+    name the attention groups, so each replica is its own server, pinned to its GPUs, on its own port."""
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = {**data["parallel"], "dp": 1}
+    data["hardware"] = {**data["hardware"], "num_gpus": Layout(plan).gpus_needed // plan.parallel.dp}
+    one_plan = parse_plan(data)
+    one = _EXPORTERS[key](one_plan, Layout(one_plan))
+    layout = Layout(plan)
+    argvs: list[list[str]] = []
+    lines: list[str] = []
+    for r in range(plan.parallel.dp):
+        devices = ",".join(str(g) for g in layout.replica_devices(r))
+        argv = [f"CUDA_VISIBLE_DEVICES={devices}", *one.argv[0], "--port", str(8000 + r)]
+        argvs.append(argv)
+        lines.append(argv[0] + " " + shlex.join(argv[1:]))
+    notes = [f"{plan.parallel.dp} independent replicas, one server each (the engine's data-parallel flag holds the "
+             f"{plan.parallel.attn_dp} attention-DP groups of one replica); put a load balancer in front", *one.notes]
+    return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=one.gpus * plan.parallel.dp,
+                        config=one.config, notes=notes)
+
+
 def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
     """EP wider than TP, in the one form engines launch it: attention data parallelism.  pdag's plan with
     ``ep > tp`` (no attention-DP) runs attention on ``tp`` of the ``ep`` GPUs of a stage group; no engine leaves
@@ -425,10 +460,7 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     if parsed.options.disaggregated:
         return _export_disaggregated(parsed, layout, key)
     _common_checks(parsed, key)
-    engine_form, form_note = _attention_dp_form(parsed, key)
-    result = _EXPORTERS[key](engine_form, Layout(engine_form))
-    if form_note:
-        result.notes.insert(0, form_note)
+    result = _export_aggregated(parsed, key)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
     return result
@@ -475,11 +507,14 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         pool = layout.pools[phase]  # type: ignore[index]
         sub = _pool_plan(plan, phase, pool.gpus)
         _common_checks(sub, key)
-        one = _EXPORTERS[key](sub, Layout(sub))
+        one = _export_aggregated(sub, key)
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
         for i, argv in enumerate(one.argv):
             argv = [a for a in argv if not a.startswith("CUDA_VISIBLE_DEVICES=")]
+            if "--port" in argv:  # replicas numbered their ports from 8000; number them across both pools
+                at = argv.index("--port")
+                argv = argv[:at] + argv[at + 2:]
             devices = ",".join(str(g) for g in (pool.replica_devices(i) if len(one.argv) > 1
                                                 else range(pool.offset, pool.offset + pool.gpus)))
             full = [f"CUDA_VISIBLE_DEVICES={devices}", *argv, *_ROLE_FLAGS[key][phase]]
