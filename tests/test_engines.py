@@ -65,9 +65,17 @@ def test_export_then_import_gives_the_same_plan(engine: str, plan: dict) -> None
             export_plan(plan, engine)
         return
     exported = export_plan(plan, engine)
-    back = import_command(exported.command, gpu=plan["hardware"]["gpu"], gpus_per_node=8)
-    assert _canonical(back.plan) == _canonical(plan)
-    assert exported.gpus == back.plan["hardware"]["num_gpus"]
+    lines = exported.command.splitlines()
+    want = plan
+    if len(lines) > 1:  # one server per replica: each line is the plan with dp = 1 on its share of the GPUs
+        dp = plan["parallel"]["dp"]
+        assert len(lines) == dp
+        want = {**plan, "parallel": {**plan["parallel"], "dp": 1},
+                "hardware": {**plan["hardware"], "num_gpus": plan["hardware"]["num_gpus"] // dp}}
+    for line in lines:
+        back = import_command(line, gpu=plan["hardware"]["gpu"], gpus_per_node=8)
+        assert _canonical(back.plan) == _canonical(want)
+        assert exported.gpus == back.plan["hardware"]["num_gpus"] * len(lines)
 
 
 def test_vllm_command_shape() -> None:
@@ -77,11 +85,15 @@ def test_vllm_command_shape() -> None:
     assert "--data-parallel-size 1" in cmd and "--pipeline-parallel-size 1" in cmd
 
 
-def test_vllm_refuses_ep_not_equal_tp_times_dp() -> None:
-    plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2})
-    with pytest.raises(EngineCannotExpress) as exc:
-        export_plan(plan, "vllm")
-    assert "tp*dp" in exc.value.problem and exc.value.field == "parallel.ep"
+def test_vllm_moe_replicas_are_separate_servers() -> None:
+    """vLLM's data-parallel ranks of a MoE model share one expert group (its DP+EP form), so pdag's independent
+    replicas of a TP8+EP plan are two deployments, each pinned to its GPUs (it used to refuse: ep != tp*dp)."""
+    plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2}, dtype="fp8")
+    out = export_plan(plan, "vllm")
+    assert len(out.argv) == 2 and out.gpus == 16
+    assert out.argv[1][0] == "CUDA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15"
+    assert "--data-parallel-size" in out.argv[0] and out.argv[0][out.argv[0].index("--data-parallel-size") + 1] == "1"
+    assert "independent replicas" in out.notes[0]
     assert "--ep 8" in export_plan(plan, "sglang").command  # SGLang: EP inside each replica
 
 

@@ -213,10 +213,12 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
 
 
 def _export_aggregated(plan: Plan, key: str) -> ExportResult:
-    """One aggregated plan (or pool) in the engine's own form: EP wider than TP as attention-DP, and replicas of
-    an attention-DP plan as separate servers where the engine's data-parallel flag is taken."""
+    """One aggregated plan (or pool) in the engine's own form: EP wider than TP as attention-DP, and replicas as
+    separate servers where the engine's data-parallel flag means something else (SGLang with DP attention; vLLM
+    on a MoE model, whose data-parallel ranks share one expert group)."""
     engine_form, form_note = _attention_dp_form(plan, key)
-    if key in ("vllm", "sglang") and engine_form.parallel.attn_dp > 1 and engine_form.parallel.dp > 1:
+    p = engine_form.parallel
+    if p.dp > 1 and (key == "sglang" and p.attn_dp > 1 or key == "vllm" and engine_form.spec.is_moe):
         result = _export_replicas(engine_form, key)
     else:
         result = _EXPORTERS[key](engine_form, Layout(engine_form))
@@ -241,8 +243,10 @@ def _export_replicas(plan: Plan, key: str) -> ExportResult:
         argv = [f"CUDA_VISIBLE_DEVICES={devices}", *one.argv[0], "--port", str(8000 + r)]
         argvs.append(argv)
         lines.append(argv[0] + " " + shlex.join(argv[1:]))
-    notes = [f"{plan.parallel.dp} independent replicas, one server each (the engine's data-parallel flag holds the "
-             f"{plan.parallel.attn_dp} attention-DP groups of one replica); put a load balancer in front", *one.notes]
+    why = (f"the engine's data-parallel flag holds the {plan.parallel.attn_dp} attention-DP groups of one replica"
+           if plan.parallel.attn_dp > 1 else "vLLM's data-parallel ranks of a MoE model share one expert group")
+    notes = [f"{plan.parallel.dp} independent replicas, one server each ({why}); put a load balancer in front",
+             *one.notes]
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=one.gpus * plan.parallel.dp,
                         config=one.config, notes=notes)
 
@@ -296,10 +300,6 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             argv.append("--enable-expert-parallel")
         elif moe_tp > 1:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
-        if p.dp > 1:
-            notes.append(f"vLLM's data-parallel ranks of a MoE model are not independent: their expert layers form "
-                         f"one group of dp*tp = {p.dp * p.tp} GPUs; for {p.dp} independent replicas launch "
-                         f"{p.dp} separate deployments")
     max_seqs, max_len = _serving_limits(plan)
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8")

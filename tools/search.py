@@ -43,6 +43,7 @@ attention-DP first, aggregated before disaggregated.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -658,11 +659,19 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """Which engines can launch the plan, and for the others the reason their exporter gives."""
     from tools.engines import ENGINES, EngineCannotExpress, export_plan
 
+    # Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
+    # something else): judge one replica, so that a plan of thousands of replicas costs what one does.
+    one = json.loads(json.dumps(plan))
+    one["parallel"] = {**one.get("parallel", {}), "dp": 1}
+    for phase in (one.get("phases") or {}).values():
+        if phase and "dp" in phase:
+            phase["dp"] = 1
+    one["hardware"] = {**one["hardware"], "num_gpus": Layout(parse_plan(one)).gpus_needed}
     ok: list[str] = []
     gaps: dict[str, str] = {}
     for engine in ENGINES:
         try:
-            export_plan(plan, engine)
+            export_plan(one, engine)
         except EngineCannotExpress as exc:
             gaps[engine] = f"{exc.field}: {exc.problem}"
         else:
