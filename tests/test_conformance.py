@@ -34,6 +34,8 @@ def test_the_corpus_is_wide_enough() -> None:
     layouts = {k for e in ENTRIES for k, n in e.expected.parallel.items() if n > 1}
     assert layouts >= {"tp", "ep", "attn_dp"}
     assert any(e.expected.weights != "bf16" for e in ENTRIES)
+    assert any(e.decode_command for e in ENTRIES)  # disaggregated prefill/decode pools
+    assert any(e.expected.parallel.get("pp", 1) > 1 or e.setting.num_gpus > e.setting.gpus_per_node for e in ENTRIES)
 
 
 def test_every_entry_is_cited_and_says_why_it_waits() -> None:

@@ -257,3 +257,32 @@ def test_cli_import_reads_a_trtllm_config(tmp_path, capsys) -> None:
                  "--engine-config", str(cfg)]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["parallel"]["attn_dp"] == 8
+
+
+def test_disaggregated_pools_import_as_one_plan() -> None:
+    from tools.engines import import_disaggregated
+    from tools.errors import PdagInputError
+
+    pre = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill"
+    dec = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
+           "--tp 2 --base-gpu-id 1")
+    plan = import_disaggregated(pre, dec).plan
+    assert plan["options"]["disaggregated"] and plan["hardware"]["num_gpus"] == 3
+    assert plan["parallel"]["tp"] == 1 and plan["phases"]["decode"]["tp"] == 2
+    out = export_plan(plan, "sglang")
+    assert [a[a.index("--disaggregation-mode") + 1] for a in out.argv] == ["prefill", "decode"]
+    with pytest.raises(PdagInputError) as exc:
+        import_disaggregated(dec, pre)
+    assert "disaggregation-mode" in exc.value.field
+    with pytest.raises(PdagInputError):
+        import_disaggregated(pre, dec.replace("Llama-3.1-8B-Instruct", "Llama-3.1-70B-Instruct"))
+
+
+def test_sglang_deepep_all_to_all_means_ep_equals_tp() -> None:
+    """SGLang sets ep_size = tp_size for the DeepEP / Mooncake all-to-all when --ep is not given."""
+    cmd = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3-0324 --tp-size 16 --dp-size 8 "
+           "--enable-dp-attention --moe-a2a-backend deepep")
+    assert import_command(cmd, gpu="h200").plan["parallel"] == {"dp": 1, "pp": 1, "tp": 2, "ep": 16, "sp": 1,
+                                                                "attn_dp": 8}
+    plain = import_command(cmd.replace(" --moe-a2a-backend deepep", ""), gpu="h200").plan
+    assert plain["parallel"]["ep"] == 1 and plain["options"]["allow_expert_tp"]

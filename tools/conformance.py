@@ -6,6 +6,7 @@ weights and checkpoint.  The data is ``knowledge/conformance/corpus.json``; its 
 from __future__ import annotations
 
 import json
+import shlex
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ class Setting(_Strict):
     gpu: str = Field(description="accelerator preset id of knowledge/hardware/accelerators.json")
     num_gpus: int = Field(ge=1, description="GPUs of the deployment as published (all nodes)")
     gpus_per_node: int = Field(8, ge=1)
+    gpu_stated: bool = Field(True, description="false: the source names no GPU model; 'where' says what is assumed")
 
 
 class Expected(_Strict):
@@ -35,7 +37,9 @@ class Expected(_Strict):
 
     model: str = Field(description="model preset id")
     checkpoint: str = Field(description="the repo (or path) the command serves")
-    parallel: dict[str, int] = Field(description="pdag degrees: dp, pp, tp, ep, attn_dp (unlisted: 1)")
+    parallel: dict[str, int] = Field(description="pdag degrees: dp, pp, tp, ep, attn_dp (unlisted: 1); "
+                                     "disaggregated: the prefill pool's")
+    decode_parallel: dict[str, int] | None = Field(None, description="disaggregated: the decode pool's degrees")
     weights: Weights = Field(description="how the checkpoint stores its weights (bf16 unless quantised)")
     kv_dtype: Literal["fp8"] | None = None
 
@@ -47,6 +51,9 @@ class Entry(_Strict):
     command: str = Field(description="the launch command as published (for a multi-node launch: node 0's)")
     engine_config: dict[str, Any] | None = Field(
         None, description="TensorRT-LLM: the published --config YAML the command reads (as an object)")
+    decode_command: str | None = Field(
+        None, description="disaggregated serving: the decode pool's command as published ('command' is the "
+                          "prefill pool's)")
     source: str = Field(pattern=r"^https://", description="where the command is published")
     where: str = Field(description="section of the source the command is taken from, and what it states")
     expected: Expected
@@ -130,33 +137,48 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
     if engine == "vllm":
         out["expert_parallel"] = "on" if values.get("ep_on") else "off"
     else:
-        out["ep"] = values.get("ep", "1")
+        a2a = values.get("a2a", "none").lower() in e._SGLANG_EP_A2A
+        out["ep"] = values.get("ep", out["tp"] if a2a else "1")
         out["dp_attention"] = "on" if values.get("adp_on") else "off"
+        roles = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--disaggregation-mode"]
+        out["disaggregation_mode"] = roles[0] if roles else "none"
     return out
 
 
-def _layout(parallel: dict[str, int]) -> str:
-    return " ".join(f"{k}{v}" for k, v in parallel.items() if v != 1) or "1 GPU"
+def _layout(parallel: dict[str, int], decode: dict[str, int] | None = None) -> str:
+    one = " ".join(f"{k}{v}" for k, v in parallel.items() if v != 1) or "1 GPU"
+    if decode is None:
+        return one
+    return f"P: {one} | D: {_layout(decode)}"
+
+
+def _degrees(parallel: dict[str, int] | None) -> dict[str, int] | None:
+    return None if parallel is None else {k: n for k, n in parallel.items() if n != 1}
 
 
 def run_entry(entry: Entry) -> Verdict:
     """Import, validate, estimate, export and compare one entry; the verdict says where it stopped and why."""
-    from tools.engines import export_plan, import_command
+    from tools.engines import export_plan, import_command, import_disaggregated
     from tools.estimate.core import estimate_performance
     from tools.validate import validate_dag
 
     s = entry.setting
-    v = Verdict(id=entry.id, model=entry.expected.model, hardware=f"{s.num_gpus}x {s.gpu}", engine=entry.engine,
-                layout=_layout(entry.expected.parallel), ok=False, stage="import", needs=entry.needs)
+    x = entry.expected
+    v = Verdict(id=entry.id, model=x.model, hardware=f"{s.num_gpus}x {s.gpu}" + ("" if s.gpu_stated else "?"),
+                engine=entry.engine, layout=_layout(x.parallel, x.decode_parallel), ok=False, stage="import",
+                needs=entry.needs)
     try:
-        plan = import_command(entry.command, gpu=s.gpu, gpus_per_node=s.gpus_per_node,
-                              engine_config=entry.engine_config).plan
-        got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"),
-               "parallel": {k: n for k, n in plan["parallel"].items() if n != 1},
+        if entry.decode_command is None:
+            plan = import_command(entry.command, gpu=s.gpu, gpus_per_node=s.gpus_per_node,
+                                  engine_config=entry.engine_config).plan
+        else:
+            plan = import_disaggregated(entry.command, entry.decode_command, gpu=s.gpu,
+                                        gpus_per_node=s.gpus_per_node).plan
+        got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"), "parallel": _degrees(plan["parallel"]),
+               "decode_parallel": _degrees((plan.get("phases") or {}).get("decode")),
                "weights": _weights_of(plan), "gpus": plan["hardware"]["num_gpus"]}
-        want = {"model": entry.expected.model, "checkpoint": entry.expected.checkpoint,
-                "parallel": {k: n for k, n in entry.expected.parallel.items() if n != 1},
-                "weights": entry.expected.weights, "gpus": s.num_gpus}
+        want = {"model": x.model, "checkpoint": x.checkpoint, "parallel": _degrees(x.parallel),
+                "decode_parallel": _degrees(x.decode_parallel), "weights": x.weights, "gpus": s.num_gpus}
         if got != want:
             diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
             v.detail = "imported plan differs (got, published): " + json.dumps(diff)
@@ -177,12 +199,16 @@ def run_entry(entry: Entry) -> Verdict:
         v.stage = "export"
         exported = export_plan(plan, entry.engine)
         v.stage = "compare"
-        published = layout_flags(entry.engine, entry.command, entry.engine_config)
-        ours = layout_flags(entry.engine, exported.command, exported.config)
-        if published != ours:
-            diff = {k: (ours.get(k), published.get(k)) for k in published if published.get(k) != ours.get(k)}
-            v.detail = "export differs (pdag, published): " + json.dumps(diff)
-            return v
+        pairs = [(entry.command, exported.argv[0])]
+        if entry.decode_command is not None:
+            pairs.append((entry.decode_command, exported.argv[-1]))
+        for published_command, argv in pairs:
+            published = layout_flags(entry.engine, published_command, entry.engine_config)
+            ours = layout_flags(entry.engine, shlex.join(argv), exported.config)
+            if published != ours:
+                diff = {k: (ours.get(k), published.get(k)) for k in published if published.get(k) != ours.get(k)}
+                v.detail = "export differs (pdag, published): " + json.dumps(diff)
+                return v
     except PdagInputError as exc:
         v.detail = str(exc)[:400]
         return v

@@ -44,6 +44,7 @@ __all__ = [
     "ImportResult",
     "export_plan",
     "import_command",
+    "import_disaggregated",
     "model_for_repo",
 ]
 
@@ -550,8 +551,11 @@ _SGLANG_FLAGS = {
     "--pp": "pp", "--pp-size": "pp", "--pipeline-parallel-size": "pp",
     "--max-running-requests": "batch", "--context-length": "context",
     "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
-    "--model-path": "model", "--model": "model",
+    "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
 }
+# SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
+# (python/sglang/srt/server_args.py)
+_SGLANG_EP_A2A = ("deepep", "mooncake", "flashinfer")
 _SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
 _TRTLLM_FLAGS = {
     "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
@@ -718,6 +722,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
     options: dict[str, Any] = {}
     attn_dp = 1
+    ep_default = str(tp) if values.get("a2a", "none").lower() in _SGLANG_EP_A2A else "1"
     if engine == "vllm":
         ep = 1
         if values.get("ep_on"):
@@ -740,7 +745,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
         if tp % dp:
             raise EngineCannotExpress("command.--dp", f"--dp {dp} must divide --tp {tp} with DP attention",
                                       "dp dividing tp")
-        ep = _int("ep", values.get("ep", "1"))
+        ep = _int("ep", values.get("ep", ep_default))
         if ep > tp or tp % ep:
             raise EngineCannotExpress("command.--ep", f"SGLang needs ep to divide tp (ep={ep}, tp={tp})",
                                       "ep dividing tp")
@@ -753,7 +758,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     else:
         if values.get("adp_on"):
             notes.append("--enable-dp-attention with --dp 1 is plain TP")
-        ep = _int("ep", values.get("ep", "1"))
+        ep = _int("ep", values.get("ep", ep_default))
         if ep > 1 and not spec.is_moe:
             notes.append("--ep ignored: the model has no MoE layers")
             ep = 1
@@ -840,3 +845,54 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
     plan["engine"] = "trtllm"
     parse_plan(plan)
     return ImportResult(engine="trtllm", plan=plan, notes=notes)
+
+
+_ROLE_FLAG = {"sglang": "--disaggregation-mode"}
+
+
+def _without_role(command: str, engine_role: str) -> str:
+    """The command of one pool with its role flag removed (after checking the role is the one expected)."""
+    tokens = _split_command(command)
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        flag, eq, inline = tokens[i].partition("=")
+        if flag == "--disaggregation-mode":
+            role = inline if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if role != engine_role:
+                raise PdagInputError("command.--disaggregation-mode", f"the {engine_role} pool's command says "
+                                     f"{role!r}", f"--disaggregation-mode {engine_role}")
+            i += 1 if eq else 2
+            continue
+        out.append(tokens[i])
+        i += 1
+    return shlex.join(out)
+
+
+def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
+                         engine_config: dict[str, Any] | None = None,
+                         decode_engine_config: dict[str, Any] | None = None) -> ImportResult:
+    """A disaggregated plan from the launch commands of its two pools (SGLang ``--disaggregation-mode prefill``
+    and ``decode``; vLLM servers with a ``--kv-transfer-config``): ``parallel`` is the prefill pool's layout,
+    ``phases.decode`` the decode pool's, and the GPUs are both pools' (prefill first)."""
+    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config)
+    dec = import_command(_without_role(decode_command, "decode"), gpu, gpus_per_node, decode_engine_config)
+    if pre.engine != dec.engine:
+        raise PdagInputError("decode_command", f"a {dec.engine} decode pool behind a {pre.engine} prefill pool",
+                             "both pools on the same engine")
+    for key in ("model", "checkpoint"):
+        if pre.plan.get(key) != dec.plan.get(key):
+            raise PdagInputError(f"decode_command.{key}", f"the pools serve {pre.plan.get(key)!r} and "
+                                 f"{dec.plan.get(key)!r}", "the same checkpoint in both pools")
+    plan = dict(pre.plan)
+    plan["phases"] = {"decode": dec.plan["parallel"]}
+    options = {**pre.plan.get("options", {}), **{k: v for k, v in dec.plan.get("options", {}).items() if v}}
+    plan["options"] = {**options, "disaggregated": True}
+    plan["hardware"] = {**pre.plan["hardware"],
+                        "num_gpus": pre.plan["hardware"]["num_gpus"] + dec.plan["hardware"]["num_gpus"]}
+    if dec.plan.get("kv_dtype") != pre.plan.get("kv_dtype"):
+        raise PdagInputError("decode_command.kv_cache_dtype", "the pools store the KV cache in different dtypes",
+                             "one KV dtype (the KV hand-off copies it as is)")
+    parse_plan(plan)
+    notes = [f"prefill pool: {n}" for n in pre.notes] + [f"decode pool: {n}" for n in dec.notes]
+    return ImportResult(engine=pre.engine, plan=plan, notes=notes)
