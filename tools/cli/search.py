@@ -57,6 +57,8 @@ def cmd_search(args: Any) -> int:
           f" ({result.estimated} estimates)")
     for p in result.top:
         print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size}]: {p.reason}")
+        launch = f"launch with {', '.join(p.engines)}" if p.engines else "no engine launches it as planned"
+        print(f"   {launch}" + "".join(f"; not {e}: {why}" for e, why in p.engine_gaps.items()))
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
         f"{p.label} b{p.batch_size} {p.user_tokens_per_s:.1f}/{p.throughput_per_gpu:.0f}" for p in result.pareto))
     print("rejected: " + ", ".join(f"{k} {v}" for k, v in result.rejected.items()))
