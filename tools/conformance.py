@@ -80,6 +80,7 @@ class Verdict(BaseModel):
     stage: str = Field(description="import, validate, estimate, export or compare: where it stopped ('done')")
     detail: str = ""
     needs: str | None = None
+    waiting: bool = Field(False, description="it fails only where the capability it needs is missing")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -182,6 +183,7 @@ def run_entry(entry: Entry) -> Verdict:
         if got != want:
             diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
             v.detail = "imported plan differs (got, published): " + json.dumps(diff)
+            v.waiting = entry.needs == "quantization" and set(diff) == {"weights"}
             return v
         v.stage = "validate"
         result = validate_dag(plan)
