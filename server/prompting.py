@@ -14,6 +14,9 @@ import prompts
 from tools.errors import PdagInputError
 from tools.inputs import load_json_text
 from tools.lookup import lookup_rule
+from tools.plan import Workload
+
+_WORKLOAD = Workload()  # the one default workload of CLI, plan files and MCP
 
 
 def register_prompts(server: MCPServer) -> None:
@@ -23,9 +26,9 @@ def register_prompts(server: MCPServer) -> None:
         gpus: Annotated[str, Field(description="number of GPUs available, e.g. 64")],
         gpu: Annotated[str, Field(description="accelerator preset id (see pdag://hardware)")] = "h100-sxm",
         objective: Annotated[str, Field(description="latency or throughput")] = "latency",
-        input_len: Annotated[str, Field(description="prompt tokens per sequence")] = "2048",
-        output_len: Annotated[str, Field(description="generated tokens per sequence")] = "256",
-        batch_size: Annotated[str, Field(description="sequences per replica")] = "1",
+        input_len: Annotated[str, Field(description="prompt tokens per sequence")] = str(_WORKLOAD.input_len),
+        output_len: Annotated[str, Field(description="generated tokens per sequence")] = str(_WORKLOAD.output_len),
+        batch_size: Annotated[str, Field(description="sequences per replica")] = str(_WORKLOAD.batch_size),
         gpus_per_node: Annotated[str, Field(description="GPUs per node")] = "8",
         constraints: Annotated[str, Field(description="optional extra constraints or SLOs, free text")] = "",
     ) -> str:

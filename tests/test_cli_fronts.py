@@ -47,6 +47,7 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "plan.json").write_text(json.dumps(readme_plan()), encoding="utf-8")
     h100 = [p for p in load_measurements() if p["gpu"] == "h100-sxm"]
     (tmp_path / "my-measurements.json").write_text(json.dumps({"points": h100}), encoding="utf-8")
+    (tmp_path / "cfg.json").write_text(json.dumps({"enable_attention_dp": True}), encoding="utf-8")
     return tmp_path
 
 

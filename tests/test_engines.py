@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tools import export_plan, import_command
@@ -63,9 +65,17 @@ def test_export_then_import_gives_the_same_plan(engine: str, plan: dict) -> None
             export_plan(plan, engine)
         return
     exported = export_plan(plan, engine)
-    back = import_command(exported.command, gpu=plan["hardware"]["gpu"], gpus_per_node=8)
-    assert _canonical(back.plan) == _canonical(plan)
-    assert exported.gpus == back.plan["hardware"]["num_gpus"]
+    lines = exported.command.splitlines()
+    want = plan
+    if len(lines) > 1:  # one server per replica: each line is the plan with dp = 1 on its share of the GPUs
+        dp = plan["parallel"]["dp"]
+        assert len(lines) == dp
+        want = {**plan, "parallel": {**plan["parallel"], "dp": 1},
+                "hardware": {**plan["hardware"], "num_gpus": plan["hardware"]["num_gpus"] // dp}}
+    for line in lines:
+        back = import_command(line, gpu=plan["hardware"]["gpu"], gpus_per_node=8)
+        assert _canonical(back.plan) == _canonical(want)
+        assert exported.gpus == back.plan["hardware"]["num_gpus"] * len(lines)
 
 
 def test_vllm_command_shape() -> None:
@@ -75,11 +85,15 @@ def test_vllm_command_shape() -> None:
     assert "--data-parallel-size 1" in cmd and "--pipeline-parallel-size 1" in cmd
 
 
-def test_vllm_refuses_ep_not_equal_tp_times_dp() -> None:
-    plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2})
-    with pytest.raises(EngineCannotExpress) as exc:
-        export_plan(plan, "vllm")
-    assert "tp*dp" in exc.value.problem and exc.value.field == "parallel.ep"
+def test_vllm_moe_replicas_are_separate_servers() -> None:
+    """vLLM's data-parallel ranks of a MoE model share one expert group (its DP+EP form), so pdag's independent
+    replicas of a TP8+EP plan are two deployments, each pinned to its GPUs (it used to refuse: ep != tp*dp)."""
+    plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2}, dtype="fp8")
+    out = export_plan(plan, "vllm")
+    assert len(out.argv) == 2 and out.gpus == 16
+    assert out.argv[1][0] == "CUDA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15"
+    assert "--data-parallel-size" in out.argv[0] and out.argv[0][out.argv[0].index("--data-parallel-size") + 1] == "1"
+    assert "independent replicas" in out.notes[0]
     assert "--ep 8" in export_plan(plan, "sglang").command  # SGLang: EP inside each replica
 
 
@@ -160,7 +174,8 @@ def test_attention_dp_export_flags() -> None:
     assert "--data-parallel-size 8 --enable-expert-parallel" in export_plan(plan, "vllm").command
     trt = export_plan(plan, "trtllm")
     assert "--tp_size 8" in trt.command and "--ep_size 8" in trt.command
-    assert any("enable_attention_dp: true" in n for n in trt.notes)
+    assert trt.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+    assert "--config pdag-trtllm.yml" in trt.command
     with pytest.raises(EngineCannotExpress):
         export_plan(_plan("deepseek-v3", "h200", {"tp": 2, "attn_dp": 4, "ep": 8}, dtype="fp8", options=ADP),
                     "trtllm")
@@ -176,3 +191,98 @@ def test_disaggregated_exports_one_command_per_pool(engine: str, flag: str) -> N
     assert r.argv[0][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
     assert r.argv[-1][0].startswith("CUDA_VISIBLE_DEVICES=") and "15" in r.argv[-1][0]
     assert any("KV" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("engine, flags", [
+    ("vllm", "--tensor-parallel-size 8 --pipeline-parallel-size 1 --data-parallel-size 2 --enable-expert-parallel"),
+    ("sglang", "--tp 16 --dp 2 --enable-dp-attention --ep 16"),
+])
+def test_ep_wider_than_tp_exports_as_the_engines_attention_dp_form(engine: str, flags: str) -> None:
+    """Issue 10: deepseek-v3 fp8 tp 8 ep 16 on 16 H200 validated but export refused it ('pdag does not model
+    attention-DP yet').  Engines spread experts beyond TP only with attention-DP groups: that is the export."""
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+            "parallel": {"tp": 8, "ep": 16}}
+    out = export_plan(plan, engine)
+    assert flags in out.command and out.gpus == 16
+    assert "attention-DP form" in out.notes[0] and "attn_dp=2" in out.notes[0]
+    back = import_command(out.command, gpu="h200")
+    assert back.plan["parallel"]["attn_dp"] == 2 and back.plan["parallel"]["tp"] == 8
+    assert back.plan["parallel"]["ep"] == 16
+
+
+def test_ep_wider_than_tp_names_what_tensorrt_llm_lacks() -> None:
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+            "parallel": {"tp": 8, "ep": 16}}
+    with pytest.raises(EngineCannotExpress) as exc:
+        export_plan(plan, "trtllm")
+    assert "attention DP runs attention with TP 1" in exc.value.problem
+    one = export_plan({**plan, "parallel": {"tp": 1, "ep": 8}, "hardware": {"gpu": "h200", "num_gpus": 8}}, "trtllm")
+    assert one.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+
+
+def test_trtllm_serve_imports_with_its_config_yaml() -> None:
+    """TensorRT-LLM's DeepSeek-R1 serve example: --tp_size 8 --ep_size 8 with enable_attention_dp in config.yml."""
+    cmd = ("trtllm-serve deepseek-ai/DeepSeek-R1 --max_batch_size 1024 --tp_size 8 --ep_size 8 --pp_size 1 "
+           "--config ./config.yml")
+    plain = import_command(cmd, gpu="b200").plan
+    assert plain["parallel"]["tp"] == 8 and plain["parallel"]["ep"] == 8 and "attn_dp" not in plain["parallel"]
+    adp = import_command(cmd, gpu="b200", engine_config={"enable_attention_dp": True,
+                                                         "kv_cache_config": {"dtype": "fp8"}}).plan
+    assert adp["parallel"] == {"dp": 1, "pp": 1, "tp": 1, "ep": 8, "sp": 1, "attn_dp": 8}
+    assert adp["kv_dtype"] == "fp8" and adp["engine"] == "trtllm"
+    yaml_only = import_command("trtllm-serve deepseek-ai/DeepSeek-R1-0528 --config x.yaml", gpu="b200",
+                               engine_config={"tensor_parallel_size": 8, "moe_expert_parallel_size": 4}).plan
+    assert yaml_only["parallel"]["tp"] == 8 and yaml_only["parallel"]["ep"] == 4
+    assert yaml_only["options"] == {"allow_expert_tp": True}
+
+
+def test_trtllm_import_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(EngineCannotExpress):
+        import_command("trtllm-serve disaggregated -c disagg.yaml")
+    with pytest.raises(EngineCannotExpress):
+        import_command("trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 3")
+    from tools.errors import PdagInputError
+
+    with pytest.raises(PdagInputError) as exc:
+        import_command("trtllm-serve deepseek-ai/DeepSeek-R1", engine_config=["not", "a", "mapping"])  # type: ignore[arg-type]
+    assert exc.value.field == "engine_config"
+
+
+def test_cli_import_reads_a_trtllm_config(tmp_path, capsys) -> None:
+    from tools.cli import main
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"enable_attention_dp": True}))
+    assert main(["import", "trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 8", "--gpu", "b200",
+                 "--engine-config", str(cfg)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["parallel"]["attn_dp"] == 8
+
+
+def test_disaggregated_pools_import_as_one_plan() -> None:
+    from tools.engines import import_disaggregated
+    from tools.errors import PdagInputError
+
+    pre = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill"
+    dec = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
+           "--tp 2 --base-gpu-id 1")
+    plan = import_disaggregated(pre, dec).plan
+    assert plan["options"]["disaggregated"] and plan["hardware"]["num_gpus"] == 3
+    assert plan["parallel"]["tp"] == 1 and plan["phases"]["decode"]["tp"] == 2
+    out = export_plan(plan, "sglang")
+    assert [a[a.index("--disaggregation-mode") + 1] for a in out.argv] == ["prefill", "decode"]
+    with pytest.raises(PdagInputError) as exc:
+        import_disaggregated(dec, pre)
+    assert "disaggregation-mode" in exc.value.field
+    with pytest.raises(PdagInputError):
+        import_disaggregated(pre, dec.replace("Llama-3.1-8B-Instruct", "Llama-3.1-70B-Instruct"))
+
+
+def test_sglang_deepep_all_to_all_means_ep_equals_tp() -> None:
+    """SGLang sets ep_size = tp_size for the DeepEP / Mooncake all-to-all when --ep is not given."""
+    cmd = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3-0324 --tp-size 16 --dp-size 8 "
+           "--enable-dp-attention --moe-a2a-backend deepep")
+    assert import_command(cmd, gpu="h200").plan["parallel"] == {"dp": 1, "pp": 1, "tp": 2, "ep": 16, "sp": 1,
+                                                                "attn_dp": 8}
+    plain = import_command(cmd.replace(" --moe-a2a-backend deepep", ""), gpu="h200").plan
+    assert plain["parallel"]["ep"] == 1 and plain["options"]["allow_expert_tp"]

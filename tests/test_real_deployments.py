@@ -190,3 +190,53 @@ def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> 
     assert limit(one, "--max-num-seqs") == limit(other, "--max-num-seqs")
     assert limit(one, "--max-num-seqs") == memory_report(parse_plan(
         {**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}})).max_batch_size_that_fits
+
+
+@settings(max_examples=5, deadline=None)
+@given(case=st.sampled_from([("deepseek-v3", "h200", 16, "fp8"), ("mixtral-8x7b", "h100-sxm", 8, "bf16"),
+                             ("qwen3-235b-a22b", "h200", 8, "fp8"), ("llama-3.1-70b", "h100-sxm", 16, "bf16")]),
+       objective=st.sampled_from(["latency", "throughput"]))
+def test_every_search_plan_says_which_engines_launch_it(case, objective) -> None:
+    """One truth across the tools: a plan search returns exports to the engines it lists, and for every other
+    engine the result names the feature the exporter says is missing."""
+    from tools.engines import ENGINES, EngineCannotExpress, export_plan
+    from tools.search import search_strategies
+
+    model, gpu, gpus, dtype = case
+    res = search_strategies(model, {"gpu": gpu, "num_gpus": gpus}, objective=objective, dtype=dtype, top_k=3)
+    for entry in res.top + res.pareto:
+        assert sorted(entry.engines + list(entry.engine_gaps)) == sorted(ENGINES), entry.label
+        for engine in entry.engines:
+            assert export_plan(entry.plan, engine).gpus == entry.gpus_used
+        for engine, gap in entry.engine_gaps.items():
+            with pytest.raises(EngineCannotExpress) as exc:
+                export_plan(entry.plan, engine)
+            assert gap == f"{exc.value.field}: {exc.value.problem}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(dp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), tp=st.sampled_from([1, 2, 4]),
+       ep=st.sampled_from([1, 2, 4, 8]), attn_dp=st.sampled_from([1, 2]), expert_tp=st.booleans(),
+       engine=st.sampled_from(["vllm", "sglang", "trtllm"]))
+def test_a_valid_plan_exports_or_names_the_missing_engine_feature(dp, pp, tp, ep, attn_dp, expert_tp,
+                                                                 engine) -> None:
+    """Every plan that validates either exports (and the command imports back on the same GPUs) or the exporter
+    says what the engine lacks; nothing else (no crash, no silent drop)."""
+    from tools.engines import EngineCannotExpress, export_plan, import_command
+
+    width = max(attn_dp * tp, ep)
+    assume(width % ep == 0 and width % (attn_dp * tp) == 0)
+    plan = {"model": "qwen3-30b-a3b", "hardware": {"gpu": "h100-sxm", "num_gpus": dp * pp * width},
+            "parallel": {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "attn_dp": attn_dp},
+            "options": {"allow_expert_tp": expert_tp, "allow_attention_dp": attn_dp > 1}}
+    assume(not [v for v in validate_dag(plan).violations if v.severity == "error"])
+    try:
+        out = export_plan(plan, engine)
+    except EngineCannotExpress as exc:
+        assert exc.field and len(exc.problem) > 20
+        return
+    assert out.gpus == dp * pp * width
+    line = out.command.splitlines()[0]
+    back = import_command(line, gpu="h100-sxm", engine_config=out.config)
+    assert back.plan["hardware"]["num_gpus"] * len(out.argv) == out.gpus
+

@@ -44,6 +44,7 @@ __all__ = [
     "ImportResult",
     "export_plan",
     "import_command",
+    "import_disaggregated",
     "model_for_repo",
 ]
 
@@ -61,7 +62,8 @@ _ALIASES = {
     "meta-llama-3.1-405b": "llama-3.1-405b",
 }
 _SUFFIX = re.compile(
-    r"(-(instruct|chat|it|base|hf|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|thinking|terminus)"
+    r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
+    r"|terminus)"
     r"|-v\d+(\.\d+)*|-\d{4})$"
 )
 
@@ -75,6 +77,8 @@ class ExportResult(BaseModel):
     command: str = Field(description="the launch command (one line per server when the engine needs several)")
     argv: list[list[str]] = Field(description="each server's command as an argument list")
     gpus: int = Field(description="GPUs the engine will use (its own counting)")
+    config: dict[str, Any] | None = Field(
+        None, description="TensorRT-LLM: the LLM-API options the command's --config YAML file must hold")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -151,6 +155,7 @@ def _hf_repo(plan: Plan) -> str:
 
 # ---------------------------------------------------------------------------------------------- export
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+TRTLLM_CONFIG_FILE = "pdag-trtllm.yml"
 # launchers that take no explicit pipeline layer split (vLLM has VLLM_PP_LAYER_PARTITION)
 _NO_LAYER_SPLIT = {"sglang": "SGLang's launcher", "trtllm": "trtllm-serve"}
 
@@ -191,10 +196,9 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
     if ep > tp:
         raise EngineCannotExpress(
             "parallel.ep",
-            f"ep={ep} is wider than tp={tp}: attention would run on {tp} of the {ep} GPUs of the stage group. "
-            f"{engine} spreads experts over more GPUs than attention TP only through attention data parallelism "
-            "(DP-attention), which pdag does not model yet",
-            "ep <= tp (ep = tp for pure EP, ep < tp with options.allow_expert_tp)",
+            f"ep={ep} is wider than the {tp} GPUs of the engine's TP world and not a multiple of the attention TP: "
+            f"{engine} spreads experts beyond its TP world only through attention-DP groups of equal TP",
+            "ep a multiple of tp (exported as attention-DP with attn_dp = ep / tp), or ep <= tp",
         )
     if tp % ep:
         raise EngineCannotExpress("parallel.ep", f"ep={ep} does not divide tp={tp}", "ep dividing tp")
@@ -207,6 +211,67 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
             "options.allow_expert_tp = true, or ep = tp",
         )
     return ep, moe_tp
+
+
+def _export_aggregated(plan: Plan, key: str) -> ExportResult:
+    """One aggregated plan (or pool) in the engine's own form: EP wider than TP as attention-DP, and replicas as
+    separate servers where the engine's data-parallel flag means something else (SGLang with DP attention; vLLM
+    on a MoE model, whose data-parallel ranks share one expert group)."""
+    engine_form, form_note = _attention_dp_form(plan, key)
+    p = engine_form.parallel
+    if p.dp > 1 and (key == "sglang" and p.attn_dp > 1 or key == "vllm" and engine_form.spec.is_moe):
+        result = _export_replicas(engine_form, key)
+    else:
+        result = _EXPORTERS[key](engine_form, Layout(engine_form))
+    if form_note:
+        result.notes.insert(0, form_note)
+    return result
+
+
+def _export_replicas(plan: Plan, key: str) -> ExportResult:
+    """dp independent replicas of an attention-DP plan: vLLM's --data-parallel-size and SGLang's --dp already
+    name the attention groups, so each replica is its own server, pinned to its GPUs, on its own port."""
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = {**data["parallel"], "dp": 1}
+    data["hardware"] = {**data["hardware"], "num_gpus": Layout(plan).gpus_needed // plan.parallel.dp}
+    one_plan = parse_plan(data)
+    one = _EXPORTERS[key](one_plan, Layout(one_plan))
+    layout = Layout(plan)
+    argvs: list[list[str]] = []
+    lines: list[str] = []
+    for r in range(plan.parallel.dp):
+        devices = ",".join(str(g) for g in layout.replica_devices(r))
+        argv = [f"CUDA_VISIBLE_DEVICES={devices}", *one.argv[0], "--port", str(8000 + r)]
+        argvs.append(argv)
+        lines.append(argv[0] + " " + shlex.join(argv[1:]))
+    why = (f"the engine's data-parallel flag holds the {plan.parallel.attn_dp} attention-DP groups of one replica"
+           if plan.parallel.attn_dp > 1 else "vLLM's data-parallel ranks of a MoE model share one expert group")
+    notes = [f"{plan.parallel.dp} independent replicas, one server each ({why}); put a load balancer in front",
+             *one.notes]
+    return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=one.gpus * plan.parallel.dp,
+                        config=one.config, notes=notes)
+
+
+def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
+    """EP wider than TP, in the one form engines launch it: attention data parallelism.  pdag's plan with
+    ``ep > tp`` (no attention-DP) runs attention on ``tp`` of the ``ep`` GPUs of a stage group; no engine leaves
+    GPUs out of attention, they spread the experts beyond the TP group only with attention-DP groups (vLLM
+    ``--data-parallel-size`` + ``--enable-expert-parallel``, SGLang ``--enable-dp-attention --dp``, TensorRT-LLM
+    ``enable_attention_dp``).  The export is that plan, ``attn_dp = ep / tp`` on the same GPUs, with a note."""
+    p = plan.parallel
+    if not plan.spec.is_moe or p.attn_dp > 1 or p.ep <= p.tp or p.ep % p.tp:
+        return plan, None
+    groups = p.ep // p.tp
+    data = plan.model_dump(mode="json", exclude_none=True)
+    data["parallel"] = {**data["parallel"], "attn_dp": groups}
+    data["options"] = {**data.get("options", {}), "allow_attention_dp": True}
+    form = parse_plan(data)
+    note = (f"ep={p.ep} is wider than tp={p.tp}: {_ENGINE_NAMES[key]} spreads experts beyond the TP group only with "
+            f"attention data parallelism, so this is the attention-DP form of the plan ({groups} attention groups of "
+            f"TP {p.tp}, experts over all {p.ep} GPUs; parallel.attn_dp={groups} with options.allow_attention_dp). "
+            f"pdag's plan left {p.ep - p.tp} of the {p.ep} GPUs out of attention; estimate the exported form to see "
+            "its own figures")
+    return form, note
 
 
 def _layer_split_note(plan: Plan, layout: Layout) -> str | None:
@@ -236,10 +301,6 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             argv.append("--enable-expert-parallel")
         elif moe_tp > 1:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
-        if p.dp > 1:
-            notes.append(f"vLLM's data-parallel ranks of a MoE model are not independent: their expert layers form "
-                         f"one group of dp*tp = {p.dp * p.tp} GPUs; for {p.dp} independent replicas launch "
-                         f"{p.dp} separate deployments")
     max_seqs, max_len = _serving_limits(plan)
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, kv_fp8="fp8")
@@ -343,9 +404,11 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
             "parallel.tp", f"TensorRT-LLM's attention DP runs attention with TP 1 on each of the tp_size ranks; "
             f"this plan has {p.attn_dp} groups of attention TP {p.tp}", "tp = 1 with attn_dp = ep")
     base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(world), "--pp_size", str(p.pp)]
+    config: dict[str, Any] = {}
     if p.attn_dp > 1:
-        notes.append("attention DP: put 'enable_attention_dp: true' in the YAML passed with --config "
-                     "(LLM API option; see TensorRT-LLM's DeepSeek-R1 serve example)")
+        config["enable_attention_dp"] = True
+        notes.append(f"attention DP: enable_attention_dp in the --config YAML runs attention on each of the {world} "
+                     "ranks with TP 1 (LLM API option; see TensorRT-LLM's DeepSeek-R1 serve example)")
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
@@ -355,7 +418,11 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     if plan.dtype not in _DTYPE_FLAG:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
-        notes.append("fp8 KV cache: set kv_cache_config.dtype: fp8 in the --config YAML")
+        config["kv_cache_config"] = {"dtype": "fp8"}
+    if config:
+        base += ["--config", TRTLLM_CONFIG_FILE]
+        notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
+                     + json.dumps(config, sort_keys=True))
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         notes.append("a replica spans nodes: launch under mpirun/srun (trtllm-llmapi-launch) across the nodes")
@@ -373,7 +440,8 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
             argvs.append(argv)
             lines.append(f"CUDA_VISIBLE_DEVICES={devices} " + shlex.join(argv[1:]))
         command = "\n".join(lines)
-    return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, notes=notes)
+    return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, config=config or None,
+                        notes=notes)
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
@@ -393,7 +461,7 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     if parsed.options.disaggregated:
         return _export_disaggregated(parsed, layout, key)
     _common_checks(parsed, key)
-    result = _EXPORTERS[key](parsed, layout)
+    result = _export_aggregated(parsed, key)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
     return result
@@ -440,11 +508,14 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         pool = layout.pools[phase]  # type: ignore[index]
         sub = _pool_plan(plan, phase, pool.gpus)
         _common_checks(sub, key)
-        one = _EXPORTERS[key](sub, Layout(sub))
+        one = _export_aggregated(sub, key)
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
         for i, argv in enumerate(one.argv):
             argv = [a for a in argv if not a.startswith("CUDA_VISIBLE_DEVICES=")]
+            if "--port" in argv:  # replicas numbered their ports from 8000; number them across both pools
+                at = argv.index("--port")
+                argv = argv[:at] + argv[at + 2:]
             devices = ",".join(str(g) for g in (pool.replica_devices(i) if len(one.argv) > 1
                                                 else range(pool.offset, pool.offset + pool.gpus)))
             full = [f"CUDA_VISIBLE_DEVICES={devices}", *argv, *_ROLE_FLAGS[key][phase]]
@@ -480,9 +551,18 @@ _SGLANG_FLAGS = {
     "--pp": "pp", "--pp-size": "pp", "--pipeline-parallel-size": "pp",
     "--max-running-requests": "batch", "--context-length": "context",
     "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
-    "--model-path": "model", "--model": "model",
+    "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
 }
+# SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
+# (python/sglang/srt/server_args.py)
+_SGLANG_EP_A2A = ("deepep", "mooncake", "flashinfer")
 _SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
+_TRTLLM_FLAGS = {
+    "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
+    "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model",
+}
+# LLM-API options of the --config / --extra_llm_api_options YAML that say something about the plan
+_TRTLLM_CONFIG_KEYS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "moe_expert_parallel_size": "ep"}
 _SGLANG_REFUSE = {
     "--disaggregation-mode": "one --disaggregation-mode command describes one pool of a disaggregated deployment; "
                              "import the pool without the flag, then combine prefill and decode pools in one plan "
@@ -501,6 +581,9 @@ def _split_command(command: str) -> list[str]:
     return tokens
 
 
+_VLLM_IMAGES = {"vllm/vllm-openai", "vllm/vllm-openai-rocm", "rocm/vllm"}
+
+
 def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
     """(engine, the arguments after the entry point, positional model if any)."""
     for i, tok in enumerate(tokens):
@@ -512,11 +595,37 @@ def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
             return "vllm", rest, None
         if tok in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server"):
             return "vllm", tokens[i + 1:], None
+        if tok.split(":")[0] in _VLLM_IMAGES and i > 0:
+            # docker run ... vllm/vllm-openai[:tag] <server flags>: the image's entry point is the API server
+            return "vllm", tokens[i + 1:], None
+        if name == "trtllm-serve":
+            rest = tokens[i + 1:]
+            if rest[:1] == ["disaggregated"]:
+                raise EngineCannotExpress(
+                    "command", "'trtllm-serve disaggregated -c <config>' names its context and generation servers in "
+                    "the config file; import each server's own trtllm-serve command and combine the pools in one "
+                    "plan (options.disaggregated, phases.decode)", "one trtllm-serve command")
+            rest = rest[1:] if rest[:1] == ["serve"] else rest
+            if rest and not rest[0].startswith("-"):
+                return "trtllm", rest[1:], rest[0]
+            return "trtllm", rest, None
         if tok in ("sglang.launch_server",) or (name == "sglang" and tokens[i + 1:i + 2] == ["serve"]):
             skip = 1 if tok == "sglang.launch_server" else 2
             return "sglang", tokens[i + skip:], None
-    raise PdagInputError("command", "not a vLLM or SGLang launch command",
-                         "'vllm serve <model> ...' or 'python -m sglang.launch_server --model-path <model> ...'")
+    raise PdagInputError("command", "not a vLLM, SGLang or TensorRT-LLM launch command",
+                         "'vllm serve <model> ...', 'python -m sglang.launch_server --model-path <model> ...' or "
+                         "'trtllm-serve <model> ...'")
+
+
+def vllm_dashes(args: list[str]) -> list[str]:
+    """vLLM's argument parser reads ``--tensor_parallel_size`` as ``--tensor-parallel-size``; so does import."""
+    out = []
+    for a in args:
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            a = name.replace("_", "-") + eq + value
+        out.append(a)
+    return out
 
 
 def _int(flag: str, value: str) -> int:
@@ -568,15 +677,36 @@ def _parse_flags(args: list[str], table: dict[str, str], bools: dict[str, str], 
     return values, ignored
 
 
-def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) -> ImportResult:
-    """A plan from a pasted vLLM or SGLang launch command.  The model comes from the Hugging Face repo
-    (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
-    and node size come from the arguments and the GPU count is the engine's own count."""
+def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
+    """The plan-relevant options of a TensorRT-LLM ``--config`` YAML (given as a parsed mapping)."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PdagInputError("engine_config", f"expected a mapping, got {type(config).__name__}",
+                             "the --config YAML of trtllm-serve as an object")
+    out = {key: str(config[name]) for name, key in _TRTLLM_CONFIG_KEYS.items() if name in config}
+    if config.get("enable_attention_dp") is True:
+        out["adp_on"] = "1"
+    kv = config.get("kv_cache_config")
+    if isinstance(kv, dict) and isinstance(kv.get("dtype"), str):
+        out["kv"] = kv["dtype"]
+    return out
+
+
+def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
+                   engine_config: dict[str, Any] | None = None) -> ImportResult:
+    """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
+    repo (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
+    and node size come from the arguments and the GPU count is the engine's own count.  ``engine_config`` is
+    the TensorRT-LLM ``--config`` YAML (parsed), whose options override the command's flags as in trtllm-serve."""
     if not isinstance(command, str) or not command.strip():
-        raise PdagInputError("command", "empty command", "a vLLM or SGLang launch command")
+        raise PdagInputError("command", "empty command", "a vLLM, SGLang or TensorRT-LLM launch command")
     tokens = _split_command(command)
     engine, args, positional = _detect(tokens)
+    if engine == "trtllm":
+        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config)
     if engine == "vllm":
+        args = vllm_dashes(args)
         values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
     else:
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, _SGLANG_BOOL, _SGLANG_REFUSE, "SGLang")
@@ -592,6 +722,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
     options: dict[str, Any] = {}
     attn_dp = 1
+    ep_default = str(tp) if values.get("a2a", "none").lower() in _SGLANG_EP_A2A else "1"
     if engine == "vllm":
         ep = 1
         if values.get("ep_on"):
@@ -614,7 +745,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
         if tp % dp:
             raise EngineCannotExpress("command.--dp", f"--dp {dp} must divide --tp {tp} with DP attention",
                                       "dp dividing tp")
-        ep = _int("ep", values.get("ep", "1"))
+        ep = _int("ep", values.get("ep", ep_default))
         if ep > tp or tp % ep:
             raise EngineCannotExpress("command.--ep", f"SGLang needs ep to divide tp (ep={ep}, tp={tp})",
                                       "ep dividing tp")
@@ -627,7 +758,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     else:
         if values.get("adp_on"):
             notes.append("--enable-dp-attention with --dp 1 is plain TP")
-        ep = _int("ep", values.get("ep", "1"))
+        ep = _int("ep", values.get("ep", ep_default))
         if ep > 1 and not spec.is_moe:
             notes.append("--ep ignored: the model has no MoE layers")
             ep = 1
@@ -665,3 +796,103 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8) 
     plan["engine"] = engine  # the estimate then uses this engine's profile (knowledge/engines/)
     parse_plan(plan)  # fail here, with field paths, if the result is malformed
     return ImportResult(engine=engine, plan=plan, notes=notes)
+
+
+def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_node: int,
+                   engine_config: dict[str, Any] | None) -> ImportResult:
+    """trtllm-serve: ``--tp_size T --pp_size P --ep_size E`` (TensorRT-LLM requires ``T = moe_tp * moe_ep``;
+    without ``--ep_size`` its mapping keeps EP 1 and shards experts by TP), and from the ``--config`` YAML
+    ``enable_attention_dp`` (attention on each of the T ranks with TP 1: pdag's ``attn_dp = T, tp = 1``)."""
+    values, ignored = _parse_flags(args, _TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
+    values.update(trtllm_config_values(engine_config))
+    repo = positional or values.get("model")
+    if not repo:
+        raise PdagInputError("command.model", "no model given", "the HF repo after 'trtllm-serve'")
+    model, note = model_for_repo(repo)
+    notes = [note] if note else []
+    world, pp, ep = (_int(k, values.get(k, "1")) for k in ("tp", "pp", "ep"))
+    spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
+    if ep > 1 and not spec.is_moe:
+        notes.append("--ep_size ignored: the model has no MoE layers")
+        ep = 1
+    if ep > world or world % ep:
+        raise EngineCannotExpress("command.--ep_size", f"TensorRT-LLM needs tp_size = moe_tp * moe_ep (ep={ep}, "
+                                  f"tp={world})", "ep_size dividing tp_size")
+    options: dict[str, Any] = {}
+    parallel: dict[str, int] = {"dp": 1, "pp": pp, "tp": world, "ep": ep, "sp": 1}
+    if values.get("adp_on") and world > 1:
+        if not spec.is_moe:
+            raise EngineCannotExpress("engine_config.enable_attention_dp", "attention DP on a model without MoE "
+                                      "layers (pdag's attention-DP shares experts between the groups)", "a MoE model")
+        parallel.update(tp=1, attn_dp=world)
+        options["allow_attention_dp"] = True
+        notes.append(f"enable_attention_dp: {world} attention groups of TP 1, experts over ep_size={ep} GPUs")
+    if spec.is_moe and ep < world:
+        options["allow_expert_tp"] = True
+    plan: dict[str, Any] = {"model": model, "checkpoint": repo.strip().rstrip("/"),
+                            "hardware": {"gpu": gpu, "num_gpus": world * pp, "gpus_per_node": gpus_per_node},
+                            "parallel": parallel}
+    if values.get("kv", "").lower().startswith("fp8"):
+        plan["kv_dtype"] = "fp8"
+    if options:
+        plan["options"] = options
+    limits = [f"{flag} {values[key]}" for key, flag in (("batch", "--max_batch_size"), ("context", "--max_seq_len"))
+              if key in values]
+    if limits:
+        notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload")
+    if ignored:
+        notes.append("flags without a plan field, ignored: " + " ".join(ignored))
+    plan["engine"] = "trtllm"
+    parse_plan(plan)
+    return ImportResult(engine="trtllm", plan=plan, notes=notes)
+
+
+_ROLE_FLAG = {"sglang": "--disaggregation-mode"}
+
+
+def _without_role(command: str, engine_role: str) -> str:
+    """The command of one pool with its role flag removed (after checking the role is the one expected)."""
+    tokens = _split_command(command)
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        flag, eq, inline = tokens[i].partition("=")
+        if flag == "--disaggregation-mode":
+            role = inline if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if role != engine_role:
+                raise PdagInputError("command.--disaggregation-mode", f"the {engine_role} pool's command says "
+                                     f"{role!r}", f"--disaggregation-mode {engine_role}")
+            i += 1 if eq else 2
+            continue
+        out.append(tokens[i])
+        i += 1
+    return shlex.join(out)
+
+
+def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
+                         engine_config: dict[str, Any] | None = None,
+                         decode_engine_config: dict[str, Any] | None = None) -> ImportResult:
+    """A disaggregated plan from the launch commands of its two pools (SGLang ``--disaggregation-mode prefill``
+    and ``decode``; vLLM servers with a ``--kv-transfer-config``): ``parallel`` is the prefill pool's layout,
+    ``phases.decode`` the decode pool's, and the GPUs are both pools' (prefill first)."""
+    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config)
+    dec = import_command(_without_role(decode_command, "decode"), gpu, gpus_per_node, decode_engine_config)
+    if pre.engine != dec.engine:
+        raise PdagInputError("decode_command", f"a {dec.engine} decode pool behind a {pre.engine} prefill pool",
+                             "both pools on the same engine")
+    for key in ("model", "checkpoint"):
+        if pre.plan.get(key) != dec.plan.get(key):
+            raise PdagInputError(f"decode_command.{key}", f"the pools serve {pre.plan.get(key)!r} and "
+                                 f"{dec.plan.get(key)!r}", "the same checkpoint in both pools")
+    plan = dict(pre.plan)
+    plan["phases"] = {"decode": dec.plan["parallel"]}
+    options = {**pre.plan.get("options", {}), **{k: v for k, v in dec.plan.get("options", {}).items() if v}}
+    plan["options"] = {**options, "disaggregated": True}
+    plan["hardware"] = {**pre.plan["hardware"],
+                        "num_gpus": pre.plan["hardware"]["num_gpus"] + dec.plan["hardware"]["num_gpus"]}
+    if dec.plan.get("kv_dtype") != pre.plan.get("kv_dtype"):
+        raise PdagInputError("decode_command.kv_cache_dtype", "the pools store the KV cache in different dtypes",
+                             "one KV dtype (the KV hand-off copies it as is)")
+    parse_plan(plan)
+    notes = [f"prefill pool: {n}" for n in pre.notes] + [f"decode pool: {n}" for n in dec.notes]
+    return ImportResult(engine=pre.engine, plan=plan, notes=notes)

@@ -101,9 +101,9 @@ class Plan(_Strict):
 
     model: str | HFModel = Field(description="model preset id, or {'hf_config': {...}}")
     checkpoint: str | None = Field(
-        None, max_length=200, pattern=r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$",
-        description="Hugging Face repo the engine serves (e.g. an Instruct or quantised variant of the preset); "
-        "default: the preset's base repo",
+        None, max_length=200, pattern=r"^([A-Za-z0-9][\w.\-]*(/[\w.\-]+)?|(/[\w.\-]+)+)$",
+        description="Hugging Face repo the engine serves (e.g. an Instruct or quantised variant of the preset), or "
+        "an absolute local path to a converted checkpoint; default: the preset's base repo",
     )
     hardware: Hardware
     parallel: Degrees = Field(default_factory=Degrees)

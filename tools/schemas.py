@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from knowledge import ROOT
+from tools.conformance import corpus_json_schema
 from tools.dag import dag_json_schema
 from tools.estimate.engine_profile import EngineProfile
 from tools.plan import Plan
@@ -27,7 +28,8 @@ def engine_json_schema() -> dict[str, Any]:
     return schema
 
 
-SCHEMAS = {"dag": dag_json_schema, "plan": plan_json_schema, "engine": engine_json_schema}
+SCHEMAS = {"dag": dag_json_schema, "plan": plan_json_schema, "engine": engine_json_schema,
+           "conformance": corpus_json_schema}
 
 
 def render(name: str) -> str:

@@ -43,6 +43,7 @@ attention-DP first, aggregated before disaggregated.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,6 +102,9 @@ class PlanSummary(BaseModel):
         None, description="disaggregated: each pool's label, replicas, GPUs and request rate")
     pool_balance: float | None = Field(None, description="disaggregated: prefill pool rate / decode pool rate")
     kv_transfer_ms: float | None = Field(None, description="disaggregated: KV hand-off of one prefill batch")
+    engines: list[str] = Field(default_factory=list, description="engines whose launch command export_plan writes")
+    engine_gaps: dict[str, str] = Field(
+        default_factory=dict, description="engine -> the feature it lacks to launch this plan (export refuses it)")
 
 
 class SearchResult(BaseModel):
@@ -651,6 +655,30 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
     return f"{why} at batch {p.batch} x {reps}; TPOT {p.tpot:.2f} ms{layout}; {head}"
 
 
+def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """Which engines can launch the plan, and for the others the reason their exporter gives."""
+    from tools.engines import ENGINES, EngineCannotExpress, export_plan
+
+    # Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
+    # something else): judge one replica, so that a plan of thousands of replicas costs what one does.
+    one = json.loads(json.dumps(plan))
+    one["parallel"] = {**one.get("parallel", {}), "dp": 1}
+    for phase in (one.get("phases") or {}).values():
+        if phase and "dp" in phase:
+            phase["dp"] = 1
+    one["hardware"] = {**one["hardware"], "num_gpus": Layout(parse_plan(one)).gpus_needed}
+    ok: list[str] = []
+    gaps: dict[str, str] = {}
+    for engine in ENGINES:
+        try:
+            export_plan(one, engine)
+        except EngineCannotExpress as exc:
+            gaps[engine] = f"{exc.field}: {exc.problem}"
+        else:
+            ok.append(engine)
+    return ok, gaps
+
+
 def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
     if p.dshape is None:
         plan = search.plan_dict(p.shape, p.dp, p.batch) | {"objective": search.objective}
@@ -666,9 +694,10 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
             "pool_balance": p.head.pool_balance,
             "kv_transfer_ms": p.head.kv_transfer.ms if p.head.kv_transfer else None,
         }
+    engines, gaps = _exportability(plan)
     return PlanSummary(
         rank=rank, label=_point_label(p),
-        plan=plan,
+        plan=plan, engines=engines, engine_gaps=gaps,
         gpus_used=p.gpus, batch_size=p.batch, ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,

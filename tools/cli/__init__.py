@@ -7,7 +7,7 @@ import os
 import sys
 from importlib import metadata
 
-from tools.cli import build, check, estimate, report, rules, search  # noqa: F401  (each registers its subcommands)
+from tools.cli import build, check, conformance, estimate, report, rules, search  # noqa: F401  (each registers its subcommands)
 from tools.cli.common import COMMANDS, add_plan_args, plan_from_args
 from tools.errors import PdagInputError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.cli.common import add_plan_args, command, plan_from_args
-from tools.engines import ENGINES, export_plan, import_command
+from tools.cli.common import add_plan_args, command, plan_from_args, read_json
+from tools.engines import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_command
 from tools.errors import PdagInputError
 from tools.search import search_strategies
 
@@ -57,6 +57,8 @@ def cmd_search(args: Any) -> int:
           f" ({result.estimated} estimates)")
     for p in result.top:
         print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size}]: {p.reason}")
+        launch = f"launch with {', '.join(p.engines)}" if p.engines else "no engine launches it as planned"
+        print(f"   {launch}" + "".join(f"; not {e}: {why}" for e, why in p.engine_gaps.items()))
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
         f"{p.label} b{p.batch_size} {p.user_tokens_per_s:.1f}/{p.throughput_per_gpu:.0f}" for p in result.pareto))
     print("rejected: " + ", ".join(f"{k} {v}" for k, v in result.rejected.items()))
@@ -84,6 +86,8 @@ def cmd_export(args: Any) -> int:
         print(result.model_dump_json())
         return 0
     print(result.command)
+    if result.config:
+        print(f"# {TRTLLM_CONFIG_FILE}: " + json.dumps(result.config, sort_keys=True))
     for note in result.notes:
         print(f"# {note}")
     return 0
@@ -91,13 +95,18 @@ def cmd_export(args: Any) -> int:
 
 def import_args(p: Any) -> None:
     """Arguments of ``pdag import``."""
-    p.add_argument("launch_command", help="a pasted 'vllm serve ...' or 'python -m sglang.launch_server ...' line")
+    p.add_argument("launch_command",
+                   help="a pasted 'vllm serve ...', 'python -m sglang.launch_server ...' or 'trtllm-serve ...' line")
     p.add_argument("--gpu", default="h100-sxm")
     p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--engine-config", metavar="FILE",
+                   help="TensorRT-LLM: the options of the command's --config YAML, as a JSON file")
 
 
 def cmd_import(args: Any) -> int:
-    result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node)
+    config = read_json(args.engine_config, "--engine-config") if args.engine_config else None
+    result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                            engine_config=config)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)
