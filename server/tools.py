@@ -307,9 +307,8 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
 
 @pdag_tool(core="estimate_performance", title="Estimate latency, throughput and memory")
 def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
-                         sla: Annotated[Sla | None, Field(description="max_tpot_ms / max_ttft_ms under load: adds "
-                                                          "best_under_sla, the concurrency with the most tokens/s "
-                                                          "per GPU within it")] = None,
+                         sla: Annotated[Sla | None, Field(description="TPOT/TTFT targets under load: adds "
+                                                          "best_under_sla")] = None,
                          detail: DetailArg = "summary", cursor: CursorArg = None,
                          render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
@@ -406,9 +405,9 @@ def search_strategies(
     attention_dp: Annotated[bool, Field(description="also try the opt-in attention-DP for MoE models")] = True,
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
-    engine: Annotated[EngineId, Field(description="engine profile the plans are priced with")] = "generic",
-    serving: Annotated[bool, Field(description="continuous batching: batch = requests in flight per replica; with "
-                                               "objective throughput and slo: most tokens/s within the SLO")] = False,
+    engine: Annotated[EngineId, Field(description="engine profile")] = "generic",
+    serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
+                                               "flight)")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,

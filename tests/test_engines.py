@@ -9,6 +9,7 @@ import pytest
 from tools import export_plan, import_command
 from tools.engines import EngineCannotExpress, model_for_repo
 from tools.plan import parse_plan
+from tools.quantization import gemm_dtype, storage
 
 
 def _plan(model: str, gpu: str, parallel: dict, **extra) -> dict:
@@ -51,7 +52,9 @@ def _canonical(plan: dict) -> dict:
     p = parse_plan(plan)
     return {
         "model": p.model_id, "hardware": p.hardware.model_dump(), "parallel": p.parallel.model_dump(),
-        "dtype": p.dtype, "kv_dtype": p.effective_kv_dtype,
+        # weights as stored and the dtype the GEMMs run in (dtype fp8 and weights fp8 on a GPU with fp8 tensor
+        # cores say the same), not the spelling
+        "weights": storage(p), "gemm": gemm_dtype(p), "kv_dtype": p.effective_kv_dtype,
         "allow_expert_tp": p.options.allow_expert_tp if p.spec.is_moe else False,
         "allow_attention_dp": p.options.allow_attention_dp,
     }

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tools.validate import validate_dag
 
-INT4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus": 8},
-                "parallel": {"tp": 8}, "dtype": "int4"}
+NVFP4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus": 8},
+                 "parallel": {"tp": 8}, "weights": "nvfp4"}  # FP4 GEMMs need Blackwell; no engine de-quantizes it
 
 
 def test_raw_checkers_run_on_the_first_call_of_a_fresh_process() -> None:
@@ -21,10 +21,10 @@ def test_raw_checkers_run_on_the_first_call_of_a_fresh_process() -> None:
     code = ("import json, sys; from tools.validate import validate_dag; "
             "r = validate_dag(json.loads(sys.argv[1])); "
             "print(json.dumps([v.rule_id for v in r.violations if v.severity == 'error']))")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(INT4_ON_H200)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(NVFP4_ON_H200)], capture_output=True, text=True,
                          check=True, timeout=120)
     first = json.loads(out.stdout.strip().splitlines()[-1])
-    again = [v.rule_id for v in validate_dag(INT4_ON_H200).violations if v.severity == "error"]
+    again = [v.rule_id for v in validate_dag(NVFP4_ON_H200).violations if v.severity == "error"]
     assert "HW-ACCELERATOR-SPEC" in first
     assert first == again
 
@@ -126,13 +126,15 @@ def test_sp_without_tp_is_valid_and_estimates() -> None:
     assert estimate_performance(plan=plan).prefill_latency_ms > 0
 
 
-def test_search_refuses_a_dtype_the_accelerator_does_not_run() -> None:
-    from tools.errors import PdagInputError
+def test_search_serves_int4_weight_only_where_the_gpu_has_no_int4_math() -> None:
+    """Engines run int4 weights on Hopper through de-quantizing kernels: search ranks such plans, and they
+    validate (issue 10: it used to stop on HW-ACCELERATOR-SPEC)."""
     from tools.search import search_strategies
 
-    with pytest.raises(PdagInputError) as exc:
-        search_strategies("llama-3.1-8b", {"gpu": "h200", "num_gpus": 8}, dtype="int4")
-    assert exc.value.field == "dtype" and "HW-ACCELERATOR-SPEC" in exc.value.problem
+    result = search_strategies("llama-3.1-8b", {"gpu": "h200", "num_gpus": 8}, dtype="int4", disaggregated=False)
+    assert result.top
+    best = result.top[0].plan
+    assert validate_dag(best).valid and best.get("dtype") == "int4"
 
 
 @settings(max_examples=6, deadline=None)

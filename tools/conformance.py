@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge import ROOT
 from tools.errors import PdagInputError
+from tools.quantization import format_of_flag
 
 CORPUS_PATH = ROOT / "conformance" / "corpus.json"
 
@@ -99,9 +100,8 @@ def corpus_json_schema() -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------- comparing
 def _weights_of(plan: dict[str, Any]) -> str:
-    """The weight storage the plan states.  pdag's plan has one dtype for storage and compute; the checkpoint
-    formats that need more (MXFP4, NVFP4, AWQ) are what entries with ``needs: quantization`` wait for."""
-    return str(plan.get("dtype", "bf16"))
+    """The weight storage the plan states: ``weights`` (tools/quantization.py), else its dtype."""
+    return str(plan.get("weights") or plan.get("dtype", "bf16"))
 
 
 def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None,
@@ -131,7 +131,8 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
     out = {
         "checkpoint": (positional or values.get("model", "")).rstrip("/"),
         "tp": values.get("tp", "1"), "pp": values.get("pp", "1"), "dp": values.get("dp", "1"),
-        "quantization": values.get("quant", "none").lower(),
+        # the format a --quantization value selects (awq_marlin and moe_wna16 both serve AWQ weights)
+        "quantization": format_of_flag(engine, values.get("quant", "")) or values.get("quant", "none").lower(),
         "dtype": dtype,
         "kv_cache_dtype": "fp8" if kv.startswith("fp8") else "auto",
     }

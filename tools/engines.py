@@ -36,6 +36,7 @@ from tools.errors import PdagInputError
 from tools.layout import Layout
 from tools.models import MODELS_DIR, preset_ids
 from tools.plan import Plan, parse_plan
+from tools.quantization import checkpoint_format, engine_flag, format_of_flag
 
 __all__ = [
     "ENGINES",
@@ -303,7 +304,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
     max_seqs, max_len = _serving_limits(plan)
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
-    argv += _dtype_flags(plan, notes, kv_fp8="fp8")
+    argv += _dtype_flags(plan, notes, "vllm")
     env: list[str] = []
     split = _layer_split_note(plan, layout)
     if split:
@@ -338,24 +339,45 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
             "--max-num-seqs", str(-(-max_seqs // p.attn_dp)), "--max-model-len", str(max_len)]
     notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
                  "rounded up")
-    argv += _dtype_flags(plan, notes, kv_fp8="fp8")
+    argv += _dtype_flags(plan, notes, "vllm")
     return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
 
 
-def _dtype_flags(plan: Plan, notes: list[str], kv_fp8: str) -> list[str]:
-    """Weight and KV dtype flags, spelled alike by vLLM and SGLang except for the fp8 KV dtype (``kv_fp8``)."""
+def _dtype_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
+    """Weight and KV dtype flags, spelled alike by vLLM and SGLang except for the fp8 KV dtype."""
+    kv_fp8 = {"vllm": "fp8", "sglang": "fp8_e4m3"}[engine]
     out: list[str] = []
-    if plan.dtype in _DTYPE_FLAG:
+    if plan.weights is not None and plan.dtype in _DTYPE_FLAG:
         out += ["--dtype", _DTYPE_FLAG[plan.dtype]]
-    elif plan.dtype == "fp8":
-        out += ["--quantization", "fp8"]
-        notes.append("fp8 weights: drop --quantization when the checkpoint already ships FP8 (e.g. DeepSeek-V3)")
+        out += _weights_flags(plan, notes, engine)
+    elif plan.dtype in _DTYPE_FLAG:
+        out += ["--dtype", _DTYPE_FLAG[plan.dtype]]
+    elif plan.dtype == "fp8" and checkpoint_format(_hf_repo(plan), plan.spec) != "fp8":
+        out += ["--quantization", "fp8"]  # online fp8 quantization of a 16-bit checkpoint
     else:
         notes.append(f"{plan.dtype} weights need a quantised checkpoint (AWQ/GPTQ); serve that repo instead")
     if plan.effective_kv_dtype == "fp8":
         out += ["--kv-cache-dtype", kv_fp8]
     return out
+
+
+def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
+    """--quantization for the plan's weights: none when the served checkpoint already stores them (engines read
+    its quantization_config), except for AWQ/GPTQ, where the flag picks the kernel; the engine's own method when
+    it quantizes a 16-bit checkpoint online."""
+    fmt = plan.weights
+    assert fmt is not None
+    if fmt in ("bf16", "fp16"):
+        return []
+    flag = engine_flag(fmt, engine)
+    stored = checkpoint_format(_hf_repo(plan), plan.spec) == fmt
+    if stored and fmt not in ("awq-int4", "gptq-int4"):
+        return []
+    if flag is None:
+        notes.append(f"{fmt} weights need a checkpoint that stores them; serve such a repo")
+        return []
+    return ["--quantization", flag]
 
 
 def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
@@ -386,7 +408,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan)
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
-    argv += _dtype_flags(plan, notes, kv_fp8="fp8_e4m3")
+    argv += _dtype_flags(plan, notes, "sglang")
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)
@@ -780,12 +802,14 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                      "the default workload; set the real batch and lengths before estimating")
     dtype = values.get("dtype", "auto").lower()
     quant = values.get("quant", "").lower()
-    if quant == "fp8":
-        plan["dtype"] = "fp8"
-    elif quant:
-        notes.append(f"quantisation {quant!r} not mapped; dtype left at bf16")
-    elif dtype in _DTYPE_FROM_FLAG:
+    if dtype in _DTYPE_FROM_FLAG:
         plan["dtype"] = _DTYPE_FROM_FLAG[dtype]
+    weights = format_of_flag(engine, quant) if quant else None
+    if quant and weights is None:
+        notes.append(f"quantisation {quant!r} not mapped; weights read from the checkpoint")
+    weights = weights or checkpoint_format(repo, spec)
+    if weights and weights != plan.get("dtype", "bf16"):
+        plan["weights"] = weights
     kv = values.get("kv", "auto").lower()
     if kv.startswith("fp8"):
         plan["kv_dtype"] = "fp8"
@@ -834,6 +858,9 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
                             "parallel": parallel}
     if values.get("kv", "").lower().startswith("fp8"):
         plan["kv_dtype"] = "fp8"
+    weights = checkpoint_format(repo, spec)
+    if weights and weights != "bf16":
+        plan["weights"] = weights
     if options:
         plan["options"] = options
     limits = [f"{flag} {values[key]}" for key, flag in (("batch", "--max_batch_size"), ("context", "--max_seq_len"))

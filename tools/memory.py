@@ -56,6 +56,7 @@ from tools.estimate.efficiency import Overlay, efficiency_for
 from tools.hardware import DTYPE_BYTES
 from tools.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
+from tools.quantization import weight_bytes
 
 __all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
 
@@ -176,8 +177,9 @@ def _kv_elems_local(plan: Plan, pl: PhaseLayout) -> float:
 def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str, float]) -> list[_Terms]:
     """One entry per GPU of replica 0 of ``pool``, which runs ``phases`` (both in aggregated serving)."""
     spec = plan.spec
-    wb = DTYPE_BYTES[plan.dtype]
-    hb = max(wb, 2.0)  # embedding, LM head, norms, router
+    wb = weight_bytes(plan, "dense")  # storage of attention and dense FFN weights (tools/quantization.py)
+    xb = weight_bytes(plan, "expert")
+    hb = max(DTYPE_BYTES[plan.dtype], 2.0)  # embedding, LM head, norms, router
     kvb = DTYPE_BYTES[plan.effective_kv_dtype]
     ab = eff["activation_bytes"]
     h = spec.hidden_size
@@ -246,7 +248,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if moe and n_moe and local < ep * expert_tp:
                 k = local // expert_tp
                 held = base + (1 if k < extra else 0)
-                weights += n_moe * held * spec.expert_params() / expert_tp * wb
+                weights += n_moe * held * spec.expert_params() / expert_tp * xb
                 routed = moe.experts_per_token * held / n_exp
                 act_exp = routed * 2 * moe.expert_intermediate_size / expert_tp
             resid = 2 * h if attn_gpu or act_ffn or act_exp else 0

@@ -154,6 +154,9 @@ class ModelSpec(BaseModel):
     attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)  # DeepSeek MTP modules, never counted
     hf_repo: str | None = None
+    # the checkpoint's storage format (its config's quantization_config) and the modules it leaves unquantized
+    checkpoint_format: str | None = None
+    unquantized_modules: tuple[str, ...] = ()
     published_params: float | None = None
     published_active_params: float | None = None
     published_active_excludes_embedding: bool = False  # how the source counts active parameters
@@ -420,6 +423,23 @@ def _detect_model_type(raw: dict[str, Any], prefix: str) -> str:
     return mt
 
 
+def _quant_config(c: Any) -> dict[str, Any]:
+    raw = getattr(c, "raw", None)
+    cfg = raw.get("quantization_config") if isinstance(raw, dict) else None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _checkpoint_format(c: Any) -> str | None:
+    from tools.quantization import format_of_config
+
+    return format_of_config(_quant_config(c))
+
+
+def _unquantized(c: Any) -> tuple[str, ...]:
+    mods = _quant_config(c).get("modules_to_not_convert") or ()
+    return tuple(str(m)[:200] for m in mods[:64]) if isinstance(mods, list) else ()
+
+
 def from_hf_config(
     config: dict[str, Any],
     id: str | None = None,  # noqa: A002 - the public name the callers use
@@ -596,6 +616,8 @@ def from_hf_config(
             attention_sinks=sinks,
             mtp_layers=mtp,
             hf_repo=hf_repo,
+            checkpoint_format=_checkpoint_format(c),
+            unquantized_modules=_unquantized(c),
             published_params=published_params,
             published_active_params=published_active_params,
             published_active_excludes_embedding=published_active_excludes_embedding,

@@ -12,6 +12,7 @@ from tools.estimate.engine_profile import EngineId
 from tools.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
 from tools.inputs import check_json_value
 from tools.models import ModelSpec, resolve_model
+from tools.quantization import WeightFormat
 
 MAX_DEGREE = 65_536
 MAX_SEQ_LEN = 2_097_152
@@ -63,8 +64,7 @@ class Hardware(_Strict):
     num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs the plan may use")
     gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE,
                                description="GPUs per node sharing the fast interconnect")
-    network: Network | None = Field(None, description="scale-out fabric: rails, leaf ports, spine "
-                                    "oversubscription (default: a rail-optimized, non-blocking fat tree)")
+    network: Network | None = Field(None, description="scale-out fabric (default: rails, non-blocking)")
 
 
 class Workload(_Strict):
@@ -113,6 +113,8 @@ class Plan(_Strict):
     kv_dtype: Dtype | None = None
     objective: Literal["latency", "throughput"] = "latency"
     options: Options = Field(default_factory=Options)
+    weights: WeightFormat | None = Field(
+        None, description="checkpoint weight storage (knowledge/hardware/quantization.json); default: dtype")
     engine: EngineId = Field(
         "generic", description="serving engine the estimate assumes (knowledge/engines/<id>.json): per-pass and "
                                "per-kernel overheads, CUDA graphs, all-reduce and all-to-all implementation, overlap")

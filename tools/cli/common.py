@@ -11,6 +11,7 @@ from typing import Any
 from tools.errors import PdagInputError
 from tools.estimate.engine_profile import ENGINE_IDS
 from tools.inputs import load_json_text, read_text_file
+from tools.quantization import FORMATS
 
 # The workload is left to the plan model's defaults, so flags, plan files and MCP calls estimate the same thing.
 DEFAULT_PLAN: dict[str, Any] = {
@@ -35,6 +36,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="sequences per DP replica")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
     p.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
+    p.add_argument("--weights", choices=list(FORMATS),
+                   help="checkpoint weight storage, e.g. mxfp4, awq-int4, nvfp4 (default: the dtype)")
     p.add_argument("--objective", choices=["latency", "throughput"])
     p.add_argument("--engine", choices=list(ENGINE_IDS),
                    help="serving engine the estimate assumes (knowledge/engines/); export's target engine")
@@ -110,7 +113,7 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
     for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("batch", "batch_size")):
         if getattr(args, flag) is not None:
             wl[key] = getattr(args, flag)
-    for key in ("dtype", "kv_dtype", "objective", "engine"):
+    for key in ("dtype", "kv_dtype", "weights", "objective", "engine"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
     return plan

@@ -45,6 +45,7 @@ from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
+from tools.quantization import gemm_dtype, weight_bytes
 
 T = NodeType
 
@@ -98,8 +99,9 @@ class CostModel:
     def __post_init__(self) -> None:
         plan, acc = self.plan, self.plan.accelerator
         self.spec = plan.spec
-        self.wb = DTYPE_BYTES[plan.dtype]
-        self.hb = max(self.wb, 2.0)
+        self.wb = weight_bytes(plan, "dense")  # storage, not compute (tools/quantization.py)
+        self.xb = weight_bytes(plan, "expert")
+        self.hb = max(DTYPE_BYTES[plan.dtype], 2.0)
         self.kvb = DTYPE_BYTES[plan.effective_kv_dtype]
         self.ab = self.eff["activation_bytes"]
         self.gemm_dtype = self.gemm_compute_dtype()
@@ -117,10 +119,7 @@ class CostModel:
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
         weights are de-quantised in the kernel and the math runs in 16-bit (weight-only quantisation)."""
-        acc, dt = self.plan.accelerator, self.plan.dtype
-        if dt in ("fp8", "int8", "bf16", "fp16") and acc.supports(dt):
-            return dt
-        return "bf16" if acc.supports("bf16") else "fp16"
+        return gemm_dtype(self.plan)
 
     # ------------------------------------------------------------------ kernels
     def run(self, phase: str, kernels: list[Kernel]) -> NodeCost:
@@ -310,8 +309,8 @@ class CostModel:
         mean, worst, hit_mean, hit_worst = expert_load(tok, moe.experts_per_token, moe.num_experts, held, ranks)
         load, hit = (mean, hit_mean) if self.balanced_experts else (worst, hit_worst)
         h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
-        w1 = hit * 2 * h * i_l * self.wb
-        w2 = hit * i_l * h * self.wb
+        w1 = hit * 2 * h * i_l * self.xb
+        w2 = hit * i_l * h * self.xb
         return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),

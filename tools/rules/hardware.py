@@ -8,6 +8,7 @@ from typing import Any
 from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.hardware import resolve_accelerator
+from tools.quantization import FORMATS, FP4_NATIVE, format_info, runs_on
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 COLLECTIVES = (NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
@@ -26,11 +27,20 @@ def check_accelerator(ctx: Context) -> Iterator[Finding]:
                       "memory bandwidth, dense compute per dtype and interconnect bandwidths",
                       field=f"plan.{exc.field}", hint=exc.allowed)
         return
+    sixteen = acc.supports("bf16") or acc.supports("fp16")
     dtype = raw.get("dtype", "bf16")
-    if isinstance(dtype, str) and dtype in ("bf16", "fp16", "fp8", "int8", "int4") and not acc.supports(dtype):
+    # a narrower dtype than the GPU computes in runs weight-only (de-quantized in the GEMM), as engines do
+    if isinstance(dtype, str) and dtype in ("bf16", "fp16", "fp8", "int8", "int4") and not acc.supports(dtype) \
+            and not (sixteen and runs_on(dtype, acc)):
         yield Finding(f"{acc.name} has no {dtype} peak compute (supports {', '.join(acc.supported_dtypes())}); the "
                       "dtype must be one the accelerator runs", field="plan.dtype",
                       hint=f"use one of {', '.join(acc.supported_dtypes())}")
+    weights = raw.get("weights")
+    if isinstance(weights, str) and weights in FORMATS and not (runs_on(weights, acc) and sixteen):
+        native = [g for g in FP4_NATIVE] if format_info(weights)["compute"] == "fp4" else []
+        yield Finding(f"{acc.name} cannot serve {weights} weights: it has no tensor cores for them and engines "
+                      "ship no de-quantizing kernel for the format", field="plan.weights",
+                      hint=f"serve it on {', '.join(native)}" if native else "choose a format the GPU runs")
 
 
 @fixer("HW-ACCELERATOR-SPEC")

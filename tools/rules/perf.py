@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.dag import NodeType
-from tools.hardware import DTYPE_BYTES
+from tools.quantization import weight_bytes
 from tools.rules.registry import Change, Context, Finding, checker, fixer, param
 
 OBJECTIVES = ("latency", "throughput")
@@ -117,7 +117,8 @@ def check_decode_memory_bound(ctx: Context) -> Iterator[Finding]:
     if dec is None:
         return
     p = ctx.plan
-    bytes_read = p.spec.active_param_count() * DTYPE_BYTES[p.dtype] / ctx.layout.replica_gpus
+    per_param = min(weight_bytes(p, "dense"), weight_bytes(p, "expert"))  # a floor: the narrowest storage
+    bytes_read = p.spec.active_param_count() * per_param / ctx.layout.replica_gpus
     floor = bytes_read / p.accelerator.memory_bandwidth_bytes_per_s * 1000
     if dec < floor:
         yield Finding(f"the claimed decode step {dec:.3g} ms is below {floor:.3g} ms, the time to read the active "

@@ -1,0 +1,94 @@
+"""Weight storage as the engines see it (plan.weights, knowledge/hardware/quantization.json): checkpoints in
+fp8, int8, AWQ/GPTQ int4, MXFP4 and NVFP4 are held at their storage size, read at it by the GEMMs and computed
+in their own dtype where the GPU has tensor cores for it, in 16 bits otherwise (issue 10)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tools import estimate_performance, validate_dag
+from tools.engines import export_plan, import_command
+from tools.memory import memory_report
+from tools.plan import parse_plan
+from tools.quantization import FORMATS, format_info, format_of_config, gemm_dtype, weight_bytes
+
+
+def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
+    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": {"tp": n}, **extra}
+
+
+def _errors(plan: dict) -> list[str]:
+    return [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
+
+
+def test_gpt_oss_120b_mxfp4_experts_fit_one_h100():
+    plan = _plan("gpt-oss-120b", "h100-sxm", weights="mxfp4")
+    p = parse_plan(plan)
+    assert p.spec.checkpoint_format == "mxfp4"  # from the preset config's quantization_config
+    assert weight_bytes(p, "expert") == pytest.approx(0.53125) and weight_bytes(p, "dense") == 2
+    assert gemm_dtype(p) == "bf16"  # Hopper has no FP4 tensor cores: weight-only kernels
+    mem = memory_report(p)
+    assert mem.fits and 60e9 < mem.per_gpu[0].weights_bytes < 66e9  # ~61 GB published for the MXFP4 checkpoint
+    assert not _errors(plan)
+    assert not _errors(_plan("gpt-oss-120b", "h100-sxm", dtype="int4"))  # int4 runs weight-only, not rejected
+
+
+def test_awq_70b_on_one_h100_and_fp8_weight_only_on_a100():
+    awq = _plan("llama-3.1-70b", "h100-sxm", weights="awq-int4")
+    p = parse_plan(awq)
+    assert memory_report(p).fits and gemm_dtype(p) == "bf16" and not _errors(awq)
+    fp8 = _plan("llama-3.1-8b", "a100-80gb", dtype="fp8")
+    q = parse_plan(fp8)
+    assert gemm_dtype(q) == "bf16" and weight_bytes(q, "dense") == 1 and not _errors(fp8)
+    bf16 = estimate_performance(plan=_plan("llama-3.1-8b", "a100-80gb"))
+    assert estimate_performance(plan=fp8).decode_latency_ms_per_token < bf16.decode_latency_ms_per_token
+
+
+def test_nvfp4_needs_blackwell_and_runs_there():
+    errs = validate_dag(_plan("llama-3.1-70b", "h100-sxm", weights="nvfp4")).violations
+    hw = [v for v in errs if v.rule_id == "HW-ACCELERATOR-SPEC"]
+    assert hw and hw[0].location.field == "plan.weights" and "b200" in (hw[0].hint or "")
+    b200 = _plan("llama-3.1-70b", "b200", weights="nvfp4")
+    assert not _errors(b200) and gemm_dtype(parse_plan(b200)) == "fp8"
+
+
+def test_sglang_deepseek_v3_import_reads_the_fp8_checkpoint_and_fits_8_h200():
+    cmd = "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --trust-remote-code"
+    plan = import_command(cmd, gpu="h200").plan
+    assert plan["weights"] == "fp8" and plan.get("dtype", "bf16") == "bf16" and "kv_dtype" not in plan
+    assert memory_report(parse_plan(plan)).fits and not _errors(plan)
+    back = export_plan(plan, "sglang").command
+    assert "--quantization" not in back and "--kv-cache-dtype" not in back  # the checkpoint carries its format
+
+
+def test_exports_name_the_method_only_where_the_engine_needs_it():
+    online = export_plan(_plan("llama-3.1-405b", "h200", 8, weights="fp8"), "vllm").command
+    assert "--quantization fp8" in online  # a bf16 checkpoint quantized at load time
+    awq = {**_plan("llama-3.1-70b", "h100-sxm"), "weights": "awq-int4",
+           "checkpoint": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}
+    assert "--quantization awq_marlin" in export_plan(awq, "vllm").command
+    gpt = export_plan(_plan("gpt-oss-120b", "h100-sxm", weights="mxfp4"), "vllm").command
+    assert "--quantization" not in gpt
+
+
+def test_hf_quantization_configs_map_to_formats():
+    assert format_of_config({"quant_method": "fp8", "weight_block_size": [128, 128]}) == "fp8"
+    assert format_of_config({"quant_method": "mxfp4"}) == "mxfp4"
+    assert format_of_config({"quant_method": "awq", "bits": 4, "group_size": 128}) == "awq-int4"
+    assert format_of_config({"quant_method": "modelopt", "quant_algo": "NVFP4"}) == "nvfp4"
+    assert format_of_config({}) is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(fmt=st.sampled_from([f for f in FORMATS if f not in ("nvfp4",)]),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b"]))
+def test_weight_memory_follows_the_storage_bytes(fmt, model):
+    base = memory_report(parse_plan(_plan(model, "h100-sxm", weights="bf16"))).per_gpu[0].weights_bytes
+    quant = memory_report(parse_plan(_plan(model, "h100-sxm", weights=fmt))).per_gpu[0].weights_bytes
+    ratio = format_info(fmt)["bytes_per_param"] / 2
+    assert quant <= base + 1e-6
+    # embedding, head and norms stay 16-bit: the saving is at most the linear weights' share
+    assert quant >= base * ratio - 1e-6
+    assert "HW-ACCELERATOR-SPEC" not in _errors(_plan(model, "h100-sxm", weights=fmt))  # de-quantized, not refused

@@ -1,0 +1,137 @@
+"""Weight storage formats as the engines see them (``plan.weights``; data in knowledge/hardware/quantization.json).
+
+A plan's ``dtype`` is the compute and activation dtype; ``weights`` says how the checkpoint stores its linear
+weights (attention, dense FFN, experts): bf16, fp8 (block scales), int8, AWQ/GPTQ int4, MXFP4, NVFP4. Memory and
+the bytes a GEMM reads follow the storage; the math runs in the format's own dtype where the accelerator has
+tensor cores for it and in 16 bits otherwise (weight-only kernels de-quantize on the fly). Embedding, LM head,
+norms and router stay 16-bit. Without ``weights``, the dtype is also the storage (plans written before).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from knowledge import ROOT as KNOWLEDGE_ROOT
+from tools.hardware import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from tools.hardware import Accelerator
+    from tools.plan import Plan
+
+WeightFormat = Literal["bf16", "fp16", "fp8", "int8", "int4", "awq-int4", "gptq-int4", "mxfp4", "nvfp4"]
+QUANT_FILE = KNOWLEDGE_ROOT / "hardware" / "quantization.json"
+
+
+@cache
+def _data() -> dict[str, Any]:
+    with open(QUANT_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+FORMATS: tuple[str, ...] = WeightFormat.__args__  # type: ignore[attr-defined]
+FP4_NATIVE: tuple[str, ...] = tuple(_data()["fp4_native"])
+
+
+def format_info(fmt: str) -> dict[str, Any]:
+    return _data()["formats"][fmt]
+
+
+def storage(plan: Plan) -> str:
+    """The weight storage format: ``plan.weights``, else the dtype."""
+    return plan.weights or plan.dtype
+
+
+def experts_only(plan: Plan) -> bool:
+    """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
+    its config's quantization_config says through modules_to_not_convert."""
+    spec = plan.spec
+    if plan.weights is None or not spec.is_moe or spec.checkpoint_format != plan.weights:
+        return False
+    return any("attn" in m for m in spec.unquantized_modules)
+
+
+def weight_bytes(plan: Plan, component: Literal["dense", "expert"]) -> float:
+    """Bytes per parameter of the linear weights of ``component`` (dense: attention, dense and shared FFN)."""
+    fmt = storage(plan)
+    if plan.weights is None:
+        return DTYPE_BYTES[fmt]
+    if component == "dense" and experts_only(plan):
+        return DTYPE_BYTES["bf16"] if plan.dtype not in ("bf16", "fp16") else DTYPE_BYTES[plan.dtype]
+    return float(format_info(fmt)["bytes_per_param"])
+
+
+def native(fmt: str, acc: Accelerator) -> bool:
+    """The accelerator has tensor cores for the format's compute dtype."""
+    compute = format_info(fmt)["compute"]
+    if compute == "fp4":
+        return acc.id in FP4_NATIVE
+    return compute is not None and acc.supports(compute)
+
+
+def runs_on(fmt: str, acc: Accelerator) -> bool:
+    """Engines can serve the format on the accelerator: natively, or de-quantizing in weight-only kernels."""
+    return native(fmt, acc) or bool(format_info(fmt)["dequantizes"])
+
+
+def gemm_dtype(plan: Plan) -> str:
+    """The dtype the GEMMs run in: the storage format's when the GPU has tensor cores for it (FP4 is priced at
+    the fp8 peak, the narrowest the catalog lists), else 16-bit (weight-only de-quantization)."""
+    acc = plan.accelerator
+    sixteen = "bf16" if acc.supports("bf16") else "fp16"
+    fmt = storage(plan)
+    if plan.weights is None:
+        return fmt if fmt in ("fp8", "int8", "bf16", "fp16") and acc.supports(fmt) else sixteen
+    if experts_only(plan) or not native(fmt, acc):
+        return plan.dtype if plan.dtype in ("bf16", "fp16") and acc.supports(plan.dtype) else sixteen
+    compute = format_info(fmt)["compute"]
+    return "fp8" if compute == "fp4" else compute
+
+
+def format_of_config(cfg: dict[str, Any]) -> str | None:
+    """The storage format a Hugging Face quantization_config names (quant_method), or None."""
+    method = str(cfg.get("quant_method") or "").lower()
+    if not method:
+        return None
+    for fid, info in _data()["formats"].items():
+        if method in info["hf_methods"]:
+            if fid == "fp8" and cfg.get("bits") == 4:
+                return None
+            return fid
+    if method in ("compressed-tensors", "modelopt"):
+        algo = json.dumps(cfg).lower()
+        return "nvfp4" if "fp4" in algo else "fp8" if "fp8" in algo else None
+    return None
+
+
+def format_of_checkpoint(repo: str) -> str | None:
+    """The format a checkpoint's name states (…-FP8, …-AWQ, …-FP4, …-BF16), or None."""
+    name = repo.lower().rstrip("/")
+    for fid, info in _data()["formats"].items():
+        if any(name.endswith(m) or f"{m}-" in name or f"{m}_" in name for m in info["markers"]):
+            return fid
+    return None
+
+
+def format_of_flag(engine: str, value: str) -> str | None:
+    """The format an engine's --quantization value selects (e.g. awq_marlin, moe_wna16, modelopt_fp4)."""
+    v = value.lower()
+    for fid, info in _data()["formats"].items():
+        if v and v in {x for x in (info.get("flags") or {}).values() if x}:
+            return fid
+    aliases = {"awq": "awq-int4", "moe_wna16": "awq-int4", "gptq": "gptq-int4", "w8a8_fp8": "fp8",
+               "modelopt": "fp8", "blockwise_int8": "int8", "w8a8_int8": "int8", "fp4": "nvfp4"}
+    return aliases.get(v)
+
+
+def checkpoint_format(repo: str | None, spec: Any) -> str | None:
+    """The storage format of the checkpoint a plan serves: what its name states, else (a repo of the preset's
+    family) the preset config's quantization_config."""
+    named = format_of_checkpoint(repo) if repo else None
+    return named or spec.checkpoint_format
+
+
+def engine_flag(fmt: str, engine: str) -> str | None:
+    """The --quantization value an engine takes for the format (None: it has none)."""
+    return (format_info(fmt).get("flags") or {}).get(engine) or None
