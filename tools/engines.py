@@ -353,8 +353,9 @@ def _dtype_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
         out += _weights_flags(plan, notes, engine)
     elif plan.dtype in _DTYPE_FLAG:
         out += ["--dtype", _DTYPE_FLAG[plan.dtype]]
-    elif plan.dtype == "fp8" and checkpoint_format(_hf_repo(plan), plan.spec) != "fp8":
-        out += ["--quantization", "fp8"]  # online fp8 quantization of a 16-bit checkpoint
+    elif plan.dtype == "fp8":
+        if checkpoint_format(_hf_repo(plan), plan.spec) != "fp8":
+            out += ["--quantization", "fp8"]  # online fp8 quantization of a 16-bit checkpoint
     else:
         notes.append(f"{plan.dtype} weights need a quantised checkpoint (AWQ/GPTQ); serve that repo instead")
     if plan.effective_kv_dtype == "fp8":
