@@ -66,3 +66,19 @@ def test_split_only_under_tp_and_never_larger_than_whole(tp, batch):
     assert split <= whole and (split == whole) == (tp == 1)
     assert ("r0.decode.logits.allgather" in _nodes(plan)) == (tp > 1)
     assert estimate_performance(plan=plan).gpus_used == tp
+
+
+def test_a_dropped_vocab_collective_is_caught_and_repaired():
+    from tools import autofix_dag
+
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2}}
+    dag = build_dag(plan).dag
+    gone = "r0.prefill.embed.allreduce"
+    after = [e["target"] for e in dag["edges"] if e["source"] == gone]
+    dag["nodes"] = [n for n in dag["nodes"] if n["id"] != gone]
+    dag["edges"] = [e for e in dag["edges"] if gone not in (e["source"], e["target"])] + [
+        {"source": "r0.prefill.embed", "target": t, "type": "data"} for t in after]
+    r = validate_dag(dag=dag)
+    assert not r.valid and any(v.rule_id == "TP-REJOIN-BEFORE-NEXT-LAYER" and "vocab" in v.message
+                               for v in r.violations)
+    assert autofix_dag(dag=dag).valid

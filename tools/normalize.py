@@ -296,16 +296,17 @@ class _Normalizer:
 
     # ------------------------------------------------------------------ operators
     def _rejoin(self, n: str) -> frozenset[str]:
-        """The first collectives a shard's data reaches (through compute nodes of its own layer)."""
+        """The first collectives a shard's data reaches (through compute nodes of its own layer). A stage
+        hand-off counts too: shards that meet only there are still one operator, whose reduction is missing."""
         layer = self.a[n].get("layer")
         seen, todo, out = {n}, [n], set()
         while todo:
             x = todo.pop()
             for y, e in self.g._succ[x].items():
-                if y in seen or e.get("type", "data") != "data":
+                if y in seen or e.get("type", "data") not in ("data", "pipeline"):
                     continue
                 seen.add(y)
-                if self.t(y) in _REJOIN:
+                if self.t(y) in _REJOIN or self.t(y) == T.SEND_RECV:
                     out.add(y)
                 elif self.t(y) not in CONTROL_TYPES and self.a[y].get("layer") == layer:
                     todo.append(y)

@@ -110,6 +110,18 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                           shards, hint=f"insert an AllReduceNode on GPUs {sorted(devs)[:16]} after "
                                        f"{gather or 'the gather'}")
 
+    # vocab-parallel embedding / LM head: each rank holds some rows, so a collective must follow
+    joins = {NodeType.EMBEDDING: (NodeType.ALL_REDUCE, "AllReduceNode"), NodeType.LM_HEAD: (NodeType.ALL_GATHER,
+                                                                                            "AllGatherNode")}
+    for n in ctx.of(NodeType.EMBEDDING, NodeType.LM_HEAD):
+        if int((ctx.attr(n, "meta") or {}).get("vocab_shards", 1) or 1) <= 1:
+            continue
+        want, name = joins[ctx.types[n]]
+        if not any(ctx.types[v] == want for v in ctx.succ[n]):
+            yield Finding(f"{n} is split by vocabulary (meta.vocab_shards) but no {name} joins its slices; each rank "
+                          "holds only some rows", [n], hint=f"insert an {name} on GPUs {sorted(ctx.devices[n])[:16]} "
+                                                           f"right after {n}")
+
 
 @checker("TP-NO-CROSS-LAYER")
 def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
