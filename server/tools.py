@@ -43,7 +43,7 @@ CursorArg = Annotated[
     Field(description="next_cursor of the previous full page", max_length=40),
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
-RenderArg = Annotated[bool, Field(description="true: add PNG pictures and their text summary")]
+RenderArg = Annotated[bool, Field(description="add PNG pictures")]
 OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
 # The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
 # malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
@@ -418,14 +418,13 @@ def search_strategies(
     and estimate_performance the plan you pick (each returned `plan` can be passed to them as is, opt-ins
     included). Besides the default strategies it also tries attention-DP layouts for MoE models
     (`attention_dp`, default true) and disaggregated prefill/decode pools (`disaggregated`, default when the
-    cluster has >= 2 GPUs); set them to false to search only the default rules. Do not use it to check one
-    given plan (validate_dag) or to explain a rule (lookup_rule).
+    cluster has >= 2 GPUs); set them to false to search only the default rules.
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
     whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), the best aggregated and
-    the best disaggregated plan with a comparison, and how many alternatives each rule rejected. Figures are
-    analytical estimates, not measurements. `render`: true adds an image of the Pareto front.
+    the best disaggregated plan with a comparison, and how many alternatives each rule rejected.
+    `render`: true adds an image of the Pareto front.
     """
     fn = core("search_strategies")
     assert fn is not None
