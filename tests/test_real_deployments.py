@@ -242,3 +242,15 @@ def test_a_valid_plan_exports_or_names_the_missing_engine_feature(dp, pp, tp, ep
     back = import_command(line, gpu="h100-sxm", engine_config=out.config)
     assert back.plan["hardware"]["num_gpus"] * len(out.argv) == out.gpus
 
+
+
+def test_a_moe_that_does_not_fit_is_told_to_spread_its_experts() -> None:
+    """Without EP or expert TP the experts sit whole on every GPU; the hint names the two ways engines share them."""
+    plan = {"model": "qwen3-235b-a22b", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 8},
+            "parallel": {"tp": 8}}
+    mem = [v for v in validate_dag(plan).violations if v.rule_id == "MEM-FITS"]
+    assert mem and "ep 8" in (mem[0].hint or "") and "allow_expert_tp" in (mem[0].hint or "")
+    assert validate_dag({**plan, "parallel": {"tp": 8, "ep": 8}}).valid
+    dense = {"model": "llama-3.1-405b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2}}
+    hint = next(v.hint for v in validate_dag(dense).violations if v.rule_id == "MEM-FITS")
+    assert hint and "raise tp" in hint and "expert" not in hint

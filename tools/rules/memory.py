@@ -199,13 +199,23 @@ def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) 
 def check_fits(ctx: Context) -> Iterator[Finding]:
     r = report_of(ctx)
     if not r.fits:
+        plan = ctx.plan
+        assert plan is not None
+        hint = "raise tp (within a node), then pp, or shrink the batch/context"
+        spec = plan.spec
+        if spec.is_moe and ctx.layout is not None:
+            width = max(p.tp * p.attn_dp for p in ctx.layout.phases.values())
+            ep = max(p.ep for p in ctx.layout.phases.values())
+            if ep < width and not plan.options.allow_expert_tp:  # the experts sit whole on GPUs that could share them
+                hint = (f"spread the experts: ep {width} (or options.allow_expert_tp to shard them over the {width} TP "
+                        "ranks, as vLLM and SGLang do without EP); then pp, or shrink the batch/context")
         parts = (f"weights {r.weights_bytes / GB:.1f} GB + KV cache {r.kv_cache_bytes / GB:.1f} GB + activations "
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
                  "reserve "
                  f"{r.reserved_bytes / GB:.1f} GB")
         yield Finding(f"GPU {r.worst_gpu} needs {r.max_gpu_bytes / GB:.1f} GB ({parts}) but a "
                       f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB; every GPU must fit",  # type: ignore[union-attr]
-                      field="plan.parallel", hint="raise tp (within a node), then pp, or shrink the batch/context")
+                      field="plan.parallel", hint=hint)
 
 
 def _resize(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[Change]:
