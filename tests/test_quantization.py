@@ -12,7 +12,7 @@ from tools import estimate_performance, validate_dag
 from tools.engines import export_plan, import_command
 from tools.memory import memory_report
 from tools.plan import parse_plan
-from tools.quantization import FORMATS, format_info, format_of_config, gemm_dtype, weight_bytes
+from tools.quantization import FORMATS, format_info, format_of_config, gemm_dtype, weight_bytes, weights_of
 
 
 def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
@@ -92,3 +92,21 @@ def test_weight_memory_follows_the_storage_bytes(fmt, model):
     # embedding, head and norms stay 16-bit: the saving is at most the linear weights' share
     assert quant >= base * ratio - 1e-6
     assert "HW-ACCELERATOR-SPEC" not in _errors(_plan(model, "h100-sxm", weights=fmt))  # de-quantized, not refused
+
+
+def test_a_plan_that_states_no_weights_serves_the_checkpoint_as_stored():
+    """Issue 10: gpt-oss-120b on one H100 was refused (MEM-FITS at bf16) although its checkpoint is MXFP4; a
+    16-bit dtype is the compute dtype, and the checkpoint (its name or the preset's quantization_config) says
+    how the weights are stored, as engines read it."""
+    plain = _plan("gpt-oss-120b", "h100-sxm")
+    assert weights_of(parse_plan(plain)) == "mxfp4" and not _errors(plain)
+    assert memory_report(parse_plan(plain)).fits
+    dsv3 = {**_plan("deepseek-v3", "h200", 8), "parallel": {"tp": 8, "ep": 8}}
+    assert weights_of(parse_plan(dsv3)) == "fp8" and memory_report(parse_plan(dsv3)).fits
+    stated = {**dsv3, "weights": "bf16"}  # a converted bf16 checkpoint, stated
+    assert weights_of(parse_plan(stated)) == "bf16" and not memory_report(parse_plan(stated)).fits
+    assert weights_of(parse_plan({**dsv3, "checkpoint": "/models/DeepSeek-V3-BF16"})) is None  # its name says bf16
+    assert weights_of(parse_plan({**dsv3, "dtype": "int4"})) is None  # older plans: the dtype is the storage
+    assert weights_of(parse_plan(_plan("llama-3.1-70b", "h100-sxm"))) is None  # a bf16 checkpoint
+    fp4 = {**_plan("deepseek-v3", "h100-sxm", 8), "checkpoint": "nvidia/DeepSeek-V3-FP4"}
+    assert "HW-ACCELERATOR-SPEC" in _errors(fp4)  # the checkpoint's NVFP4 needs Blackwell even when unstated

@@ -4,7 +4,9 @@ A plan's ``dtype`` is the compute and activation dtype; ``weights`` says how the
 weights (attention, dense FFN, experts): bf16, fp8 (block scales), int8, AWQ/GPTQ int4, MXFP4, NVFP4. Memory and
 the bytes a GEMM reads follow the storage; the math runs in the format's own dtype where the accelerator has
 tensor cores for it and in 16 bits otherwise (weight-only kernels de-quantize on the fly). Embedding, LM head,
-norms and router stay 16-bit. Without ``weights``, the dtype is also the storage (plans written before).
+norms and router stay 16-bit. Without ``weights``, a 16-bit dtype is the compute dtype and the served checkpoint
+says how it is stored (its name, else the preset config's quantization_config: gpt-oss is MXFP4, DeepSeek-V3
+fp8), as engines read it; an 8- or 4-bit dtype is also the storage (plans written before).
 """
 
 from __future__ import annotations
@@ -38,16 +40,27 @@ def format_info(fmt: str) -> dict[str, Any]:
     return _data()["formats"][fmt]
 
 
+def weights_of(plan: Plan) -> str | None:
+    """The storage format the plan states or its checkpoint implies; None: the dtype is the storage."""
+    if plan.weights is not None:
+        return plan.weights
+    if plan.dtype not in ("bf16", "fp16"):
+        return None
+    fmt = checkpoint_format(plan.checkpoint or plan.spec.hf_repo, plan.spec)
+    return fmt if fmt not in (None, "bf16", "fp16") else None
+
+
 def storage(plan: Plan) -> str:
-    """The weight storage format: ``plan.weights``, else the dtype."""
-    return plan.weights or plan.dtype
+    """The weight storage format: ``plan.weights``, else the checkpoint's, else the dtype."""
+    return weights_of(plan) or plan.dtype
 
 
 def experts_only(plan: Plan) -> bool:
     """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
     its config's quantization_config says through modules_to_not_convert."""
     spec = plan.spec
-    if plan.weights is None or not spec.is_moe or spec.checkpoint_format != plan.weights:
+    fmt = weights_of(plan)
+    if fmt is None or not spec.is_moe or spec.checkpoint_format != fmt:
         return False
     return any("attn" in m for m in spec.unquantized_modules)
 
@@ -55,7 +68,7 @@ def experts_only(plan: Plan) -> bool:
 def weight_bytes(plan: Plan, component: Literal["dense", "expert"]) -> float:
     """Bytes per parameter of the linear weights of ``component`` (dense: attention, dense and shared FFN)."""
     fmt = storage(plan)
-    if plan.weights is None:
+    if weights_of(plan) is None:
         return DTYPE_BYTES[fmt]
     if component == "dense" and experts_only(plan):
         return DTYPE_BYTES["bf16"] if plan.dtype not in ("bf16", "fp16") else DTYPE_BYTES[plan.dtype]
@@ -81,7 +94,7 @@ def gemm_dtype(plan: Plan) -> str:
     acc = plan.accelerator
     sixteen = "bf16" if acc.supports("bf16") else "fp16"
     fmt = storage(plan)
-    if plan.weights is None:
+    if weights_of(plan) is None:
         return fmt if fmt in ("fp8", "int8", "bf16", "fp16") and acc.supports(fmt) else sixteen
     if experts_only(plan) or not native(fmt, acc):
         return plan.dtype if plan.dtype in ("bf16", "fp16") and acc.supports(plan.dtype) else sixteen
