@@ -79,6 +79,19 @@ def test_hf_quantization_configs_map_to_formats():
     assert format_of_config({"quant_method": "awq", "bits": 4, "group_size": 128}) == "awq-int4"
     assert format_of_config({"quant_method": "modelopt", "quant_algo": "NVFP4"}) == "nvfp4"
     assert format_of_config({}) is None
+    assert format_of_config({"quant_method": "gptq", "bits": 8, "group_size": 128}) is None  # W8A16: not modelled
+
+
+def test_compressed_tensors_configs_are_read_from_their_config_groups():
+    def ct(weights: dict, acts: dict | None = None) -> dict:
+        return {"quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": weights, "input_activations": acts, "targets": ["Linear"]}}}
+
+    assert format_of_config(ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})) == "int4"
+    assert format_of_config(ct({"num_bits": 8, "type": "int"}, {"num_bits": 8, "type": "int"})) == "int8"
+    assert format_of_config(ct({"num_bits": 8, "type": "float"}, {"num_bits": 8, "type": "float"})) == "fp8"
+    assert format_of_config(ct({"num_bits": 4, "type": "float", "group_size": 16})) == "nvfp4"
+    assert format_of_config(ct({"num_bits": 8, "type": "int"})) is None  # W8A16
 
 
 @settings(max_examples=30, deadline=None)

@@ -111,11 +111,30 @@ def format_of_config(cfg: dict[str, Any]) -> str | None:
         if method in info["hf_methods"]:
             if fid == "fp8" and cfg.get("bits") == 4:
                 return None
+            if fid in ("awq-int4", "gptq-int4") and cfg.get("bits", cfg.get("w_bit", 4)) != 4:
+                return None  # 8-bit AWQ/GPTQ (W8A16) has no format here
             return fid
+    if method == "compressed-tensors" and isinstance(cfg.get("config_groups"), dict):
+        return _compressed_tensors_format(cfg["config_groups"])
     if method in ("compressed-tensors", "modelopt"):
         algo = json.dumps(cfg).lower()
         return "nvfp4" if "fp4" in algo else "fp8" if "fp8" in algo else None
     return None
+
+
+def _compressed_tensors_format(groups: dict[str, Any]) -> str | None:
+    """llm-compressor's config_groups: the weights' bits and type, and whether activations are quantized too
+    (W8A8 runs int8/fp8 GEMMs; W4A16 is weight-only int4)."""
+    group = next(iter(groups.values()), None)
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        return None
+    w = group["weights"]
+    bits, kind, acts = w.get("num_bits"), str(w.get("type", "int")).lower(), group.get("input_activations")
+    if kind == "float":
+        return {8: "fp8", 4: "nvfp4"}.get(bits)  # type: ignore[arg-type]
+    if bits == 4:
+        return "int4"
+    return "int8" if bits == 8 and acts else None
 
 
 def format_of_checkpoint(repo: str) -> str | None:
