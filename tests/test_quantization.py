@@ -12,7 +12,15 @@ from tools import estimate_performance, validate_dag
 from tools.engines import export_plan, import_command
 from tools.memory import memory_report
 from tools.plan import parse_plan
-from tools.quantization import FORMATS, format_info, format_of_config, gemm_dtype, weight_bytes, weights_of
+from tools.quantization import (
+    FORMATS,
+    expert_gemm_dtype,
+    format_info,
+    format_of_config,
+    gemm_dtype,
+    weight_bytes,
+    weights_of,
+)
 
 
 def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
@@ -123,3 +131,16 @@ def test_a_plan_that_states_no_weights_serves_the_checkpoint_as_stored():
     assert weights_of(parse_plan(_plan("llama-3.1-70b", "h100-sxm"))) is None  # a bf16 checkpoint
     fp4 = {**_plan("deepseek-v3", "h100-sxm", 8), "checkpoint": "nvidia/DeepSeek-V3-FP4"}
     assert "HW-ACCELERATOR-SPEC" in _errors(fp4)  # the checkpoint's NVFP4 needs Blackwell even when unstated
+
+
+def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_and_attention_stays_16_bit():
+    b200 = parse_plan(_plan("gpt-oss-120b", "b200"))
+    assert gemm_dtype(b200) == "bf16" and expert_gemm_dtype(b200) == "fp8"  # FP4 priced at the fp8 peak
+    h100 = parse_plan(_plan("gpt-oss-120b", "h100-sxm"))
+    assert expert_gemm_dtype(h100) == gemm_dtype(h100) == "bf16"  # Hopper: weight-only MXFP4 kernels
+    dsv3 = parse_plan({**_plan("deepseek-v3", "h200", 8), "parallel": {"tp": 8, "ep": 8}})
+    assert expert_gemm_dtype(dsv3) == gemm_dtype(dsv3) == "fp8"  # the whole checkpoint is fp8
+    on_b200 = {**_plan("gpt-oss-120b", "b200"), "workload": {"input_len": 8192, "batch_size": 8}}
+    fp4 = estimate_performance(plan=on_b200).prefill_latency_ms
+    bf16 = estimate_performance(plan={**on_b200, "weights": "bf16"}).prefill_latency_ms
+    assert fp4 < bf16  # compute-bound prefill: the experts' math is faster on FP4 tensor cores

@@ -102,6 +102,17 @@ def gemm_dtype(plan: Plan) -> str:
     return "fp8" if compute == "fp4" else compute
 
 
+def expert_gemm_dtype(plan: Plan) -> str:
+    """The dtype the routed experts' GEMMs run in: a checkpoint that quantizes only its experts (gpt-oss MXFP4)
+    runs them on the format's tensor cores where the GPU has them (Blackwell FP4, priced at fp8) while attention
+    stays 16-bit; every other plan runs experts like its other GEMMs."""
+    fmt = weights_of(plan)
+    if fmt is None or not experts_only(plan) or not native(fmt, plan.accelerator):
+        return gemm_dtype(plan)
+    compute = format_info(fmt)["compute"]
+    return "fp8" if compute == "fp4" else compute
+
+
 def format_of_config(cfg: dict[str, Any]) -> str | None:
     """The storage format a Hugging Face quantization_config names (quant_method), or None."""
     method = str(cfg.get("quant_method") or "").lower()

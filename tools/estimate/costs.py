@@ -45,7 +45,7 @@ from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
-from tools.quantization import gemm_dtype, weight_bytes
+from tools.quantization import expert_gemm_dtype, gemm_dtype, weight_bytes
 
 T = NodeType
 
@@ -110,6 +110,7 @@ class CostModel:
             else e["compute_efficiency_gemm"]
         self.blend = max(1.0, e["roofline_blend_exponent"])
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
+        self.peak_expert = acc.peak_flops(expert_gemm_dtype(plan))  # experts-only checkpoints (gpt-oss MXFP4)
         self.peak_attn = acc.peak_flops("bf16" if acc.supports("bf16") else "fp16")
         self.hbm = acc.memory_bandwidth_bytes_per_s
         wl = plan.workload
@@ -136,7 +137,7 @@ class CostModel:
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
-                peak = (self.peak_gemm if low else self.peak_attn) * e["compute_efficiency_experts"]
+                peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
                 peak = self.peak_gemm * self.eff_gemm
             bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
