@@ -18,7 +18,7 @@ def gpus(plan: dict) -> int:
 
 
 def test_attention_dp_without_opt_in_turned_off_keeping_gpus_with_opt_in_alternative():
-    bare = without(ADP_DSV3, "allow_attention_dp")
+    bare = {**without(ADP_DSV3, "allow_attention_dp"), "weights": "bf16"}  # 1.3 TB: needs all 16 GPUs
     r = autofix_dag(plan=bare)
     assert r.valid
     assert r.plan["parallel"].get("attn_dp", 1) == 1 and r.plan["parallel"]["tp"] == 8

@@ -143,7 +143,7 @@ def test_overlap_is_switchable() -> None:
 
 
 def test_not_fitting_plan_still_estimated() -> None:
-    e = est(model="deepseek-v3", gpu="h200", n=8, tp=8, ep=8)
+    e = estimate_performance(plan={**P("deepseek-v3", "h200", 8, tp=8, ep=8), "weights": "bf16"})  # 1.3 TB
     assert not e.fits and e.warnings and e.prefill_latency_ms > 0
 
 

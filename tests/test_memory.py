@@ -70,7 +70,7 @@ def test_sp_splits_kv_by_sequence() -> None:
 
 
 def test_deepseek_v3_bf16_on_8_h200_does_not_fit() -> None:
-    r = memory_report(parse_plan(plan("deepseek-v3", "h200", 8, tp=8, ep=8)))
+    r = memory_report(parse_plan(plan("deepseek-v3", "h200", 8, tp=8, ep=8, weights="bf16")))
     assert not r.fits
     assert r.weights_bytes > 671e9 * 2 / 8  # 168 GB of weights per GPU > 141 GB
     assert r.max_batch_size_that_fits == 0 and r.max_context_that_fits == 0

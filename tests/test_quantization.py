@@ -12,7 +12,15 @@ from tools import estimate_performance, validate_dag
 from tools.engines import export_plan, import_command
 from tools.memory import memory_report
 from tools.plan import parse_plan
-from tools.quantization import FORMATS, format_info, format_of_config, gemm_dtype, weight_bytes
+from tools.quantization import (
+    FORMATS,
+    expert_gemm_dtype,
+    format_info,
+    format_of_config,
+    gemm_dtype,
+    weight_bytes,
+    weights_of,
+)
 
 
 def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
@@ -79,6 +87,19 @@ def test_hf_quantization_configs_map_to_formats():
     assert format_of_config({"quant_method": "awq", "bits": 4, "group_size": 128}) == "awq-int4"
     assert format_of_config({"quant_method": "modelopt", "quant_algo": "NVFP4"}) == "nvfp4"
     assert format_of_config({}) is None
+    assert format_of_config({"quant_method": "gptq", "bits": 8, "group_size": 128}) is None  # W8A16: not modelled
+
+
+def test_compressed_tensors_configs_are_read_from_their_config_groups():
+    def ct(weights: dict, acts: dict | None = None) -> dict:
+        return {"quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": weights, "input_activations": acts, "targets": ["Linear"]}}}
+
+    assert format_of_config(ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})) == "int4"
+    assert format_of_config(ct({"num_bits": 8, "type": "int"}, {"num_bits": 8, "type": "int"})) == "int8"
+    assert format_of_config(ct({"num_bits": 8, "type": "float"}, {"num_bits": 8, "type": "float"})) == "fp8"
+    assert format_of_config(ct({"num_bits": 4, "type": "float", "group_size": 16})) == "nvfp4"
+    assert format_of_config(ct({"num_bits": 8, "type": "int"})) is None  # W8A16
 
 
 @settings(max_examples=30, deadline=None)
@@ -92,3 +113,34 @@ def test_weight_memory_follows_the_storage_bytes(fmt, model):
     # embedding, head and norms stay 16-bit: the saving is at most the linear weights' share
     assert quant >= base * ratio - 1e-6
     assert "HW-ACCELERATOR-SPEC" not in _errors(_plan(model, "h100-sxm", weights=fmt))  # de-quantized, not refused
+
+
+def test_a_plan_that_states_no_weights_serves_the_checkpoint_as_stored():
+    """Issue 10: gpt-oss-120b on one H100 was refused (MEM-FITS at bf16) although its checkpoint is MXFP4; a
+    16-bit dtype is the compute dtype, and the checkpoint (its name or the preset's quantization_config) says
+    how the weights are stored, as engines read it."""
+    plain = _plan("gpt-oss-120b", "h100-sxm")
+    assert weights_of(parse_plan(plain)) == "mxfp4" and not _errors(plain)
+    assert memory_report(parse_plan(plain)).fits
+    dsv3 = {**_plan("deepseek-v3", "h200", 8), "parallel": {"tp": 8, "ep": 8}}
+    assert weights_of(parse_plan(dsv3)) == "fp8" and memory_report(parse_plan(dsv3)).fits
+    stated = {**dsv3, "weights": "bf16"}  # a converted bf16 checkpoint, stated
+    assert weights_of(parse_plan(stated)) == "bf16" and not memory_report(parse_plan(stated)).fits
+    assert weights_of(parse_plan({**dsv3, "checkpoint": "/models/DeepSeek-V3-BF16"})) is None  # its name says bf16
+    assert weights_of(parse_plan({**dsv3, "dtype": "int4"})) is None  # older plans: the dtype is the storage
+    assert weights_of(parse_plan(_plan("llama-3.1-70b", "h100-sxm"))) is None  # a bf16 checkpoint
+    fp4 = {**_plan("deepseek-v3", "h100-sxm", 8), "checkpoint": "nvidia/DeepSeek-V3-FP4"}
+    assert "HW-ACCELERATOR-SPEC" in _errors(fp4)  # the checkpoint's NVFP4 needs Blackwell even when unstated
+
+
+def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_and_attention_stays_16_bit():
+    b200 = parse_plan(_plan("gpt-oss-120b", "b200"))
+    assert gemm_dtype(b200) == "bf16" and expert_gemm_dtype(b200) == "fp8"  # FP4 priced at the fp8 peak
+    h100 = parse_plan(_plan("gpt-oss-120b", "h100-sxm"))
+    assert expert_gemm_dtype(h100) == gemm_dtype(h100) == "bf16"  # Hopper: weight-only MXFP4 kernels
+    dsv3 = parse_plan({**_plan("deepseek-v3", "h200", 8), "parallel": {"tp": 8, "ep": 8}})
+    assert expert_gemm_dtype(dsv3) == gemm_dtype(dsv3) == "fp8"  # the whole checkpoint is fp8
+    on_b200 = {**_plan("gpt-oss-120b", "b200"), "workload": {"input_len": 8192, "batch_size": 8}}
+    fp4 = estimate_performance(plan=on_b200).prefill_latency_ms
+    bf16 = estimate_performance(plan={**on_b200, "weights": "bf16"}).prefill_latency_ms
+    assert fp4 < bf16  # compute-bound prefill: the experts' math is faster on FP4 tensor cores

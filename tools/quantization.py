@@ -4,7 +4,9 @@ A plan's ``dtype`` is the compute and activation dtype; ``weights`` says how the
 weights (attention, dense FFN, experts): bf16, fp8 (block scales), int8, AWQ/GPTQ int4, MXFP4, NVFP4. Memory and
 the bytes a GEMM reads follow the storage; the math runs in the format's own dtype where the accelerator has
 tensor cores for it and in 16 bits otherwise (weight-only kernels de-quantize on the fly). Embedding, LM head,
-norms and router stay 16-bit. Without ``weights``, the dtype is also the storage (plans written before).
+norms and router stay 16-bit. Without ``weights``, a 16-bit dtype is the compute dtype and the served checkpoint
+says how it is stored (its name, else the preset config's quantization_config: gpt-oss is MXFP4, DeepSeek-V3
+fp8), as engines read it; an 8- or 4-bit dtype is also the storage (plans written before).
 """
 
 from __future__ import annotations
@@ -38,16 +40,27 @@ def format_info(fmt: str) -> dict[str, Any]:
     return _data()["formats"][fmt]
 
 
+def weights_of(plan: Plan) -> str | None:
+    """The storage format the plan states or its checkpoint implies; None: the dtype is the storage."""
+    if plan.weights is not None:
+        return plan.weights
+    if plan.dtype not in ("bf16", "fp16"):
+        return None
+    fmt = checkpoint_format(plan.checkpoint or plan.spec.hf_repo, plan.spec)
+    return fmt if fmt not in (None, "bf16", "fp16") else None
+
+
 def storage(plan: Plan) -> str:
-    """The weight storage format: ``plan.weights``, else the dtype."""
-    return plan.weights or plan.dtype
+    """The weight storage format: ``plan.weights``, else the checkpoint's, else the dtype."""
+    return weights_of(plan) or plan.dtype
 
 
 def experts_only(plan: Plan) -> bool:
     """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
     its config's quantization_config says through modules_to_not_convert."""
     spec = plan.spec
-    if plan.weights is None or not spec.is_moe or spec.checkpoint_format != plan.weights:
+    fmt = weights_of(plan)
+    if fmt is None or not spec.is_moe or spec.checkpoint_format != fmt:
         return False
     return any("attn" in m for m in spec.unquantized_modules)
 
@@ -55,7 +68,7 @@ def experts_only(plan: Plan) -> bool:
 def weight_bytes(plan: Plan, component: Literal["dense", "expert"]) -> float:
     """Bytes per parameter of the linear weights of ``component`` (dense: attention, dense and shared FFN)."""
     fmt = storage(plan)
-    if plan.weights is None:
+    if weights_of(plan) is None:
         return DTYPE_BYTES[fmt]
     if component == "dense" and experts_only(plan):
         return DTYPE_BYTES["bf16"] if plan.dtype not in ("bf16", "fp16") else DTYPE_BYTES[plan.dtype]
@@ -81,10 +94,21 @@ def gemm_dtype(plan: Plan) -> str:
     acc = plan.accelerator
     sixteen = "bf16" if acc.supports("bf16") else "fp16"
     fmt = storage(plan)
-    if plan.weights is None:
+    if weights_of(plan) is None:
         return fmt if fmt in ("fp8", "int8", "bf16", "fp16") and acc.supports(fmt) else sixteen
     if experts_only(plan) or not native(fmt, acc):
         return plan.dtype if plan.dtype in ("bf16", "fp16") and acc.supports(plan.dtype) else sixteen
+    compute = format_info(fmt)["compute"]
+    return "fp8" if compute == "fp4" else compute
+
+
+def expert_gemm_dtype(plan: Plan) -> str:
+    """The dtype the routed experts' GEMMs run in: a checkpoint that quantizes only its experts (gpt-oss MXFP4)
+    runs them on the format's tensor cores where the GPU has them (Blackwell FP4, priced at fp8) while attention
+    stays 16-bit; every other plan runs experts like its other GEMMs."""
+    fmt = weights_of(plan)
+    if fmt is None or not experts_only(plan) or not native(fmt, plan.accelerator):
+        return gemm_dtype(plan)
     compute = format_info(fmt)["compute"]
     return "fp8" if compute == "fp4" else compute
 
@@ -98,11 +122,30 @@ def format_of_config(cfg: dict[str, Any]) -> str | None:
         if method in info["hf_methods"]:
             if fid == "fp8" and cfg.get("bits") == 4:
                 return None
+            if fid in ("awq-int4", "gptq-int4") and cfg.get("bits", cfg.get("w_bit", 4)) != 4:
+                return None  # 8-bit AWQ/GPTQ (W8A16) has no format here
             return fid
+    if method == "compressed-tensors" and isinstance(cfg.get("config_groups"), dict):
+        return _compressed_tensors_format(cfg["config_groups"])
     if method in ("compressed-tensors", "modelopt"):
         algo = json.dumps(cfg).lower()
         return "nvfp4" if "fp4" in algo else "fp8" if "fp8" in algo else None
     return None
+
+
+def _compressed_tensors_format(groups: dict[str, Any]) -> str | None:
+    """llm-compressor's config_groups: the weights' bits and type, and whether activations are quantized too
+    (W8A8 runs int8/fp8 GEMMs; W4A16 is weight-only int4)."""
+    group = next(iter(groups.values()), None)
+    if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
+        return None
+    w = group["weights"]
+    bits, kind, acts = w.get("num_bits"), str(w.get("type", "int")).lower(), group.get("input_activations")
+    if kind == "float":
+        return {8: "fp8", 4: "nvfp4"}.get(bits)  # type: ignore[arg-type]
+    if bits == 4:
+        return "int4"
+    return "int8" if bits == 8 and acts else None
 
 
 def format_of_checkpoint(repo: str) -> str | None:

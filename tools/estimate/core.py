@@ -706,8 +706,8 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     ]
     if overlap:
         out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
-                   f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute when the phase has >= 2 "
-                   "tokens (two-batch overlap where the engine has it; engines do not overlap the TP all-reduce)")
+                   f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute, never below one token's "
+                   "exchange (two micro-batches each pay it; engines do not overlap the TP all-reduce)")
     else:
         out.append("overlap_comm off: every collective is on the critical path")
     if plan.spec.is_moe:

@@ -45,7 +45,7 @@ from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
-from tools.quantization import gemm_dtype, weight_bytes
+from tools.quantization import expert_gemm_dtype, gemm_dtype, weight_bytes
 
 T = NodeType
 
@@ -110,6 +110,7 @@ class CostModel:
             else e["compute_efficiency_gemm"]
         self.blend = max(1.0, e["roofline_blend_exponent"])
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
+        self.peak_expert = acc.peak_flops(expert_gemm_dtype(plan))  # experts-only checkpoints (gpt-oss MXFP4)
         self.peak_attn = acc.peak_flops("bf16" if acc.supports("bf16") else "fp16")
         self.hbm = acc.memory_bandwidth_bytes_per_s
         wl = plan.workload
@@ -136,7 +137,7 @@ class CostModel:
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
-                peak = (self.peak_gemm if low else self.peak_attn) * e["compute_efficiency_experts"]
+                peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
                 peak = self.peak_gemm * self.eff_gemm
             bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
@@ -324,11 +325,12 @@ class CostModel:
         pl = self.layout.phases[phase]  # type: ignore[index]
         return pl.attn_dp == 1 and pl.tp >= pl.ep
 
-    def comm(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any]) -> NodeCost:
+    def comm(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any], tok: float | None = None) -> NodeCost:
+        """One collective of ``batch`` sequences (``tok`` tokens when given: the overlap floor prices one token)."""
         e, spec = self.eff, self.spec
         devices = attrs["devices"]
         n = len(devices)
-        tok = self.tokens(phase, batch)
+        tok = self.tokens(phase, batch) if tok is None else tok
         size = tok * spec.hidden_size * self.ab
         if n <= 1 and ntype != T.SEND_RECV:
             return NodeCost(0.0, "communication")
@@ -357,8 +359,11 @@ class CostModel:
         else:  # SEND_RECV: activations of the batch between two pipeline stages
             t = alpha + size / bw
         hidden = 0.0
-        if self.overlap and role in ("tp_sync", "sp_sync", "dispatch", "combine") and self.can_overlap(phase, batch):
-            hidden = t * e[overlap_key]
+        if self.overlap and role in ("tp_sync", "sp_sync", "dispatch", "combine") and tok > 1:
+            # overlap splits the tokens into two micro-batches, each paying at least one token's exchange: it
+            # hides at most the time the extra tokens add, so a bigger batch never makes the collective faster
+            floor = self.comm(ntype, phase, batch, attrs, tok=1).seconds
+            hidden = max(0.0, min(t * e[overlap_key], t - floor))
         return NodeCost(t - hidden, "communication", 0.0, size, hidden)
 
     def all_reduce(self, n: int, size: float, link: Link, bw: float, alpha: float) -> float:
@@ -400,8 +405,3 @@ class CostModel:
             remote_copies = k * (1 - local)
             nvl_copies = k * local
         return floor + net.latency_us * 1e-6 + max(remote_copies * per_src / net_bw, nvl_copies * per_src / nvl_bw)
-
-    def can_overlap(self, phase: str, batch: int) -> bool:
-        """Overlap needs two independent pieces of work (two micro-batches): a batch of >= 2 sequences in
-        decode, a prompt of >= 2 tokens in prefill (chunked)."""
-        return self.tokens(phase, batch) >= 2
