@@ -27,7 +27,7 @@ from tools.errors import PdagInputError
 from tools.estimate.engine_profile import EngineId
 from tools.estimate.serving import Sla
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
-from tools.plan import Hardware, HFModel, Plan, Workload
+from tools.plan import Hardware, HFModel, Plan, WeightFormat, Workload
 
 logger = logging.getLogger("pdag.server")
 
@@ -402,6 +402,8 @@ def search_strategies(
     slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="plans to return, best first")] = 5,
     dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="weights dtype")] = "bf16",
+    weights: Annotated[WeightFormat | None, Field(description="checkpoint storage, e.g. awq-int4, mxfp4; "
+                                                            "default: model's quantization_config")] = None,
     attention_dp: Annotated[bool, Field(description="also try the opt-in attention-DP for MoE models")] = True,
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
                                                             "default: when the cluster has >= 2 GPUs")] = None,
@@ -436,6 +438,7 @@ def search_strategies(
         slo=None if slo is None else slo.model_dump(mode="json", exclude_none=True),
         top_k=top_k,
         dtype=dtype,
+        weights=weights,
         attention_dp=attention_dp,
         disaggregated=disaggregated,
         engine=engine,

@@ -144,3 +144,15 @@ def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_and_attention_stays_16_
     fp4 = estimate_performance(plan=on_b200).prefill_latency_ms
     bf16 = estimate_performance(plan={**on_b200, "weights": "bf16"}).prefill_latency_ms
     assert fp4 < bf16  # compute-bound prefill: the experts' math is faster on FP4 tensor cores
+
+
+def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_format():
+    """70B in AWQ int4 fits one H100, which has no int4 tensor cores: the search keeps the format (it runs
+    weight-only), returns the 1-GPU plan, and each plan it returns carries the weights and validates."""
+    from tools.search import search_strategies
+
+    hw = {"gpu": "h100-sxm", "num_gpus": 1}
+    awq = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3)
+    assert awq.top and all(e.plan["weights"] == "awq-int4" for e in awq.top)
+    assert all(not _errors(e.plan) for e in awq.top)
+    assert not search_strategies("llama-3.1-70b", hw, top_k=3).top  # bf16 (141 GB) does not fit one H100

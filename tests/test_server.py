@@ -256,7 +256,7 @@ def fake_cores(monkeypatch):
                 "plan": fixed, "dag": build_dag(SMALL).dag, "violations": []}
 
     def search_strategies(model, hardware, workload=None, objective="latency", slo=None, top_k=5, dtype="bf16",
-                          attention_dp=True, disaggregated=None, engine="generic", serving=False):
+                          weights=None, attention_dp=True, disaggregated=None, engine="generic", serving=False):
         plans = [{"rank": i + 1, "label": f"TP{i}", "plan": SMALL, "ttft_ms": 1.23456789} for i in range(top_k)]
         return {"model": model, "top": plans, "pareto": plans * 5, "notes": []}
 

@@ -751,6 +751,7 @@ def search_strategies(
     top_k: int = 5,
     dtype: str = "bf16",
     kv_dtype: str | None = None,
+    weights: str | None = None,
     allow_expert_tp: bool = True,
     latency_metric: Literal["e2e", "tpot", "ttft"] = "e2e",
     attention_dp: bool = True,
@@ -768,7 +769,9 @@ def search_strategies(
     ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side.  ``engine`` selects
     the engine profile the plans are priced with; ``serving`` prices aggregated plans under continuous batching
     (batch = requests in flight per replica, TTFT/TPOT under mixed prefill/decode steps), so that the
-    throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets"."""
+    throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets".  ``weights``: the
+    checkpoint's storage format (e.g. ``awq-int4``, ``mxfp4``); default: the model config's
+    quantization_config, else ``dtype``."""
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
     if latency_metric not in ("e2e", "tpot", "ttft"):
@@ -790,6 +793,8 @@ def search_strategies(
     }
     if kv_dtype is not None:
         base["kv_dtype"] = kv_dtype
+    if weights is not None:
+        base["weights"] = weights
     if engine != "generic":
         base["engine"] = engine
     try:

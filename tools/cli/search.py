@@ -41,7 +41,8 @@ def cmd_search(args: Any) -> int:
     result = search_strategies(
         model=plan["model"], hardware=plan["hardware"], workload=workload or None,
         objective=plan.get("objective", "latency"), slo=slo or None, top_k=args.top,
-        dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"), attention_dp=not args.no_attention_dp,
+        dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"),
+        weights=plan.get("weights"), attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
         serving=args.serving,
     )
