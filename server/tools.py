@@ -401,12 +401,11 @@ def search_strategies(
     objective: Annotated[Literal["latency", "throughput"], Field(description="what to optimise")] = "latency",
     slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="plans to return, best first")] = 5,
-    dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="weights dtype")] = "bf16",
-    weights: Annotated[WeightFormat | None, Field(description="checkpoint storage, e.g. awq-int4, mxfp4; "
-                                                            "default: model's quantization_config")] = None,
-    attention_dp: Annotated[bool, Field(description="also try the opt-in attention-DP for MoE models")] = True,
-    disaggregated: Annotated[bool | None, Field(description="also try separate prefill and decode GPU pools; "
-                                                            "default: when the cluster has >= 2 GPUs")] = None,
+    dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="compute dtype")] = "bf16",
+    weights: Annotated[WeightFormat | None, Field(description="checkpoint storage (default: the model's)")] = None,
+    attention_dp: Annotated[bool, Field(description="also try attention-DP (MoE)")] = True,
+    disaggregated: Annotated[bool | None, Field(description="also try separate prefill/decode pools (default: "
+                                                            ">= 2 GPUs)")] = None,
     engine: Annotated[EngineId, Field(description="engine profile")] = "generic",
     serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
                                                "flight)")] = False,
@@ -424,7 +423,7 @@ def search_strategies(
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
     Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
-    whether SLOs are met), a `pareto` frontier (per-user speed vs throughput per GPU), the best aggregated and
+    whether SLOs are met), a `pareto` frontier, the best aggregated and
     the best disaggregated plan with a comparison, and how many alternatives each rule rejected.
     `render`: true adds an image of the Pareto front.
     """
