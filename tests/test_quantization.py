@@ -77,6 +77,9 @@ def test_exports_name_the_method_only_where_the_engine_needs_it():
     awq = {**_plan("llama-3.1-70b", "h100-sxm"), "weights": "awq-int4",
            "checkpoint": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}
     assert "--quantization awq_marlin" in export_plan(awq, "vllm").command
+    base = export_plan(_plan("llama-3.1-70b", "h100-sxm", weights="awq-int4"), "vllm")  # no AWQ repo named
+    assert any("does not store awq-int4" in n for n in base.notes)
+    assert not any("does not store" in n for n in export_plan(awq, "vllm").notes)
     gpt = export_plan(_plan("gpt-oss-120b", "h100-sxm", weights="mxfp4"), "vllm").command
     assert "--quantization" not in gpt
 

@@ -378,6 +378,9 @@ def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     if flag is None:
         notes.append(f"{fmt} weights need a checkpoint that stores them; serve such a repo")
         return []
+    if not stored and fmt != "fp8":  # only fp8 is quantized at load time; the others need a quantized repo
+        notes.append(f"{_hf_repo(plan)} does not store {fmt} weights: set plan.checkpoint to a {fmt} repo of this "
+                     "model before launching")
     return ["--quantization", flag]
 
 
