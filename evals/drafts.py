@@ -96,12 +96,19 @@ def short_sendrecv(d: Doc, rnd: random.Random) -> bool:
     return True
 
 
-def drop_first_token(d: Doc, rnd: random.Random) -> bool:
-    sync = _edges(d, lambda e: e["type"] == "sync")
-    if not sync:
-        return False
-    d["edges"].remove(rnd.choice(sync))
-    return True
+def _drop_edge_of(kind: str) -> Callable[[Doc, random.Random], bool]:
+    """A mistake that loses one edge of ``kind`` (sync: the first-token edge; kv: a KV hand-off)."""
+    def drop(d: Doc, rnd: random.Random) -> bool:
+        cands = _edges(d, lambda e: e["type"] == kind)
+        if not cands:
+            return False
+        d["edges"].remove(rnd.choice(cands))
+        return True
+    return drop
+
+
+drop_first_token = _drop_edge_of("sync")
+drop_kv_edge = _drop_edge_of("kv")
 
 
 def swap_layers(d: Doc, rnd: random.Random) -> bool:
@@ -136,14 +143,6 @@ def stack_shards(d: Doc, rnd: random.Random) -> bool:
     if not sib:
         return False
     n["devices"] = list(sib[0]["devices"])
-    return True
-
-
-def drop_kv_edge(d: Doc, rnd: random.Random) -> bool:
-    kv = _edges(d, lambda e: e["type"] == "kv")
-    if not kv:
-        return False
-    d["edges"].remove(rnd.choice(kv))
     return True
 
 

@@ -36,7 +36,7 @@ from tools.errors import PdagInputError
 from tools.layout import Layout
 from tools.models import MODELS_DIR, preset_ids
 from tools.plan import Plan, parse_plan
-from tools.quantization import checkpoint_format, engine_flag, format_of_flag
+from tools.quantization import checkpoint_format, engine_flag, format_info, format_of_flag
 
 __all__ = [
     "ENGINES",
@@ -372,13 +372,14 @@ def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     if fmt in ("bf16", "fp16"):
         return []
     flag = engine_flag(fmt, engine)
+    info = format_info(fmt)
     stored = checkpoint_format(_hf_repo(plan), plan.spec) == fmt
-    if stored and fmt not in ("awq-int4", "gptq-int4"):
+    if stored and not info["kernel_flag"]:
         return []
     if flag is None:
         notes.append(f"{fmt} weights need a checkpoint that stores them; serve such a repo")
         return []
-    if not stored and fmt != "fp8":  # only fp8 is quantized at load time; the others need a quantized repo
+    if not stored and not info["online"]:  # engines quantize at load time only some formats (fp8)
         notes.append(f"{_hf_repo(plan)} does not store {fmt} weights: set plan.checkpoint to a {fmt} repo of this "
                      "model before launching")
     return ["--quantization", flag]

@@ -33,7 +33,11 @@ def _data() -> dict[str, Any]:
 
 
 FORMATS: tuple[str, ...] = WeightFormat.__args__  # type: ignore[attr-defined]
-FP4_NATIVE: tuple[str, ...] = tuple(_data()["fp4_native"])
+
+
+def fp4_native() -> tuple[str, ...]:
+    """Accelerators with FP4 tensor cores."""
+    return tuple(_data()["fp4_native"])
 
 
 def format_info(fmt: str) -> dict[str, Any]:
@@ -79,7 +83,7 @@ def native(fmt: str, acc: Accelerator) -> bool:
     """The accelerator has tensor cores for the format's compute dtype."""
     compute = format_info(fmt)["compute"]
     if compute == "fp4":
-        return acc.id in FP4_NATIVE
+        return acc.id in fp4_native()
     return compute is not None and acc.supports(compute)
 
 
@@ -98,8 +102,13 @@ def gemm_dtype(plan: Plan) -> str:
         return fmt if fmt in ("fp8", "int8", "bf16", "fp16") and acc.supports(fmt) else sixteen
     if experts_only(plan) or not native(fmt, acc):
         return plan.dtype if plan.dtype in ("bf16", "fp16") and acc.supports(plan.dtype) else sixteen
+    return _peak_dtype(fmt)
+
+
+def _peak_dtype(fmt: str) -> str:
+    """The dtype whose peak prices the format's native GEMMs (FP4 at the catalog's stand-in, see the data)."""
     compute = format_info(fmt)["compute"]
-    return "fp8" if compute == "fp4" else compute
+    return _data()["fp4_priced_as"] if compute == "fp4" else compute
 
 
 def expert_gemm_dtype(plan: Plan) -> str:
@@ -109,8 +118,7 @@ def expert_gemm_dtype(plan: Plan) -> str:
     fmt = weights_of(plan)
     if fmt is None or not experts_only(plan) or not native(fmt, plan.accelerator):
         return gemm_dtype(plan)
-    compute = format_info(fmt)["compute"]
-    return "fp8" if compute == "fp4" else compute
+    return _peak_dtype(fmt)
 
 
 def format_of_config(cfg: dict[str, Any]) -> str | None:
@@ -160,12 +168,12 @@ def format_of_checkpoint(repo: str) -> str | None:
 def format_of_flag(engine: str, value: str) -> str | None:
     """The format an engine's --quantization value selects (e.g. awq_marlin, moe_wna16, modelopt_fp4)."""
     v = value.lower()
+    if not v:
+        return None
     for fid, info in _data()["formats"].items():
-        if v and v in {x for x in (info.get("flags") or {}).values() if x}:
+        if v in {x for x in (info.get("flags") or {}).values() if x} or v in info.get("flag_aliases", ()):
             return fid
-    aliases = {"awq": "awq-int4", "moe_wna16": "awq-int4", "gptq": "gptq-int4", "w8a8_fp8": "fp8",
-               "modelopt": "fp8", "blockwise_int8": "int8", "w8a8_int8": "int8", "fp4": "nvfp4"}
-    return aliases.get(v)
+    return None
 
 
 def checkpoint_format(repo: str | None, spec: Any) -> str | None:

@@ -95,6 +95,7 @@ class CostModel:
     overlap: bool
     balanced_experts: bool = False
     _cache: dict[tuple[Any, ...], NodeCost] = field(default_factory=dict)
+    _links: dict[tuple[int, ...], Link] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         plan, acc = self.plan, self.plan.accelerator
@@ -183,10 +184,15 @@ class CostModel:
         return self.plan.cluster.crosses_domains(devices)
 
     def link(self, devices: list[int]) -> Link:
-        c = self.plan.cluster
-        if max(devices) >= c.num_gpus:  # plan asks for more GPUs than it has: treat as crossing nodes
-            return c.accelerator.inter_node
-        return c.link_for(devices)
+        """The link a group of GPUs talks over, once per group (every node's cost key asks for it)."""
+        key = tuple(devices)
+        hit = self._links.get(key)
+        if hit is None:
+            c = self.plan.cluster
+            # a plan that asks for more GPUs than it has is treated as crossing nodes
+            hit = c.accelerator.inter_node if max(devices) >= c.num_gpus else c.link_for(devices)
+            self._links[key] = hit
+        return hit
 
     def _cost(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any],
               sliding: bool) -> NodeCost:

@@ -9,7 +9,7 @@ from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.hardware import resolve_accelerator
 from tools.plan import parse_plan
-from tools.quantization import FORMATS, FP4_NATIVE, format_info, runs_on, weights_of
+from tools.quantization import FORMATS, format_info, fp4_native, runs_on, weights_of
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 COLLECTIVES = (NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
@@ -38,7 +38,7 @@ def check_accelerator(ctx: Context) -> Iterator[Finding]:
                       hint=f"use one of {', '.join(acc.supported_dtypes())}")
     weights = raw.get("weights") or _implied_weights(raw)
     if isinstance(weights, str) and weights in FORMATS and not (runs_on(weights, acc) and sixteen):
-        native = [g for g in FP4_NATIVE] if format_info(weights)["compute"] == "fp4" else []
+        native = list(fp4_native()) if format_info(weights)["compute"] == "fp4" else []
         yield Finding(f"{acc.name} cannot serve {weights} weights: it has no tensor cores for them and engines "
                       "ship no de-quantizing kernel for the format", field="plan.weights",
                       hint=f"serve it on {', '.join(native)}" if native else "choose a format the GPU runs")
