@@ -224,3 +224,15 @@ def test_held_out_scoring_fits_nothing_to_a_single_source() -> None:
     one = [p for p in pts if "v0.9.0" in p["source"]][:6]
     assert fit_scales(one, rounds=1, min_sources=2) == {}
     assert set(fit_scales(one, rounds=1)) == {"h200"}  # a user's own calibration may use one file
+
+
+def test_fitted_scales_ignore_a_lone_outlier() -> None:
+    """Nine points say memory is priced 2x too slow; one point (an engine quirk) says 20x. The fit follows the
+    nine: the outlier must not drag the factor every other point on the GPU shares."""
+    from tools.estimate.accuracy import Prediction, _fit_scales
+
+    preds = [Prediction(10.0, {"compute": 0.0, "memory": 10.0, "communication": 0.0, "overhead": 0.0}, "time")
+             for _ in range(10)]
+    points = [{"value": 5.0} for _ in range(9)] + [{"value": 0.5}]
+    s = _fit_scales(points, preds)
+    assert s["memory"] == pytest.approx(0.5, rel=0.1)

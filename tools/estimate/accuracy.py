@@ -32,8 +32,9 @@ leave-one-source-out (each publication held out in turn, factors fitted on the o
 
 Fitting (``calibrate`` and the leave-one-group-out score): four scale factors, one each for the compute-bound,
 memory-bound, communication and overhead parts of the critical path (``PhaseDetail.breakdown_ms``).  A
-prediction is approximately linear in them, ``t ~ s_c*C + s_m*M + s_x*X + s_o*O``; we minimise the squared log
-error of that linear form by coordinate search on a log grid, apply the factors to the efficiency keys
+prediction is approximately linear in them, ``t ~ s_c*C + s_m*M + s_x*X + s_o*O``; we minimise the absolute log
+error of that linear form (robust: a few points whose engine did something the plan cannot express do not drag the
+factors of every other point on that GPU) by coordinate search on a log grid, apply the factors to the efficiency keys
 (``compute_efficiency_* / s_c``, ``*memory_efficiency / s_m``, ``comm_bandwidth_efficiency / s_x`` and
 ``comm_latency_scale * s_x``, overheads ``* s_o``), re-run the exact estimator, and repeat (3 rounds).
 """
@@ -341,7 +342,7 @@ def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction]) -> dict[s
     s = dict.fromkeys(PARTS, 1.0)
 
     def loss(sc: dict[str, float]) -> float:
-        return sum(math.log(max(_linear(p, sc), 1e-12) / pt["value"]) ** 2 for p, pt in zip(preds, points, strict=True))
+        return sum(abs(math.log(max(_linear(p, sc), 1e-12) / pt["value"])) for p, pt in zip(preds, points, strict=True))
 
     best = loss(s)
     for _ in range(4):
