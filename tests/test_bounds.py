@@ -14,7 +14,9 @@ from tools import autofix_dag, build_dag, estimate_performance, lookup_rule, sea
 from tools.errors import PdagInputError
 from tools.estimate.disagg import _fewest
 
-SECONDS = 2.0
+# A guard against work that grows faster than the input (a quadratic check, a hang), not a speed target: the
+# speed figures live in `python -m bench`. The largest accepted DAG takes about 2 CPU seconds on a slow CI core.
+SECONDS = 4.0
 PEAK_BYTES = 500e6
 huge = st.sampled_from([1, 2, 3, 8, 61, 64, 257, 1000, 4096, 65_536, 10**6])
 gpus = st.sampled_from([1, 8, 1024, 10_000, 65_536, 10**7])
