@@ -27,28 +27,32 @@ def plan(model: str, gpu: str, n: int, b: int = 1, i: int = 128, o: int = 128, d
 @pytest.mark.parametrize(("model", "gpu", "tp"), [("llama-3.1-8b", "h100-sxm", 1), ("llama-2-7b", "a100-80gb", 1),
                                                   ("llama-3.1-70b", "h100-sxm", 4), ("llama-2-70b", "a100-80gb", 8)])
 def test_batch1_decode_is_weight_stream_plus_collectives(model: str, gpu: str, tp: int) -> None:
-    """TPOT at batch 1 within 10 % of weight bytes / achievable bandwidth + 2 all-reduces per layer + step cost."""
+    """TPOT at batch 1 within 10 % of weight bytes / achievable bandwidth + 2 all-reduces per layer + the kernel
+    boundaries (six priced kernels and the un-modelled ones per layer, each a few microseconds of bubble even in
+    a CUDA graph) + step cost."""
     p = plan(model, gpu, tp, tp=tp)
     full = parse_plan(p)
     eff = efficiency_for(full.accelerator.id)
     weights = max(g.weights_bytes for g in memory_report(full, Layout(full)).per_gpu)
     stream_ms = weights / (full.accelerator.memory_bandwidth_bytes_per_s * eff["small_gemm_memory_efficiency"]) * 1e3
-    collectives_ms = (2 * full.spec.num_layers * eff["allreduce_min_us"] * 1e-3) if tp > 1 else 0.0
-    expected = stream_ms + collectives_ms + eff["decode_step_overhead_ms"]
+    layers = full.spec.num_layers
+    collectives_ms = (2 * layers * eff["allreduce_min_us"] * 1e-3) if tp > 1 else 0.0
+    boundaries_ms = layers * (6 * eff["decode_kernel_overhead_us"] + eff["decode_layer_overhead_us"]) * 1e-3
+    expected = stream_ms + collectives_ms + boundaries_ms + eff["decode_step_overhead_ms"]
     tpot = estimate_performance(plan=p).decode_latency_ms_per_token
     assert tpot == pytest.approx(expected, rel=0.10)
 
 
 def test_engines_differ_where_they_should() -> None:
-    """Same plan: a custom one-shot all-reduce (vLLM) beats NCCL (generic) at batch-1 TP 8; CUDA graphs make decode
-    overhead a fraction of prefill's."""
+    """Same plan: a custom one-shot all-reduce (vLLM) beats NCCL (generic) at batch-1 TP 8; CUDA graphs make the
+    fixed cost of a decode step a fraction of prefill's."""
     p = plan("llama-3.1-70b", "h100-sxm", 8, tp=8)
     generic = estimate_performance(plan=p)
     vllm = estimate_performance(plan={**p, "engine": "vllm"})
     assert vllm.decode_latency_ms_per_token < generic.decode_latency_ms_per_token
     assert vllm.decode.breakdown_ms["communication"] < 0.5 * generic.decode.breakdown_ms["communication"]
     e = efficiency_for("h100-sxm", engine="generic")
-    assert e["decode_kernel_overhead_us"] < e["kernel_overhead_us"]
+    assert e["decode_kernel_overhead_us"] <= e["kernel_overhead_us"]  # graphs drop the host launch, not the bubble
     assert e["decode_step_overhead_ms"] < e["step_overhead_ms"]
     assert any("engine profile 'vllm'" in a for a in vllm.assumptions)
 
