@@ -36,7 +36,11 @@ prediction is approximately linear in them, ``t ~ s_c*C + s_m*M + s_x*X + s_o*O`
 error of that linear form (robust: a few points whose engine did something the plan cannot express do not drag the
 factors of every other point on that GPU) by coordinate search on a log grid, apply the factors to the efficiency keys
 (``compute_efficiency_* / s_c``, ``*memory_efficiency / s_m``, ``comm_bandwidth_efficiency / s_x`` and
-``comm_latency_scale * s_x``, overheads ``* s_o``), re-run the exact estimator, and repeat (3 rounds).
+``comm_latency_scale * s_x``, overheads ``* s_o``), re-run the exact estimator, and repeat (3 rounds).  The
+held-out scores fit only the compute and memory scales (``HARDWARE_PARTS``): those describe the GPU, while fixed
+overheads and collective floors belong to the engine that measured a point (its profile), so a scale fitted on
+other engines' points would carry their quirks to the held-out one.  ``calibrate`` (one user's own measurements,
+one engine) fits all four.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from tools.inputs import load_json_text, read_text_file
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
 PARTS = ("compute", "memory", "communication", "overhead")
+HARDWARE_PARTS = ("compute", "memory")
 SCALED_KEYS = {
     "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_gemm_fp8", -1),
                 ("compute_efficiency_attention", -1), ("compute_efficiency_attention_flashmla", -1),
@@ -337,7 +342,8 @@ def _group(pt: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- fitting
-def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction]) -> dict[str, float]:
+def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction],
+                parts: tuple[str, ...] = PARTS) -> dict[str, float]:
     grid = [2 ** (x / 8) for x in range(-24, 25)]  # 1/8 .. 8 in 2^(1/8) steps
     s = dict.fromkeys(PARTS, 1.0)
 
@@ -346,7 +352,7 @@ def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction]) -> dict[s
 
     best = loss(s)
     for _ in range(4):
-        for k in PARTS:
+        for k in parts:
             if all(p.parts[k] == 0 for p in preds):
                 continue
             for g in grid:
@@ -373,7 +379,8 @@ def scaled_overlay(pt: dict[str, Any], scales: dict[str, float]) -> dict[str, An
     return {"accelerators": {pt["gpu"]: _apply_scales(base, scales)}}
 
 
-def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1) -> dict[str, dict[str, float]]:
+def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1,
+               parts: tuple[str, ...] = PARTS) -> dict[str, dict[str, float]]:
     """Per-accelerator part scales (compute, memory, communication, overhead) fitted to ``points``; scales, not
     absolute factors, so that points measured on different engines keep their own engine's figures.  A GPU whose
     points come from fewer than ``min_sources`` publications keeps the catalog (nothing is fitted to a single
@@ -388,7 +395,7 @@ def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int =
         cum = dict.fromkeys(PARTS, 1.0)
         for _ in range(rounds):
             preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
-            s = _fit_scales(pts, preds)
+            s = _fit_scales(pts, preds, parts)
             if all(abs(v - 1) < 1e-9 for v in s.values()):
                 break
             cum = {k: cum[k] * s[k] for k in PARTS}
@@ -403,7 +410,7 @@ def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, d
 
 def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: set[int]) -> dict[int, float]:
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``."""
-    scales = fit_scales(train, rounds=2, min_sources=2) if train else {}
+    scales = fit_scales(train, rounds=2, min_sources=2, parts=HARDWARE_PARTS) if train else {}
     return {i: predict(pt, scaled_overlay(pt, scales[pt["gpu"]]) if pt["gpu"] in scales else None).value
             for i, pt in enumerate(points) if i in test}
 
