@@ -18,7 +18,8 @@ DEGREES = {"tp", "pp", "dp", "ep"}
 
 
 def run_recipe(recipe: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """(rank, among the top plans of the recipe's kind, of the first one matching the recipe's stated degrees,
+    """Searched with the recipe's own engine profile and weight format.  (rank, among the top plans of the
+    recipe's kind, of the first one matching the recipe's stated degrees,
     or None; the labels of those plans).  Plans of the other kind (aggregated / disaggregated) are skipped:
     a disaggregated plan's ``parallel`` holds only its prefill pool."""
     return _run(recipe["id"])
@@ -34,6 +35,8 @@ def _run(recipe_id: str) -> tuple[int | None, list[str]]:
         objective=recipe["objective"],
         dtype=recipe.get("dtype", "bf16"),
         kv_dtype=recipe.get("kv_dtype"),
+        weights=recipe.get("weights"),
+        engine=recipe["engine"],
         top_k=3 * TOP_N,
     )
     kind = recipe.get("kind", "aggregated")
