@@ -185,9 +185,11 @@ def test_allreduce_cost_by_hand() -> None:
     c = m.cost(attrs, 1)
     size = 4096 * 8192 * 2
     bw = 450e9 * e["comm_bandwidth_efficiency"]
-    ring = 2 * 7 / 8 * size / bw + 14 * 2e-6
-    two_shot = 2 * 7 / 8 * size / bw + 2 * 2e-6
+    floor = e["allreduce_min_us"] * 1e-6  # latency part: at least the engine's floor, added to the transfer
+    ring = 2 * 7 / 8 * size / bw + max(14 * 2e-6, floor)
+    two_shot = 2 * 7 / 8 * size / bw + max(2 * 2e-6, floor)
     assert c.seconds == pytest.approx(min(ring, two_shot), rel=1e-6)
+    assert c.seconds > floor + 2 * 7 / 8 * size / bw - 1e-12
     # across two nodes the slow network link is used
     m2, _ = _model(P("llama-3.1-70b", "h100-sxm", 16, i=4096, tp=16))
     c2 = m2.cost({**attrs, "devices": list(range(16))}, 1)

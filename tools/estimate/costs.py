@@ -355,7 +355,7 @@ class CostModel:
             if role == "logits":  # one row of logits per sequence (the last prompt token in prefill)
                 size = batch * spec.vocab_size * self.ab
             switched = link.kind in ("nvlink", "xgmi")
-            t = max((n - 1) / n * size / bw + ((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
+            t = (n - 1) / n * size / bw + max(((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
         elif ntype == T.ALL_TO_ALL:
             t = self.all_to_all(phase, tok, devices, role)
             overlap_key = "ep_overlap_fraction"
@@ -373,17 +373,18 @@ class CostModel:
         return NodeCost(t - hidden, "communication", 0.0, size, hidden)
 
     def all_reduce(self, n: int, size: float, link: Link, bw: float, alpha: float) -> float:
-        """Fastest of ring, one-shot and two-shot (switched intra-node fabric) or ring and tree (network), never
-        below the engine's small-message floor (inside a node; across nodes NCCL's own latency applies)."""
-        ring = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
-        options = [ring]
-        switched = link.kind in ("nvlink", "xgmi")
-        if switched:
-            options.append((n - 1) * size / bw + alpha)  # one-shot: read every peer's buffer
-            options.append(2 * (n - 1) / n * size / bw + 2 * alpha)  # two-shot: reduce-scatter + all-gather
+        """Fastest of ring, one-shot and two-shot (switched intra-node fabric) or ring and tree (network).  Each is
+        latency plus transfer (alpha-beta): the latency part is never below the engine's small-message floor, and
+        the floor adds to the transfer rather than hiding it (a 1-4 MB all-reduce on 6-8 H100s takes the floor
+        plus its bytes at about 0.6-0.75 of NVLink bandwidth: vLLM PR #24111's isolated benchmark)."""
+        floor = self.eff["allreduce_min_us"] * 1e-6
+        options = [2 * (n - 1) / n * size / bw + max(2 * (n - 1) * alpha, floor)]  # ring
+        if link.kind in ("nvlink", "xgmi"):
+            options.append((n - 1) * size / bw + max(alpha, floor))  # one-shot: read every peer's buffer
+            options.append(2 * (n - 1) / n * size / bw + max(2 * alpha, floor))  # two-shot: reduce-scatter + gather
         else:
-            options.append(2 * size / bw + 2 * math.ceil(math.log2(n)) * alpha)  # tree
-        return max(min(options), self.eff["allreduce_min_us"] * 1e-6)
+            options.append(2 * size / bw + max(2 * math.ceil(math.log2(n)) * alpha, floor))  # tree
+        return min(options)
 
     def all_to_all(self, phase: str, tok: float, devices: list[int], role: str | None) -> float:
         """One MoE dispatch or combine over ``devices`` (see the module doc): NVLink and NIC traffic in parallel,
