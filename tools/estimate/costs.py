@@ -376,12 +376,14 @@ class CostModel:
         """Fastest of ring, one-shot and two-shot (switched intra-node fabric) or ring and tree (network).  Each is
         latency plus transfer (alpha-beta): the latency part is never below the engine's small-message floor, and
         the floor adds to the transfer rather than hiding it (a 1-4 MB all-reduce on 6-8 H100s takes the floor
-        plus its bytes at about 0.6-0.75 of NVLink bandwidth: vLLM PR #24111's isolated benchmark)."""
+        plus its bytes at about 0.6-0.75 of NVLink bandwidth: vLLM PR #24111's isolated benchmark).  Two-shot is
+        two synchronised phases, so it pays the floor twice: the same benchmark's 2-stage kernel sits about 15 us
+        above its transfer time where the 1-stage kernel sits about 6 us above its own."""
         floor = self.eff["allreduce_min_us"] * 1e-6
         options = [2 * (n - 1) / n * size / bw + max(2 * (n - 1) * alpha, floor)]  # ring
         if link.kind in ("nvlink", "xgmi"):
             options.append((n - 1) * size / bw + max(alpha, floor))  # one-shot: read every peer's buffer
-            options.append(2 * (n - 1) / n * size / bw + max(2 * alpha, floor))  # two-shot: reduce-scatter + gather
+            options.append(2 * (n - 1) / n * size / bw + 2 * max(alpha, floor))  # two-shot: reduce-scatter + gather
         else:
             options.append(2 * size / bw + max(2 * math.ceil(math.log2(n)) * alpha, floor))  # tree
         return min(options)
