@@ -110,3 +110,12 @@ def test_collectives_of_a_decode_pool_inside_one_node_are_not_flagged_as_cross_n
     assert "HW-INTERCONNECT-COST" not in ids
     crossing = {**plan, "hardware": {"gpu": "h200", "num_gpus": 8, "gpus_per_node": 2}}
     assert "HW-INTERCONNECT-COST" in {v.rule_id for v in validate_dag(plan=crossing).violations}
+
+
+def test_an_nvl72_rack_is_one_nvlink_domain_for_the_interconnect_rule():
+    """Wide EP inside a GB200 NVL72 rack stays on NVLink (the estimator prices it so); two racks do not."""
+    def plan(n: int) -> dict:
+        return {"model": "deepseek-v3", "hardware": {"gpu": "gb200", "num_gpus": n}, "dtype": "fp8",
+                "parallel": {"tp": 1, "ep": n}}
+    assert "HW-INTERCONNECT-COST" not in {v.rule_id for v in validate_dag(plan=plan(48)).violations}
+    assert "HW-INTERCONNECT-COST" in {v.rule_id for v in validate_dag(plan=plan(144)).violations}

@@ -211,7 +211,7 @@ def check_transfer_link(ctx: Context) -> Iterator[Finding]:
     if not disaggregated(ctx):
         return
     pre, dec = ctx.layout.pools["prefill"], ctx.layout.pools["decode"]
-    gpn = ctx.plan.hardware.gpus_per_node
+    gpn = ctx.nvlink_domain  # inside an NVL72 rack the cache moves over NVLink, as the estimator prices it
     crossing = 0
     for j in range(dec.dp):
         a = {d // gpn for d in pre.replica_devices(j % pre.dp)}
@@ -226,11 +226,11 @@ def check_transfer_link(ctx: Context) -> Iterator[Finding]:
     link = ctx.plan.accelerator.inter_node
     lanes = min(pre.replica_gpus, dec.replica_gpus)  # every GPU sends / receives its own shards
     ms = per_request / (link.bandwidth_bytes_per_s * lanes) * 1000
-    yield Finding(f"{crossing} of {dec.dp} decode replica(s) receive their KV cache from a prefill replica on another "
-                  f"node: {per_token / 1e3:.1f} kB per token x input_len {w.input_len} = {per_request / GB:.3f} GB "
-                  f"per request ({ctx.plan.effective_kv_dtype} KV) over {link.kind} at "
+    yield Finding(f"{crossing} of {dec.dp} decode replica(s) receive their KV cache from a prefill replica outside "
+                  f"their NVLink domain: {per_token / 1e3:.1f} kB per token x input_len {w.input_len} = "
+                  f"{per_request / GB:.3f} GB per request ({ctx.plan.effective_kv_dtype} KV) over {link.kind} at "
                   f"{link.bandwidth_bytes_per_s / GB:.0f} GB/s per GPU x {lanes} GPU(s), about {ms:.2f} ms before "
                   "decode can start",
                   field="plan.options.disaggregated",
                   hint="count the transfer in TTFT (estimate_performance does), use an fp8 KV cache to halve it, or "
-                       "keep paired prefill and decode replicas inside one node")
+                       "keep paired prefill and decode replicas inside one NVLink domain")

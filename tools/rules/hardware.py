@@ -70,7 +70,7 @@ def fix_accelerator(plan: dict[str, Any], ctx: Context) -> list[Change]:
 
 @checker("HW-INTERCONNECT-COST")
 def check_interconnect(ctx: Context) -> Iterator[Finding]:
-    gpn = ctx.gpus_per_node
+    gpn = ctx.nvlink_domain  # a node, or a whole NVL72 rack: the estimator prices both on the scale-up link
     seen: dict[tuple[frozenset[int], int, int], bool] = {}
     bad = []
     for n in ctx.of(*COLLECTIVES):
@@ -84,7 +84,7 @@ def check_interconnect(ctx: Context) -> Iterator[Finding]:
         if seen[key]:
             bad.append(n)
     if bad:
-        yield Finding(f"{len(bad)} collective(s) span more than one node of {gpn} GPUs (e.g. {bad[0]} on "
-                      f"{len(ctx.devices[bad[0]])} GPUs); they run at inter-node bandwidth, the bottleneck of the "
-                      "whole "
-                      "collective", bad, hint="keep TP/EP groups within a node; use PP across nodes")
+        yield Finding(f"{len(bad)} collective(s) span more than one NVLink domain of {gpn} GPUs (e.g. {bad[0]} on "
+                      f"{len(ctx.devices[bad[0]])} GPUs); they run at network bandwidth, the bottleneck of the whole "
+                      "collective", bad, hint="keep TP/EP groups within an NVLink domain (a node, or an NVL72 rack); "
+                      "use PP across domains")

@@ -315,9 +315,10 @@ def check_within_node(ctx: Context) -> Iterator[Finding]:
 def check_decode_comm(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
     pl = ctx.layout.phases["decode"]
-    gpn = ctx.plan.hardware.gpus_per_node
+    gpn = ctx.nvlink_domain
     max_tp = int(param("TP-DECODE-COMM-COST", "max_tp"))
     if pl.tp > max_tp or (pl.tp > 1 and pl.tp > gpn):
         yield Finding(f"decode tp = {pl.tp}: every decode step pays one collective per sharded operator"
-                      f"{' across nodes' if pl.tp > gpn else ''}; beyond {max_tp} ranks decode latency rarely improves",
-                      field=field_of("decode", "tp", ctx.plan), hint=f"keep decode tp <= {max_tp} and within a node")
+                      f"{' over the network' if pl.tp > gpn else ''}; beyond {max_tp} ranks decode latency rarely "
+                      "improves", field=field_of("decode", "tp", ctx.plan),
+                      hint=f"keep decode tp <= {max_tp} and within an NVLink domain")
