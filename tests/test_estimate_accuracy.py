@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -161,15 +160,18 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
     assert {point_engine(p) for p in pts} == {"gpt-fast", "trtllm"}
 
 
-@pytest.mark.skipif(not os.environ.get("PDAG_SLOW_TESTS"), reason="about 100 s; set PDAG_SLOW_TESTS=1")
-def test_leave_one_group_out_figures_hold() -> None:
-    """Fitted scales scored on what they were not fitted on: leave-one-group-out median 14.5 %, p90 35.1 %;
-    leave-one-source-out median 10.7 %, p90 33.4 % (pdag accuracy)."""
+def test_held_out_figures_meet_the_estimator_targets() -> None:
+    """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out): median APE
+    <= 10 %, p90 <= 30 %, no metric or regime with |median bias| > 10 %.  Today 8.9 % / 27.1 %, worst bias
+    -6.2 % (e2e); leave-one-group-out 11.6 % / 28.8 %.  About 35 s: every publication is re-fitted in turn."""
     rep = accuracy_report(load_measurements(), leave_one_out=True)
-    med, p90 = rep.stats("loo")
-    assert med <= 0.155 and p90 <= 0.37
     med, p90 = rep.stats("loso")
-    assert med <= 0.115 and p90 <= 0.35
+    assert med <= 0.10 and p90 <= 0.30, (med, p90)
+    for name, row in rep.as_dict()["breakdown"]["leave_one_source_out"].items():
+        if row["points"]:
+            assert abs(row["median_bias"]) <= 0.10, (name, row)
+    med, p90 = rep.stats("loo")
+    assert med <= 0.13 and p90 <= 0.31, (med, p90)
 
 
 def test_moe_expert_math_switch() -> None:
