@@ -88,6 +88,17 @@ def test_measurements_cover_several_sources_engines_and_tp() -> None:
     assert any(p["overlap_comm"] for p in pts) and not all(p["overlap_comm"] for p in pts)
 
 
+def test_quantized_points_state_their_kv_dtype() -> None:
+    """A plan's KV dtype defaults to its dtype, but engines keep the KV cache in the model's 16-bit dtype unless
+    told otherwise (vLLM and SGLang kv_cache_dtype 'auto'): a point measured with fp8 weights must say which KV
+    cache it ran, or its notes' '16-bit assumed' silently becomes fp8."""
+    for p in load_measurements():
+        if p.get("dtype", "bf16") not in ("bf16", "fp16"):
+            assert p.get("kv_dtype"), p["id"]
+            if "16-bit" in (p.get("note") or "") and "assumed" in (p.get("note") or ""):
+                assert p["kv_dtype"] in ("bf16", "fp16"), p["id"]
+
+
 def test_large_scale_moe_points_within_1_3x() -> None:
     """Every published MoE point on 16+ GPUs (SGLang's DeepSeek-V3 on 32 and 72 H100, DeepEP with two-batch overlap)
     is predicted within 1.3x by the catalog factors, and there are at least five of them."""
