@@ -60,6 +60,8 @@ def test_recipes_are_well_formed() -> None:
         assert DEGREES <= set(r["parallel"]) <= DEGREES | {"attn_dp"}
         assert r.get("kind", "aggregated") in ("aggregated", "disaggregated")
         assert r["engine"] in ("vllm", "sglang", "trtllm")
+        if r["engine"] in ("vllm", "sglang") and r.get("dtype", "bf16") not in ("bf16", "fp16"):
+            assert r.get("kv_dtype"), f"{r['id']}: these engines keep a 16-bit KV cache unless told; state kv_dtype"
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r["id"] for r in RECIPES])
