@@ -16,6 +16,7 @@ from tools.estimate.accuracy import (
     load_measurements,
     point_engine,
     point_gpus,
+    point_plan,
     predict,
     regimes,
     spearman,
@@ -249,3 +250,21 @@ def test_fitted_scales_ignore_a_lone_outlier() -> None:
     points = [{"value": 5.0} for _ in range(9)] + [{"value": 0.5}]
     s = _fit_scales(points, preds)
     assert s["memory"] == pytest.approx(0.5, rel=0.1)
+
+
+@pytest.mark.parametrize("metric, field", [("serving_ttft_ms", "ttft_ms"), ("serving_tpot_ms", "tpot_ms"),
+                                           ("serving_output_tokens_per_s", "output_tokens_per_s"),
+                                           ("serving_output_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu")])
+def test_serving_metrics_score_the_continuous_batching_estimate(metric: str, field: str) -> None:
+    """A benchmark at fixed concurrency is scored against the estimate's serving block, not the static batch, and
+    its parts still add up to the value (the fits rely on it)."""
+    pt = {"id": "s", "model": "llama-3.1-70b", "gpu": "h100-sxm", "parallel": {"tp": 2}, "dtype": "fp8",
+          "kv_dtype": "bf16", "input_len": 2000, "output_len": 500, "batch_size": 32, "metric": metric, "value": 1.0,
+          "engine": "vLLM"}
+    pred = predict(pt)
+    serving = estimate_performance(plan=point_plan(pt)).serving
+    assert serving is not None and pred.value == pytest.approx(getattr(serving, field))
+    total = sum(pred.parts.values())
+    assert (pred.numerator / total if pred.kind == "rate" else total) == pytest.approx(pred.value)
+    static = predict({**pt, "metric": metric.removeprefix("serving_")})
+    assert static.value != pytest.approx(pred.value)

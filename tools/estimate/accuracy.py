@@ -13,7 +13,10 @@ leaves out.  Metrics:
 * ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
 * ``e2e_ms``: prefill plus all decode steps of one static batch;
 * ``output_tokens_per_s`` / ``output_tokens_per_s_per_gpu``: ``batch_size * output_len / e2e`` of a static batch,
-  whole deployment or per GPU.
+  whole deployment or per GPU;
+* ``serving_ttft_ms``, ``serving_tpot_ms``, ``serving_output_tokens_per_s(_per_gpu)``: continuous batching with
+  ``batch_size`` requests in flight per DP replica (a benchmark's fixed concurrency), the estimate's ``serving``
+  block.
 
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
@@ -59,7 +62,8 @@ from tools.estimate.efficiency import efficiency_for, known_keys, load_overlay
 from tools.inputs import load_json_text, read_text_file
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
-METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu")
+METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+           "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu")
 PARTS = ("compute", "memory", "communication", "overhead")
 HARDWARE_PARTS = ("compute", "memory")
 SCALED_KEYS = {
@@ -245,7 +249,9 @@ def regimes(pt: dict[str, Any]) -> list[str]:
 
 REGIMES = ("batch 1", "large batch (>= 32)", "MoE", "MoE on 16+ GPUs", "multi-node")
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
-                "output_tokens_per_s_per_gpu": "throughput"}
+                "output_tokens_per_s_per_gpu": "throughput", "serving_ttft_ms": "serving TTFT",
+                "serving_tpot_ms": "serving TPOT", "serving_output_tokens_per_s": "serving throughput",
+                "serving_output_tokens_per_s_per_gpu": "serving throughput"}
 
 
 @dataclass
@@ -281,6 +287,8 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> 
         return Prediction(est.prefill_latency_ms, dict(pre), "time")
     if metric == "tpot_ms":
         return Prediction(est.decode_latency_ms_per_token, dict(dec), "time")
+    if metric.startswith("serving_"):
+        return _serving_prediction(pt, est)
     e2e = {k: pre[k] + out * dec[k] for k in PARTS}
     if metric == "e2e_ms":
         return Prediction(est.e2e_latency_ms, e2e, "time")
@@ -288,6 +296,26 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> 
     if metric == "output_tokens_per_s_per_gpu":
         value = est.throughput.output_tokens_per_s_per_gpu
     return Prediction(value, e2e, "rate", value * est.e2e_latency_ms)
+
+
+def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
+    """Continuous batching at ``batch_size`` requests in flight (``serving.py``).  Its parts, which only the fits
+    use, take the decode step's composition for a mixed step and the prefill pass's for a prompt's own prefill."""
+    sv = est.serving
+    if sv is None:
+        raise PdagInputError(f"measurements.points[{pt.get('id', '?')}].metric",
+                             "serving metrics need an aggregated plan", "a plan without options.disaggregated")
+    pre, dec = est.prefill.breakdown_ms, est.decode.breakdown_ms
+    dec_ms, pre_ms = est.decode_latency_ms_per_token, est.prefill_latency_ms
+    step = {k: dec[k] * sv.step_ms / dec_ms for k in PARTS}
+    if pt["metric"] == "serving_tpot_ms":
+        return Prediction(sv.tpot_ms, step, "time")
+    if pt["metric"] == "serving_ttft_ms":
+        waiting = sv.step_ms / 2 + math.ceil(pt["input_len"] / sv.chunk_tokens) * dec_ms
+        own = max(0.0, sv.ttft_ms - waiting)  # the prompt's own prefill pass
+        return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * own / pre_ms for k in PARTS}, "time")
+    value = sv.output_tokens_per_s_per_gpu if pt["metric"].endswith("_per_gpu") else sv.output_tokens_per_s
+    return Prediction(value, step, "rate", value * sv.step_ms)
 
 
 def _linear(pred: Prediction, s: dict[str, float]) -> float:
