@@ -41,7 +41,7 @@ from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
-from tools.estimate.serving import Serving, Sla, best_under_sla, continuous
+from tools.estimate.serving import Serving, Sla, best_under_sla, continuous, running_capacity, weights_ms
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
@@ -197,7 +197,9 @@ class Estimate(BaseModel):
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
         if self.serving:
             sv = self.serving
-            lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica): TTFT "
+            held = "" if sv.running == sv.concurrency else \
+                f", the KV cache holds {sv.running}, the rest wait {sv.queue_ms / 1e3:,.1f} s"
+            lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica{held}): TTFT "
                          f"{sv.ttft_ms:.1f} ms, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
                          f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
                          + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
@@ -542,10 +544,19 @@ def estimate_performance(
     if not layout.disaggregated:
         pre1 = pre.latency_ms if wl.batch_size == 1 else _phase(
             model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
-        serving = continuous(full, eff, wl.batch_size, pre1, dec.latency_ms, layout.dp,
-                             prep.replica_gpus * layout.dp, sla_m)
+        capacity = running_capacity(full, eff, mem.max_batch_size_that_fits)
+
+        def decode_at(b: int) -> float:
+            if b == wl.batch_size:
+                return dec.latency_ms
+            return _phase(model, prep.phases["decode"], b, layout.pools["decode"].pp,
+                          eff["decode_step_overhead_ms"] * 1e-3).latency_ms
+
+        shared = weights_ms(full, eff, mem.weights_bytes, layout.pools["prefill"].pp)
+        serving = continuous(full, eff, wl.batch_size, pre1, decode_at, layout.dp, prep.replica_gpus * layout.dp,
+                             capacity, shared, sla_m)
         if sla_m is not None:
-            best = best_under_sla(full, sla_m, max(1, mem.max_batch_size_that_fits), eff, use_overlap)
+            best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,

@@ -66,6 +66,11 @@ class EngineProfile(_Strict):
     allreduce: AllReduceImpl
     alltoall: AllToAllImpl
     overlap: Overlap
+    kv_admission: Literal["reserve_full", "on_demand"] = Field(
+        description="how the scheduler admits a request into the KV cache: reserve_full holds room for the prompt "
+                    "and every output token before it starts (never evicts); on_demand takes pages as tokens "
+                    "arrive and preempts when the cache runs out, so on average a running request holds its "
+                    "prompt and half its output")
     kernels: list[Kernel]
     sources: dict[str, str] = Field(description="public source (or 'assumption: why') of every figure above")
 
@@ -87,6 +92,7 @@ class EngineProfile(_Strict):
             "ep_overlap_fraction": self.overlap.ep_alltoall,
             "experts_low_precision_math": 1.0 if k & {"fp8_grouped_gemm", "deepgemm"} else 0.0,
             "mla_decode_flash": 1.0 if "flashmla" in k else 0.0,
+            "kv_reserved_output_fraction": 1.0 if self.kv_admission == "reserve_full" else 0.5,
         }
 
 
@@ -96,7 +102,7 @@ ENGINE_KEYS = frozenset({
     "step_overhead_ms", "decode_step_overhead_ms", "kernel_overhead_us", "decode_kernel_overhead_us",
     "layer_overhead_us", "decode_layer_overhead_us", "allreduce_min_us", "alltoall_min_us", "dispatch_bytes",
     "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction", "experts_low_precision_math",
-    "mla_decode_flash"})
+    "mla_decode_flash", "kv_reserved_output_fraction"})
 
 
 @cache

@@ -5,9 +5,10 @@ Steady state of one replica holding ``C`` requests in flight (``C`` = the plan's
 decodes one token of each running request and carries a share of the prompts of the requests that replace the
 finished ones.  A request lives ``output_len`` steps and brings ``input_len`` prompt tokens, so a step carries on
 average ``C * input_len / output_len`` prompt tokens, priced as ``C / output_len`` of one request's prefill pass
-(without its per-pass host cost, which the step already pays):
+without what the decode step already pays for everyone: the per-pass host cost and one read of the weights
+(``weights_ms``, the GPU's weight bytes at its achievable HBM bandwidth, once per pipeline stage):
 
-    step = decode_step(C) + (C / output_len) * (prefill_pass(1 request) - prefill_step_overhead)
+    step = decode_step(C) + (C / output_len) * max(0, prefill_pass(1 request) - prefill_step_overhead - weights_ms)
 
 TPOT is one step.  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C`` tokens (the step's
 token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus
@@ -15,9 +16,19 @@ token budget minus the decode tokens), one chunk per step, so its TTFT is half a
 
     ttft = step / 2 + chunks * decode_step(C) + prefill_pass(1 request)
 
+A lone client (``C = 1``) finds the engine idle and shares no step: its TTFT is its prefill pass.
+
 Output tokens per second: ``C / step`` per replica, ``1 / step`` per user.  The mixed step counts the prompt's
 weight reads again although the decode step already streams the weights (pessimistic for short prompts).
 Disaggregated plans are not priced here: their pools do not share steps (see ``disagg.py``).
+
+The KV cache bounds what runs at once.  An engine that reserves room for the whole output before starting a
+request (TensorRT-LLM's default) runs at most ``B`` = the batch that fits at ``input_len + output_len`` tokens; one
+that takes pages on demand (vLLM, SGLang) holds on average the prompt and half the output, so about
+``B * (input + output) / (input + output / 2)``.  With more clients than that, the rest wait in the queue: a
+closed loop of ``C`` clients over ``B`` slots that each take ``T = ttft(B) + (output_len - 1) * step(B)`` serves
+``B / T`` requests per second, so each waits ``(C / B - 1) * T`` before its prefill starts (Little's law), TPOT
+and throughput are those of ``B`` running requests, and TTFT adds the wait.
 
 ``best_under_sla`` searches the concurrency (doubling, then bisection: TPOT and TTFT grow with C) for the most
 output tokens per second per GPU whose TPOT and TTFT meet the SLA.
@@ -26,6 +37,7 @@ output tokens per second per GPU whose TPOT and TTFT meet the SLA.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +61,8 @@ class Sla(BaseModel):
 
 class Serving(BaseModel):
     concurrency: int = Field(description="requests in flight per DP replica (continuous batching)")
+    running: int = Field(description="requests the KV cache holds at once; the rest of the concurrency waits")
+    queue_ms: float = Field(description="wait for a KV slot before a request's prefill starts (0 when all run)")
     chunk_tokens: int = Field(description="prompt tokens one step takes besides the decode tokens")
     step_ms: float = Field(description="one mixed step: every running request's decode token plus prompt chunks")
     ttft_ms: float = Field(description="time to first token of a new request under this load")
@@ -59,22 +73,46 @@ class Serving(BaseModel):
     meets_sla: bool | None = Field(None, description="against the SLA given, if any")
 
 
-def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_ms: float, decode_ms: float,
-               dp: int, gpus: int, sla: Sla | None = None) -> Serving:
-    """The steady state at ``concurrency`` from one request's prefill pass and the decode step at that batch."""
+def running_capacity(plan: Plan, eff: dict[str, float], max_batch_full: int) -> int:
+    """Requests the KV cache holds at once per replica, from the batch that fits at the full context
+    (``max_batch_full``, the memory report's) and how the engine admits requests (``kv_reserved_output_fraction``:
+    1 reserves the whole output up front, 0.5 is the average of on-demand pages).  0: not even one fits."""
+    wl = plan.workload
+    if max_batch_full < 1:
+        return 0
+    held = wl.input_len + eff["kv_reserved_output_fraction"] * wl.output_len
+    return max(max_batch_full, int(max_batch_full * (wl.input_len + wl.output_len) / held))
+
+
+def weights_ms(plan: Plan, eff: dict[str, float], weight_bytes_per_gpu: float, pp: int) -> float:
+    """One read of a GPU's weights at its achievable HBM bandwidth, once per pipeline stage a pass crosses."""
+    return pp * weight_bytes_per_gpu / (plan.accelerator.memory_bandwidth_bytes_per_s * eff["memory_efficiency"]) * 1e3
+
+
+def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_ms: float,
+               decode_at: Callable[[int], float], dp: int, gpus: int, capacity: int, shared_ms: float,
+               sla: Sla | None = None) -> Serving:
+    """The steady state at ``concurrency`` from one request's prefill pass and the decode step at a batch
+    (``decode_at``); at most ``capacity`` requests run (0: no limit known), the rest queue.  ``shared_ms``: the
+    weight reads a prompt's chunks share with the decode step they ride in (``weights_ms``)."""
     wl = plan.workload
     pre_step = eff["step_overhead_ms"]
-    chunk = max(1, int(eff["prefill_chunk_tokens"]) - concurrency)
-    step = decode_ms + concurrency / wl.output_len * max(0.0, prefill_one_ms - pre_step)
+    running = concurrency if capacity < 1 else min(concurrency, capacity)
+    decode_ms = decode_at(running)
+    chunk = max(1, int(eff["prefill_chunk_tokens"]) - running)
+    step = decode_ms + running / wl.output_len * max(0.0, prefill_one_ms - pre_step - shared_ms)
     chunks = math.ceil(wl.input_len / chunk)
-    ttft = step / 2 + chunks * decode_ms + prefill_one_ms
-    per_replica = concurrency / (step / 1e3)
-    return Serving(concurrency=concurrency, chunk_tokens=chunk, step_ms=step, ttft_ms=ttft, tpot_ms=step,
-                   output_tokens_per_s=per_replica * dp, output_tokens_per_s_per_gpu=per_replica * dp / gpus,
-                   output_tokens_per_s_per_user=1e3 / step, meets_sla=sla.met(ttft, step) if sla else None)
+    service_ttft = prefill_one_ms if concurrency == 1 else step / 2 + chunks * decode_ms + prefill_one_ms
+    queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * step)
+    ttft = queue + service_ttft
+    per_replica = running / (step / 1e3)
+    return Serving(concurrency=concurrency, running=running, queue_ms=queue, chunk_tokens=chunk, step_ms=step,
+                   ttft_ms=ttft, tpot_ms=step, output_tokens_per_s=per_replica * dp,
+                   output_tokens_per_s_per_gpu=per_replica * dp / gpus, output_tokens_per_s_per_user=1e3 / step,
+                   meets_sla=sla.met(ttft, step) if sla else None)
 
 
-def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, eff: dict[str, float] | None = None,
+def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float, eff: dict[str, float] | None = None,
                    overlap: bool | None = None) -> Serving | None:
     """The concurrency with the most output tokens/s per GPU that meets ``sla`` (None if even one request
     misses it), searched on the fast per-layer estimator with the estimate's efficiency keys and overlap."""
@@ -85,7 +123,8 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, eff: dict[str, fl
     pre1 = fast.phase_ms("prefill", 1)
 
     def at(c: int) -> Serving:
-        return continuous(plan, fast.eff, c, pre1, fast.phase_ms("decode", c), dp, gpus, sla)
+        return continuous(plan, fast.eff, c, pre1, lambda b: fast.phase_ms("decode", b), dp, gpus, max_concurrency,
+                          shared_ms, sla)
 
     top = max(1, min(max_concurrency, MAX_CONCURRENCY))
     best = at(1)
