@@ -473,7 +473,9 @@ def _scores(rows: list[Row], attr: str) -> dict[str, float]:
 
 def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
     """Scores overall, per metric class and per regime."""
-    out = {"all": _scores(rows, attr)}
+    out = {"all": _scores(rows, attr),
+           "mode: static batch": _scores([r for r in rows if not r.metric.startswith("serving_")], attr),
+           "mode: serving": _scores([r for r in rows if r.metric.startswith("serving_")], attr)}
     for cls in dict.fromkeys(METRIC_CLASS.values()):
         out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
     for reg in REGIMES:
