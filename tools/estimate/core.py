@@ -732,6 +732,9 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         out.append(f"{plan.dtype} weights: weight-only quantisation, math in {model.gemm_dtype}")
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
+        if not layout.disaggregated:
+            out.append("serving TTFT under load counts engine steps only: published NIM/TensorRT-LLM runs take "
+                       "1.5-3x longer from 5 clients on (README, accuracy); treat a TTFT SLA as optimistic")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
         a = max(p.attn_dp for p in layout.phases.values())
         out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "
