@@ -133,17 +133,21 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     )
 
 
-def _serving_limits(plan: Plan) -> tuple[int, int]:
+def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     """Engine limits from the model and the memory, not from the estimated workload (which is one operating
     point): the longest sequence is the model's context window, cut to what one sequence's KV fits beside the
-    weights; the sequence cap is the largest batch per replica whose KV fits at the workload's context."""
+    weights; the sequence cap is what the serving estimate lets run at once on ``engine``: the batch whose KV fits
+    at the workload's context, or more where the engine takes KV pages on demand (``running_capacity``)."""
+    from tools.estimate.efficiency import efficiency_for
+    from tools.estimate.serving import running_capacity
     from tools.memory import memory_report
 
     one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
     fits_len = memory_report(one).max_context_that_fits
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
-    max_seqs = max(plan.workload.batch_size, memory_report(plan).max_batch_size_that_fits)
-    return max_seqs, max_len
+    running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
+                               memory_report(plan).max_batch_size_that_fits)
+    return max(plan.workload.batch_size, running), max_len
 
 
 def _hf_repo(plan: Plan) -> str:
@@ -302,7 +306,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             argv.append("--enable-expert-parallel")
         elif moe_tp > 1:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
-    max_seqs, max_len = _serving_limits(plan)
+    max_seqs, max_len = _serving_limits(plan, "vllm")
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, "vllm")
     env: list[str] = []
@@ -332,7 +336,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     notes = [f"vLLM DP+EP: {p.attn_dp} data-parallel engines (attention TP {p.tp} each, own scheduler and KV "
              f"cache) whose MoE layers form one EP group of {p.ep} GPUs; idle ranks run dummy steps to keep "
              "the MoE collectives in step (vLLM data-parallel deployment docs)"]
-    max_seqs, max_len = _serving_limits(plan)
+    max_seqs, max_len = _serving_limits(plan, "vllm")
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.attn_dp),
             "--enable-expert-parallel",
@@ -411,7 +415,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
             argv += ["--ep", str(ep)]
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
-    max_seqs, max_len = _serving_limits(plan)
+    max_seqs, max_len = _serving_limits(plan, "sglang")
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
     argv += _dtype_flags(plan, notes, "sglang")
     replica = world * p.pp
@@ -440,7 +444,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         ep, moe_tp = _moe_layout(plan, "TensorRT-LLM")
         base += ["--ep_size", str(ep)]
         notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
-    max_seqs, max_len = _serving_limits(plan)
+    max_seqs, max_len = _serving_limits(plan, "trtllm")
     base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
     if plan.dtype not in _DTYPE_FLAG:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
