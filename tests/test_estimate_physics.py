@@ -141,3 +141,15 @@ def test_search_fast_path_prices_the_engine_like_the_estimate(engine: str) -> No
     fast = FastEstimator(parse_plan(p))
     assert fast.phase_ms("decode", 16) == pytest.approx(est.decode_latency_ms_per_token, rel=1e-9)
     assert fast.phase_ms("prefill", 16) == pytest.approx(est.prefill_latency_ms, rel=1e-9)
+
+
+def test_prefill_attention_speed_follows_the_published_length_curve() -> None:
+    """Causal prefill attention runs at FlashAttention-3's published speed for its prompt length: 521 of 616
+    TFLOPs at 2k tokens, the full figure from 16k on, and slower per FLOP the shorter the prompt."""
+    from tools.estimate.efficiency import attention_length_scale
+
+    assert attention_length_scale(2048) == pytest.approx(521 / 616)
+    assert attention_length_scale(16384) == attention_length_scale(65536) == 1.0
+    lengths = [64, 256, 512, 700, 1024, 3000, 4096, 10000, 16384]
+    scales = [attention_length_scale(n) for n in lengths]
+    assert scales == sorted(scales) and 0 < scales[0] < 0.1

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.dag import NodeType
+from tools.estimate.efficiency import attention_length_scale
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
@@ -117,6 +118,7 @@ class CostModel:
         wl = plan.workload
         self.input_len, self.output_len = wl.input_len, wl.output_len
         self.decode_context = wl.input_len + wl.output_len / 2
+        self.prefill_attention_scale = attention_length_scale(wl.input_len)
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
@@ -134,7 +136,8 @@ class CostModel:
             if k.mla and e["mla_decode_flash"] >= 0.5:
                 peak = self.peak_attn * e["compute_efficiency_attention_flashmla"]
             elif k.attention:
-                peak = self.peak_attn * e["compute_efficiency_attention"]
+                peak = self.peak_attn * e["compute_efficiency_attention"] * \
+                    (self.prefill_attention_scale if phase == "prefill" else 1.0)
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5

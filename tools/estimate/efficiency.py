@@ -10,6 +10,7 @@ a flat ``{key: value}`` object is also accepted and applies to every accelerator
 from __future__ import annotations
 
 import json
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +30,26 @@ Overlay = dict[str, Any] | str | Path | None
 def efficiency_catalog() -> dict[str, Any]:
     with open(EFFICIENCY_FILE, encoding="utf-8") as f:
         return json.load(f)
+
+
+@lru_cache(maxsize=1)
+def _attention_points() -> tuple[tuple[float, ...], tuple[float, ...]]:
+    table = efficiency_catalog()["attention_prefill_by_length"]
+    tokens, tflops = table["tokens"], table["tflops"]
+    return tuple(float(t) for t in tokens), tuple(float(f) / float(tflops[-1]) for f in tflops)
+
+
+def attention_length_scale(tokens: float) -> float:
+    """How fast causal prefill attention runs at ``tokens`` per sequence relative to long prompts (the
+    catalog's ``attention_prefill_by_length``): short prompts keep the tensor cores less busy."""
+    xs, ys = _attention_points()
+    if tokens >= xs[-1]:
+        return 1.0
+    if tokens <= xs[0]:
+        return ys[0] * max(tokens, 1.0) / xs[0]
+    i = next(j for j in range(1, len(xs)) if tokens <= xs[j])
+    f = (math.log(tokens) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return ys[i - 1] + f * (ys[i] - ys[i - 1])
 
 
 @lru_cache(maxsize=32)
