@@ -54,7 +54,7 @@ from tools.errors import PdagInputError
 from tools.estimate.core import Headline, headline
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
-from tools.estimate.serving import continuous, weights_ms
+from tools.estimate.serving import continuous, memory_limits
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
@@ -313,10 +313,9 @@ class _Search:
         ttft, tpot, e2e, tput = h.ttft_ms, h.tpot_ms, h.e2e_ms, h.throughput.output_tokens_per_s * dp
         if self.serving:  # continuous batching at `batch` requests in flight per replica (tools/estimate/serving.py)
             f = self.fast(s)
-            # the search keeps only batches that fit at the full context, so all of them run (no capacity cap)
-            shared = weights_ms(f.plan, f.eff, float(mem.weights_bytes), f.layout.pools["prefill"].pp)
+            capacity, shared = memory_limits(f.plan, f.eff, mem, f.layout.pools["prefill"].pp)
             sv = continuous(f.plan, f.eff, batch, f.phase_ms("prefill", 1), lambda b: f.phase_ms("decode", b), dp,
-                            dp * s.gpus, 0, shared)
+                            dp * s.gpus, capacity, shared)
             ttft, tpot, tput = sv.ttft_ms, sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),

@@ -287,7 +287,7 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> 
         return Prediction(est.prefill_latency_ms, dict(pre), "time")
     if metric == "tpot_ms":
         return Prediction(est.decode_latency_ms_per_token, dict(dec), "time")
-    if metric.startswith("serving_"):
+    if is_serving(metric):
         return _serving_prediction(pt, est)
     e2e = {k: pre[k] + out * dec[k] for k in PARTS}
     if metric == "e2e_ms":
@@ -296,6 +296,11 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> 
     if metric == "output_tokens_per_s_per_gpu":
         value = est.throughput.output_tokens_per_s_per_gpu
     return Prediction(value, e2e, "rate", value * est.e2e_latency_ms)
+
+
+def is_serving(metric: str) -> bool:
+    """A metric measured under continuous batching at a fixed concurrency (scored on the estimate's serving block)."""
+    return metric.startswith("serving_")
 
 
 def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
@@ -311,9 +316,9 @@ def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
     if pt["metric"] == "serving_tpot_ms":
         return Prediction(sv.tpot_ms, step, "time")
     if pt["metric"] == "serving_ttft_ms":
-        waiting = sv.step_ms / 2 + math.ceil(pt["input_len"] / sv.chunk_tokens) * dec_ms
-        own = max(0.0, sv.ttft_ms - waiting)  # the prompt's own prefill pass
-        return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * own / pre_ms for k in PARTS}, "time")
+        waiting = sv.ttft_ms - sv.prefill_ms  # queue and shared steps, priced like decode steps
+        return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * sv.prefill_ms / pre_ms for k in PARTS},
+                          "time")
     value = sv.output_tokens_per_s_per_gpu if pt["metric"].endswith("_per_gpu") else sv.output_tokens_per_s
     return Prediction(value, step, "rate", value * sv.step_ms)
 
@@ -440,7 +445,7 @@ def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: s
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``'s static-batch
     points: a serving figure also holds the engine's scheduling and front-end time, which says nothing about the
     GPU's compute or memory speed."""
-    train = [pt for pt in train if not pt["metric"].startswith("serving_")]
+    train = [pt for pt in train if not is_serving(pt["metric"])]
     scales = fit_scales(train, rounds=2, min_sources=2, parts=HARDWARE_PARTS) if train else {}
     return {i: predict(pt, scaled_overlay(pt, scales[pt["gpu"]]) if pt["gpu"] in scales else None).value
             for i, pt in enumerate(points) if i in test}
@@ -477,8 +482,8 @@ def _scores(rows: list[Row], attr: str) -> dict[str, float]:
 def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
     """Scores overall, per metric class and per regime."""
     out = {"all": _scores(rows, attr),
-           "mode: static batch": _scores([r for r in rows if not r.metric.startswith("serving_")], attr),
-           "mode: serving": _scores([r for r in rows if r.metric.startswith("serving_")], attr)}
+           "mode: static batch": _scores([r for r in rows if not is_serving(r.metric)], attr),
+           "mode: serving": _scores([r for r in rows if is_serving(r.metric)], attr)}
     for cls in dict.fromkeys(METRIC_CLASS.values()):
         out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
     for reg in REGIMES:

@@ -41,7 +41,7 @@ from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
-from tools.estimate.serving import Serving, Sla, best_under_sla, continuous, running_capacity, weights_ms
+from tools.estimate.serving import Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
@@ -544,7 +544,7 @@ def estimate_performance(
     if not layout.disaggregated:
         pre1 = pre.latency_ms if wl.batch_size == 1 else _phase(
             model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
-        capacity = running_capacity(full, eff, mem.max_batch_size_that_fits)
+        capacity, shared = memory_limits(full, eff, mem, layout.pools["prefill"].pp)
 
         def decode_at(b: int) -> float:
             if b == wl.batch_size:
@@ -552,7 +552,6 @@ def estimate_performance(
             return _phase(model, prep.phases["decode"], b, layout.pools["decode"].pp,
                           eff["decode_step_overhead_ms"] * 1e-3).latency_ms
 
-        shared = weights_ms(full, eff, mem.weights_bytes, layout.pools["prefill"].pp)
         serving = continuous(full, eff, wl.batch_size, pre1, decode_at, layout.dp, prep.replica_gpus * layout.dp,
                              capacity, shared, sla_m)
         if sla_m is not None:
@@ -733,8 +732,8 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
         if not layout.disaggregated:
-            out.append("serving TTFT under load counts engine steps only: published NIM/TensorRT-LLM runs take "
-                       "1.5-3x longer from 5 clients on (README, accuracy); treat a TTFT SLA as optimistic")
+            out.append("serving TTFT under load counts engine steps only: published NIM/TensorRT-LLM runs wait "
+                       "longer before a request's first step (README, accuracy); treat a TTFT SLA as optimistic")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
         a = max(p.attn_dp for p in layout.phases.values())
         out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "

@@ -18,9 +18,8 @@ token budget minus the decode tokens), one chunk per step, so its TTFT is half a
 
 A lone client (``C = 1``) finds the engine idle and shares no step: its TTFT is its prefill pass.
 
-Output tokens per second: ``C / step`` per replica, ``1 / step`` per user.  The mixed step counts the prompt's
-weight reads again although the decode step already streams the weights (pessimistic for short prompts).
-Disaggregated plans are not priced here: their pools do not share steps (see ``disagg.py``).
+Output tokens per second: ``C / step`` per replica, ``1 / step`` per user.  Disaggregated plans are not priced
+here: their pools do not share steps (see ``disagg.py``).
 
 The KV cache bounds what runs at once.  An engine that reserves room for the whole output before starting a
 request (TensorRT-LLM's default) runs at most ``B`` = the batch that fits at ``input_len + output_len`` tokens; one
@@ -41,6 +40,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.memory import MemoryReport
 from tools.plan import Plan
 
 MAX_CONCURRENCY = 65_536
@@ -63,6 +63,7 @@ class Serving(BaseModel):
     concurrency: int = Field(description="requests in flight per DP replica (continuous batching)")
     running: int = Field(description="requests the KV cache holds at once; the rest of the concurrency waits")
     queue_ms: float = Field(description="wait for a KV slot before a request's prefill starts (0 when all run)")
+    prefill_ms: float = Field(description="the request's own prefill pass, the part of TTFT that is not waiting")
     chunk_tokens: int = Field(description="prompt tokens one step takes besides the decode tokens")
     step_ms: float = Field(description="one mixed step: every running request's decode token plus prompt chunks")
     ttft_ms: float = Field(description="time to first token of a new request under this load")
@@ -89,6 +90,13 @@ def weights_ms(plan: Plan, eff: dict[str, float], weight_bytes_per_gpu: float, p
     return pp * weight_bytes_per_gpu / (plan.accelerator.memory_bandwidth_bytes_per_s * eff["memory_efficiency"]) * 1e3
 
 
+def memory_limits(plan: Plan, eff: dict[str, float], mem: MemoryReport, prefill_pp: int) -> tuple[int, float]:
+    """What the memory report fixes for every concurrency: the requests that run at once (``running_capacity``)
+    and the weight read a prompt shares with the decode step (``weights_ms``), for ``continuous``."""
+    return (running_capacity(plan, eff, mem.max_batch_size_that_fits),
+            weights_ms(plan, eff, mem.weights_bytes, prefill_pp))
+
+
 def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_ms: float,
                decode_at: Callable[[int], float], dp: int, gpus: int, capacity: int, shared_ms: float,
                sla: Sla | None = None) -> Serving:
@@ -106,7 +114,8 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_
     queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * step)
     ttft = queue + service_ttft
     per_replica = running / (step / 1e3)
-    return Serving(concurrency=concurrency, running=running, queue_ms=queue, chunk_tokens=chunk, step_ms=step,
+    return Serving(concurrency=concurrency, running=running, queue_ms=queue, prefill_ms=prefill_one_ms,
+                   chunk_tokens=chunk, step_ms=step,
                    ttft_ms=ttft, tpot_ms=step, output_tokens_per_s=per_replica * dp,
                    output_tokens_per_s_per_gpu=per_replica * dp / gpus, output_tokens_per_s_per_user=1e3 / step,
                    meets_sla=sla.met(ttft, step) if sla else None)
