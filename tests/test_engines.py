@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tools import export_plan, import_command
+from tools import estimate_performance, export_plan, import_command
 from tools.engines import EngineCannotExpress, model_for_repo
 from tools.plan import parse_plan
 from tools.quantization import gemm_dtype, storage
@@ -171,7 +171,7 @@ def test_attention_dp_import_counts_gpus_inside_the_tp_world() -> None:
 
 
 def test_attention_dp_export_flags() -> None:
-    plan = _plan("deepseek-v3", "h200", {"tp": 1, "attn_dp": 8, "ep": 8}, dtype="fp8", options=ADP)
+    plan = _plan("deepseek-v3", "h200", {"tp": 1, "attn_dp": 8, "ep": 8}, dtype="fp8", kv_dtype="fp8", options=ADP)
     sg = export_plan(plan, "sglang")
     assert "--tp 8 --dp 8 --enable-dp-attention --ep 8" in sg.command and sg.gpus == 8
     assert "--data-parallel-size 8 --enable-expert-parallel" in export_plan(plan, "vllm").command
@@ -203,7 +203,7 @@ def test_disaggregated_exports_one_command_per_pool(engine: str, flag: str) -> N
 def test_ep_wider_than_tp_exports_as_the_engines_attention_dp_form(engine: str, flags: str) -> None:
     """Issue 10: deepseek-v3 fp8 tp 8 ep 16 on 16 H200 validated but export refused it ('pdag does not model
     attention-DP yet').  Engines spread experts beyond TP only with attention-DP groups: that is the export."""
-    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "kv_dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
             "parallel": {"tp": 8, "ep": 16}}
     out = export_plan(plan, engine)
     assert flags in out.command and out.gpus == 16
@@ -214,7 +214,7 @@ def test_ep_wider_than_tp_exports_as_the_engines_attention_dp_form(engine: str, 
 
 
 def test_ep_wider_than_tp_names_what_tensorrt_llm_lacks() -> None:
-    plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+    plan = {"model": "deepseek-v3", "dtype": "fp8", "kv_dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
             "parallel": {"tp": 8, "ep": 16}}
     with pytest.raises(EngineCannotExpress) as exc:
         export_plan(plan, "trtllm")
@@ -289,3 +289,15 @@ def test_sglang_deepep_all_to_all_means_ep_equals_tp() -> None:
                                                                 "attn_dp": 8}
     plain = import_command(cmd.replace(" --moe-a2a-backend deepep", ""), gpu="h200").plan
     assert plain["parallel"]["ep"] == 1 and plain["options"]["allow_expert_tp"]
+
+
+def test_fp8_weights_keep_the_engines_16_bit_cache_unless_told() -> None:
+    """fp8 weights alone leave vLLM's and SGLang's cache at 'auto' (16-bit), in the estimate and the export alike;
+    an fp8 kv_dtype is priced at one byte per element and exported as the engine's flag."""
+    plan = _plan("llama-3.1-70b", "h100-sxm", {"tp": 4}, dtype="fp8")
+    for engine in ("vllm", "sglang"):
+        assert "--kv-cache-dtype" not in export_plan(plan, engine).command
+        assert "--kv-cache-dtype fp8" in export_plan({**plan, "kv_dtype": "fp8"}, engine).command
+    sixteen = estimate_performance(plan).kv_cache.bytes_per_token
+    eight = estimate_performance({**plan, "kv_dtype": "fp8"}).kv_cache.bytes_per_token
+    assert sixteen == 80 * 2 * 8 * 128 * 2 and eight == sixteen / 2

@@ -16,9 +16,10 @@ from tools.plan import parse_plan
 
 
 def P(model: str, gpu: str, n: int, b: int = 1, i: int = 2048, o: int = 128, dtype: str = "bf16",
-      **par: int) -> dict:
-    return {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": par,
+      kv_dtype: str | None = None, **par: int) -> dict:
+    plan = {"model": model, "hardware": {"gpu": gpu, "num_gpus": n}, "parallel": par,
             "workload": {"input_len": i, "output_len": o, "batch_size": b}, "dtype": dtype}
+    return plan | ({"kv_dtype": kv_dtype} if kv_dtype else {})
 
 
 def est(**kw: object):
@@ -110,6 +111,8 @@ def test_kv_bytes_follow_formula() -> None:
     assert g.kv_cache.bytes_total == pytest.approx(2 * 1024 * 327_680)
     assert g.kv_cache.bytes_per_gpu_max == pytest.approx(2 * 1024 * 327_680 / 8)
     m = est(model="deepseek-v3", gpu="h200", n=8, b=2, i=1000, o=24, dtype="fp8", tp=8, ep=8)
+    assert m.kv_cache.bytes_per_token == 61 * (512 + 64) * 2  # fp8 weights, 16-bit cache (the engines' default)
+    m = est(model="deepseek-v3", gpu="h200", n=8, b=2, i=1000, o=24, dtype="fp8", kv_dtype="fp8", tp=8, ep=8)
     assert m.kv_cache.bytes_per_token == 61 * (512 + 64)
     assert m.kv_cache.bytes_per_gpu_max == pytest.approx(2 * 1024 * 61 * 576)  # latent whole on each TP rank
 
@@ -206,7 +209,7 @@ def test_expert_load_formula() -> None:
 # ---------------------------------------------------------------------------------- attention-DP
 def _dsv3(parallel: dict, batch: int) -> dict:
     return {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "dtype": "fp8",
-            "parallel": parallel, "options": {"allow_attention_dp": True},
+            "kv_dtype": "fp8", "parallel": parallel, "options": {"allow_attention_dp": True},
             "workload": {"input_len": 2048, "output_len": 256, "batch_size": batch}}
 
 

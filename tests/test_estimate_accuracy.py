@@ -90,9 +90,9 @@ def test_measurements_cover_several_sources_engines_and_tp() -> None:
 
 
 def test_quantized_points_state_their_kv_dtype() -> None:
-    """A plan's KV dtype defaults to its dtype, but engines keep the KV cache in the model's 16-bit dtype unless
-    told otherwise (vLLM and SGLang kv_cache_dtype 'auto'): a point measured with fp8 weights must say which KV
-    cache it ran, or its notes' '16-bit assumed' silently becomes fp8."""
+    """A point measured with quantized weights says which KV cache it ran: the plan default (16-bit, as the engines'
+    'auto') is right for most, but an fp8 cache changes the capacity and the attention reads, so it is never left
+    to a default; a note that assumes 16-bit must say 16-bit."""
     for p in load_measurements():
         if p.get("dtype", "bf16") not in ("bf16", "fp16"):
             assert p.get("kv_dtype"), p["id"]

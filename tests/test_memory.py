@@ -54,7 +54,7 @@ def test_kv_replicated_beyond_kv_heads() -> None:
 
 
 def test_mla_latent_replicated_on_tp_ranks() -> None:
-    p = parse_plan(plan("deepseek-v3", "h200", 16, tp=8, ep=8, pp=2, dtype="fp8", batch_size=2,
+    p = parse_plan(plan("deepseek-v3", "h200", 16, tp=8, ep=8, pp=2, dtype="fp8", kv_dtype="fp8", batch_size=2,
                         input_len=1000, output_len=24))
     r = memory_report(p)
     assert r.kv_bytes_per_token == 61 * 576  # (kv_lora_rank 512 + rope 64) x 61 layers x 1 B

@@ -110,7 +110,10 @@ class Plan(_Strict):
     phases: Phases = Field(default_factory=Phases)
     workload: Workload = Field(default_factory=Workload)
     dtype: Dtype = "bf16"
-    kv_dtype: Dtype | None = None
+    kv_dtype: Dtype | None = Field(
+        None, description="KV cache dtype; default: the activations' 16-bit type (bf16, or fp16 for an fp16 plan), "
+                          "as vLLM, SGLang and TensorRT-LLM keep it unless told to quantize it; fp8 weights alone do "
+                          "not make an fp8 cache")
     objective: Literal["latency", "throughput"] = "latency"
     options: Options = Field(default_factory=Options)
     weights: WeightFormat | None = Field(
@@ -158,7 +161,10 @@ class Plan(_Strict):
 
     @property
     def effective_kv_dtype(self) -> Dtype:
-        return self.kv_dtype or self.dtype
+        """The KV cache's dtype: as given, else the activations' 16-bit type, as vLLM, SGLang and TensorRT-LLM
+        store it unless told otherwise (knowledge/engines.md, 'KV cache dtype'): quantized weights alone do
+        not quantize the cache."""
+        return self.kv_dtype or ("fp16" if self.dtype == "fp16" else "bf16")
 
 
 def _field_path(loc: tuple[Any, ...], root: str) -> str:
