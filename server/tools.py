@@ -389,6 +389,9 @@ class SloArg(BaseModel):
     max_tpot_ms: float | None = Field(None, gt=0, le=3_600_000, description="max time per output token, ms")
     min_throughput_tokens_per_s: float | None = Field(None, gt=0, le=1e12,
                                                       description="min output tokens/s of the whole deployment")
+    arrivals: Literal["spread", "lockstep"] = Field(
+        "spread", description="serving: check max_ttft_ms against spread arrivals or 'lockstep' (benchmark "
+                              "clients whose prompts arrive in one burst; conservative)")
 
 
 @pdag_tool(core="search_strategies", title="Search for the best parallel plans")

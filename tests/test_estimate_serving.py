@@ -57,6 +57,9 @@ def test_serving_latencies_grow_with_concurrency(c: int, extra: int, i: int, o: 
     hi = estimate_performance(plan=plan(c + extra, i, o)).serving
     assert lo is not None and hi is not None
     assert hi.tpot_ms >= lo.tpot_ms and hi.ttft_ms >= lo.ttft_ms
+    # clients in lockstep wait for the prompts of the burst ahead of them: never less than spread arrivals
+    assert lo.ttft_lockstep_ms >= lo.ttft_ms and hi.ttft_lockstep_ms >= hi.ttft_ms
+    assert hi.ttft_lockstep_ms >= lo.ttft_lockstep_ms
 
 
 def test_best_under_sla_uses_the_estimates_efficiency_overlay() -> None:
@@ -82,11 +85,37 @@ def test_search_under_sla_prices_continuous_batching() -> None:
     assert served.tpot_ms <= 50 and served.ttft_ms <= 1000
     check = estimate_performance(plan=served.plan).serving
     assert check is not None and check.tpot_ms == pytest.approx(served.tpot_ms, rel=1e-6)
+    burst = search_strategies(**(args | {"slo": args["slo"] | {"arrivals": "lockstep"}}), serving=True).top[0]
+    assert burst.batch_size < served.batch_size and burst.ttft_ms <= 1000
+    again = estimate_performance(plan=burst.plan).serving
+    assert again is not None and again.ttft_lockstep_ms == pytest.approx(burst.ttft_ms, rel=1e-6)
 
 
 def test_a_lone_client_waits_for_nothing_but_its_prefill() -> None:
     e = estimate_performance(plan=plan(1))
     assert e.serving is not None and e.serving.ttft_ms == pytest.approx(e.prefill_latency_ms)
+    assert e.serving.ttft_lockstep_ms == pytest.approx(e.prefill_latency_ms)
+
+
+def test_a_burst_of_prompts_costs_half_its_prefill_on_average() -> None:
+    """C prompts arriving together wait, on average, for half of the burst: the mean TTFT lies between half and
+    all of the static batch's prefill of the same C prompts (which also pays their attention at once)."""
+    for c in (16, 64, 128):
+        e = estimate_performance(plan=plan(c, 1024, 512))
+        sv = e.serving
+        assert sv is not None and sv.queue_ms == 0
+        assert 0.4 * e.prefill_latency_ms < sv.ttft_lockstep_ms < 1.05 * e.prefill_latency_ms, c
+        assert sv.ttft_lockstep_ms > 3 * sv.ttft_ms
+
+
+def test_a_lockstep_sla_holds_fewer_clients() -> None:
+    """The same TTFT target checked against bursts of prompts admits no more clients than against spread arrivals,
+    and the concurrency it picks meets it in lockstep."""
+    sla = {"max_tpot_ms": 60, "max_ttft_ms": 800}
+    spread = estimate_performance(plan=plan(8, 1024, 512), sla=sla).best_under_sla
+    burst = estimate_performance(plan=plan(8, 1024, 512), sla=sla | {"arrivals": "lockstep"}).best_under_sla
+    assert spread is not None and burst is not None
+    assert burst.concurrency < spread.concurrency and burst.ttft_lockstep_ms <= 800 < spread.ttft_lockstep_ms
 
 
 @pytest.mark.parametrize("engine", ["vllm", "trtllm"])

@@ -54,7 +54,7 @@ from tools.errors import PdagInputError
 from tools.estimate.core import Headline, headline
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
-from tools.estimate.serving import continuous, memory_limits
+from tools.estimate.serving import Arrivals, continuous, memory_limits
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
@@ -78,6 +78,9 @@ class Slo(BaseModel):
     max_ttft_ms: float | None = Field(None, gt=0, description="time to first token of the batch")
     max_tpot_ms: float | None = Field(None, gt=0, description="time per output token")
     min_throughput_tokens_per_s: float | None = Field(None, gt=0, description="output tokens/s of the deployment")
+    arrivals: Arrivals = Field(
+        "spread", description="serving mode: which TTFT max_ttft_ms is checked against, 'spread' (independent "
+                              "users) or 'lockstep' (fixed-length closed-loop benchmark clients, prompts in one burst)")
 
 
 class PlanSummary(BaseModel):
@@ -316,7 +319,8 @@ class _Search:
             capacity, shared = memory_limits(f.plan, f.eff, mem, f.layout.pools["prefill"].pp)
             sv = continuous(f.plan, f.eff, batch, f.phase_ms("prefill", 1), lambda b: f.phase_ms("decode", b), dp,
                             dp * s.gpus, capacity, shared)
-            ttft, tpot, tput = sv.ttft_ms, sv.tpot_ms, sv.output_tokens_per_s
+            ttft = sv.ttft_lockstep_ms if self.slo.arrivals == "lockstep" else sv.ttft_ms
+            tpot, tput = sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),
                    float(mem.capacity_bytes))

@@ -18,6 +18,9 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tpot-ms", type=float, help="SLA: time per output token under load; with --max-ttft-ms, "
                                                      "reports the concurrency with the best tokens/s per GPU within it")
     p.add_argument("--max-ttft-ms", type=float, help="SLA: time to first token under load")
+    p.add_argument("--lockstep", action="store_true",
+                   help="check --max-ttft-ms against the TTFT of clients whose prompts arrive in one burst "
+                        "(fixed-length closed-loop benchmarks) instead of spread arrivals")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -27,6 +30,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.plan import parse_plan
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
+    if sla and args.lockstep:
+        sla["arrivals"] = "lockstep"
     given = cli_input(args) if getattr(args, "plan_file", None) else {"plan": plan_from_args(args)}
     paths: dict = {}
     est = estimate_performance(**given, overlap=args.overlap, efficiency=args.efficiency, sla=sla or None,

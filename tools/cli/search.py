@@ -23,6 +23,9 @@ def search_args(p: Any) -> None:
     p.add_argument("--serving", action="store_true",
                    help="price plans under continuous batching (batch = requests in flight per replica); with "
                         "--objective throughput and SLO flags: most tokens/s within the TTFT/TPOT targets")
+    p.add_argument("--lockstep", action="store_true",
+                   help="with --serving: check --max-ttft-ms against the TTFT of clients whose prompts arrive in one "
+                        "burst (fixed-length closed-loop benchmarks)")
     p.add_argument("--report", metavar="HTML", help="also write an HTML report: Pareto front and the best plan")
 
 
@@ -38,6 +41,8 @@ def cmd_search(args: Any) -> int:
         if v is not None}
     slo = {k: v for k, v in (("max_ttft_ms", args.max_ttft_ms), ("max_tpot_ms", args.max_tpot_ms),
                              ("min_throughput_tokens_per_s", args.min_throughput)) if v is not None}
+    if slo and args.lockstep:
+        slo["arrivals"] = "lockstep"
     result = search_strategies(
         model=plan["model"], hardware=plan["hardware"], workload=workload or None,
         objective=plan.get("objective", "latency"), slo=slo or None, top_k=args.top,

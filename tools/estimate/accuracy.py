@@ -260,6 +260,7 @@ class Prediction:
     parts: dict[str, float]  # linear decomposition of the metric's time in the four parts
     kind: str  # "time" (value proportional to time) or "rate" (value = numerator / time)
     numerator: float = 0.0
+    lockstep: float | None = None  # serving TTFT under load: the other end, prompts arriving in one burst
 
 
 def _point_overlay(pt: dict[str, Any], overlay: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
@@ -318,7 +319,7 @@ def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
     if pt["metric"] == "serving_ttft_ms":
         waiting = sv.ttft_ms - sv.prefill_ms  # queue and shared steps, priced like decode steps
         return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * sv.prefill_ms / pre_ms for k in PARTS},
-                          "time")
+                          "time", lockstep=sv.ttft_lockstep_ms if sv.concurrency > 1 else None)
     value = sv.output_tokens_per_s_per_gpu if pt["metric"].endswith("_per_gpu") else sv.output_tokens_per_s
     return Prediction(value, step, "rate", value * sv.step_ms)
 
@@ -463,6 +464,7 @@ class Row:
     source: str = ""
     regimes: list[str] = field(default_factory=list)
     loso: float | None = None
+    lockstep: float | None = None
 
     @property
     def error(self) -> float:
@@ -491,6 +493,15 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
     return out
 
 
+def ttft_bracket(rows: list[Row]) -> dict[str, int]:
+    """Where measured serving TTFT under load falls against pdag's two ends: arrivals spread over time (the
+    scored figure) and every client's prompt in one burst (``ttft_lockstep_ms``)."""
+    rs = [r for r in rows if r.lockstep is not None]
+    below = sum(r.measured < r.predicted for r in rs)
+    above = sum(r.measured > r.lockstep for r in rs)  # type: ignore[operator]
+    return {"points": len(rs), "between": len(rs) - below - above, "above": above, "below": below}
+
+
 @dataclass
 class AccuracyReport:
     rows: list[Row]
@@ -513,6 +524,7 @@ class AccuracyReport:
             lmed, lp90 = self.stats("loo")
             out.update(loo_median_ape=lmed, loo_p90_ape=lp90, loo_note=self.loo_note)
         out["breakdown"] = {"catalog": breakdown(self.rows)}
+        out["serving_ttft_bracket"] = ttft_bracket(self.rows)
         if any(r.loso is not None for r in self.rows):
             smed, sp90 = self.stats("loso")
             out.update(loso_median_ape=smed, loso_p90_ape=sp90)
@@ -554,6 +566,10 @@ class AccuracyReport:
                 lo = loso[key]
                 line += f"   {lo['median_ape']:>16.1%} {lo['p90_ape']:>9.1%} {lo['median_bias']:>+12.1%}"
             lines.append(line)
+        b = ttft_bracket(self.rows)
+        if b["points"]:
+            lines.append(f"serving TTFT under load (concurrency > 1): {b['between']} of {b['points']} measured values "
+                         f"lie between pdag's spread-arrival and lockstep TTFT, {b['above']} above, {b['below']} below")
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
             lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
@@ -571,7 +587,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     for pt in points:
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
-                        p.value, source=str(pt.get("source", "")), regimes=regimes(pt)))
+                        p.value, source=str(pt.get("source", "")), regimes=regimes(pt), lockstep=p.lockstep))
     report = AccuracyReport(rows)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
