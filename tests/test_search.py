@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools import search_strategies
+from tools import estimate_performance, search_strategies
 from tools.errors import PdagInputError
 
 H100_8 = {"gpu": "h100-sxm", "num_gpus": 8}
@@ -84,14 +84,32 @@ def test_moe_plans_keep_ep_in_group_and_state_expert_tp() -> None:
 def test_throughput_searches_batch_and_fills_cluster() -> None:
     r = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 8}, objective="throughput")
     best = r.top[0]
-    assert best.batch_size > 1 and best.batch_size & (best.batch_size - 1) == 0  # a power of two
     assert best.gpus_used == 8
+    # without a latency SLO the batch is the largest that fits, not only the largest power of two below it
+    mem = estimate_performance(plan=best.plan).memory
+    assert mem.fits and best.batch_size == mem.max_batch_size_that_fits > 128
     tputs = [p.throughput_tokens_per_s for p in r.top]
     assert tputs == sorted(tputs, reverse=True)
     # Pareto: per-user speed falls while throughput per GPU rises.
     speeds = [p.user_tokens_per_s for p in r.pareto]
     per_gpu = [p.throughput_per_gpu for p in r.pareto]
     assert speeds == sorted(speeds, reverse=True) and per_gpu == sorted(per_gpu)
+
+
+def test_batch_under_an_slo_is_refined_between_powers_of_two() -> None:
+    """Under a TPOT target the best batch is the largest that meets it (to within 1/32), not the power of two
+    below it: one more thirty-second of the batch misses the target, and the throughput beats the power of two."""
+    slo = {"max_tpot_ms": 30}
+    r = search_strategies("llama-3.1-70b", {"gpu": "h100-sxm", "num_gpus": 8}, objective="throughput", slo=slo,
+                          dtype="fp8", disaggregated=False)
+    best = r.top[0]
+    assert best.tpot_ms <= 30 and best.batch_size & (best.batch_size - 1) != 0
+    over = {**best.plan, "workload": {**best.plan["workload"],
+                                      "batch_size": best.batch_size + max(1, best.batch_size // 32)}}
+    assert estimate_performance(plan=over).decode_latency_ms_per_token > 30
+    low = 1 << (best.batch_size.bit_length() - 1)
+    floor = {**best.plan, "workload": {**best.plan["workload"], "batch_size": low}}
+    assert estimate_performance(plan=floor).throughput.output_tokens_per_s < best.throughput_tokens_per_s
 
 
 def test_fixed_batch_is_respected() -> None:

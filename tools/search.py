@@ -31,7 +31,9 @@ The result names the best aggregated and the best disaggregated plan and says wh
 Estimates.  DP replicas are independent copies, so a replica is estimated once (dp = 1) and the deployment's
 throughput is the replica's times dp.  For the throughput objective the batch per replica is searched over
 powers of two up to the largest that fits in memory (unless the workload fixes it): throughput grows and
-TPOT worsens with the batch, so the best batch under an SLO is found by bisection on the exponent.  Each
+TPOT worsens with the batch, so the best batch under an SLO is found by bisection on the exponent; for the
+three best layouts it is then refined between that power of two and the next (or the most that fits) to
+within 1/32 of the batch.  Each
 layout is priced by ``tools.estimate.fast`` (one sub-DAG per distinct layer, the same node costs as
 ``estimate_performance``, so the figures are equal), built once per layout and reused for every batch.
 
@@ -68,6 +70,7 @@ TIE_BREAK = {
     "throughput": "meets SLOs, output tokens/s, tokens/s per GPU, e2e latency, fewer GPUs, "
                   "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
 }
+REFINED_LAYOUTS = 3  # layouts whose batch is refined between powers of two (throughput objective)
 DISAGG_PREFILL_CANDIDATES = 3
 DISAGG_DECODE_CANDIDATES = 3
 
@@ -469,6 +472,7 @@ class _Search:
     def run_throughput(self, fitting: list[tuple[_Shape, Any]]) -> list[_Point]:
         points: list[_Point] = []
         bmax_of: dict[_Shape, list[int]] = {}
+        fits: dict[_Shape, int] = {}
         for s, mem in fitting:
             dp = self.hw.num_gpus // s.gpus
             self.reject("GPU-IDLE", f"{s.what()}: fewer than {dp} replicas leave GPUs idle",
@@ -481,9 +485,15 @@ class _Search:
             self.considered += len(exps)
             if exps:
                 bmax_of[s] = exps
+                fits[s] = int(mem.max_batch_size_that_fits)
                 points.append(self._best_batch(lambda b, s=s, dp=dp: self.point(s, b, dp), exps))
-        # Frontier samples (smaller batches) only for the best few layouts.
+        # The best few layouts: their batch refined between powers of two, then frontier samples (smaller batches).
         if bmax_of:
+            ranked = sorted(points, key=lambda p: _sort_key(p, "throughput", self.metric))
+            for p in ranked[:REFINED_LAYOUTS]:
+                better = self._refine_batch(p, fits[p.shape])
+                if better is not p:
+                    points[points.index(p)] = better
             best = sorted(points, key=lambda p: _sort_key(p, "throughput", self.metric))[:3]
             for i, p in enumerate(best):
                 exps = [k for k in bmax_of[p.shape] if (1 << k) < p.batch]
@@ -516,6 +526,31 @@ class _Search:
             else:
                 hi = mid
         return at(lo)
+
+    def _refine_batch(self, p: _Point, bmax: int) -> _Point:
+        """The largest batch between ``p``'s power of two and the next one (or the most that fits) that still meets
+        the latency SLOs, by bisection to within 1/32 of the batch: tokens/s grow with the batch, so powers of two
+        alone can leave up to half of it unused.  ``p`` itself when it misses an SLO or nothing larger fits."""
+        if any(m.startswith(("TTFT", "TPOT")) for m in p.misses) or p.batch >= bmax:
+            return p
+
+        def ok(q: _Point) -> bool:
+            return not any(m.startswith(("TTFT", "TPOT")) for m in q.misses)
+
+        top = self.point(p.shape, min(2 * p.batch - 1, bmax), p.dp)
+        self.considered += 1
+        if ok(top):
+            return max(p, top, key=lambda q: q.tput)
+        lo, hi, best = p.batch, top.batch, p
+        while hi - lo > max(1, lo // 32):
+            mid = (lo + hi) // 2
+            q = self.point(p.shape, mid, p.dp)
+            self.considered += 1
+            if ok(q):
+                lo, best = mid, max(best, q, key=lambda x: x.tput)
+            else:
+                hi = mid
+        return best
 
     # -------------------------------------------------------------- disaggregated serving
     def run_disaggregated(self, points: list[_Point]) -> list[_Point]:
