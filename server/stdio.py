@@ -35,8 +35,12 @@ def _parse_int(text: str) -> int | _HugeInt:
     return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else _HugeInt(text)
 
 
+class _ConstantError(ValueError):
+    """NaN or Infinity: Python's own JSON writer emits them, JSON does not allow them."""
+
+
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise _ConstantError(f"{name} is not valid JSON")
 
 
 def _error(msg_id: Any, code: int, message: str) -> bytes:
@@ -62,8 +66,9 @@ _ID_SCAN_CHARS = 1 << 20
 
 
 def _top_level_id(text: str) -> str | int | None:
-    """The id of a message too deep to parse, read from its top-level object (within the first MiB), so the
-    client waiting on it gets its answer; None when it cannot be read."""
+    """The id of a message that cannot be parsed whole (too deep, or NaN/Infinity inside), read from its
+    top-level object (within the first MiB), so the client waiting on it gets its answer; None when it cannot be
+    read."""
     depth = 0
     decoder = json.JSONDecoder()
     for token in _TOKENS.finditer(text, 0, min(len(text), _ID_SCAN_CHARS)):
@@ -95,6 +100,8 @@ def screen(line: bytes) -> bytes | None:
         msg = json.loads(text, parse_int=_parse_int, parse_constant=_no_constant)
     except RecursionError:
         return _error(_top_level_id(text), PARSE_ERROR, "Parse error: nested too deeply")
+    except _ConstantError as exc:  # the rest of the line is JSON, so its id can still be answered
+        return _error(_top_level_id(text), PARSE_ERROR, f"Parse error: {exc}")
     except ValueError as exc:
         return _error(None, PARSE_ERROR, f"Parse error: {exc}")
     if not isinstance(msg, dict):

@@ -163,7 +163,7 @@ def test_text_bars_in_the_terminal(capsys):
     lines = out.splitlines()
     assert [ln.split("|")[0].strip() for ln in lines[:3]] == ["prefill", "decode", "memory"]
     assert all(len(ln.split("|")[1]) == 50 for ln in lines[:3])
-    assert f"{p.estimate.memory.max_gpu_bytes / 1e9:.1f} of 80 GB" in lines[2]
+    assert f"{p.estimate.memory.max_gpu_bytes / 1e9:.1f} of {p.estimate.memory.capacity_bytes / 1e9:.0f} GB" in lines[2]
     assert cli(["estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1"]) == 0
     printed = capsys.readouterr().out
     assert re.search(r"^prefill \|[#=~+.]+\| ", printed, re.M) and re.search(r"^memory  \|[WKABR.]+\| ", printed, re.M)

@@ -39,7 +39,7 @@ CASES: list[tuple[bytes, object, int | None]] = [
     (b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"lookup_rule","arguments":{"limit":'
      + b"9" * 5000 + b"}}}", 9, -32602),
     (b'{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"lookup_rule","arguments":{"limit":NaN}}}',
-     None, -32700),
+     10, -32700),
     (b"{not json", None, -32700),
     (b"\xff\xfe\x00garbage", None, -32700),
     (b"[]", None, -32600),
@@ -97,3 +97,12 @@ def test_every_malformed_request_is_answered_over_stdio() -> None:
 def test_blank_lines_are_ignored(line: bytes) -> None:
     answers, _ = exchange([line, json.dumps(INIT).encode(), b'{"jsonrpc":"2.0","id":"x","method":"tools/list"}'], 2)
     assert [a["id"] for a in answers] == ["init", "x"]
+
+
+@pytest.mark.parametrize("constant", ["Infinity", "-Infinity", "NaN"])
+def test_nan_or_infinity_is_a_parse_error_that_keeps_the_id(constant: str) -> None:
+    """Python's json.dumps writes these for floats; JSON does not allow them. The rest of the line is JSON, so the
+    client still gets an answer to its id (found by the stdio fuzz test)."""
+    line = f'{{"jsonrpc": "2.0", "id": 10000, "method": "tools/list", "params": {constant}}}'.encode()
+    answer = json.loads(screen(line))
+    assert answer["id"] == 10000 and answer["error"]["code"] == -32700 and constant in answer["error"]["message"]
