@@ -199,9 +199,9 @@ class Estimate(BaseModel):
             sv = self.serving
             held = "" if sv.running == sv.concurrency else \
                 f", the KV cache holds {sv.running}, the rest wait {sv.queue_ms / 1e3:,.1f} s"
+            burst = f" (clients in lockstep: {sv.ttft_lockstep_ms:,.1f} ms)" if sv.concurrency > 1 else ""
             lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica{held}): TTFT "
-                         f"{sv.ttft_ms:.1f} ms (clients in lockstep: {sv.ttft_lockstep_ms:,.1f} ms), TPOT "
-                         f"{sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
+                         f"{sv.ttft_ms:.1f} ms{burst}, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
                          f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
                          + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
         if self.best_under_sla:
