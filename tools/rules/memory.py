@@ -214,7 +214,8 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
                  "reserve "
                  f"{r.reserved_bytes / GB:.1f} GB")
         yield Finding(f"GPU {r.worst_gpu} needs {r.max_gpu_bytes / GB:.1f} GB ({parts}) but a "
-                      f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB; every GPU must fit",  # type: ignore[union-attr]
+                      f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB "  # type: ignore[union-attr]
+                      f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it); every GPU must fit",
                       field="plan.parallel", hint=hint)
 
 
