@@ -32,7 +32,7 @@ Estimates.  DP replicas are independent copies, so a replica is estimated once (
 throughput is the replica's times dp.  For the throughput objective the batch per replica is searched over
 powers of two up to the largest that fits in memory (unless the workload fixes it): throughput grows and
 TPOT worsens with the batch, so the best batch under an SLO is found by bisection on the exponent; for the
-three best layouts it is then refined between that power of two and the next (or the most that fits) to
+six best layouts it is then refined between that power of two and the next (or the most that fits) to
 within 1/32 of the batch.  Each
 layout is priced by ``tools.estimate.fast`` (one sub-DAG per distinct layer, the same node costs as
 ``estimate_performance``, so the figures are equal), built once per layout and reused for every batch.
@@ -70,7 +70,7 @@ TIE_BREAK = {
     "throughput": "meets SLOs, output tokens/s, tokens/s per GPU, e2e latency, fewer GPUs, "
                   "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
 }
-REFINED_LAYOUTS = 3  # layouts whose batch is refined between powers of two (throughput objective)
+REFINED_LAYOUTS = 6  # layouts whose batch is refined between powers of two (throughput objective)
 DISAGG_PREFILL_CANDIDATES = 3
 DISAGG_DECODE_CANDIDATES = 3
 
