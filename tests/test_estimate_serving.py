@@ -145,3 +145,18 @@ def test_on_demand_pages_hold_more_requests_than_full_reservation() -> None:
     trt = estimate_performance(plan=plan(4096, 4096, 1024, engine="trtllm")).serving
     assert vllm is not None and trt is not None
     assert vllm.running == pytest.approx(trt.running * (4096 + 1024) / (4096 + 512), abs=1)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 4096), st.integers(1, 4096), st.floats(0.1, 5_000.0), st.floats(0.0, 50.0),
+       st.integers(256, 65_536))
+def test_a_burst_waits_at_least_its_own_prefill_and_grows_with_its_size(running: int, more: int, prefill_ms: float,
+                                                                        shared_ms: float, chunk: int) -> None:
+    from tools.estimate.serving import burst_ttft
+    from tools.plan import parse_plan
+
+    p = parse_plan(plan(1))
+    eff = {**efficiency_for("h100-sxm", engine="vllm"), "prefill_chunk_tokens": float(chunk)}
+    one = burst_ttft(p, eff, running, prefill_ms, shared_ms)
+    assert one >= prefill_ms * (1 - 1e-9)
+    assert burst_ttft(p, eff, running + more, prefill_ms, shared_ms) >= one

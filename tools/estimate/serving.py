@@ -24,7 +24,7 @@ burst: ``ttft_lockstep_ms`` is the mean TTFT of such a burst of the running requ
 ``prefill_chunk_tokens`` tokens that carry no decodes (each step pays the host cost and the weight read once),
 request ``k`` waiting for the ``k - 1`` prompts ahead of it:
 
-    lockstep = ((R + 1) * P / (2 * chunk) + 1/2) * (prefill_step_overhead + weights_ms) + (R + 1) / 2 * P * m
+    lockstep = max(1, (R + 1) * P / (2 * chunk) + 1/2) * (prefill_step_overhead + weights_ms) + (R + 1) / 2 * P * m
 
 with ``R`` running requests, ``P`` = input_len and ``m`` one prompt token's share of a prefill pass beyond those
 fixed costs.  Published TTFT under load falls between the two or above the lockstep end (NIM 1.8's 70B rows near
@@ -155,7 +155,7 @@ def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill_one_ms: 
     p = plan.workload.input_len
     fixed = eff["step_overhead_ms"] + shared_ms
     per_token = max(0.0, prefill_one_ms - fixed) / p
-    mean_steps = (running + 1) * p / (2 * max(1.0, eff["prefill_chunk_tokens"])) + 0.5
+    mean_steps = max(1.0, (running + 1) * p / (2 * max(1.0, eff["prefill_chunk_tokens"])) + 0.5)  # each needs one
     return mean_steps * fixed + (running + 1) / 2 * p * per_token
 
 
