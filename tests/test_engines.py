@@ -301,3 +301,14 @@ def test_fp8_weights_keep_the_engines_16_bit_cache_unless_told() -> None:
     sixteen = estimate_performance(plan).kv_cache.bytes_per_token
     eight = estimate_performance({**plan, "kv_dtype": "fp8"}).kv_cache.bytes_per_token
     assert sixteen == 80 * 2 * 8 * 128 * 2 and eight == sixteen / 2
+
+
+def test_import_of_a_modelopt_checkpoint_says_its_kv_cache_is_not_known() -> None:
+    """'auto' follows a ModelOpt checkpoint's own KV quantization, which pdag cannot read offline: the import keeps
+    the 16-bit default and says so; an explicit fp8 flag, or a non-NVIDIA repo, needs no such note."""
+    res = import_command("trtllm-serve nvidia/DeepSeek-R1-FP4 --tp_size 8 --ep_size 8", gpu="b200")
+    assert "kv_dtype" not in res.plan and any("kv_cache_quant_algo" in n for n in res.notes)
+    fp8 = import_command("vllm serve nvidia/Llama-3.1-70B-Instruct-FP8 -tp 8 --kv-cache-dtype fp8")
+    assert fp8.plan["kv_dtype"] == "fp8" and not any("kv_cache_quant_algo" in n for n in fp8.notes)
+    plain = import_command("vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8")
+    assert not any("kv_cache_quant_algo" in n for n in plain.notes)

@@ -724,6 +724,17 @@ def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def _kv_auto_note(repo: str) -> list[str]:
+    """The engines' default KV dtype 'auto' follows a ModelOpt checkpoint's own KV quantization, which pdag cannot
+    read offline (knowledge/engines.md, 'KV cache dtype'): say so for NVIDIA's quantized repos."""
+    name = repo.strip().rstrip("/")
+    if not name.lower().startswith("nvidia/") or not re.search(r"-(fp8|fp4|nvfp4)\b", name, re.IGNORECASE):
+        return []
+    return [f"KV cache 'auto': {name} is a ModelOpt checkpoint, whose hf_quant_config.json may set "
+            "kv_cache_quant_algo FP8, which the engine then follows; pdag assumes a 16-bit cache: set "
+            "kv_dtype 'fp8' if the checkpoint asks for one"]
+
+
 def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                    engine_config: dict[str, Any] | None = None) -> ImportResult:
     """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
@@ -822,6 +833,8 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     kv = values.get("kv", "auto").lower()
     if kv.startswith("fp8"):
         plan["kv_dtype"] = "fp8"
+    elif kv == "auto":
+        notes.extend(_kv_auto_note(repo))
     if options:
         plan["options"] = options
     if ignored:
@@ -867,6 +880,8 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
                             "parallel": parallel}
     if values.get("kv", "").lower().startswith("fp8"):
         plan["kv_dtype"] = "fp8"
+    elif values.get("kv", "auto").lower() == "auto":
+        notes.extend(_kv_auto_note(repo))
     weights = checkpoint_format(repo, spec)
     if weights and weights != "bf16":
         plan["weights"] = weights
