@@ -25,7 +25,7 @@ from server.schemas import compact
 from tools.dag import NodeType
 from tools.errors import PdagInputError
 from tools.estimate.engine_profile import EngineId
-from tools.estimate.serving import Sla
+from tools.estimate.serving import Arrivals, Sla
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
 from tools.plan import Hardware, HFModel, Plan, WeightFormat, Workload
 
@@ -389,7 +389,7 @@ class SloArg(BaseModel):
     max_tpot_ms: float | None = Field(None, gt=0, le=3_600_000, description="max time per output token, ms")
     min_throughput_tokens_per_s: float | None = Field(None, gt=0, le=1e12,
                                                       description="min output tokens/s of the whole deployment")
-    arrivals: Literal["spread", "lockstep"] = Field(
+    arrivals: Arrivals = Field(
         "spread", description="serving: check max_ttft_ms against spread arrivals or 'lockstep' (benchmark "
                               "clients whose prompts arrive in one burst; conservative)")
 

@@ -36,7 +36,7 @@ from tools.errors import PdagInputError
 from tools.layout import Layout
 from tools.models import MODELS_DIR, preset_ids
 from tools.plan import Plan, parse_plan
-from tools.quantization import checkpoint_format, engine_flag, format_info, format_of_flag
+from tools.quantization import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 
 __all__ = [
     "ENGINES",
@@ -728,7 +728,7 @@ def _kv_auto_note(repo: str) -> list[str]:
     """The engines' default KV dtype 'auto' follows a ModelOpt checkpoint's own KV quantization, which pdag cannot
     read offline (knowledge/engines.md, 'KV cache dtype'): say so for NVIDIA's quantized repos."""
     name = repo.strip().rstrip("/")
-    if not name.lower().startswith("nvidia/") or not re.search(r"-(fp8|fp4|nvfp4)\b", name, re.IGNORECASE):
+    if not name.lower().startswith("nvidia/") or format_of_checkpoint(name) is None:
         return []
     return [f"KV cache 'auto': {name} is a ModelOpt checkpoint, whose hf_quant_config.json may set "
             "kv_cache_quant_algo FP8, which the engine then follows; pdag assumes a 16-bit cache: set "

@@ -322,8 +322,7 @@ class _Search:
             capacity, shared = memory_limits(f.plan, f.eff, mem, f.layout.pools["prefill"].pp)
             sv = continuous(f.plan, f.eff, batch, f.phase_ms("prefill", 1), lambda b: f.phase_ms("decode", b), dp,
                             dp * s.gpus, capacity, shared)
-            ttft = sv.ttft_lockstep_ms if self.slo.arrivals == "lockstep" else sv.ttft_ms
-            tpot, tput = sv.tpot_ms, sv.output_tokens_per_s
+            ttft, tpot, tput = sv.ttft_for(self.slo.arrivals), sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),
                    float(mem.capacity_bytes))
@@ -471,8 +470,7 @@ class _Search:
 
     def run_throughput(self, fitting: list[tuple[_Shape, Any]]) -> list[_Point]:
         points: list[_Point] = []
-        bmax_of: dict[_Shape, list[int]] = {}
-        fits: dict[_Shape, int] = {}
+        fits: dict[_Shape, int] = {}  # the largest batch that fits, per layout searched over batch sizes
         for s, mem in fitting:
             dp = self.hw.num_gpus // s.gpus
             self.reject("GPU-IDLE", f"{s.what()}: fewer than {dp} replicas leave GPUs idle",
@@ -484,11 +482,10 @@ class _Search:
             exps = _exponents(int(mem.max_batch_size_that_fits))
             self.considered += len(exps)
             if exps:
-                bmax_of[s] = exps
                 fits[s] = int(mem.max_batch_size_that_fits)
                 points.append(self._best_batch(lambda b, s=s, dp=dp: self.point(s, b, dp), exps))
         # The best few layouts: their batch refined between powers of two, then frontier samples (smaller batches).
-        if bmax_of:
+        if fits:
             ranked = sorted(points, key=lambda p: _sort_key(p, "throughput", self.metric))
             for p in ranked[:REFINED_LAYOUTS]:
                 better = self._refine_batch(p, fits[p.shape])
@@ -496,7 +493,7 @@ class _Search:
                     points[points.index(p)] = better
             best = sorted(points, key=lambda p: _sort_key(p, "throughput", self.metric))[:3]
             for i, p in enumerate(best):
-                exps = [k for k in bmax_of[p.shape] if (1 << k) < p.batch]
+                exps = [k for k in _exponents(fits[p.shape]) if (1 << k) < p.batch]
                 picks = exps[::-3][:2] + ([0] if i == 0 and exps and exps[0] == 0 else [])
                 points.extend(self.point(p.shape, 1 << k, p.dp) for k in dict.fromkeys(picks))
         return points
@@ -511,17 +508,14 @@ class _Search:
                 seen[i] = at_batch(1 << exps[i])
             return seen[i]
 
-        def latency_ok(p: _Point) -> bool:
-            return not any(m.startswith(("TTFT", "TPOT")) for m in p.misses)
-
         lo, hi = 0, len(exps) - 1
-        if latency_ok(at(hi)):
+        if _latency_ok(at(hi)):
             return at(hi)
-        if not latency_ok(at(lo)):
+        if not _latency_ok(at(lo)):
             return at(lo)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if latency_ok(at(mid)):
+            if _latency_ok(at(mid)):
                 lo = mid
             else:
                 hi = mid
@@ -531,22 +525,18 @@ class _Search:
         """The largest batch between ``p``'s power of two and the next one (or the most that fits) that still meets
         the latency SLOs, by bisection to within 1/32 of the batch: tokens/s grow with the batch, so powers of two
         alone can leave up to half of it unused.  ``p`` itself when it misses an SLO or nothing larger fits."""
-        if any(m.startswith(("TTFT", "TPOT")) for m in p.misses) or p.batch >= bmax:
+        if not _latency_ok(p) or p.batch >= bmax:
             return p
-
-        def ok(q: _Point) -> bool:
-            return not any(m.startswith(("TTFT", "TPOT")) for m in q.misses)
-
         top = self.point(p.shape, min(2 * p.batch - 1, bmax), p.dp)
         self.considered += 1
-        if ok(top):
+        if _latency_ok(top):
             return max(p, top, key=lambda q: q.tput)
         lo, hi, best = p.batch, top.batch, p
         while hi - lo > max(1, lo // 32):
             mid = (lo + hi) // 2
             q = self.point(p.shape, mid, p.dp)
             self.considered += 1
-            if ok(q):
+            if _latency_ok(q):
                 lo, best = mid, max(best, q, key=lambda x: x.tput)
             else:
                 hi = mid
@@ -629,6 +619,11 @@ class _Search:
                    dshape=sd, dp_d=n_d, head=h)
         self._misses(p)
         return p
+
+
+def _latency_ok(p: _Point) -> bool:
+    """Meets the TTFT and TPOT SLOs (a throughput SLO does not bound the batch from above)."""
+    return not any(m.startswith(("TTFT", "TPOT")) for m in p.misses)
 
 
 def _exponents(bmax: int) -> list[int]:

@@ -75,9 +75,8 @@ class Sla(BaseModel):
                               "arrive in one burst; the conservative choice)")
 
     def met(self, serving: Serving) -> bool:
-        ttft = serving.ttft_lockstep_ms if self.arrivals == "lockstep" else serving.ttft_ms
         return (self.max_tpot_ms is None or serving.tpot_ms <= self.max_tpot_ms) and \
-            (self.max_ttft_ms is None or ttft <= self.max_ttft_ms)
+            (self.max_ttft_ms is None or serving.ttft_for(self.arrivals) <= self.max_ttft_ms)
 
 
 class Serving(BaseModel):
@@ -95,6 +94,10 @@ class Serving(BaseModel):
     output_tokens_per_s_per_gpu: float
     output_tokens_per_s_per_user: float
     meets_sla: bool | None = Field(None, description="against the SLA given, if any")
+
+    def ttft_for(self, arrivals: Arrivals) -> float:
+        """The TTFT an SLA on ``arrivals`` is checked against."""
+        return self.ttft_lockstep_ms if arrivals == "lockstep" else self.ttft_ms
 
 
 def running_capacity(plan: Plan, eff: dict[str, float], max_batch_full: int) -> int:
