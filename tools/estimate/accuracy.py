@@ -184,6 +184,9 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
         if bad:
             raise PdagInputError(f"measurements.points[{i}].parallel" + (f".{bad[0]}" if bad[0] != "parallel" else ""),
                                  "expected integer degrees >= 1", 'e.g. {"tp": 8}')
+        if pt.get("client_lengths", "fixed") not in CLIENT_LENGTHS:
+            raise PdagInputError(f"measurements.points[{i}].client_lengths",
+                                 f"unknown value {pt['client_lengths']!r}", " or ".join(CLIENT_LENGTHS))
         if isinstance(pt["value"], bool) or not isinstance(pt["value"], int | float) \
                 or not math.isfinite(pt["value"]) or pt["value"] <= 0:
             raise PdagInputError(f"measurements.points[{i}].value", f"expected a positive number, got {pt['value']!r}",
@@ -202,8 +205,9 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
         "workload": {"input_len": pt["input_len"], "output_len": pt["output_len"], "batch_size": pt["batch_size"]},
         "dtype": pt.get("dtype", "bf16"),
     }
-    if pt.get("kv_dtype"):
-        plan["kv_dtype"] = pt["kv_dtype"]
+    for key in ("kv_dtype", "weights"):
+        if pt.get(key):
+            plan[key] = pt[key]
     plan["engine"] = point_engine(pt)
     options = dict(pt.get("options") or {})
     if "overlap_comm" in pt:
@@ -244,10 +248,15 @@ def regimes(pt: dict[str, Any]) -> list[str]:
             out.append("MoE on 16+ GPUs")
     if point_gpus(pt) > int(pt.get("gpus_per_node", 8)):
         out.append("multi-node")
+    if is_serving(pt["metric"]) and pt.get("client_lengths"):
+        out.append(f"{pt['client_lengths']}-length clients")
     return out
 
 
 REGIMES = ("batch 1", "large batch (>= 32)", "MoE", "MoE on 16+ GPUs", "multi-node")
+# How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
+# together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
+CLIENT_LENGTHS = ("fixed", "jittered")
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
                 "output_tokens_per_s_per_gpu": "throughput", "serving_ttft_ms": "serving TTFT",
                 "serving_tpot_ms": "serving TPOT", "serving_output_tokens_per_s": "serving throughput",
@@ -490,6 +499,23 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
         out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
     for reg in REGIMES:
         out[f"regime: {reg}"] = _scores([r for r in rows if reg in r.regimes], attr)
+    for kind in CLIENT_LENGTHS:
+        out[f"serving TTFT, {kind}-length clients"] = _scores(_ttft_rows(rows, kind), attr)
+    return out
+
+
+def _ttft_rows(rows: list[Row], kind: str) -> list[Row]:
+    """The serving-TTFT rows measured by clients that draw their lengths the ``kind`` way (``CLIENT_LENGTHS``)."""
+    return [r for r in rows if r.metric == "serving_ttft_ms" and f"{kind}-length clients" in r.regimes]
+
+
+def by_source(rows: list[Row]) -> dict[str, dict[str, float]]:
+    """Scores per publication, catalog and held out: a source with many points must not hide behind the total."""
+    out = {}
+    for src in sorted({r.source for r in rows}):
+        mine = [r for r in rows if r.source == src]
+        out[src] = {**_scores(mine, "predicted"),
+                    **{f"loso_{k}": v for k, v in _scores(mine, "loso").items() if k != "points"}}
     return out
 
 
@@ -524,11 +550,12 @@ class AccuracyReport:
             lmed, lp90 = self.stats("loo")
             out.update(loo_median_ape=lmed, loo_p90_ape=lp90, loo_note=self.loo_note)
         out["breakdown"] = {"catalog": breakdown(self.rows)}
-        out["serving_ttft_bracket"] = ttft_bracket(self.rows)
+        out["serving_ttft_bracket"] = {kind: ttft_bracket(_ttft_rows(self.rows, kind)) for kind in CLIENT_LENGTHS}
         if any(r.loso is not None for r in self.rows):
             smed, sp90 = self.stats("loso")
             out.update(loso_median_ape=smed, loso_p90_ape=sp90)
             out["breakdown"]["leave_one_source_out"] = breakdown(self.rows, "loso")
+        out["by_source"] = by_source(self.rows)
         return out
 
     def text(self) -> str:
@@ -566,15 +593,31 @@ class AccuracyReport:
                 lo = loso[key]
                 line += f"   {lo['median_ape']:>16.1%} {lo['p90_ape']:>9.1%} {lo['median_bias']:>+12.1%}"
             lines.append(line)
-        b = ttft_bracket(self.rows)
-        if b["points"]:
-            lines.append(f"serving TTFT under load (concurrency > 1): {b['between']} of {b['points']} measured values "
-                         f"lie between pdag's spread-arrival and lockstep TTFT, {b['above']} above, {b['below']} below")
+        lines.append("")
+        lines.append(f"{'by source':<58} {'points':>6} {'median APE':>11} {'median bias':>12}"
+                     + ("  LOSO: median APE" if loso else ""))
+        for src, sc in by_source(self.rows).items():
+            line = f"{_short(src):<58} {sc['points']:>6} {sc['median_ape']:>11.1%} {sc['median_bias']:>+12.1%}"
+            if "loso_median_ape" in sc:
+                line += f"  {sc['loso_median_ape']:>16.1%}"
+            lines.append(line)
+        for kind in CLIENT_LENGTHS:
+            b = ttft_bracket(_ttft_rows(self.rows, kind))
+            if b["points"]:
+                lines.append(f"serving TTFT under load, {kind}-length clients: {b['between']} of {b['points']} "
+                             f"measured values lie between pdag's spread-arrival and lockstep TTFT, "
+                             f"{b['above']} above, {b['below']} below")
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
             lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
                          f"{_mean(list(valid.values())):.2f}, min {min(valid.values()):.2f} over {len(valid)} groups")
         return "\n".join(lines)
+
+
+def _short(source: str, width: int = 58) -> str:
+    """A source URL cut to fit a column: its host and the end of its path."""
+    text = source.split("://", 1)[-1]
+    return text if len(text) <= width else text[:24] + "..." + text[-(width - 27):]
 
 
 def _mean(xs: list[float]) -> float:
