@@ -133,8 +133,10 @@ IDEAL = {"defaults": {
 # Llama-2-70B row that is only out of reach with GQA KV re-read per query head (gqa_decode_kv_rereads = 1).  Two
 # InferenceMAX TensorRT-LLM rows at TP1 and 64 clients wait in the queue less than Little's law gives from their own
 # published throughput and TPOT (about 46 requests running, pdag 44; median wait 57 % and 84 % of (64 - 46) / rate),
-# and a queue's length does not shrink with the efficiencies.
-BEYOND_IDEAL = {"trtllm090-thr-a100-80gb-mixtral-8x7b-tp2-b32-2048x2048",
+# and a queue's length does not shrink with the efficiencies.  InferenceMAX's SGLang DeepSeek-R1 H200 8k/1k row at
+# 64 clients sits at the KV capacity's edge (pdag runs 62 of the 64, the run shows no queue).
+BEYOND_IDEAL = {"imax-dsr1-h200-sglang-fp8-tp8-c64-8k1k-ttft",
+                "trtllm090-thr-a100-80gb-mixtral-8x7b-tp2-b32-2048x2048",
                 "trtllm090-ttft-a100-80gb-mixtral-8x7b-tp2-128",
                 "trtllm061-thr-a100-80gb-llama-2-70b-tp4-b240-128x2048",
                 "imax-h200-trt-trt-fp8-tp1-c64-1k8k-ttft", "imax-h200-trt-trt-fp8-tp1-c64-8k1k-ttft"}
@@ -153,16 +155,21 @@ def test_published_points_are_within_the_ideal_bound() -> None:
 
 
 def test_catalog_accuracy_figures_hold() -> None:
-    """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %;
-    serving TPOT and throughput (571 each: NIM, vLLM and InferenceMAX at fixed concurrency): 7.5 % / 18.3 % and
-    7.9 % / 18.1 %.  Serving TTFT under load is not held to a bound: it is under-predicted (README)."""
+    """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %.
+    Serving TPOT and throughput of dense models (568 each: NIM, vLLM and InferenceMAX at fixed concurrency):
+    7.6 % / 18.3 % and 7.8 % / 18.0 %.  MoE serving (InferenceMAX gpt-oss-120b and DeepSeek-R1, 478 each) is held
+    to what the README states: TPOT 16.9 % / 29.9 %, throughput 24.8 % / 48.1 %.  Serving TTFT under load is not
+    held to a bound: it is under-predicted (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     parts = breakdown(rep.rows)
     static = parts["mode: static batch"]
     assert static["points"] >= 250 and static["median_ape"] <= 0.10 and static["p90_ape"] <= 0.30
+    dense = breakdown([r for r in rep.rows if "MoE" not in r.regimes])
+    moe = breakdown([r for r in rep.rows if "MoE" in r.regimes])
     for metric in ("metric: serving TPOT", "metric: serving throughput"):
-        assert parts[metric]["points"] >= 50
-        assert parts[metric]["median_ape"] <= 0.10 and parts[metric]["p90_ape"] <= 0.25, metric
+        assert dense[metric]["points"] >= 500 and moe[metric]["points"] >= 400
+        assert dense[metric]["median_ape"] <= 0.10 and dense[metric]["p90_ape"] <= 0.25, metric
+        assert moe[metric]["median_ape"] <= 0.30 and moe[metric]["p90_ape"] <= 0.55, metric
     rho = [v for v in rep.spearman.values() if v == v]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
     assert abs(parts["metric: TPOT"]["median_bias"]) <= 0.10
@@ -185,8 +192,8 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
 def test_held_out_figures_meet_the_estimator_targets() -> None:
     """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out) hold for the
     static-batch points: median APE <= 10 %, p90 <= 30 %, no static metric or regime with |median bias| > 10 %
-    (today 8.9 % / 27.1 %, worst bias -6.2 %, e2e).  Serving TPOT and throughput held out: 9.0 % / 24.9 % and
-    8.6 % / 20.3 %.  About 50 s: every publication is re-fitted in turn."""
+    (today 8.9 % / 27.1 %, worst bias -6.2 %, e2e).  Dense models' serving TPOT and throughput held out: 9.0 % /
+    25.0 % and 8.6 % / 20.1 %.  About 80 s: every publication is re-fitted in turn."""
     rep = accuracy_report(load_measurements(), leave_one_out=True)
     static = [r for r in rep.rows if not r.metric.startswith("serving_")]
     parts = breakdown(static, "loso")
@@ -194,7 +201,7 @@ def test_held_out_figures_meet_the_estimator_targets() -> None:
     for name, row in parts.items():
         if row["points"]:
             assert abs(row["median_bias"]) <= 0.10, (name, row)
-    served = breakdown(rep.rows, "loso")
+    served = breakdown([r for r in rep.rows if "MoE" not in r.regimes], "loso")
     for metric in ("metric: serving TPOT", "metric: serving throughput"):
         assert served[metric]["median_ape"] <= 0.12 and served[metric]["p90_ape"] <= 0.30, (metric, served[metric])
     loo = breakdown(static, "loo")["all"]
@@ -303,7 +310,8 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     """pdag's serving TTFT is the spread-arrival end and ttft_lockstep_ms the burst end.  Where the KV cache holds
     every client: fixed-length clients (NIM) are never below the first and mostly between the two (the rest are
     above: NIM's 8B rows with short prompts, where the host is the bottleneck; README); clients with jittered
-    lengths (InferenceMAX, the vLLM blog) drift apart, and their median TTFT sits nearer the spread end."""
+    lengths (InferenceMAX, the vLLM blog) drift apart, and for dense models their median TTFT sits nearer the
+    spread end (MoE prefill is under-predicted about 2x, README)."""
     pts = [p for p in load_measurements() if p["metric"] == "serving_ttft_ms" and p["batch_size"] > 1]
     unqueued = [p for p in pts if estimate_performance(plan=point_plan(p)).serving.queue_ms == 0]
     rows = accuracy_report(unqueued, leave_one_out=False).rows
@@ -311,7 +319,7 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     b = ttft_bracket(fixed)
     assert b["points"] >= 50
     assert b["below"] == 0 and b["between"] >= 0.6 * b["points"], b
-    jittered = [r for r in rows if "jittered-length clients" in r.regimes]
-    assert len(jittered) >= 400 and len(fixed) + len(jittered) == len(rows)
+    jittered = [r for r in rows if "jittered-length clients" in r.regimes and "MoE" not in r.regimes]
+    assert len(jittered) >= 400
     nearer = [r for r in jittered if abs(math.log(r.measured / r.predicted)) < abs(math.log(r.measured / r.lockstep))]
     assert len(nearer) >= 0.85 * len(jittered), (len(nearer), len(jittered))

@@ -733,9 +733,10 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
         if not layout.disaggregated:
-            out.append("serving TTFT under load: ttft_ms has arrivals spread over time, ttft_lockstep_ms has every "
-                       "client's prompt arrive in one burst (fixed-length benchmark clients); published runs fall "
-                       "between the two or above (README, accuracy), so a TTFT SLA on ttft_ms is optimistic")
+            out.append("serving TTFT under load: ttft_ms has arrivals spread over time (benchmarks whose clients "
+                       "vary their lengths measure about this median on dense models; MoE prefill runs about 2x "
+                       "slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
+                       "closed-loop clients land between the two or above (README, accuracy)")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
         a = max(p.attn_dp for p in layout.phases.values())
         out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "

@@ -27,8 +27,9 @@ request ``k`` waiting for the ``k - 1`` prompts ahead of it:
     lockstep = max(1, (R + 1) * P / (2 * chunk) + 1/2) * (prefill_step_overhead + weights_ms) + (R + 1) / 2 * P * m
 
 with ``R`` running requests, ``P`` = input_len and ``m`` one prompt token's share of a prefill pass beyond those
-fixed costs.  Published TTFT under load falls between the two or above the lockstep end (NIM 1.8's 70B rows near
-the spread end, its 8B rows near or above the lockstep end); an SLA says which to check (``Sla.arrivals``).
+fixed costs.  Clients that vary their lengths drift apart and measure about the spread end (InferenceMAX's
+median TTFT on dense models); fixed-length clients fall between the two or above the lockstep end (NIM 1.8's 70B
+rows near the spread end, its 8B rows near or above the lockstep end); an SLA says which to check (``Sla.arrivals``).
 
 Output tokens per second: ``C / step`` per replica, ``1 / step`` per user.  Disaggregated plans are not priced
 here: their pools do not share steps (see ``disagg.py``).
