@@ -58,6 +58,7 @@ from statistics import median
 from typing import Any
 
 from tools.errors import PdagInputError
+from tools.estimate.choices import Choice, choices, summary, summary_line
 from tools.estimate.efficiency import efficiency_for, known_keys, load_overlay
 from tools.inputs import load_json_text, read_text_file
 
@@ -533,6 +534,7 @@ class AccuracyReport:
     rows: list[Row]
     spearman: dict[str, float] = field(default_factory=dict)
     loo_note: str = ""
+    choices: list[Choice] = field(default_factory=list)
 
     def stats(self, attr: str = "predicted") -> tuple[float, float]:
         errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
@@ -556,6 +558,9 @@ class AccuracyReport:
             out.update(loso_median_ape=smed, loso_p90_ape=sp90)
             out["breakdown"]["leave_one_source_out"] = breakdown(self.rows, "loso")
         out["by_source"] = by_source(self.rows)
+        out["choices_under_tpot_target"] = {
+            "all": summary(self.choices), "dense": summary([c for c in self.choices if not c.moe]),
+            "moe": summary([c for c in self.choices if c.moe])}
         return out
 
     def text(self) -> str:
@@ -607,6 +612,11 @@ class AccuracyReport:
                 lines.append(f"serving TTFT under load, {kind}-length clients: {b['between']} of {b['points']} "
                              f"measured values lie between pdag's spread-arrival and lockstep TTFT, "
                              f"{b['above']} above, {b['below']} below")
+        if self.choices:
+            lines.append("choosing the most tokens/s per GPU under a TPOT target of 10-50 ms among the configurations "
+                         "a published sweep measured:")
+            lines.append("  " + summary_line("dense models", [c for c in self.choices if not c.moe]))
+            lines.append("  " + summary_line("MoE models", [c for c in self.choices if c.moe]))
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
             lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
@@ -631,7 +641,9 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
                         p.value, source=str(pt.get("source", "")), regimes=regimes(pt), lockstep=p.lockstep))
-    report = AccuracyReport(rows)
+    picked = choices(points, [r.predicted for r in rows], [point_gpus(pt) for pt in points],
+                     ["MoE" in r.regimes for r in rows])
+    report = AccuracyReport(rows, choices=picked)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
         buckets.setdefault(f"{r.group}/{r.metric}", []).append(r)
