@@ -246,3 +246,22 @@ def test_calibrate_warns_when_a_factor_sits_at_its_bound(tmp_path, capsys):
                  "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     assert any("cap" in w or "edge" in w for w in warnings), warnings
+
+
+def test_accuracy_lists_the_largest_errors_unless_asked_for_every_point(capsys):
+    src = str(ROOT / "evals" / "measurements" / "serving.json")
+    n_points = len(load_measurements(src))
+
+    def point_lines(extra: list[str]) -> list[str]:
+        assert main(["accuracy", src, "--no-loo", *extra]) == 0
+        out = capsys.readouterr().out
+        return [ln for ln in out.splitlines() if ln.startswith(("nimsrv180-", "vllmblog-"))]
+
+    three = point_lines(["--rows", "3"])
+    errors = [abs(float(ln.split()[-1].rstrip("%"))) for ln in three]
+    assert len(three) == 3 and errors == sorted(errors, reverse=True)
+    assert len(point_lines([])) == 20
+    assert len(point_lines(["--rows", "all"])) == n_points
+    with pytest.raises(SystemExit):
+        main(["accuracy", src, "--rows", "many"])
+    assert "--rows" in capsys.readouterr().err

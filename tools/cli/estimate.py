@@ -51,7 +51,21 @@ def accuracy_args(p: argparse.ArgumentParser) -> None:
                         "evals/measurements/)")
     p.add_argument("--efficiency", help="efficiency overlay JSON to score instead of the catalog factors")
     p.add_argument("--no-loo", action="store_true", help="skip the leave-one-group-out fitted score (faster)")
+    p.add_argument("--rows", default="20", type=_rows,
+                   help="how many points to list, largest errors first, or 'all' for every point (default 20)")
     p.add_argument("--json", action="store_true")
+
+
+def _rows(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 or 'all', got {text!r}")
+    return n
 
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
@@ -59,7 +73,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 
     report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
                              leave_one_out=not args.no_loo)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(rows=args.rows))
     return 0
 
 

@@ -563,10 +563,15 @@ class AccuracyReport:
             "moe": summary([c for c in self.choices if c.moe])}
         return out
 
-    def text(self) -> str:
-        lines = [f"{'point':<62} {'metric':<28} {'measured':>10} {'predicted':>10} {'err':>7}"
-                 + ("  {:>10} {:>7}".format("LOO-fit", "err") if any(r.loo is not None for r in self.rows) else "")]
-        for r in self.rows:
+    def text(self, rows: int | None = None) -> str:
+        """The report as text; ``rows`` caps the listed points to that many of the largest errors (None: every
+        point, in file order)."""
+        shown = self.rows if rows is None else sorted(self.rows, key=lambda r: -abs(r.error))[:max(0, rows)]
+        lines = [] if rows is None else [f"the {len(shown)} largest errors of {len(self.rows)} points "
+                                         "(--rows all lists every point):"]
+        lines.append(f"{'point':<62} {'metric':<28} {'measured':>10} {'predicted':>10} {'err':>7}"
+                     + ("  {:>10} {:>7}".format("LOO-fit", "err") if any(r.loo is not None for r in self.rows) else ""))
+        for r in shown:
             line = f"{r.id[:62]:<62} {r.metric:<28} {r.measured:>10.1f} {r.predicted:>10.1f} {r.error:>+7.0%}"
             if r.loo is not None:
                 line += f"  {r.loo:>10.1f} {(r.loo - r.measured) / r.measured:>+7.0%}"
