@@ -65,6 +65,9 @@ from tools.inputs import load_json_text, read_text_file
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
            "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu")
+# How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
+# together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
+CLIENT_LENGTHS = ("fixed", "jittered")
 PARTS = ("compute", "memory", "communication", "overhead")
 HARDWARE_PARTS = ("compute", "memory")
 SCALED_KEYS = {
@@ -239,25 +242,28 @@ def regimes(pt: dict[str, Any]) -> list[str]:
     from tools.models import resolve_model
 
     out = []
+    gpus = point_gpus(pt)
     if pt["batch_size"] == 1:
         out.append("batch 1")
     if pt["batch_size"] >= 32:
         out.append("large batch (>= 32)")
     if resolve_model(pt["model"]).is_moe:
         out.append("MoE")
-        if point_gpus(pt) >= 16:
+        if gpus >= 16:
             out.append("MoE on 16+ GPUs")
-    if point_gpus(pt) > int(pt.get("gpus_per_node", 8)):
+    if gpus > int(pt.get("gpus_per_node", 8)):
         out.append("multi-node")
     if is_serving(pt["metric"]) and pt.get("client_lengths"):
-        out.append(f"{pt['client_lengths']}-length clients")
+        out.append(_clients(pt["client_lengths"]))
     return out
 
 
+def _clients(kind: str) -> str:
+    """The regime label of serving points whose clients draw their lengths the ``kind`` way (``CLIENT_LENGTHS``)."""
+    return f"{kind}-length clients"
+
+
 REGIMES = ("batch 1", "large batch (>= 32)", "MoE", "MoE on 16+ GPUs", "multi-node")
-# How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
-# together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
-CLIENT_LENGTHS = ("fixed", "jittered")
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
                 "output_tokens_per_s_per_gpu": "throughput", "serving_ttft_ms": "serving TTFT",
                 "serving_tpot_ms": "serving TPOT", "serving_output_tokens_per_s": "serving throughput",
@@ -507,7 +513,7 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
 
 def _ttft_rows(rows: list[Row], kind: str) -> list[Row]:
     """The serving-TTFT rows measured by clients that draw their lengths the ``kind`` way (``CLIENT_LENGTHS``)."""
-    return [r for r in rows if r.metric == "serving_ttft_ms" and f"{kind}-length clients" in r.regimes]
+    return [r for r in rows if r.metric == "serving_ttft_ms" and _clients(kind) in r.regimes]
 
 
 def by_source(rows: list[Row]) -> dict[str, dict[str, float]]:

@@ -17,6 +17,8 @@ from typing import Any
 
 TPOT_TARGETS_MS = (10.0, 15.0, 20.0, 30.0, 50.0)
 NEAR_BEST = 0.9  # a pick within this share of the best measured throughput counts as a good choice
+_COLUMNS = {"serving_tpot_ms": "tpot", "serving_output_tokens_per_s_per_gpu": "rate",
+            "serving_output_tokens_per_s": "rate"}
 
 
 @dataclass(frozen=True)
@@ -47,17 +49,12 @@ def choices(points: list[dict[str, Any]], predicted: list[float], gpus: list[int
     kinds: dict[str, bool] = {}
     for pt, pred, n, is_moe in zip(points, predicted, gpus, moe, strict=True):
         metric = pt["metric"]
-        if metric == "serving_tpot_ms":
-            name = "tpot"
-        elif metric == "serving_output_tokens_per_s_per_gpu":
-            name, n = "rate", 1
-        elif metric == "serving_output_tokens_per_s":
-            name = "rate"
-        else:
+        if metric not in _COLUMNS:
             continue
+        name = _COLUMNS[metric]
         sweep = _sweep_key(pt)
         kinds[sweep] = is_moe
-        scale = 1.0 if name == "tpot" else 1.0 / max(1, n)
+        scale = 1.0 / max(1, n) if metric == "serving_output_tokens_per_s" else 1.0  # the deployment's, per GPU
         table.setdefault(sweep, {}).setdefault(_config_key(pt), {})[name] = (pt["value"] * scale, pred * scale)
     out = []
     for sweep, configs in sorted(table.items()):
