@@ -293,7 +293,8 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
                          violations=left, note=" ".join(notes) or None, **data)
 
 
-ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions")  # bulky in a summary; the worst GPU and totals stay
+ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions", "track_record")  # bulky in a summary (the worst GPU,
+# totals and the track record's warnings stay)
 # Repeats in the core's result: the per-phase critical path and bottleneck are already under prefill/decode,
 # `fits` under memory, the KV totals under kv_cache.
 ESTIMATE_REPEATS = (("critical_path",), ("bottleneck",), ("fits",), ("memory", "kv_bytes_per_token"),

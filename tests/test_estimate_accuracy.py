@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ from tools.estimate.accuracy import (
     ttft_bracket,
 )
 from tools.estimate.efficiency import efficiency_for
+from tools.estimate.track_record import TRACK_RECORD_FILE, track_record_table
+
+
+@cache
+def _held_out_report():  # noqa: ANN202 - an AccuracyReport
+    """Every catalog point scored with each publication held out: about 80 s, so computed once per run."""
+    return accuracy_report(load_measurements(), leave_one_out=True)
 
 
 def test_published_file_has_enough_sourced_points() -> None:
@@ -117,7 +125,8 @@ def test_a_stated_condition_keeps_a_point_out_of_its_ranking_group() -> None:
     rows = accuracy_report([p for p in load_measurements() if p["model"] == "deepseek-v3"], leave_one_out=False)
     groups = {r.group for r in rows.rows}
     assert "deepseek-v3@h100-sxm [simulated perfect EPLB]" in groups and "deepseek-v3@h100-sxm" in groups
-    assert rows.spearman["deepseek-v3@h100-sxm/ttft_ms"] == pytest.approx(1.0)
+    (rho,) = [v for k, v in rows.spearman.items() if k.startswith("deepseek-v3@h100-sxm/ttft_ms [")]
+    assert rho == pytest.approx(1.0)
 
 
 IDEAL = {"defaults": {
@@ -127,7 +136,7 @@ IDEAL = {"defaults": {
     "comm_bandwidth_efficiency": 0.98, "comm_latency_scale": 0.01, "roofline_blend_exponent": 50,
     "kernel_overhead_us": 0, "decode_kernel_overhead_us": 0, "layer_overhead_us": 0, "decode_layer_overhead_us": 0,
     "step_overhead_ms": 0, "decode_step_overhead_ms": 0, "moe_dispatch_overhead_us": 0, "allreduce_min_us": 0,
-    "alltoall_min_us": 0}}
+    "alltoall_min_us": 0, "prefill_host_us_per_kernel": 0}}
 # Published rows that beat the ideal bound of their stated configuration (see their notes and the README): an A100
 # Mixtral TP2 2048x2048 row below the HBM bound, its 128-token TTFT at the bound, and a TensorRT-LLM 0.6.1 A100
 # Llama-2-70B row that is only out of reach with GQA KV re-read per query head (gqa_decode_kv_rereads = 1).  Two
@@ -140,6 +149,17 @@ BEYOND_IDEAL = {"imax-dsr1-h200-sglang-fp8-tp8-c64-8k1k-ttft",
                 "trtllm090-ttft-a100-80gb-mixtral-8x7b-tp2-128",
                 "trtllm061-thr-a100-80gb-llama-2-70b-tp4-b240-128x2048",
                 "imax-h200-trt-trt-fp8-tp1-c64-1k8k-ttft", "imax-h200-trt-trt-fp8-tp1-c64-8k1k-ttft"}
+
+
+COLD_FIRST_RUNS = ("deepseek-v3@b200", "qwen3-235b-a22b@b200", "deepseek-v3@mi300x")
+
+
+def COLD_FIRST_RUN(key: str) -> bool:  # noqa: N802 - reads as a named set of groups
+    """The SGLang cookbook's three MoE TTFT groups: each page's first run after launch (1 client, 10 requests)
+    measures a higher median TTFT than the 16-client run after it (DeepSeek-R1 B200 141 vs 132 ms, Qwen3-235B 92 vs
+    89 ms, DeepSeek-V3.1 MI300X 214 vs 191 ms, whose mean of 558 ms shows first-use costs), so pdag's rising TTFT
+    ranks them 0.5; every other group is held to the bound."""
+    return any(key.startswith(f"{g}/serving_ttft_ms [github.com/sgl-project/") for g in COLD_FIRST_RUNS)
 
 
 def test_published_points_are_within_the_ideal_bound() -> None:
@@ -156,9 +176,10 @@ def test_published_points_are_within_the_ideal_bound() -> None:
 
 def test_catalog_accuracy_figures_hold() -> None:
     """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %.
-    Serving TPOT and throughput of dense models (568 each: NIM, vLLM and InferenceMAX at fixed concurrency):
-    7.6 % / 18.3 % and 7.8 % / 18.0 %.  MoE serving (InferenceMAX gpt-oss-120b and DeepSeek-R1, 478 each) is held
-    to what the README states: TPOT 16.9 % / 29.9 %, throughput 24.8 % / 48.1 %.  Serving TTFT under load is not
+    Serving TPOT and throughput of dense models (574 each: NIM, vLLM, InferenceMAX and the SGLang cookbook at fixed
+    concurrency): 7.6 % / 18.4 % and 7.9 % / 18.3 %.  MoE serving (InferenceMAX gpt-oss-120b and DeepSeek-R1, the
+    SGLang cookbook's DeepSeek and Qwen3 pages; 505 each) is held to what the README states: TPOT 16.9 % / 31.1 %,
+    throughput 24.8 % / 51.4 %.  Serving TTFT under load is not
     held to a bound: it is under-predicted (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     parts = breakdown(rep.rows)
@@ -170,8 +191,10 @@ def test_catalog_accuracy_figures_hold() -> None:
         assert dense[metric]["points"] >= 500 and moe[metric]["points"] >= 400
         assert dense[metric]["median_ape"] <= 0.10 and dense[metric]["p90_ape"] <= 0.25, metric
         assert moe[metric]["median_ape"] <= 0.30 and moe[metric]["p90_ape"] <= 0.55, metric
-    rho = [v for v in rep.spearman.values() if v == v]
+    rho = [v for k, v in rep.spearman.items() if v == v and not COLD_FIRST_RUN(k)]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
+    cold = [v for k, v in rep.spearman.items() if COLD_FIRST_RUN(k)]
+    assert len(cold) == 3 and all(v == pytest.approx(0.5) for v in cold)
     assert abs(parts["metric: TPOT"]["median_bias"]) <= 0.10
     assert abs(parts["regime: batch 1"]["median_bias"]) <= 0.10
     assert parts["regime: multi-node"]["points"] >= 2
@@ -192,9 +215,9 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
 def test_held_out_figures_meet_the_estimator_targets() -> None:
     """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out) hold for the
     static-batch points: median APE <= 10 %, p90 <= 30 %, no static metric or regime with |median bias| > 10 %
-    (today 8.9 % / 27.1 %, worst bias -6.2 %, e2e).  Dense models' serving TPOT and throughput held out: 9.0 % /
-    25.0 % and 8.6 % / 20.1 %.  About 80 s: every publication is re-fitted in turn."""
-    rep = accuracy_report(load_measurements(), leave_one_out=True)
+    (today 8.9 % / 27.1 %, worst bias -6.2 %, e2e).  Dense models' serving TPOT and throughput held out: 9.1 % /
+    24.9 % and 8.6 % / 20.8 %.  About 80 s: every publication is re-fitted in turn."""
+    rep = _held_out_report()
     static = [r for r in rep.rows if not r.metric.startswith("serving_")]
     parts = breakdown(static, "loso")
     assert parts["all"]["median_ape"] <= 0.10 and parts["all"]["p90_ape"] <= 0.30, parts["all"]
@@ -323,3 +346,12 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     assert len(jittered) >= 400
     nearer = [r for r in jittered if abs(math.log(r.measured / r.predicted)) < abs(math.log(r.measured / r.lockstep))]
     assert len(nearer) >= 0.85 * len(jittered), (len(nearer), len(jittered))
+
+
+def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
+    """Estimates quote knowledge/accuracy/track_record.json; a change to the model or the measurements must
+    regenerate it (`pdag accuracy --write-track-record knowledge/accuracy/track_record.json`)."""
+    committed = json.loads(TRACK_RECORD_FILE.read_text(encoding="utf-8"))
+    assert committed == json.loads(json.dumps(track_record_table(_held_out_report().rows)))
+    moe_ttft = committed["cells"]["MoE, serving, one node | TTFT"]
+    assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] < -0.3

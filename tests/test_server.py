@@ -317,6 +317,11 @@ async def test_estimate_sla_and_search_engine_serving_reach_the_core(client):
     assert "best_under_sla" not in plain and best["tpot_ms"] <= 50 and best["meets_sla"] is True
     bad = await client.call_tool("estimate_performance", {"plan": plan, "sla": {"max_tpot_ms": -1}})
     assert bad.is_error and "max_tpot_ms" in bad.content[0].text
+    # the track record is complete on request; a summary keeps only its warnings
+    full = (await client.call_tool("estimate_performance", {"plan": plan, "detail": "full"})).structured_content
+    assert {r["metric"] for r in full["track_record"]} == {"TTFT", "TPOT", "e2e latency", "throughput"}
+    assert "track_record" not in plain and "track_record" in plain["note"]
+    assert any("published TTFT" in w for w in plain["warnings"])
 
     args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
             "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput",

@@ -54,6 +54,9 @@ def accuracy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", default="20", type=_rows,
                    help="how many points to list, largest errors first, or 'all' for every point (default 20)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--write-track-record", metavar="PATH",
+                   help="also write the per-regime track record that estimates attach (pdag's own is "
+                        "knowledge/accuracy/track_record.json: score every catalog file, without --no-loo)")
 
 
 def _rows(text: str) -> int | None:
@@ -74,6 +77,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
                              leave_one_out=not args.no_loo)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(rows=args.rows))
+    if args.write_track_record:
+        from tools.estimate.track_record import write_track_record
+
+        write_track_record(report.rows, args.write_track_record)
     return 0
 
 

@@ -487,7 +487,7 @@ class Row:
         return (self.predicted - self.measured) / self.measured
 
 
-def _scores(rows: list[Row], attr: str) -> dict[str, float]:
+def scores(rows: list[Row], attr: str) -> dict[str, float]:
     vals = [(getattr(r, attr), r.measured) for r in rows if getattr(r, attr) is not None]
     ape = [_ape(p, m) for p, m in vals]
     signed = [(p - m) / m for p, m in vals]
@@ -499,15 +499,15 @@ def _scores(rows: list[Row], attr: str) -> dict[str, float]:
 
 def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
     """Scores overall, per metric class and per regime."""
-    out = {"all": _scores(rows, attr),
-           "mode: static batch": _scores([r for r in rows if not is_serving(r.metric)], attr),
-           "mode: serving": _scores([r for r in rows if is_serving(r.metric)], attr)}
+    out = {"all": scores(rows, attr),
+           "mode: static batch": scores([r for r in rows if not is_serving(r.metric)], attr),
+           "mode: serving": scores([r for r in rows if is_serving(r.metric)], attr)}
     for cls in dict.fromkeys(METRIC_CLASS.values()):
-        out[f"metric: {cls}"] = _scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
+        out[f"metric: {cls}"] = scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
     for reg in REGIMES:
-        out[f"regime: {reg}"] = _scores([r for r in rows if reg in r.regimes], attr)
+        out[f"regime: {reg}"] = scores([r for r in rows if reg in r.regimes], attr)
     for kind in CLIENT_LENGTHS:
-        out[f"serving TTFT, {kind}-length clients"] = _scores(_ttft_rows(rows, kind), attr)
+        out[f"serving TTFT, {kind}-length clients"] = scores(_ttft_rows(rows, kind), attr)
     return out
 
 
@@ -521,8 +521,8 @@ def by_source(rows: list[Row]) -> dict[str, dict[str, float]]:
     out = {}
     for src in sorted({r.source for r in rows}):
         mine = [r for r in rows if r.source == src]
-        out[src] = {**_scores(mine, "predicted"),
-                    **{f"loso_{k}": v for k, v in _scores(mine, "loso").items() if k != "points"}}
+        out[src] = {**scores(mine, "predicted"),
+                    **{f"loso_{k}": v for k, v in scores(mine, "loso").items() if k != "points"}}
     return out
 
 
@@ -630,8 +630,9 @@ class AccuracyReport:
             lines.append("  " + summary_line("MoE models", [c for c in self.choices if c.moe]))
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
-            lines.append(f"Spearman rank correlation within model+GPU+metric groups (>= 3 points): mean "
-                         f"{_mean(list(valid.values())):.2f}, min {min(valid.values()):.2f} over {len(valid)} groups")
+            lines.append("Spearman rank correlation within model+GPU+metric groups of one publication (>= 3 points): "
+                         f"mean {_mean(list(valid.values())):.2f}, min {min(valid.values()):.2f} "
+                         f"over {len(valid)} groups")
         return "\n".join(lines)
 
 
@@ -657,7 +658,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     report = AccuracyReport(rows, choices=picked)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
-        buckets.setdefault(f"{r.group}/{r.metric}", []).append(r)
+        buckets.setdefault(f"{r.group}/{r.metric} [{_short(r.source, 40)}]", []).append(r)
     for key, rs in buckets.items():
         if len(rs) >= 3:
             report.spearman[key] = spearman([r.predicted for r in rs], [r.measured for r in rs])

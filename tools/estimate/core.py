@@ -42,6 +42,7 @@ from tools.estimate.costs import CostModel, NodeCost
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
 from tools.estimate.serving import Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
@@ -171,6 +172,9 @@ class Estimate(BaseModel):
     best_under_sla: Serving | None = Field(
         None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
                           "(null when even one request misses it)")
+    track_record: list[TrackRecord] = Field(
+        default_factory=list, description="how far pdag's figures of this regime (model family, static batch or "
+                                          "serving, one node or several) landed from published measurements")
 
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
@@ -331,7 +335,8 @@ def node_batch(attrs: dict[str, Any], batch: int, groups: int) -> int:
 
 def _times(c: NodeCost, n: int) -> NodeCost:
     return replace(c, seconds=c.seconds * n, flops=c.flops * n, bytes=c.bytes * n, hidden_seconds=c.hidden_seconds * n,
-                   compute_s=c.compute_s * n, memory_s=c.memory_s * n, overhead_s=c.overhead_s * n)
+                   compute_s=c.compute_s * n, memory_s=c.memory_s * n, overhead_s=c.overhead_s * n,
+                   launches=c.launches * n)
 
 
 def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, NodeCost]:
@@ -571,6 +576,8 @@ def estimate_performance(
         warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
                         f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
                         "decode replica would balance them")
+    record = track_record(full.spec.is_moe, serving is not None, figures.gpus > full.hardware.gpus_per_node)
+    warnings.extend(track_record_warnings(record))
     return Estimate(
         prefill_latency_ms=figures.ttft_ms,
         decode_latency_ms_per_token=figures.tpot_ms,
@@ -595,6 +602,7 @@ def estimate_performance(
         balanced_split=figures.balanced_split,
         serving=serving,
         best_under_sla=best,
+        track_record=record,
     )
 
 
@@ -715,6 +723,9 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         "all-reduce takes the fastest of ring, one-shot and two-shot (intra-node) or ring and tree (inter-node)",
         "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
     ]
+    if e["prefill_host_us_per_kernel"] > 0:
+        out.append(f"eager prefill: a node takes at least {e['prefill_host_us_per_kernel']:g} us of host time per "
+                   "modelled kernel (Python and launch), so a short prompt is host-bound")
     if overlap:
         out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
                    f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute, never below one token's "

@@ -38,7 +38,7 @@ probability ``1-(1-k/E)^T``, again taking the expected maximum over the Expert n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tools.dag import NodeType
@@ -61,6 +61,7 @@ class NodeCost:
     compute_s: float = 0.0  # time of the compute-bound kernels (excluding launch overheads)
     memory_s: float = 0.0  # time of the memory-bound kernels
     overhead_s: float = 0.0  # launch and fixed per-layer overheads
+    launches: float = 0.0  # kernels the host launches for this node (eager prefill can be host-bound)
 
 
 @dataclass
@@ -154,7 +155,8 @@ class CostModel:
             flops += k.flops
             nbytes += k.bytes
         over = total - t_c - t_m
-        return NodeCost(total, "compute" if t_c >= t_m else "memory", flops, nbytes, 0.0, t_c, t_m, over)
+        return NodeCost(total, "compute" if t_c >= t_m else "memory", flops, nbytes, 0.0, t_c, t_m, over,
+                        float(len(kernels)))
 
     def tokens(self, phase: str, batch: int) -> int:
         return batch * self.input_len if phase == "prefill" else batch
@@ -180,6 +182,9 @@ class CostModel:
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
+            host = hit.launches * self.eff["prefill_host_us_per_kernel"] * 1e-6 if phase == "prefill" else 0.0
+            if host > hit.seconds:  # eager prefill: the GPU waits for the host to launch this node's kernels
+                hit = replace(hit, seconds=host, overhead_s=hit.overhead_s + host - hit.seconds)
             self._cache[key] = hit
         return hit
 
@@ -373,7 +378,7 @@ class CostModel:
             # hides at most the time the extra tokens add, so a bigger batch never makes the collective faster
             floor = self.comm(ntype, phase, batch, attrs, tok=1).seconds
             hidden = max(0.0, min(t * e[overlap_key], t - floor))
-        return NodeCost(t - hidden, "communication", 0.0, size, hidden)
+        return NodeCost(t - hidden, "communication", 0.0, size, hidden, launches=1.0)
 
     def all_reduce(self, n: int, size: float, link: Link, bw: float, alpha: float) -> float:
         """Fastest of ring, one-shot and two-shot (switched intra-node fabric) or ring and tree (network).  Each is

@@ -63,6 +63,10 @@ class EngineProfile(_Strict):
     step_overhead_ms: PerPhase = Field(description="fixed host-side cost of one forward pass")
     kernel_overhead_us: PerPhase = Field(description="launch gap and tail per kernel")
     layer_overhead_us: PerPhase = Field(description="small un-modelled kernels per decoder layer")
+    eager_host_us_per_kernel: float = Field(
+        ge=0, description="host time (Python, framework dispatch, launch) per modelled kernel of a pass that runs "
+                          "eagerly (a phase without CUDA graphs): such a node takes at least this long per kernel "
+                          "even when the GPU would finish sooner; 0 for compiled or C++ runtimes")
     allreduce: AllReduceImpl
     alltoall: AllToAllImpl
     overlap: Overlap
@@ -83,6 +87,7 @@ class EngineProfile(_Strict):
             "kernel_overhead_us": self.kernel_overhead_us.prefill,
             "decode_kernel_overhead_us": self.kernel_overhead_us.decode,
             "layer_overhead_us": self.layer_overhead_us.prefill,
+            "prefill_host_us_per_kernel": 0.0 if self.cuda_graphs["prefill"] else self.eager_host_us_per_kernel,
             "decode_layer_overhead_us": self.layer_overhead_us.decode,
             "allreduce_min_us": self.allreduce.min_us,
             "alltoall_min_us": self.alltoall.min_us,
@@ -100,9 +105,9 @@ ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "gpt-fast"
 EngineId = Literal["generic", "vllm", "sglang", "trtllm", "gpt-fast"]
 ENGINE_KEYS = frozenset({
     "step_overhead_ms", "decode_step_overhead_ms", "kernel_overhead_us", "decode_kernel_overhead_us",
-    "layer_overhead_us", "decode_layer_overhead_us", "allreduce_min_us", "alltoall_min_us", "dispatch_bytes",
-    "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction", "experts_low_precision_math",
-    "mla_decode_flash", "kv_reserved_output_fraction"})
+    "layer_overhead_us", "decode_layer_overhead_us", "prefill_host_us_per_kernel", "allreduce_min_us",
+    "alltoall_min_us", "dispatch_bytes", "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction",
+    "experts_low_precision_math", "mla_decode_flash", "kv_reserved_output_fraction"})
 
 
 @cache

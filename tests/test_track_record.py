@@ -1,0 +1,78 @@
+"""The track record an estimate carries: what published measurements of its regime showed."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tools import estimate_performance
+from tools.estimate.accuracy import Row
+from tools.estimate.track_record import (
+    SERVING_METRICS,
+    STATIC_METRICS,
+    metric_class,
+    regime_key,
+    track_record,
+    track_record_table,
+    track_record_warnings,
+)
+
+GPT_OSS = {"model": "gpt-oss-120b", "hardware": {"gpu": "h200", "num_gpus": 1}, "parallel": {"tp": 1},
+           "weights": "mxfp4", "engine": "vllm",
+           "workload": {"input_len": 922, "output_len": 922, "batch_size": 4}}
+LLAMA = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+         "workload": {"input_len": 1024, "output_len": 128, "batch_size": 1}}
+
+
+def test_moe_serving_estimate_warns_that_published_ttft_ran_slower() -> None:
+    est = estimate_performance(plan=GPT_OSS)
+    assert est.serving is not None
+    ttft = next(r for r in est.track_record if r.metric == "TTFT" and "serving" in r.regime)
+    assert ttft.regime == "MoE, serving, one node" and ttft.points >= 400 and ttft.median_bias < -0.3
+    assert [r.metric for r in est.track_record] == list(STATIC_METRICS + SERVING_METRICS)
+    assert any("TTFT" in w and "leave margin" in w for w in est.warnings)
+
+
+def test_dense_static_figures_carry_their_record_without_warning() -> None:
+    est = estimate_performance(plan=LLAMA)
+    assert [(r.regime, r.metric) for r in est.track_record] == \
+        [("dense, static batch, one node", m) for m in STATIC_METRICS] + \
+        [("dense, serving, one node", m) for m in SERVING_METRICS]
+    assert all(r.points > 0 for r in est.track_record)
+    assert not any("static batch" in w for w in est.warnings)
+    assert all(abs(r.median_bias) < 0.1 for r in est.track_record if "static" in r.regime)
+
+
+def test_a_regime_nobody_measured_is_called_unchecked() -> None:
+    record = track_record(moe=True, serving=True, multi_node=True)
+    served = [r for r in record if r.regime == "MoE, serving, multi-node"]
+    assert len(served) == 3 and all(r.points == 0 and r.median_bias is None for r in served)
+    warning = next(w for w in track_record_warnings(record) if "serving" in w)
+    assert "no published measurement of TTFT, TPOT, throughput" in warning and "unchecked" in warning
+
+
+METRICS = ["ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s_per_gpu", "serving_ttft_ms", "serving_tpot_ms",
+           "serving_output_tokens_per_s_per_gpu"]
+rows_strategy = st.lists(st.builds(
+    lambda metric, measured, ratio, moe, multi, src: Row(
+        "p", "g", metric, measured, measured * ratio, source=f"s{src}", loso=measured * ratio * 1.1,
+        regimes=(["MoE"] if moe else []) + (["multi-node"] if multi else [])),
+    st.sampled_from(METRICS), st.floats(0.1, 1e4), st.floats(0.2, 5.0), st.booleans(), st.booleans(),
+    st.integers(0, 3)), max_size=40)
+
+
+@given(rows_strategy)
+def test_every_row_lands_in_exactly_one_cell_and_its_bias_lies_within_the_cell(rows: list[Row]) -> None:
+    cells = track_record_table(rows)["cells"]
+    assert sum(c["points"] for c in cells.values()) == len(rows)
+    for key, cell in cells.items():
+        regime, metric = key.split(" | ")
+        mine = [r for r in rows if regime_key("MoE" in r.regimes, r.metric.startswith("serving_"),
+                                              "multi-node" in r.regimes) == regime and metric_class(r.metric) == metric]
+        assert cell["points"] == len(mine)
+        if mine:
+            errs = [(r.predicted - r.measured) / r.measured for r in mine]
+            assert min(errs) - 1e-3 <= cell["median_bias"] <= max(errs) + 1e-3
+            assert cell["p90_error"] <= max(abs(e) for e in errs) + 1e-3
+        else:
+            assert "median_bias" not in cell

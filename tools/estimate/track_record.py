@@ -1,0 +1,119 @@
+"""pdag's track record: how far its estimates have landed from published measurements, per regime.
+
+A planner's figure is only as useful as its error bar.  ``pdag accuracy --write-track-record`` scores every
+catalog point and stores, per model family (dense / MoE), mode (static batch / serving), scale (one node /
+multi-node) and metric, the median signed error and the p90 absolute error of the catalog estimate, and the same
+with each publication held out of the fitted scales (leave-one-source-out).  ``estimate_performance`` attaches the
+cells of its own plan, so an agent reading "TTFT 39 ms" also reads "published runs of this kind came out at about
+2x", and is told plainly when no published measurement covers the regime at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from knowledge import ROOT, load_json
+
+if TYPE_CHECKING:
+    from tools.estimate.accuracy import Row
+
+TRACK_RECORD_FILE = ROOT / "accuracy" / "track_record.json"
+STATIC_METRICS = ("TTFT", "TPOT", "e2e latency", "throughput")
+SERVING_METRICS = ("TTFT", "TPOT", "throughput")
+WARN_BIAS = 0.20  # a regime whose median error is at least this large gets a warning in the estimate
+WARN_MIN_POINTS = 20  # ... when enough points back it
+_METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
+                 "output_tokens_per_s_per_gpu": "throughput"}
+
+
+def regime_key(moe: bool, serving: bool, multi_node: bool) -> str:
+    return ", ".join(("MoE" if moe else "dense", "serving" if serving else "static batch",
+                      "multi-node" if multi_node else "one node"))
+
+
+def metric_class(metric: str) -> str:
+    """TTFT / TPOT / e2e latency / throughput of a measurement metric, serving or static alike."""
+    return _METRIC_CLASS[metric.removeprefix("serving_")]
+
+
+def _cell(rows: list[Row], attr: str) -> dict[str, float]:
+    from tools.estimate.accuracy import scores
+
+    sc = scores(rows, attr)
+    if not sc["points"]:
+        return {}
+    return {"median_bias": round(sc["median_bias"], 4), "p90_error": round(sc["p90_ape"], 4)}
+
+
+def track_record_table(rows: list[Row]) -> dict[str, Any]:
+    """Every (regime, metric) cell, measured or not, from scored accuracy rows (``accuracy_report(...).rows``)."""
+    cells: dict[str, dict[str, Any]] = {}
+    for moe in (False, True):
+        for serving in (False, True):
+            for multi in (False, True):
+                regime = regime_key(moe, serving, multi)
+                for metric in SERVING_METRICS if serving else STATIC_METRICS:
+                    mine = [r for r in rows if ("MoE" in r.regimes) == moe and ("multi-node" in r.regimes) == multi
+                            and r.metric.startswith("serving_") == serving and metric_class(r.metric) == metric]
+                    cell: dict[str, Any] = {"points": len(mine), "sources": len({r.source for r in mine})}
+                    cell.update(_cell(mine, "predicted"))
+                    cell.update({f"held_out_{k}": v for k, v in _cell(mine, "loso").items()})
+                    cells[f"{regime} | {metric}"] = cell
+    return {"description": "pdag's catalog estimate against the published measurements in evals/measurements/, "
+                           "per regime and metric: median signed error (negative: pdag's figure is below the "
+                           "measurement) and p90 absolute error; held_out_*: each publication scored with efficiency "
+                           "scales fitted on the other publications. Regenerate with "
+                           "`pdag accuracy --write-track-record knowledge/accuracy/track_record.json`.",
+            "points": len(rows), "sources": len({r.source for r in rows}), "cells": cells}
+
+
+def write_track_record(rows: list[Row], path: str | Path) -> None:
+    Path(path).write_text(json.dumps(track_record_table(rows), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+class TrackRecord(BaseModel):
+    """One metric of the estimate against what published measurements of the same regime showed."""
+
+    metric: str = Field(description="TTFT, TPOT, e2e latency or throughput")
+    regime: str = Field(description="model family, mode and scale the figure falls in")
+    points: int = Field(description="published measurements in this regime (0: none; the figure is unchecked)")
+    median_bias: float | None = Field(None, description="median of (pdag - measured) / measured; -0.5 means the "
+                                                        "measurements came out at 2x pdag's figure")
+    p90_error: float | None = Field(None, description="90th percentile of |pdag - measured| / measured")
+    held_out_median_bias: float | None = Field(None, description="median_bias with each publication held out of "
+                                                                 "the fitted efficiency scales")
+
+
+def track_record(moe: bool, serving: bool, multi_node: bool) -> list[TrackRecord]:
+    """The committed track record of the plan's regime: every static-batch metric the estimate reports, then
+    (``serving``: the estimate also prices continuous batching) every serving metric."""
+    cells = load_json("accuracy/track_record.json")["cells"]
+    out = []
+    for mode in (False, True) if serving else (False,):
+        regime = regime_key(moe, mode, multi_node)
+        for metric in SERVING_METRICS if mode else STATIC_METRICS:
+            c = cells.get(f"{regime} | {metric}", {})
+            out.append(TrackRecord(metric=metric, regime=regime, points=c.get("points", 0),
+                                   median_bias=c.get("median_bias"), p90_error=c.get("p90_error"),
+                                   held_out_median_bias=c.get("held_out_median_bias")))
+    return out
+
+
+def track_record_warnings(records: list[TrackRecord]) -> list[str]:
+    """Plain words for the regimes where published measurements disagree with pdag or do not exist."""
+    out = []
+    for regime in dict.fromkeys(r.regime for r in records):
+        missing = [r.metric for r in records if r.regime == regime and not r.points]
+        if missing:
+            out.append(f"no published measurement of {', '.join(missing)} in this regime ({regime}): "
+                       "those figures are unchecked")
+    for r in records:
+        if r.points >= WARN_MIN_POINTS and r.median_bias is not None and abs(r.median_bias) >= WARN_BIAS:
+            ratio = 1 / (1 + r.median_bias)
+            out.append(f"published {r.metric} measurements in this regime ({r.regime}) came out at {ratio:.1f}x "
+                       f"pdag's figure (median of {r.points} points; p90 error {r.p90_error:.0%}): leave margin")
+    return out
