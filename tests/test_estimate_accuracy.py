@@ -20,6 +20,7 @@ from tools.estimate.accuracy import (
     point_gpus,
     point_plan,
     predict,
+    publication,
     regimes,
     spearman,
     ttft_bracket,
@@ -154,7 +155,7 @@ BEYOND_IDEAL = {"imax-dsr1-h200-sglang-fp8-tp8-c64-8k1k-ttft",
 COLD_FIRST_RUNS = ("deepseek-v3@b200", "qwen3-235b-a22b@b200", "deepseek-v3@mi300x")
 
 
-def COLD_FIRST_RUN(key: str) -> bool:  # noqa: N802 - reads as a named set of groups
+def _cold_first_run(key: str) -> bool:
     """The SGLang cookbook's three MoE TTFT groups: each page's first run after launch (1 client, 10 requests)
     measures a higher median TTFT than the 16-client run after it (DeepSeek-R1 B200 141 vs 132 ms, Qwen3-235B 92 vs
     89 ms, DeepSeek-V3.1 MI300X 214 vs 191 ms, whose mean of 558 ms shows first-use costs), so pdag's rising TTFT
@@ -191,9 +192,9 @@ def test_catalog_accuracy_figures_hold() -> None:
         assert dense[metric]["points"] >= 500 and moe[metric]["points"] >= 400
         assert dense[metric]["median_ape"] <= 0.10 and dense[metric]["p90_ape"] <= 0.25, metric
         assert moe[metric]["median_ape"] <= 0.30 and moe[metric]["p90_ape"] <= 0.55, metric
-    rho = [v for k, v in rep.spearman.items() if v == v and not COLD_FIRST_RUN(k)]
+    rho = [v for k, v in rep.spearman.items() if v == v and not _cold_first_run(k)]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
-    cold = [v for k, v in rep.spearman.items() if COLD_FIRST_RUN(k)]
+    cold = [v for k, v in rep.spearman.items() if _cold_first_run(k)]
     assert len(cold) == 3 and all(v == pytest.approx(0.5) for v in cold)
     assert abs(parts["metric: TPOT"]["median_bias"]) <= 0.10
     assert abs(parts["regime: batch 1"]["median_bias"]) <= 0.10
@@ -355,3 +356,12 @@ def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
     assert committed == json.loads(json.dumps(track_record_table(_held_out_report().rows)))
     moe_ttft = committed["cells"]["MoE, serving, one node | TTFT"]
     assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] < -0.3
+
+
+def test_pages_of_one_publication_are_held_out_together() -> None:
+    """The SGLang cookbook's four model pages share a harness and a team: leave-one-source-out holds them out as one
+    publication, so none of them trains the scales that score another."""
+    pts = load_measurements()
+    cookbook = [p for p in pts if p["id"].startswith("sglcb-")]
+    assert len({p["source"] for p in cookbook}) == 4 and len({publication(p) for p in cookbook}) == 1
+    assert all(publication(p) == p["source"] for p in pts if not p["id"].startswith("sglcb-"))

@@ -6,8 +6,9 @@ first): ``{"defaults": {...}, "points": [...]}``.  Each point has ``model``, ``g
 ``batch_size``, ``metric``, ``value`` and ``source``, and optionally ``efficiency``: efficiency keys that state facts
 about the measuring engine (``_point_overlay``), never fitted values, and optionally ``condition``: a measured
 condition the plan cannot express (e.g. ``simulated perfect EPLB``), which keeps the point out of the rank
-correlation and the held-out group of the runs it does not compare with.  A file's ``defaults`` fill keys a point
-leaves out.  Metrics:
+correlation and the held-out group of the runs it does not compare with, and optionally ``publication``: the
+publication several sources belong to (pages of one site written with one harness), held out together.  A file's
+``defaults`` fill keys a point leaves out.  Metrics:
 
 * ``ttft_ms``: time to first token of a batch of ``batch_size`` prompts processed together (prefill);
 * ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
@@ -233,6 +234,12 @@ def point_engine(pt: dict[str, Any]) -> str:
     return next((profile for word, profile in _ENGINE_WORDS if word in text), "generic")
 
 
+def publication(pt: dict[str, Any]) -> str:
+    """The publication a point belongs to, the unit that leave-one-source-out holds out: its ``publication`` when
+    several pages share one author and harness (the SGLang cookbook's model pages), else its ``source``."""
+    return str(pt.get("publication") or pt.get("source", ""))
+
+
 def point_gpus(pt: dict[str, Any]) -> int:
     return int(point_plan(pt)["hardware"]["num_gpus"])
 
@@ -440,7 +447,7 @@ def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int =
     for pt in points:
         by_gpu.setdefault(pt["gpu"], []).append(pt)
     for gpu, pts in by_gpu.items():
-        if len({str(pt.get("source", "")) for pt in pts}) < min_sources:
+        if len({publication(pt) for pt in pts}) < min_sources:
             continue
         cum = dict.fromkeys(PARTS, 1.0)
         for _ in range(rounds):
@@ -652,7 +659,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     for pt in points:
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
-                        p.value, source=str(pt.get("source", "")), regimes=regimes(pt), lockstep=p.lockstep))
+                        p.value, source=publication(pt), regimes=regimes(pt), lockstep=p.lockstep))
     picked = choices(points, [r.predicted for r in rows], [point_gpus(pt) for pt in points],
                      ["MoE" in r.regimes for r in rows])
     report = AccuracyReport(rows, choices=picked)
