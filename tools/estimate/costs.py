@@ -5,7 +5,9 @@ Every compute node is a short sequence of kernels; each kernel takes
 ``t_m = bytes / (hbm_bw * eff_mem)``: near the ridge point loads are not hidden behind math, far from it the
 larger term wins (``roofline_blend_exponent`` p).  Efficiency factors come from
 ``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/estimate/efficiency.py``);
-decode uses the engine's CUDA-graph per-kernel and per-layer overheads.
+decode uses the engine's CUDA-graph per-kernel and per-layer overheads.  A prefill node of an engine that runs
+prefill eagerly takes at least its kernels times the engine's host time per kernel (``prefill_host_us_per_kernel``):
+the GPU cannot run a kernel the host has not launched yet, so short prompts are host-bound.
 
 Collectives (alpha-beta on the link the devices share): the TP all-reduce takes the best of ring, one-shot and
 two-shot with the engine's small-message floor (NCCL ~20 us, a custom one-shot kernel ~6-8 us) and is never
