@@ -488,6 +488,7 @@ class Row:
     regimes: list[str] = field(default_factory=list)
     loso: float | None = None
     lockstep: float | None = None
+    engine: str = "generic"
 
     @property
     def error(self) -> float:
@@ -659,7 +660,8 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     for pt in points:
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
-                        p.value, source=publication(pt), regimes=regimes(pt), lockstep=p.lockstep))
+                        p.value, source=publication(pt), regimes=regimes(pt), lockstep=p.lockstep,
+                        engine=point_engine(pt)))
     picked = choices(points, [r.predicted for r in rows], [point_gpus(pt) for pt in points],
                      ["MoE" in r.regimes for r in rows])
     report = AccuracyReport(rows, choices=picked)

@@ -50,7 +50,8 @@ def _cell(rows: list[Row], attr: str) -> dict[str, float]:
 
 
 def track_record_table(rows: list[Row]) -> dict[str, Any]:
-    """Every (regime, metric) cell, measured or not, from scored accuracy rows (``accuracy_report(...).rows``)."""
+    """Every (regime, metric) cell, measured or not, and the same per measuring engine where that engine has points,
+    from scored accuracy rows (``accuracy_report(...).rows``)."""
     cells: dict[str, dict[str, Any]] = {}
     for moe in (False, True):
         for serving in (False, True):
@@ -59,16 +60,22 @@ def track_record_table(rows: list[Row]) -> dict[str, Any]:
                 for metric in SERVING_METRICS if serving else STATIC_METRICS:
                     mine = [r for r in rows if ("MoE" in r.regimes) == moe and ("multi-node" in r.regimes) == multi
                             and r.metric.startswith("serving_") == serving and metric_class(r.metric) == metric]
-                    cell: dict[str, Any] = {"points": len(mine), "sources": len({r.source for r in mine})}
-                    cell.update(_cell(mine, "predicted"))
-                    cell.update({f"held_out_{k}": v for k, v in _cell(mine, "loso").items()})
-                    cells[f"{regime} | {metric}"] = cell
+                    cells[f"{regime} | {metric}"] = _cell_of(mine)
+                    for engine in sorted({r.engine for r in mine}):
+                        cells[f"{regime} | {metric} | {engine}"] = _cell_of([r for r in mine if r.engine == engine])
     return {"description": "pdag's catalog estimate against the published measurements in evals/measurements/, "
-                           "per regime and metric: median signed error (negative: pdag's figure is below the "
-                           "measurement) and p90 absolute error; held_out_*: each publication scored with efficiency "
-                           "scales fitted on the other publications. Regenerate with "
-                           "`pdag accuracy --write-track-record knowledge/accuracy/track_record.json`.",
+                           "per regime and metric, and per measuring engine (a third key part): median signed error "
+                           "(negative: pdag's figure is below the measurement) and p90 absolute error; held_out_*: "
+                           "each publication scored with efficiency scales fitted on the other publications. "
+                           "Regenerate with `pdag accuracy --write-track-record knowledge/accuracy/track_record.json`.",
             "points": len(rows), "sources": len({r.source for r in rows}), "cells": cells}
+
+
+def _cell_of(rows: list[Row]) -> dict[str, Any]:
+    cell: dict[str, Any] = {"points": len(rows), "sources": len({r.source for r in rows})}
+    cell.update(_cell(rows, "predicted"))
+    cell.update({f"held_out_{k}": v for k, v in _cell(rows, "loso").items()})
+    return cell
 
 
 def write_track_record(rows: list[Row], path: str | Path) -> None:
@@ -80,6 +87,8 @@ class TrackRecord(BaseModel):
 
     metric: str = Field(description="TTFT, TPOT, e2e latency or throughput")
     regime: str = Field(description="model family, mode and scale the figure falls in")
+    engine: str = Field("all", description="the engine whose measurements these are: the plan's own when it has "
+                                           f"at least {WARN_MIN_POINTS} points in the regime, else all engines")
     points: int = Field(description="published measurements in this regime (0: none; the figure is unchecked)")
     median_bias: float | None = Field(None, description="median of (pdag - measured) / measured; -0.5 means the "
                                                         "measurements came out at 2x pdag's figure")
@@ -88,16 +97,19 @@ class TrackRecord(BaseModel):
                                                                  "the fitted efficiency scales")
 
 
-def track_record(moe: bool, serving: bool, multi_node: bool) -> list[TrackRecord]:
+def track_record(moe: bool, serving: bool, multi_node: bool, engine: str = "generic") -> list[TrackRecord]:
     """The committed track record of the plan's regime: every static-batch metric the estimate reports, then
-    (``serving``: the estimate also prices continuous batching) every serving metric."""
+    (``serving``: the estimate also prices continuous batching) every serving metric; from the measurements of the
+    plan's engine where there are enough of them (engines differ most where pdag is least right)."""
     cells = load_json("accuracy/track_record.json")["cells"]
     out = []
     for mode in (False, True) if serving else (False,):
         regime = regime_key(moe, mode, multi_node)
         for metric in SERVING_METRICS if mode else STATIC_METRICS:
-            c = cells.get(f"{regime} | {metric}", {})
-            out.append(TrackRecord(metric=metric, regime=regime, points=c.get("points", 0),
+            own = cells.get(f"{regime} | {metric} | {engine}", {})
+            c, who = (own, engine) if own.get("points", 0) >= WARN_MIN_POINTS else \
+                (cells.get(f"{regime} | {metric}", {}), "all")
+            out.append(TrackRecord(metric=metric, regime=regime, engine=who, points=c.get("points", 0),
                                    median_bias=c.get("median_bias"), p90_error=c.get("p90_error"),
                                    held_out_median_bias=c.get("held_out_median_bias")))
     return out
@@ -114,6 +126,7 @@ def track_record_warnings(records: list[TrackRecord]) -> list[str]:
     for r in records:
         if r.points >= WARN_MIN_POINTS and r.median_bias is not None and abs(r.median_bias) >= WARN_BIAS:
             ratio = 1 / (1 + r.median_bias)
-            out.append(f"published {r.metric} measurements in this regime ({r.regime}) came out at {ratio:.1f}x "
+            who = "" if r.engine == "all" else f" on {r.engine}"
+            out.append(f"published {r.metric} measurements in this regime ({r.regime}{who}) came out at {ratio:.1f}x "
                        f"pdag's figure (median of {r.points} points; p90 error {r.p90_error:.0%}): leave margin")
     return out
