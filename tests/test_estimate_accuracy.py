@@ -179,8 +179,8 @@ def test_catalog_accuracy_figures_hold() -> None:
     """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %.
     Serving TPOT and throughput of dense models (574 each: NIM, vLLM, InferenceMAX and the SGLang cookbook at fixed
     concurrency): 7.6 % / 18.4 % and 7.9 % / 18.3 %.  MoE serving (InferenceMAX gpt-oss-120b and DeepSeek-R1, the
-    SGLang cookbook's DeepSeek and Qwen3 pages; 505 each) is held to what the README states: TPOT 16.9 % / 31.1 %,
-    throughput 24.8 % / 51.4 %.  Serving TTFT under load is not
+    SGLang cookbook's DeepSeek and Qwen3 pages; 505 each) is held to what the README states: TPOT 16.6 % / 31.1 %,
+    throughput 24.5 % / 51.4 %.  Serving TTFT under load is not
     held to a bound: it is under-predicted (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     parts = breakdown(rep.rows)

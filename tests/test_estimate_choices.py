@@ -48,7 +48,7 @@ def test_a_wrong_estimate_misses_or_finds_none() -> None:
 
 def test_published_sweeps_are_mostly_chosen_well() -> None:
     """InferenceMAX and NIM sweeps, TPOT targets 10-50 ms: for dense models pdag's pick meets the target in 147 of
-    175 cases, 129 of them within 10 % of the best measured throughput; for MoE in 114 of 159 (111 near the best),
+    175 cases, 129 of them within 10 % of the best measured throughput; for MoE in 118 of 159 (114 near the best),
     the misses being the MoE decode pdag prices 15-25 % fast (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     dense = summary([c for c in rep.choices if not c.moe])

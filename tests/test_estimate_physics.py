@@ -177,3 +177,28 @@ def test_eager_prefill_is_host_bound_for_a_short_prompt() -> None:
     assert long_eager == pytest.approx(long_compiled, rel=0.1)
     assert efficiency_for("h200", engine="sglang")["prefill_host_us_per_kernel"] > 0
     assert all(efficiency_for("h200", engine=e)["prefill_host_us_per_kernel"] == 0 for e in ENGINE_IDS if e != "sglang")
+
+
+def test_block_fp8_gemms_with_few_rows_run_at_their_published_floor() -> None:
+    """SGLang's blockwise-fp8 GEMM timings on Hopper (PRs #5207/#5820) are flat at 10-34 us per GEMM up to ~128
+    rows, where HBM speed gives 1-8 us: DeepSeek-V3's small-batch decode on H200 pays that floor on its dense
+    projections (fused q_a/kv_a, q_b, o_proj, shared expert), its large-batch decode and per-tensor fp8 Llama do not,
+    and GPUs with no published timing keep the roofline."""
+    def step(model: str, gpu: str, batch: int, **extra: object) -> float:
+        p = {"model": model, "hardware": {"gpu": gpu, "num_gpus": 8}, "parallel": {"tp": 8}, "dtype": "fp8",
+             "workload": {"input_len": 1024, "output_len": 256, "batch_size": batch}, **extra}
+        return estimate_performance(plan=p).decode_latency_ms_per_token
+
+    def without_floor(model: str, gpu: str, batch: int, **extra: object) -> float:
+        p = {"model": model, "hardware": {"gpu": gpu, "num_gpus": 8}, "parallel": {"tp": 8}, "dtype": "fp8",
+             "workload": {"input_len": 1024, "output_len": 256, "batch_size": batch}, **extra}
+        return estimate_performance(plan=p, efficiency={"defaults": {"block_fp8_gemm_floor_us": 0},
+                                                        "accelerators": {gpu: {"block_fp8_gemm_floor_us": 0}}}
+                                    ).decode_latency_ms_per_token
+
+    moe = {"options": {"allow_expert_tp": True}}
+    floor_cost = step("deepseek-v3", "h200", 4, **moe) - without_floor("deepseek-v3", "h200", 4, **moe)
+    assert 58 * 4 * 9e-3 <= floor_cost <= 61 * 6 * 40e-3  # at least 9 us on four GEMMs a layer, at most 40 on six
+    assert step("deepseek-v3", "h200", 256, **moe) == pytest.approx(without_floor("deepseek-v3", "h200", 256, **moe))
+    assert step("llama-3.1-70b", "h200", 4) == pytest.approx(without_floor("llama-3.1-70b", "h200", 4))
+    assert step("deepseek-v3", "b200", 4, **moe) == pytest.approx(without_floor("deepseek-v3", "b200", 4, **moe))

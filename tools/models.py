@@ -157,6 +157,7 @@ class ModelSpec(BaseModel):
     # the checkpoint's storage format (its config's quantization_config) and the modules it leaves unquantized
     checkpoint_format: str | None = None
     unquantized_modules: tuple[str, ...] = ()
+    fp8_block_scaled: bool = False  # fp8 weights with per-block scales (weight_block_size), DeepSeek-V3's format
     published_params: float | None = None
     published_active_params: float | None = None
     published_active_excludes_embedding: bool = False  # how the source counts active parameters
@@ -435,6 +436,11 @@ def _checkpoint_format(c: Any) -> str | None:
     return format_of_config(_quant_config(c))
 
 
+def _fp8_block_scaled(c: Any) -> bool:
+    cfg = _quant_config(c)
+    return str(cfg.get("quant_method", "")).lower() == "fp8" and bool(cfg.get("weight_block_size"))
+
+
 def _unquantized(c: Any) -> tuple[str, ...]:
     mods = _quant_config(c).get("modules_to_not_convert") or ()
     return tuple(str(m)[:200] for m in mods[:64]) if isinstance(mods, list) else ()
@@ -618,6 +624,7 @@ def from_hf_config(
             hf_repo=hf_repo,
             checkpoint_format=_checkpoint_format(c),
             unquantized_modules=_unquantized(c),
+            fp8_block_scaled=_fp8_block_scaled(c),
             published_params=published_params,
             published_active_params=published_active_params,
             published_active_excludes_embedding=published_active_excludes_embedding,
