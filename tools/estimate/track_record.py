@@ -2,10 +2,11 @@
 
 A planner's figure is only as useful as its error bar.  ``pdag accuracy --write-track-record`` scores every
 catalog point and stores, per model family (dense / MoE), mode (static batch / serving), scale (one node /
-multi-node) and metric, the median signed error and the p90 absolute error of the catalog estimate, and the same
-with each publication held out of the fitted scales (leave-one-source-out).  ``estimate_performance`` attaches the
-cells of its own plan, so an agent reading "TTFT 39 ms" also reads "published runs of this kind came out at about
-2x", and is told plainly when no published measurement covers the regime at all.
+multi-node) and metric, and again per measuring engine, the median signed error and the p90 absolute error of the
+catalog estimate, and the median error with each publication held out of the fitted scales (leave-one-source-out).
+``estimate_performance`` attaches the cells of its own plan (its engine's where that engine has enough points),
+so an agent reading "TTFT 39 ms" also reads "published runs of this kind came out at about 2x", and is told
+plainly when no published measurement covers the regime at all.
 """
 
 from __future__ import annotations
