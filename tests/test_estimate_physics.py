@@ -182,8 +182,8 @@ def test_eager_prefill_is_host_bound_for_a_short_prompt() -> None:
 def test_block_fp8_gemms_with_few_rows_run_at_their_published_floor() -> None:
     """SGLang's blockwise-fp8 GEMM timings on Hopper (PRs #5207/#5820) are flat at 10-34 us per GEMM up to ~128
     rows, where HBM speed gives 1-8 us: DeepSeek-V3's small-batch decode on H200 pays that floor on its dense
-    projections (fused q_a/kv_a, q_b, o_proj, shared expert), its large-batch decode and per-tensor fp8 Llama do not,
-    and GPUs with no published timing keep the roofline."""
+    projections (fused q_a/kv_a, q_b, o_proj, shared expert), a smaller share of a large batch's step, per-tensor
+    fp8 Llama none, and GPUs with no published timing keep the roofline."""
     def step(model: str, gpu: str, batch: int, **extra: object) -> float:
         p = {"model": model, "hardware": {"gpu": gpu, "num_gpus": 8}, "parallel": {"tp": 8}, "dtype": "fp8",
              "workload": {"input_len": 1024, "output_len": 256, "batch_size": batch}, **extra}
@@ -199,6 +199,9 @@ def test_block_fp8_gemms_with_few_rows_run_at_their_published_floor() -> None:
     moe = {"options": {"allow_expert_tp": True}}
     floor_cost = step("deepseek-v3", "h200", 4, **moe) - without_floor("deepseek-v3", "h200", 4, **moe)
     assert 58 * 4 * 9e-3 <= floor_cost <= 61 * 6 * 40e-3  # at least 9 us on four GEMMs a layer, at most 40 on six
-    assert step("deepseek-v3", "h200", 256, **moe) == pytest.approx(without_floor("deepseek-v3", "h200", 256, **moe))
+    # flat to ~128 rows and only growing past them, so it bounds every batch: no drop where a cut-off would sit
+    assert step("deepseek-v3", "h200", 129, **moe) >= step("deepseek-v3", "h200", 128, **moe)
+    big, small = step("deepseek-v3", "h200", 512, **moe), step("deepseek-v3", "h200", 4, **moe)
+    assert (big - without_floor("deepseek-v3", "h200", 512, **moe)) / big < floor_cost / small
     assert step("llama-3.1-70b", "h200", 4) == pytest.approx(without_floor("llama-3.1-70b", "h200", 4))
     assert step("deepseek-v3", "b200", 4, **moe) == pytest.approx(without_floor("deepseek-v3", "b200", 4, **moe))

@@ -74,8 +74,7 @@ class Kernel:
     small: bool = False  # weight-streaming GEMM with few tokens
     experts: bool = False  # grouped GEMM over routed experts
     mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
-    block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a floor each, few tokens)
-    tokens: float = 0.0  # rows of those GEMMs
+    block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -93,8 +92,7 @@ def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) 
     return mean, max(mean, worst), hit_mean, max(hit_mean, hit_max)
 
 
-BLOCK_FP8_FLOOR_MAX_TOKENS = 128  # the published block-scaled fp8 GEMM times are flat up to about this many rows
-BLOCK_FP8_FLOOR_MAX_BYTES = 40e6  # ... and cover weights up to ~38 MB (24576 x 1536); beyond, bytes stream normally
+BLOCK_FP8_FLOOR_MAX_BYTES = 40e6  # published block-scaled fp8 GEMM times cover weights up to ~38 MB (24576 x 1536)
 
 
 @dataclass
@@ -157,10 +155,10 @@ class CostModel:
             bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
             tc, tm = k.flops / peak, k.bytes / bw
             both = (tc ** p + tm ** p) ** (1 / p) if tc > 0 and tm > 0 else tc + tm
-            if k.block_gemms and self.block_fp8 and k.tokens <= BLOCK_FP8_FLOOR_MAX_TOKENS \
-                    and e["block_fp8_gemm_floor_us"] > 0:
-                # block-scaled fp8 GEMMs with few rows run at a latency floor, not at HBM speed (flat to ~128 rows);
-                # past the largest published shape the extra bytes stream at the roofline's rate
+            if k.block_gemms and self.block_fp8 and e["block_fp8_gemm_floor_us"] > 0:
+                # block-scaled fp8 GEMMs run at a latency floor, not at HBM speed: published times are flat up to
+                # ~128 rows and only grow past them, so it bounds every row count; past the largest published shape
+                # the extra bytes stream at the roofline's rate
                 slow = min(k.bytes, k.block_gemms * BLOCK_FP8_FLOOR_MAX_BYTES)
                 tm = max(tm, k.block_gemms * e["block_fp8_gemm_floor_us"] * 1e-6
                          + slow / (e["block_fp8_gemm_floor_gb_s"] * 1e9) + (k.bytes - slow) / bw)
@@ -240,10 +238,9 @@ class CostModel:
             i_l = inter / max(1, int(meta.get("of", 1)))
             return self.run(phase, [
                 Kernel(2 * tok * h * 2 * i_l, 2 * h * i_l * self.wb + tok * (h + 2 * i_l) * ab, small=small,
-                       block_gemms=1, tokens=tok),
+                       block_gemms=1),
                 Kernel(tok * 2 * i_l, tok * 3 * i_l * ab, small=True),
-                Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small, block_gemms=1,
-                       tokens=tok),
+                Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small, block_gemms=1),
             ])
         if ntype == T.EXPERT:
             return self.expert(tok, attrs, meta, small)
@@ -303,7 +300,7 @@ class CostModel:
             kvb_w = kvl * hq * (nope + vd)
             o_w = hq * vd * h
             kernels = [Kernel(2 * tok * (q_w + kva_w), (q_w + kva_w) * wb + tok * (h + hq * qk + kvl + rope) * ab,
-                              small=small, block_gemms=2 if ql else 1, tokens=tok)]  # fused q_a/kv_a, then q_b
+                              small=small, block_gemms=2 if ql else 1)]  # fused q_a/kv_a, then q_b
             if phase == "prefill":  # naive form: expand the latent to per-head K and V
                 kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab))
                 kernels.append(Kernel(2 * tok * keys * hq * (qk + vd),
@@ -315,15 +312,14 @@ class CostModel:
                 kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True, mla=True))
                 kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
                                       small=True))
-            kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1,
-                                  tokens=tok))
+            kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1))
             return self.run(phase, kernels)
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
         qkv_w = h * (hq + 2 * hkv) * d
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
-                          block_gemms=1, tokens=tok)]
+                          block_gemms=1)]
         if phase == "prefill":
             kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True))
         else:
@@ -331,8 +327,7 @@ class CostModel:
             reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)
             kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb * reread
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
-        kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1,
-                              tokens=tok))
+        kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1))
         return self.run(phase, kernels)
 
     def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
