@@ -437,8 +437,7 @@ def _checkpoint_format(c: Any) -> str | None:
 
 
 def _fp8_block_scaled(c: Any) -> bool:
-    cfg = _quant_config(c)
-    return str(cfg.get("quant_method", "")).lower() == "fp8" and bool(cfg.get("weight_block_size"))
+    return _checkpoint_format(c) == "fp8" and bool(_quant_config(c).get("weight_block_size"))
 
 
 def _unquantized(c: Any) -> tuple[str, ...]:

@@ -244,12 +244,12 @@ def point_gpus(pt: dict[str, Any]) -> int:
     return int(point_plan(pt)["hardware"]["num_gpus"])
 
 
-def regimes(pt: dict[str, Any]) -> list[str]:
-    """The regimes a point belongs to (a point can be in several)."""
+def regimes(pt: dict[str, Any], gpus: int | None = None) -> list[str]:
+    """The regimes a point belongs to (a point can be in several); ``gpus``: its GPU count, when already known."""
     from tools.models import resolve_model
 
     out = []
-    gpus = point_gpus(pt)
+    gpus = point_gpus(pt) if gpus is None else gpus
     if pt["batch_size"] == 1:
         out.append("batch 1")
     if pt["batch_size"] >= 32:
@@ -657,13 +657,13 @@ def _mean(xs: list[float]) -> float:
 def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, Any] | None = None,
                     leave_one_out: bool = True) -> AccuracyReport:
     rows = []
-    for pt in points:
+    gpus = [point_gpus(pt) for pt in points]
+    for pt, n in zip(points, gpus, strict=True):
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
-                        p.value, source=publication(pt), regimes=regimes(pt), lockstep=p.lockstep,
+                        p.value, source=publication(pt), regimes=regimes(pt, n), lockstep=p.lockstep,
                         engine=point_engine(pt)))
-    picked = choices(points, [r.predicted for r in rows], [point_gpus(pt) for pt in points],
-                     ["MoE" in r.regimes for r in rows])
+    picked = choices(points, [r.predicted for r in rows], gpus, ["MoE" in r.regimes for r in rows])
     report = AccuracyReport(rows, choices=picked)
     buckets: dict[str, list[Row]] = {}
     for r in rows:

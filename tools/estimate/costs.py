@@ -92,9 +92,6 @@ def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) 
     return mean, max(mean, worst), hit_mean, max(hit_mean, hit_max)
 
 
-BLOCK_FP8_FLOOR_MAX_BYTES = 40e6  # published block-scaled fp8 GEMM times cover weights up to ~38 MB (24576 x 1536)
-
-
 @dataclass
 class CostModel:
     plan: Plan
@@ -159,7 +156,7 @@ class CostModel:
                 # block-scaled fp8 GEMMs run at a latency floor, not at HBM speed: published times are flat up to
                 # ~128 rows and only grow past them, so it bounds every row count; past the largest published shape
                 # the extra bytes stream at the roofline's rate
-                slow = min(k.bytes, k.block_gemms * BLOCK_FP8_FLOOR_MAX_BYTES)
+                slow = min(k.bytes, k.block_gemms * e["block_fp8_gemm_floor_max_bytes"])
                 tm = max(tm, k.block_gemms * e["block_fp8_gemm_floor_us"] * 1e-6
                          + slow / (e["block_fp8_gemm_floor_gb_s"] * 1e9) + (k.bytes - slow) / bw)
                 both = max(both, tm)

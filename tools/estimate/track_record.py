@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from knowledge import ROOT, load_json
+from tools.estimate.accuracy import METRIC_CLASS, Row, scores
 
-if TYPE_CHECKING:
-    from tools.estimate.accuracy import Row
-
-TRACK_RECORD_FILE = ROOT / "accuracy" / "track_record.json"
+TRACK_RECORD = "accuracy/track_record.json"  # under knowledge/
+TRACK_RECORD_FILE = ROOT / TRACK_RECORD
 STATIC_METRICS = ("TTFT", "TPOT", "e2e latency", "throughput")
 SERVING_METRICS = ("TTFT", "TPOT", "throughput")
 WARN_BIAS = 0.20  # a regime whose median error is at least this large gets a warning in the estimate
 WARN_MIN_POINTS = 20  # ... when enough points back it
-_METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
-                 "output_tokens_per_s_per_gpu": "throughput"}
 
 
 def regime_key(moe: bool, serving: bool, multi_node: bool) -> str:
@@ -38,12 +35,10 @@ def regime_key(moe: bool, serving: bool, multi_node: bool) -> str:
 
 def metric_class(metric: str) -> str:
     """TTFT / TPOT / e2e latency / throughput of a measurement metric, serving or static alike."""
-    return _METRIC_CLASS[metric.removeprefix("serving_")]
+    return METRIC_CLASS[metric].removeprefix("serving ")
 
 
 def _cell(rows: list[Row], attr: str) -> dict[str, float]:
-    from tools.estimate.accuracy import scores
-
     sc = scores(rows, attr)
     if not sc["points"]:
         return {}
@@ -102,7 +97,7 @@ def track_record(moe: bool, serving: bool, multi_node: bool, engine: str = "gene
     """The committed track record of the plan's regime: every static-batch metric the estimate reports, then
     (``serving``: the estimate also prices continuous batching) every serving metric; from the measurements of the
     plan's engine where there are enough of them (engines differ most where pdag is least right)."""
-    cells = load_json("accuracy/track_record.json")["cells"]
+    cells = load_json(TRACK_RECORD)["cells"]
     out = []
     for mode in (False, True) if serving else (False,):
         regime = regime_key(moe, mode, multi_node)
