@@ -160,7 +160,7 @@ def _cold_first_run(key: str) -> bool:
     measures a higher median TTFT than the 16-client run after it (DeepSeek-R1 B200 141 vs 132 ms, Qwen3-235B 92 vs
     89 ms, DeepSeek-V3.1 MI300X 214 vs 191 ms, whose mean of 558 ms shows first-use costs), so pdag's rising TTFT
     ranks them 0.5; every other group is held to the bound."""
-    return any(key.startswith(f"{g}/serving_ttft_ms [github.com/sgl-project/") for g in COLD_FIRST_RUNS)
+    return any(key.startswith(f"{g}/serving_ttft_ms [https://github.com/sgl-project/") for g in COLD_FIRST_RUNS)
 
 
 def test_published_points_are_within_the_ideal_bound() -> None:

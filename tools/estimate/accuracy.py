@@ -667,7 +667,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     report = AccuracyReport(rows, choices=picked)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
-        buckets.setdefault(f"{r.group}/{r.metric} [{_short(r.source, 40)}]", []).append(r)
+        buckets.setdefault(f"{r.group}/{r.metric} [{r.source}]", []).append(r)  # the whole source: short forms collide
     for key, rs in buckets.items():
         if len(rs) >= 3:
             report.spearman[key] = spearman([r.predicted for r in rs], [r.measured for r in rs])
