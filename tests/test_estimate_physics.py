@@ -205,3 +205,50 @@ def test_block_fp8_gemms_with_few_rows_run_at_their_published_floor() -> None:
     assert (big - without_floor("deepseek-v3", "h200", 512, **moe)) / big < floor_cost / small
     assert step("llama-3.1-70b", "h200", 4) == pytest.approx(without_floor("llama-3.1-70b", "h200", 4))
     assert step("deepseek-v3", "b200", 4, **moe) == pytest.approx(without_floor("deepseek-v3", "b200", 4, **moe))
+
+
+def test_eager_launches_bound_the_whole_pass_not_each_node() -> None:
+    """Launches are asynchronous: the host runs ahead while long GEMMs execute, so a pass waits for its host only
+    when all its launches take longer than all its GPU work.  A 4k-token Llama-3.1-70B prefill on SGLang is
+    GPU-bound and prices as if the host were free (a per-node floor would charge every short norm its launch
+    time); the one-token DeepSeek-V3 pass of ``test_eager_prefill_is_host_bound_for_a_short_prompt`` is not."""
+    p = plan("llama-3.1-70b", "h200", 8, i=4096, engine="sglang", tp=8)
+    free = {"defaults": {"prefill_host_us_per_kernel": 0}}
+    eager = estimate_performance(plan=p)
+    assert eager.prefill.host_launch_ms > 0 and eager.prefill.host_wait_ms == 0
+    assert eager.prefill_latency_ms == pytest.approx(estimate_performance(plan=p, efficiency=free).prefill_latency_ms)
+    short = estimate_performance(plan=_dsv3("sglang", 1)).prefill
+    assert short.host_wait_ms > 0
+    assert short.latency_ms - short.step_overhead_ms == pytest.approx(short.host_launch_ms)
+
+
+def test_an_eager_prefill_in_a_serving_step_hides_the_decode_it_carries() -> None:
+    """Under continuous batching a step that carries a prompt runs eagerly: it takes the longer of its launches and
+    its GPU work (decode plus the prompt's), not their sum, so an eager engine's TPOT under load rises by at most
+    the share of steps with a prompt times the pass's host time."""
+    p = plan("llama-3.1-8b", "h100-sxm", 1, b=64, i=256, o=256, engine="sglang", tp=1)
+    eager = estimate_performance(plan=p)
+    free = estimate_performance(plan=p, efficiency={"defaults": {"prefill_host_us_per_kernel": 0}})
+    host = eager.prefill.host_launch_ms
+    assert eager.serving.tpot_ms > free.serving.tpot_ms
+    assert eager.serving.tpot_ms <= free.serving.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
+
+
+def test_fp4_experts_stream_at_their_kernels_published_rate_where_they_are_upcast() -> None:
+    """Hopper has no FP4 tensor cores: Triton's bf16 x MXFP4 MoE kernel (what vLLM runs gpt-oss with) moved 2290
+    GB/s on H200 (triton PR #9248), 0.48 of HBM.  gpt-oss-120b's batch-4 decode on H200 streams its hit experts at
+    that rate; on B200 (native FP4) and for bf16 experts the key changes nothing."""
+    def tpot(model: str, gpu: str, key: float | None, **extra: object) -> float:
+        p = {"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}, "parallel": {"tp": 1},
+             "workload": {"input_len": 1024, "output_len": 256, "batch_size": 4}, **extra}
+        eff = None if key is None else {"defaults": {"fp4_upcast_expert_memory_efficiency": key},
+                                        "accelerators": {gpu: {"fp4_upcast_expert_memory_efficiency": key}}}
+        return estimate_performance(plan=p, efficiency=eff).decode_latency_ms_per_token
+
+    assert efficiency_for("h200")["fp4_upcast_expert_memory_efficiency"] == pytest.approx(0.48)
+    slow, fast = tpot("gpt-oss-120b", "h200", None), tpot("gpt-oss-120b", "h200", 0.0)
+    # 36 layers x ~16 experts hit x 3 x 2880^2 MXFP4 weights (~0.53 B each) at 0.48 instead of 0.78 of 4.8 TB/s
+    streamed = 36 * 16 * 3 * 2880 ** 2 * 0.53
+    assert slow - fast == pytest.approx(streamed / 4.8e12 * (1 / 0.48 - 1 / 0.78) * 1e3, rel=0.35)
+    assert tpot("gpt-oss-120b", "b200", None) == pytest.approx(tpot("gpt-oss-120b", "b200", 0.0))
+    assert tpot("mixtral-8x7b", "h200", None) == pytest.approx(tpot("mixtral-8x7b", "h200", 0.0))

@@ -149,14 +149,19 @@ def test_on_demand_pages_hold_more_requests_than_full_reservation() -> None:
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 4096), st.integers(1, 4096), st.floats(0.1, 5_000.0), st.floats(0.0, 50.0),
-       st.integers(256, 65_536))
-def test_a_burst_waits_at_least_its_own_prefill_and_grows_with_its_size(running: int, more: int, prefill_ms: float,
-                                                                        shared_ms: float, chunk: int) -> None:
-    from tools.estimate.serving import burst_ttft
+       st.integers(256, 65_536), st.floats(0.0, 3.0))
+def test_a_burst_waits_at_least_its_own_prefill_and_grows_with_its_size(running: int, more: int, gpu_ms: float,
+                                                                        shared_ms: float, chunk: int,
+                                                                        host: float) -> None:
+    """Also for an eager engine whose host takes ``host`` times the GPU's time to launch a prefill's kernels."""
+    from tools.estimate.serving import Prefill, burst_ttft
     from tools.plan import parse_plan
 
     p = parse_plan(plan(1))
     eff = {**efficiency_for("h100-sxm", engine="vllm"), "prefill_chunk_tokens": float(chunk)}
-    one = burst_ttft(p, eff, running, prefill_ms, shared_ms)
-    assert one >= prefill_ms * (1 - 1e-9)
-    assert burst_ttft(p, eff, running + more, prefill_ms, shared_ms) >= one
+    step = eff["step_overhead_ms"]
+    latency = max(gpu_ms, host * gpu_ms) + step
+    pre = Prefill(latency, host * gpu_ms, latency - gpu_ms - step)
+    one = burst_ttft(p, eff, running, pre, shared_ms)
+    assert one >= latency * (1 - 1e-9)
+    assert burst_ttft(p, eff, running + more, pre, shared_ms) >= one

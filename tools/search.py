@@ -56,7 +56,7 @@ from tools.errors import PdagInputError
 from tools.estimate.core import Headline, headline
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
-from tools.estimate.serving import Arrivals, continuous, memory_limits
+from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
@@ -320,8 +320,9 @@ class _Search:
         if self.serving:  # continuous batching at `batch` requests in flight per replica (tools/estimate/serving.py)
             f = self.fast(s)
             capacity, shared = memory_limits(f.plan, f.eff, mem, f.layout.pools["prefill"].pp)
-            sv = continuous(f.plan, f.eff, batch, f.phase_ms("prefill", 1), lambda b: f.phase_ms("decode", b), dp,
-                            dp * s.gpus, capacity, shared)
+            pre1 = Prefill(*f.phase_parts("prefill", 1))
+            sv = continuous(f.plan, f.eff, batch, pre1, lambda b: f.phase_ms("decode", b), dp, dp * s.gpus, capacity,
+                            shared)
             ttft, tpot, tput = sv.ttft_for(self.slo.arrivals), sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),

@@ -38,10 +38,10 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
-from tools.estimate.costs import CostModel, NodeCost
+from tools.estimate.costs import CostModel, NodeCost, host_floor
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
-from tools.estimate.serving import Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
@@ -69,6 +69,10 @@ class PhaseDetail(BaseModel):
     stage_ms: list[float] = Field(description="time of each pipeline stage on the critical path")
     communication_ms: float
     communication_hidden_ms: float = Field(description="communication time hidden by overlap")
+    host_launch_ms: float = Field(0.0, description="host time to launch the critical path's kernels when the engine "
+                                                   "runs this phase eagerly (no CUDA graph); 0 otherwise")
+    host_wait_ms: float = Field(0.0, description="time the GPUs wait for those launches (host-bound pass): the part "
+                                                 "of latency_ms beyond the GPU work")
     breakdown_ms: dict[str, float] = Field(
         description="latency split into compute-bound, memory-bound, communication and overhead time")
     critical_path: list[Contributor]
@@ -351,17 +355,18 @@ def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, Node
     return costs
 
 
-def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int) -> list[float]:
+def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int,
+                 attr: str = "seconds") -> list[float]:
     out = [0.0] * pp
     nodes = pg.graph.nodes
     for v in path:
         s = nodes[v].get("stage") or 0
-        out[min(s, pp - 1)] += costs[v].seconds
+        out[min(s, pp - 1)] += getattr(costs[v], attr)
     return out
 
 
 def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], total: float,
-                  step_overhead: float) -> list[Contributor]:
+                  step_overhead: float, wait: float = 0.0) -> list[Contributor]:
     nodes = pg.graph.nodes
     agg: dict[str, list[Any]] = defaultdict(lambda: [0.0, "", "", 0])
     for v in path:
@@ -375,6 +380,8 @@ def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], 
         a[3] += pg.repeats.get(v, 1)
     if step_overhead > 0:
         agg["engine step overhead"] = [step_overhead, "-", "overhead", 1]
+    if wait > 0:
+        agg["waiting for eager launches"] = [wait, "-", "overhead", 1]
     items = sorted(agg.items(), key=lambda kv: -kv[1][0])
     out = [Contributor(name=k, node=v[1], kind=v[2], time_ms=v[0] * 1e3, share=v[0] / total if total else 0.0,
                        count=v[3]) for k, v in items[:8]]
@@ -396,10 +403,12 @@ def replica_graph(plan: Plan | dict[str, Any]) -> nx.DiGraph:
     return _prepared(parse_plan(plan)).graph
 
 
-def _bottleneck(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost]) -> str:
+def _bottleneck(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], wait: float = 0.0) -> str:
     by_kind: dict[str, float] = defaultdict(float)
     for v in path:
         by_kind[costs[v].kind] += costs[v].seconds
+    if wait > 0:
+        by_kind["overhead"] += wait
     if not by_kind:
         return "none"
     kind = max(by_kind, key=by_kind.__getitem__)
@@ -414,17 +423,27 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     costs = _cost_phase(model, pg, batch)
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
-    stages = _stage_times(pg, path, costs, pp)
-    latency, micro, bubble = cp, 1, 0.0
+    host_us = model.eff["prefill_host_us_per_kernel"] if pg.phase == "prefill" else 0.0
+
+    def floored(p: list[str], cs: dict[str, NodeCost]) -> list[float]:
+        gpu = _stage_times(pg, p, cs, pp)
+        return host_floor(gpu, _stage_times(pg, p, cs, pp, "launches"), host_us) if host_us else gpu
+
+    stages = floored(path, costs)
+    launch = sum(costs[v].launches for v in path) * host_us * 1e-6
+    gpu_latency, latency, micro, bubble = cp, max(cp, sum(stages)) if host_us else cp, 1, 0.0
     m = min(batch, pp)
     if pp > 1 and m > 1:
         mb = math.ceil(batch / m)
         mcosts = _cost_phase(model, pg, mb)
         mcp, mpath = pg.longest({v: c.seconds for v, c in mcosts.items()})
-        slowest = max(_stage_times(pg, mpath, mcosts, pp))
-        piped = (m + pp - 1) * slowest if pg.phase == "prefill" else max(mcp, m * slowest)
-        if piped < cp:
-            latency, micro = piped, m
+        mstages, mgpu = floored(mpath, mcosts), _stage_times(pg, mpath, mcosts, pp)
+        if pg.phase == "prefill":
+            piped, piped_gpu = (m + pp - 1) * max(mstages), (m + pp - 1) * max(mgpu)
+        else:
+            piped = piped_gpu = max(mcp, m * max(mgpu))
+        if piped < latency:
+            gpu_latency, latency, micro = piped_gpu, piped, m
             bubble = (pp - 1) / (m + pp - 1) if pg.phase == "prefill" else 1 - m / pp
             if trace is not None:
                 trace[pg.phase] = _path_of(pg, mpath, mcosts, pp, m, latency, step_overhead)
@@ -432,23 +451,24 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
         bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
     if trace is not None and pg.phase not in trace:
         trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead)
+    wait = latency - gpu_latency
     comm = sum(costs[v].seconds for v in path if costs[v].kind == "communication")
     hidden = sum(costs[v].hidden_seconds for v in path)
     total = latency + step_overhead
-    scale = latency / cp if cp else 0.0  # micro-batching rescales the whole path
+    scale = gpu_latency / cp if cp else 0.0  # micro-batching rescales the whole path
     breakdown = {
         "compute": scale * sum(costs[v].compute_s for v in path) * 1e3,
         "memory": scale * sum(costs[v].memory_s for v in path) * 1e3,
         "communication": scale * comm * 1e3,
-        "overhead": (scale * sum(costs[v].overhead_s for v in path) + step_overhead) * 1e3,
+        "overhead": (scale * sum(costs[v].overhead_s for v in path) + wait + step_overhead) * 1e3,
     }
     return PhaseDetail(
         latency_ms=total * 1e3, critical_path_ms=cp * 1e3, step_overhead_ms=step_overhead * 1e3,
         tokens=model.tokens(pg.phase, batch), micro_batches=micro, bubble_fraction=bubble,
         stage_ms=[s * 1e3 for s in stages], communication_ms=comm * 1e3, communication_hidden_ms=hidden * 1e3,
-        breakdown_ms=breakdown,
-        critical_path=_contributors(pg, path, costs, cp + step_overhead, step_overhead),
-        bottleneck=_bottleneck(pg, path, costs),
+        host_launch_ms=launch * 1e3, host_wait_ms=wait * 1e3, breakdown_ms=breakdown,
+        critical_path=_contributors(pg, path, costs, cp + wait + step_overhead, step_overhead, wait),
+        bottleneck=_bottleneck(pg, path, costs, wait),
     )
 
 
@@ -548,8 +568,9 @@ def estimate_performance(
     sla_m = _parse_sla(sla)
     serving = best = None
     if not layout.disaggregated:
-        pre1 = pre.latency_ms if wl.batch_size == 1 else _phase(
-            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3).latency_ms
+        one = pre if wl.batch_size == 1 else _phase(
+            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3)
+        pre1 = Prefill(one.latency_ms, one.host_launch_ms, one.host_wait_ms)
         capacity, shared = memory_limits(full, eff, mem, layout.pools["prefill"].pp)
 
         def decode_at(b: int) -> float:

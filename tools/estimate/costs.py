@@ -5,9 +5,9 @@ Every compute node is a short sequence of kernels; each kernel takes
 ``t_m = bytes / (hbm_bw * eff_mem)``: near the ridge point loads are not hidden behind math, far from it the
 larger term wins (``roofline_blend_exponent`` p).  Efficiency factors come from
 ``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/estimate/efficiency.py``);
-decode uses the engine's CUDA-graph per-kernel and per-layer overheads.  A prefill node of an engine that runs
-prefill eagerly takes at least its kernels times the engine's host time per kernel (``prefill_host_us_per_kernel``):
-the GPU cannot run a kernel the host has not launched yet, so short prompts are host-bound.
+decode uses the engine's CUDA-graph per-kernel and per-layer overheads.  Every node counts the kernels the host
+launches for it (``launches``): an engine that runs prefill eagerly is host-bound when those launches take longer
+than the GPU work (``host_floor``; the floor is taken per pass, not per node, see ``core._phase``).
 
 Collectives (alpha-beta on the link the devices share): the TP all-reduce takes the best of ring, one-shot and
 two-shot with the engine's small-message floor (NCCL ~20 us, a custom one-shot kernel ~6-8 us) and is never
@@ -40,7 +40,7 @@ probability ``1-(1-k/E)^T``, again taking the expected maximum over the Expert n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tools.dag import NodeType
@@ -48,7 +48,7 @@ from tools.estimate.efficiency import attention_length_scale
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
-from tools.quantization import expert_gemm_dtype, gemm_dtype, storage, weight_bytes
+from tools.quantization import expert_gemm_dtype, gemm_dtype, native, storage, weight_bytes
 
 T = NodeType
 
@@ -65,6 +65,13 @@ class NodeCost:
     overhead_s: float = 0.0  # launch and fixed per-layer overheads
     launches: float = 0.0  # kernels the host launches for this node (eager prefill can be host-bound)
 
+
+
+def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> list[float]:
+    """Stage times of a pass the host launches kernel by kernel (no CUDA graph).  Launches are asynchronous, so
+    the host runs ahead while long kernels execute, but the GPU cannot start a kernel before its launch: a stage
+    (one host process per pipeline stage) takes the longer of its GPU time and its launches' host time."""
+    return [max(s, n * host_us_per_kernel * 1e-6) for s, n in zip(stage_s, stage_launches, strict=True)]
 
 @dataclass
 class Kernel:
@@ -124,6 +131,9 @@ class CostModel:
         self.decode_context = wl.input_len + wl.output_len / 2
         self.prefill_attention_scale = attention_length_scale(wl.input_len)
         self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and storage(plan) == "fp8"
+        fmt = storage(plan)
+        upcast = fmt in ("mxfp4", "nvfp4") and not native(fmt, acc)
+        self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
@@ -149,7 +159,10 @@ class CostModel:
                 peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
                 peak = self.peak_gemm * self.eff_gemm
-            bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
+            if k.experts and self.expert_mem_eff:  # 4-bit experts upcast in-kernel stream at their own rate
+                bw = self.hbm * self.expert_mem_eff
+            else:
+                bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
             tc, tm = k.flops / peak, k.bytes / bw
             both = (tc ** p + tm ** p) ** (1 / p) if tc > 0 and tm > 0 else tc + tm
             if k.block_gemms and self.block_fp8 and e["block_fp8_gemm_floor_us"] > 0:
@@ -194,9 +207,6 @@ class CostModel:
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
-            host = hit.launches * self.eff["prefill_host_us_per_kernel"] * 1e-6 if phase == "prefill" else 0.0
-            if host > hit.seconds:  # eager prefill: the GPU waits for the host to launch this node's kernels
-                hit = replace(hit, seconds=host, overhead_s=hit.overhead_s + host - hit.seconds)
             self._cache[key] = hit
         return hit
 

@@ -22,7 +22,7 @@ import networkx as nx
 from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
-from tools.estimate.costs import CostModel
+from tools.estimate.costs import CostModel, NodeCost, host_floor
 from tools.estimate.efficiency import efficiency_for
 from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
@@ -67,7 +67,7 @@ class FastEstimator:
         self.step = {"prefill": self.eff["step_overhead_ms"] * 1e-3,
                      "decode": self.eff["decode_step_overhead_ms"] * 1e-3}
         self.stages = self._build()
-        self._phase_ms: dict[tuple[str, int], float] = {}
+        self._phase_ms: dict[tuple[str, int], tuple[float, float, float]] = {}
 
     def _build(self) -> dict[Phase, list[_Stage]]:
         plan, lay, spec = self.plan, self.layout, self.plan.spec
@@ -127,42 +127,60 @@ class FastEstimator:
         return out
 
     # ------------------------------------------------------------------ pricing
-    def _cost(self, attrs: dict[str, Any], batch: int, groups: int) -> float:
-        return self.model.cost(attrs, node_batch(attrs, batch, groups)).seconds
+    def _cost(self, attrs: dict[str, Any], batch: int, groups: int) -> NodeCost:
+        return self.model.cost(attrs, node_batch(attrs, batch, groups))
 
-    def stage_seconds(self, phase: Phase, batch: int) -> list[float]:
+    def stage_seconds(self, phase: Phase, batch: int) -> tuple[list[float], list[float]]:
+        """Per stage: GPU time of the critical path and the kernels launched along it."""
         groups = self.layout.phases[phase].attn_dp
-        out = []
+        out, launches = [], []
         for st in self.stages[phase]:
-            t = sum(self._cost(a, batch, groups) for a in st.fixed)
+            fixed = [self._cost(a, batch, groups) for a in st.fixed]
+            t, n = sum(c.seconds for c in fixed), sum(c.launches for c in fixed)
             for seg in st.layers:
-                dist = [0.0] * len(seg.nodes)
+                dist, kern = [0.0] * len(seg.nodes), [0.0] * len(seg.nodes)
                 for i, attrs in enumerate(seg.nodes):
-                    top = max((dist[p] for p in seg.preds[i]), default=0.0)
-                    dist[i] = top + self._cost(attrs, batch, groups)
-                t += seg.count * max(dist[i] for i in seg.exits)
+                    top = max(seg.preds[i], key=dist.__getitem__, default=None)
+                    c = self._cost(attrs, batch, groups)
+                    dist[i] = (dist[top] if top is not None else 0.0) + c.seconds
+                    kern[i] = (kern[top] if top is not None else 0.0) + c.launches
+                last = max(seg.exits, key=dist.__getitem__)
+                t += seg.count * dist[last]
+                n += seg.count * kern[last]
             out.append(t)
-        return out
+            launches.append(n)
+        return out, launches
 
-    def phase_ms(self, phase: Phase, batch: int) -> float:
-        """Latency of one prefill pass / one decode step of ``batch`` sequences, as ``core._phase`` computes it."""
+    def phase_parts(self, phase: Phase, batch: int) -> tuple[float, float, float]:
+        """One prefill pass / one decode step of ``batch`` sequences as ``core._phase`` prices it: latency (ms,
+        with the step overhead), the host's launch time along the critical path and the part of the latency
+        spent waiting for it (eager phases only, else 0)."""
         key = (phase, batch)
         hit = self._phase_ms.get(key)
         if hit is not None:
             return hit
+        host_us = self.eff["prefill_host_us_per_kernel"] if phase == "prefill" else 0.0
         pp = self.layout.pools[phase].pp
-        stages = self.stage_seconds(phase, batch)
-        latency = sum(stages)
+        gpu, kern = self.stage_seconds(phase, batch)
+        stages = host_floor(gpu, kern, host_us) if host_us else gpu
+        gpu_latency, latency = sum(gpu), sum(stages)
         m = min(batch, pp)
         if pp > 1 and m > 1:
-            mb = math.ceil(batch / m)
-            mstages = self.stage_seconds(phase, mb)
-            slowest = max(mstages)
-            piped = (m + pp - 1) * slowest if phase == "prefill" else max(sum(mstages), m * slowest)
-            latency = min(latency, piped)
-        ms = (latency + self.step[phase]) * 1e3
-        self._phase_ms[key] = ms
-        return ms
+            mgpu, mkern = self.stage_seconds(phase, math.ceil(batch / m))
+            mstages = host_floor(mgpu, mkern, host_us) if host_us else mgpu
+            if phase == "prefill":
+                piped, piped_gpu = (m + pp - 1) * max(mstages), (m + pp - 1) * max(mgpu)
+            else:
+                piped = piped_gpu = max(sum(mgpu), m * max(mgpu))
+            if piped < latency:
+                gpu_latency, latency = piped_gpu, piped
+        parts = ((latency + self.step[phase]) * 1e3, sum(kern) * host_us * 1e-3, (latency - gpu_latency) * 1e3)
+        self._phase_ms[key] = parts
+        return parts
+
+    def phase_ms(self, phase: Phase, batch: int) -> float:
+        """Latency of one prefill pass / one decode step of ``batch`` sequences, as ``core._phase`` computes it."""
+        return self.phase_parts(phase, batch)[0]
 
     def headline(self, batch: int, num_gpus: int | None = None) -> Headline:
         """TTFT, TPOT, e2e and throughput at ``batch`` (``num_gpus``: the cluster used to balance pools)."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -124,7 +125,18 @@ def memory_limits(plan: Plan, eff: dict[str, float], mem: MemoryReport, prefill_
             weights_ms(plan, eff, mem.weights_bytes, prefill_pp))
 
 
-def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_ms: float,
+@dataclass(frozen=True)
+class Prefill:
+    """One request's prefill pass: its latency (ms, with the step overhead), the host's time to launch its
+    kernels when the engine runs prefill eagerly, and the part of ``ms`` the GPU spent waiting for those launches
+    (both 0 under a CUDA graph or a compiled runtime)."""
+
+    ms: float
+    host_ms: float = 0.0
+    wait_ms: float = 0.0
+
+
+def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill: Prefill,
                decode_at: Callable[[int], float], dp: int, gpus: int, capacity: int, shared_ms: float,
                sla: Sla | None = None) -> Serving:
     """The steady state at ``concurrency`` from one request's prefill pass and the decode step at a batch
@@ -135,15 +147,19 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_
     running = concurrency if capacity < 1 else min(concurrency, capacity)
     decode_ms = decode_at(running)
     chunk = max(1, int(eff["prefill_chunk_tokens"]) - running)
-    step = decode_ms + running / wl.output_len * max(0.0, prefill_one_ms - pre_step - shared_ms)
+    prompts = running / wl.output_len  # prompts per step
+    work = max(0.0, prefill.ms - prefill.wait_ms - pre_step - shared_ms)  # GPU work one prompt adds to a step
+    mixed = min(prompts, 1.0)  # share of steps that carry a prompt and so run eagerly
+    host_wait = mixed * max(0.0, prefill.host_ms - decode_ms - prompts / mixed * work) if prefill.host_ms else 0.0
+    step = decode_ms + prompts * work + host_wait
     chunks = math.ceil(wl.input_len / chunk)
-    service_ttft = prefill_one_ms if concurrency == 1 else step / 2 + chunks * decode_ms + prefill_one_ms
+    service_ttft = prefill.ms if concurrency == 1 else step / 2 + chunks * decode_ms + prefill.ms
     queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * step)
     ttft = queue + service_ttft
     per_replica = running / (step / 1e3)
-    sv = Serving(concurrency=concurrency, running=running, queue_ms=queue, prefill_ms=prefill_one_ms,
+    sv = Serving(concurrency=concurrency, running=running, queue_ms=queue, prefill_ms=prefill.ms,
                  chunk_tokens=chunk, step_ms=step, ttft_ms=ttft,
-                 ttft_lockstep_ms=queue + max(service_ttft, burst_ttft(plan, eff, running, prefill_one_ms, shared_ms)),
+                 ttft_lockstep_ms=queue + max(service_ttft, burst_ttft(plan, eff, running, prefill, shared_ms)),
                  tpot_ms=step, output_tokens_per_s=per_replica * dp,
                  output_tokens_per_s_per_gpu=per_replica * dp / gpus, output_tokens_per_s_per_user=1e3 / step)
     if sla:
@@ -151,16 +167,17 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill_one_
     return sv
 
 
-def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill_one_ms: float, shared_ms: float) -> float:
+def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill: Prefill, shared_ms: float) -> float:
     """Mean TTFT of ``running`` prompts that arrive together and are prefilled first come, first served in steps
-    of ``prefill_chunk_tokens`` tokens (module doc); a lone prompt's is its prefill pass."""
+    of ``prefill_chunk_tokens`` tokens (module doc); a lone prompt's is its prefill pass.  An eager engine's step
+    takes at least its launches' host time, whatever the tokens it carries."""
     if running <= 1:
-        return prefill_one_ms
+        return prefill.ms
     p = plan.workload.input_len
     fixed = eff["step_overhead_ms"] + shared_ms
-    per_token = max(0.0, prefill_one_ms - fixed) / p
+    per_token = max(0.0, prefill.ms - prefill.wait_ms - fixed) / p
     mean_steps = max(1.0, (running + 1) * p / (2 * max(1.0, eff["prefill_chunk_tokens"])) + 0.5)  # each needs one
-    return mean_steps * fixed + (running + 1) / 2 * p * per_token
+    return mean_steps * fixed + max((running + 1) / 2 * p * per_token, mean_steps * prefill.host_ms)
 
 
 def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float, eff: dict[str, float] | None = None,
@@ -171,7 +188,7 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float,
 
     fast = FastEstimator(plan, eff=eff, overlap=overlap)
     dp, gpus = fast.layout.dp, fast.layout.gpus_needed
-    pre1 = fast.phase_ms("prefill", 1)
+    pre1 = Prefill(*fast.phase_parts("prefill", 1))
 
     def at(c: int) -> Serving:
         return continuous(plan, fast.eff, c, pre1, lambda b: fast.phase_ms("decode", b), dp, gpus, max_concurrency,
