@@ -163,6 +163,14 @@ def _cold_first_run(key: str) -> bool:
     return any(key.startswith(f"{g}/serving_ttft_ms [https://github.com/sgl-project/") for g in COLD_FIRST_RUNS)
 
 
+# GPUStack's Qwen3-8B page runs vLLM (1-8 clients), SGLang and TensorRT-LLM (4 clients) on one H100 at ~230-token
+# prompts.  Measured TTFT orders them SGLang 27 ms < TensorRT-LLM 45 < vLLM 60 (flat over 1-8 clients); pdag orders
+# them the other way: SGLang's eager floor, derived from DeepSeek-V3 (PR #12160, 122 us per modelled kernel), is
+# about twice what this dense 8B model shows, and the vLLM and TensorRT-LLM front ends' ~40-50 ms is unmodelled.  The
+# TPOT group (7.1-7.7 ms bf16, 5.6 fp8) follows from the same floor leaking into SGLang's mixed steps.  README.
+ENGINE_MISRANKS = ("qwen3-8b@h100-sxm/serving_ttft_ms [GPUStack", "qwen3-8b@h100-sxm/serving_tpot_ms [GPUStack")
+
+
 def test_published_points_are_within_the_ideal_bound() -> None:
     """With every efficiency at 0.98 and no overhead, no measured point may be faster than the estimate: a unit slip
     (per node read as per GPU, seconds as ms) or a wrong degree shows up here; known exceptions are listed."""
@@ -177,10 +185,10 @@ def test_published_points_are_within_the_ideal_bound() -> None:
 
 def test_catalog_accuracy_figures_hold() -> None:
     """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %.
-    Serving TPOT and throughput of dense models (574 each: NIM, vLLM, InferenceMAX and the SGLang cookbook at fixed
-    concurrency): 7.6 % / 18.4 % and 7.9 % / 18.3 %.  MoE serving (InferenceMAX gpt-oss-120b and DeepSeek-R1, the
-    SGLang cookbook's DeepSeek and Qwen3 pages; 505 each) is held to what the README states: TPOT 16.6 % / 31.1 %,
-    throughput 24.5 % / 51.4 %.  Serving TTFT under load is not
+    Serving TPOT and throughput of dense models (581 each: NIM, vLLM, InferenceMAX, the SGLang cookbook and GPUStack
+    at fixed concurrency): 7.6 % / 18.6 % and 7.8 % / 18.1 %.  MoE serving (InferenceMAX gpt-oss-120b and
+    DeepSeek-R1, the SGLang cookbook's DeepSeek and Qwen3 pages, GPUStack's gpt-oss and DeepSeek-R1; 510 each) is held
+    to what the README states: TPOT 12.8 % / 31.5 %, throughput 17.2 % / 46.9 %.  Serving TTFT under load is not
     held to a bound: it is under-predicted (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     parts = breakdown(rep.rows)
@@ -191,9 +199,11 @@ def test_catalog_accuracy_figures_hold() -> None:
     for metric in ("metric: serving TPOT", "metric: serving throughput"):
         assert dense[metric]["points"] >= 500 and moe[metric]["points"] >= 400
         assert dense[metric]["median_ape"] <= 0.10 and dense[metric]["p90_ape"] <= 0.25, metric
-        assert moe[metric]["median_ape"] <= 0.30 and moe[metric]["p90_ape"] <= 0.55, metric
-    rho = [v for k, v in rep.spearman.items() if v == v and not _cold_first_run(k)]
+        assert moe[metric]["median_ape"] <= 0.20 and moe[metric]["p90_ape"] <= 0.50, metric
+    rho = [v for k, v in rep.spearman.items()
+           if v == v and not _cold_first_run(k) and not k.startswith(ENGINE_MISRANKS)]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
+    assert sum(k.startswith(ENGINE_MISRANKS) for k in rep.spearman) == len(ENGINE_MISRANKS)
     cold = [v for k, v in rep.spearman.items() if _cold_first_run(k)]
     assert len(cold) == 3 and all(v == pytest.approx(0.5) for v in cold)
     assert abs(parts["metric: TPOT"]["median_bias"]) <= 0.10
@@ -359,9 +369,11 @@ def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
 
 
 def test_pages_of_one_publication_are_held_out_together() -> None:
-    """The SGLang cookbook's four model pages share a harness and a team: leave-one-source-out holds them out as one
-    publication, so none of them trains the scales that score another."""
+    """The SGLang cookbook's four model pages share a harness and a team, and so do GPUStack's Performance Lab
+    pages: leave-one-source-out holds each set out as one publication, so none of its pages trains the scales that
+    score another."""
     pts = load_measurements()
-    cookbook = [p for p in pts if p["id"].startswith("sglcb-")]
-    assert len({p["source"] for p in cookbook}) == 4 and len({publication(p) for p in cookbook}) == 1
-    assert all(publication(p) == p["source"] for p in pts if not p["id"].startswith("sglcb-"))
+    for prefix, pages in (("sglcb-", 4), ("gpustack-", 3)):
+        group = [p for p in pts if p["id"].startswith(prefix)]
+        assert len({p["source"] for p in group}) >= pages and len({publication(p) for p in group}) == 1
+    assert all(publication(p) == p["source"] for p in pts if not p["id"].startswith(("sglcb-", "gpustack-")))
