@@ -164,10 +164,10 @@ def _cold_first_run(key: str) -> bool:
 
 
 # GPUStack's Qwen3-8B page runs vLLM (1-8 clients), SGLang and TensorRT-LLM (4 clients) on one H100 at ~230-token
-# prompts.  Measured TTFT orders them SGLang 27 ms < TensorRT-LLM 45 < vLLM 60 (flat over 1-8 clients); pdag orders
-# them the other way: SGLang's eager floor, derived from DeepSeek-V3 (PR #12160, 122 us per modelled kernel), is
-# about twice what this dense 8B model shows, and the vLLM and TensorRT-LLM front ends' ~40-50 ms is unmodelled.  The
-# TPOT group (7.1-7.7 ms bf16, 5.6 fp8) follows from the same floor leaking into SGLang's mixed steps.  README.
+# prompts.  Measured TTFT orders them SGLang 27 ms < TensorRT-LLM 45 < vLLM 60 (flat over 1-8 clients); pdag prices
+# SGLang's eager launches within 20 % (28-33 ms) but has no term for the ~40-50 ms the vLLM and TensorRT-LLM serving
+# paths add to a short prompt, so it orders them the other way.  The TPOT group (7.1-7.7 ms bf16, 5.6 fp8) differs by
+# less than the engines' unmodelled per-step costs.  README.
 ENGINE_MISRANKS = ("qwen3-8b@h100-sxm/serving_ttft_ms [GPUStack", "qwen3-8b@h100-sxm/serving_tpot_ms [GPUStack")
 
 

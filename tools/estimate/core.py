@@ -365,6 +365,22 @@ def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], p
     return out
 
 
+def _stage_launches(pg: _PhaseGraph, costs: dict[str, NodeCost], pp: int) -> list[float]:
+    """Kernels one host process launches per pipeline stage: every node of the stage that runs on the stage's
+    first GPU, on or off the critical path (a host launches parallel branches too)."""
+    nodes = pg.graph.nodes
+    lead: dict[int, int] = {}
+    for v in pg.order:
+        s = min(nodes[v].get("stage") or 0, pp - 1)
+        lead[s] = min(lead.get(s, 1 << 30), min(nodes[v]["devices"], default=1 << 30))
+    out = [0.0] * pp
+    for v in pg.order:
+        s = min(nodes[v].get("stage") or 0, pp - 1)
+        if lead[s] in nodes[v]["devices"]:
+            out[s] += costs[v].launches
+    return out
+
+
 def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], total: float,
                   step_overhead: float, wait: float = 0.0) -> list[Contributor]:
     nodes = pg.graph.nodes
@@ -427,10 +443,10 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
 
     def floored(p: list[str], cs: dict[str, NodeCost]) -> list[float]:
         gpu = _stage_times(pg, p, cs, pp)
-        return host_floor(gpu, _stage_times(pg, p, cs, pp, "launches"), host_us) if host_us else gpu
+        return host_floor(gpu, _stage_launches(pg, cs, pp), host_us) if host_us else gpu
 
     stages = floored(path, costs)
-    launch = sum(costs[v].launches for v in path) * host_us * 1e-6
+    launch = sum(_stage_launches(pg, costs, pp)) * host_us * 1e-6 if host_us else 0.0
     gpu_latency, latency, micro, bubble = cp, max(cp, sum(stages)) if host_us else cp, 1, 0.0
     m = min(batch, pp)
     if pp > 1 and m > 1:

@@ -180,8 +180,10 @@ class CostModel:
             flops += k.flops
             nbytes += k.bytes
         over = total - t_c - t_m
+        # a block-scaled fp8 GEMM first quantizes its activations per 128-column group: one more launch each
+        quant = sum(k.block_gemms for k in kernels) if self.block_fp8 else 0
         return NodeCost(total, "compute" if t_c >= t_m else "memory", flops, nbytes, 0.0, t_c, t_m, over,
-                        float(len(kernels)))
+                        float(len(kernels) + quant))
 
     def tokens(self, phase: str, batch: int) -> int:
         return batch * self.input_len if phase == "prefill" else batch

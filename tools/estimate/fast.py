@@ -131,22 +131,23 @@ class FastEstimator:
         return self.model.cost(attrs, node_batch(attrs, batch, groups))
 
     def stage_seconds(self, phase: Phase, batch: int) -> tuple[list[float], list[float]]:
-        """Per stage: GPU time of the critical path and the kernels launched along it."""
+        """Per stage: GPU time of the critical path, and the kernels the stage's host launches (every node on the
+        stage's first GPU, as ``core._stage_launches`` counts them)."""
         groups = self.layout.phases[phase].attn_dp
         out, launches = [], []
         for st in self.stages[phase]:
+            lead = min(min(a["devices"]) for a in st.fixed + [n for seg in st.layers for n in seg.nodes])
             fixed = [self._cost(a, batch, groups) for a in st.fixed]
-            t, n = sum(c.seconds for c in fixed), sum(c.launches for c in fixed)
+            t = sum(c.seconds for c in fixed)
+            n = sum(c.launches for a, c in zip(st.fixed, fixed, strict=True) if lead in a["devices"])
             for seg in st.layers:
-                dist, kern = [0.0] * len(seg.nodes), [0.0] * len(seg.nodes)
+                dist = [0.0] * len(seg.nodes)
                 for i, attrs in enumerate(seg.nodes):
-                    top = max(seg.preds[i], key=dist.__getitem__, default=None)
                     c = self._cost(attrs, batch, groups)
-                    dist[i] = (dist[top] if top is not None else 0.0) + c.seconds
-                    kern[i] = (kern[top] if top is not None else 0.0) + c.launches
-                last = max(seg.exits, key=dist.__getitem__)
-                t += seg.count * dist[last]
-                n += seg.count * kern[last]
+                    dist[i] = max((dist[p] for p in seg.preds[i]), default=0.0) + c.seconds
+                    if lead in attrs["devices"]:
+                        n += seg.count * c.launches
+                t += seg.count * max(dist[i] for i in seg.exits)
             out.append(t)
             launches.append(n)
         return out, launches
