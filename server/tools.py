@@ -354,7 +354,7 @@ def lookup_rule(
                                        max_length=MAX_QUERY)] = None,
     strategy: Annotated[Strategy | None, Field(description="only rules about this strategy")] = None,
     phase: Annotated[Literal["prefill", "decode", "both"] | None,
-                     Field(description="only rules for this phase (rules for both phases always match)")] = None,
+                     Field(description="only rules for this phase (plus those for both)")] = None,
     node_type: Annotated[NodeTypeName | None, Field(description="only rules about this DAG node type")] = None,
     layer: Annotated[Level | None, Field(description="only rules at this level of the plan/DAG")] = None,
     limit: Annotated[int, Field(ge=1, le=25, description="most rules to return (1-25)")] = 10,

@@ -312,3 +312,14 @@ def test_import_of_a_modelopt_checkpoint_says_its_kv_cache_is_not_known() -> Non
     assert fp8.plan["kv_dtype"] == "fp8" and not any("kv_cache_quant_algo" in n for n in fp8.notes)
     plain = import_command("vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8")
     assert not any("kv_cache_quant_algo" in n for n in plain.notes)
+
+
+def test_a_cpp_runtime_plan_exports_to_trtllm_serve_and_says_which_backend_it_starts() -> None:
+    """TensorRT-LLM's C++ runtime (profile trtllm-cpp) and its PyTorch backend (trtllm) both launch through
+    trtllm-serve; the export says the command starts the PyTorch backend."""
+    p = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1},
+         "workload": {"input_len": 128, "output_len": 128, "batch_size": 1}}
+    cpp = export_plan({**p, "engine": "trtllm-cpp"})
+    assert cpp.engine == "trtllm" and cpp.command.startswith("trtllm-serve")
+    assert any("PyTorch backend" in n for n in cpp.notes)
+    assert not any("PyTorch backend" in n for n in export_plan({**p, "engine": "trtllm"}).notes)

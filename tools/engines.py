@@ -484,8 +484,8 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     parsed = parse_plan(plan)
     if engine is None:
         engine = parsed.engine
-    key = str(engine).strip().lower().replace("-", "").replace("_", "")
-    key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
+    raw = str(engine).strip().lower().replace("-", "").replace("_", "")
+    key = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllmcpp": "trtllm"}.get(raw, raw)
     if key not in ENGINES:
         raise PdagInputError("engine", f"unknown engine {engine!r}", ", ".join(ENGINES))
     layout = Layout(parsed)
@@ -495,6 +495,9 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     result = _export_aggregated(parsed, key)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
+    if raw == "trtllmcpp":
+        result.notes.append("the plan's engine profile is TensorRT-LLM's C++ runtime (built TensorRT engines); this "
+                            "command starts trtllm-serve, whose default is the PyTorch backend (profile trtllm)")
     return result
 
 

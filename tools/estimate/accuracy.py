@@ -25,8 +25,8 @@ kv_dtype, gpus_per_node, overlap_comm, id, source`` (optional; degrees default t
 ``overlap_comm`` to the plan default).  See ``CSV_COLUMNS``.
 
 Each point runs on an engine profile (``knowledge/engines``): ``engine_profile`` if given, else inferred from the
-``engine`` text (TensorRT-LLM / NIM -> trtllm, vLLM -> vllm, SGLang -> sglang, gpt-fast -> gpt-fast, otherwise
-generic).
+``engine`` text (TensorRT-LLM 0.x and NIM -> trtllm-cpp, later TensorRT-LLM -> trtllm, vLLM -> vllm, SGLang -> sglang,
+gpt-fast -> gpt-fast, otherwise generic).
 
 Scores: absolute percentage error per point (median and p90) and signed bias (median of (predicted - measured) /
 measured), overall, per metric (TTFT, TPOT, e2e, throughput) and per regime (batch 1, large batch >= 32, MoE,
@@ -222,8 +222,8 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
     return plan
 
 
-_ENGINE_WORDS = (("tensorrt-llm", "trtllm"), ("nim ", "trtllm"), ("vllm", "vllm"), ("sglang", "sglang"),
-                 ("gpt-fast", "gpt-fast"))
+_ENGINE_WORDS = (("tensorrt-llm 0.", "trtllm-cpp"), ("nim ", "trtllm-cpp"), ("tensorrt-llm", "trtllm"),
+                 ("vllm", "vllm"), ("sglang", "sglang"), ("gpt-fast", "gpt-fast"))
 
 
 def point_engine(pt: dict[str, Any]) -> str:

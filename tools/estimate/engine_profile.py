@@ -101,8 +101,8 @@ class EngineProfile(_Strict):
         }
 
 
-ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "gpt-fast")
-EngineId = Literal["generic", "vllm", "sglang", "trtllm", "gpt-fast"]
+ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "trtllm-cpp", "gpt-fast")
+EngineId = Literal["generic", "vllm", "sglang", "trtllm", "trtllm-cpp", "gpt-fast"]
 ENGINE_KEYS = frozenset({
     "step_overhead_ms", "decode_step_overhead_ms", "kernel_overhead_us", "decode_kernel_overhead_us",
     "layer_overhead_us", "decode_layer_overhead_us", "prefill_host_us_per_kernel", "allreduce_min_us",
