@@ -47,13 +47,13 @@ def test_a_wrong_estimate_misses_or_finds_none() -> None:
 
 
 def test_published_sweeps_are_mostly_chosen_well() -> None:
-    """InferenceMAX and NIM sweeps, TPOT targets 10-50 ms: for dense models pdag's pick meets the target in 147 of
-    175 cases, 129 of them within 10 % of the best measured throughput; for MoE in 118 of 159 (114 near the best),
-    the misses being the MoE decode pdag prices 15-25 % fast (README)."""
+    """InferenceMAX, NIM and GPUStack sweeps, TPOT targets 10-50 ms: for dense models pdag's pick meets the target in
+    155 of 180 cases, 136 of them within 10 % of the best measured throughput; for MoE in 132 of 164 (118 near the
+    best), the misses mostly MoE decode pdag still prices fast (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     dense = summary([c for c in rep.choices if not c.moe])
     moe = summary([c for c in rep.choices if c.moe])
     assert dense["cases"] >= 150 and moe["cases"] >= 150
     assert dense["meets"] >= 0.8 * dense["cases"] and dense["near_best"] >= 0.7 * dense["cases"], dense
-    assert moe["meets"] >= 0.65 * moe["cases"] and moe["near_best"] >= 0.6 * moe["cases"], moe
+    assert moe["meets"] >= 0.75 * moe["cases"] and moe["near_best"] >= 0.65 * moe["cases"], moe
     assert "choosing the most tokens/s per GPU" in rep.text()
