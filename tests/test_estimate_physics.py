@@ -231,6 +231,11 @@ def test_eager_launches_bound_the_whole_pass_not_each_node() -> None:
     short = estimate_performance(plan=_dsv3("sglang", 1)).prefill
     assert short.host_wait_ms > 0
     assert short.latency_ms - short.step_overhead_ms == pytest.approx(short.host_launch_ms)
+    # each pipeline stage has its own host, which enqueues while the earlier stages run: a host-bound PP2 pass
+    # takes more than one stage's launches but less than both stages' one after the other
+    piped = estimate_performance(plan=plan("llama-3.1-70b", "h200", 8, i=100, engine="sglang", tp=4, pp=2)).prefill
+    one_stage = piped.host_launch_ms / 2
+    assert one_stage < piped.latency_ms - piped.step_overhead_ms < piped.host_launch_ms
 
 
 def test_an_eager_prefill_in_a_serving_step_hides_the_decode_it_carries() -> None:

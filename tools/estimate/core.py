@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
-from tools.estimate.costs import CostModel, NodeCost, host_floor
+from tools.estimate.costs import CostModel, NodeCost, eager_pass, host_floor
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
@@ -446,8 +446,10 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
         return host_floor(gpu, _stage_launches(pg, cs, pp), host_us) if host_us else gpu
 
     stages = floored(path, costs)
-    launch = sum(_stage_launches(pg, costs, pp)) * host_us * 1e-6 if host_us else 0.0
-    gpu_latency, latency, micro, bubble = cp, max(cp, sum(stages)) if host_us else cp, 1, 0.0
+    launches = _stage_launches(pg, costs, pp) if host_us else []
+    launch = sum(launches) * host_us * 1e-6
+    latency = max(cp, eager_pass(_stage_times(pg, path, costs, pp), launches, host_us)) if host_us else cp
+    gpu_latency, micro, bubble = cp, 1, 0.0
     m = min(batch, pp)
     if pp > 1 and m > 1:
         mb = math.ceil(batch / m)

@@ -73,6 +73,16 @@ def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_ke
     (one host process per pipeline stage) takes the longer of its GPU time and its launches' host time."""
     return [max(s, n * host_us_per_kernel * 1e-6) for s, n in zip(stage_s, stage_launches, strict=True)]
 
+
+def eager_pass(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> float:
+    """One pass through the pipeline stages when each stage's host launches its kernels from the pass's start:
+    a later stage's host enqueues while the earlier stages run, so stage ``s`` ends at
+    ``max(end of stage s-1 + its GPU time, its own launch time)``; with one stage, the longer of the two."""
+    end = 0.0
+    for s, n in zip(stage_s, stage_launches, strict=True):
+        end = max(end + s, n * host_us_per_kernel * 1e-6)
+    return end
+
 @dataclass
 class Kernel:
     flops: float

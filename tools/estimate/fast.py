@@ -22,7 +22,7 @@ import networkx as nx
 from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
-from tools.estimate.costs import CostModel, NodeCost, host_floor
+from tools.estimate.costs import CostModel, NodeCost, eager_pass, host_floor
 from tools.estimate.efficiency import efficiency_for
 from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
@@ -163,8 +163,8 @@ class FastEstimator:
         host_us = self.eff["prefill_host_us_per_kernel"] if phase == "prefill" else 0.0
         pp = self.layout.pools[phase].pp
         gpu, kern = self.stage_seconds(phase, batch)
-        stages = host_floor(gpu, kern, host_us) if host_us else gpu
-        gpu_latency, latency = sum(gpu), sum(stages)
+        gpu_latency = sum(gpu)
+        latency = max(gpu_latency, eager_pass(gpu, kern, host_us)) if host_us else gpu_latency
         m = min(batch, pp)
         if pp > 1 and m > 1:
             mgpu, mkern = self.stage_seconds(phase, math.ceil(batch / m))
