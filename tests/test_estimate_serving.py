@@ -165,3 +165,20 @@ def test_a_burst_waits_at_least_its_own_prefill_and_grows_with_its_size(running:
     one = burst_ttft(p, eff, running, pre, shared_ms)
     assert one >= latency * (1 - 1e-9)
     assert burst_ttft(p, eff, running + more, pre, shared_ms) >= one
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 5_000.0)), min_size=1, max_size=8),
+       st.floats(0.0, 200.0))
+def test_an_eager_pass_takes_at_least_its_gpu_work_and_each_hosts_launches(stages: list[tuple[float, float]],
+                                                                          host_us: float) -> None:
+    """Pipeline stages with their own hosts: the pass is never shorter than the GPU work or any stage's launches,
+    never longer than the stages taken one after the other at their own floors, and a slower host never helps."""
+    from tools.estimate.costs import eager_pass, host_floor
+
+    gpu, launches = [g for g, _ in stages], [n for _, n in stages]
+    t = eager_pass(gpu, launches, host_us)
+    assert t >= sum(gpu) * (1 - 1e-12) and t >= max(n * host_us * 1e-6 for n in launches) * (1 - 1e-12)
+    assert t <= sum(host_floor(gpu, launches, host_us)) * (1 + 1e-12)
+    assert eager_pass(gpu, launches, host_us * 1.5) >= t
+    assert eager_pass(gpu, launches, 0.0) == pytest.approx(sum(gpu))
