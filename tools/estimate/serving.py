@@ -10,6 +10,10 @@ without what the decode step already pays for everyone: the per-pass host cost a
 
     step = decode_step(C) + (C / output_len) * max(0, prefill_pass(1 request) - prefill_step_overhead - weights_ms)
 
+An engine that runs prefill eagerly (no CUDA graph) runs every step that carries a prompt eagerly too: such a step
+takes the longer of its GPU work and the host's launches of the prefill pass (``Prefill.host_ms``), so the share
+``min(1, C / output_len)`` of steps with a prompt adds whatever of those launches the step's GPU work does not cover.
+
 TPOT is one step.  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C`` tokens (the step's
 token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus
 ``ceil(input_len / chunk)`` steps, plus its own prefill work:
