@@ -28,10 +28,12 @@ burst: ``ttft_lockstep_ms`` is the mean TTFT of such a burst of the running requ
 ``prefill_chunk_tokens`` tokens that carry no decodes (each step pays the host cost and the weight read once),
 request ``k`` waiting for the ``k - 1`` prompts ahead of it:
 
-    lockstep = max(1, (R + 1) * P / (2 * chunk) + 1/2) * (prefill_step_overhead + weights_ms) + (R + 1) / 2 * P * m
+    n = max(1, (R + 1) * P / (2 * chunk) + 1/2)
+    lockstep = n * (prefill_step_overhead + weights_ms) + max((R + 1) / 2 * P * m, n * host_ms)
 
-with ``R`` running requests, ``P`` = input_len and ``m`` one prompt token's share of a prefill pass beyond those
-fixed costs.  Clients that vary their lengths drift apart and measure about the spread end (InferenceMAX's
+with ``R`` running requests, ``P`` = input_len, ``m`` one prompt token's share of a prefill pass beyond those
+fixed costs (GPU work only) and ``host_ms`` an eager engine's launch time per step (0 otherwise).  Clients that
+vary their lengths drift apart and measure about the spread end (InferenceMAX's
 median TTFT on dense models); fixed-length clients fall between the two or above the lockstep end (NIM 1.8's 70B
 rows near the spread end, its 8B rows near or above the lockstep end); an SLA says which to check (``Sla.arrivals``).
 
