@@ -171,10 +171,12 @@ def test_eager_prefill_is_host_bound_for_a_short_prompt() -> None:
     step = efficiency_for("h200", engine="sglang")["step_overhead_ms"]
     assert eager.prefill_latency_ms - step == pytest.approx(82.6, rel=0.05)
     assert compiled.prefill_latency_ms < 25
-    assert eager.decode_latency_ms_per_token == pytest.approx(compiled.decode_latency_ms_per_token, rel=0.1)
+    graphed = estimate_performance(plan=_dsv3("sglang", 1), efficiency={"defaults": {"prefill_host_us_per_kernel": 0}})
+    assert eager.decode_latency_ms_per_token == pytest.approx(graphed.decode_latency_ms_per_token)
     long_eager = estimate_performance(plan=_dsv3("sglang", 16384)).prefill_latency_ms
-    long_compiled = estimate_performance(plan=_dsv3("vllm", 16384)).prefill_latency_ms
-    assert long_eager == pytest.approx(long_compiled, rel=0.1)
+    long_free = estimate_performance(plan=_dsv3("sglang", 16384),
+                                     efficiency={"defaults": {"prefill_host_us_per_kernel": 0}}).prefill_latency_ms
+    assert long_eager == pytest.approx(long_free)
     eager = {"sglang", "trtllm"}  # Python launches each op; TensorRT-LLM's PyTorch backend borrows SGLang's figure
     assert all(efficiency_for("h200", engine=e)["prefill_host_us_per_kernel"] > 0 for e in eager)
     assert all(efficiency_for("h200", engine=e)["prefill_host_us_per_kernel"] == 0
@@ -268,3 +270,22 @@ def test_fp4_experts_stream_at_their_kernels_published_rate_where_they_are_upcas
     assert slow - fast == pytest.approx(streamed / 4.8e12 * (1 / 0.48 - 1 / 0.78) * 1e3, rel=0.35)
     assert tpot("gpt-oss-120b", "b200", None) == pytest.approx(tpot("gpt-oss-120b", "b200", 0.0))
     assert tpot("mixtral-8x7b", "h200", None) == pytest.approx(tpot("mixtral-8x7b", "h200", 0.0))
+
+
+def test_vllm_fused_moe_streams_block_fp8_experts_at_its_published_rate() -> None:
+    """vLLM PR #13932 times vLLM's fused-MoE kernel on DeepSeek-V3's block-fp8 experts at TP8 on H100: 1732 us per
+    layer at 128 tokens (every GPU's 1.41 GB of expert slices).  The vllm profile prices that layer within 10 %;
+    SGLang, with no such figure, keeps the catalog rate; DeepEP all-to-all plans (attention-DP + EP) take
+    another kernel path and are left alone."""
+    def expert_ms(engine: str, **extra: object) -> float:
+        p = {"model": "deepseek-v3", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "dtype": "fp8",
+             "engine": engine, "workload": {"input_len": 1024, "output_len": 128, "batch_size": 128},
+             "parallel": {"tp": 8}, "options": {"allow_expert_tp": True}, **extra}
+        e = estimate_performance(plan=p)
+        (ex,) = [c for c in e.decode.critical_path if c.name == "experts"]
+        return ex.time_ms / ex.count
+
+    assert expert_ms("vllm") == pytest.approx(1.732, rel=0.10)
+    assert expert_ms("sglang") < expert_ms("vllm") / 2
+    adp = {"parallel": {"dp": 8, "ep": 8}, "options": {"allow_attention_dp": True}}
+    assert expert_ms("vllm", **adp) == pytest.approx(expert_ms("sglang", **adp), rel=0.05)

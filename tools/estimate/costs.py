@@ -83,6 +83,7 @@ def eager_pass(stage_s: list[float], stage_launches: list[float], host_us_per_ke
         end = max(end + s, n * host_us_per_kernel * 1e-6)
     return end
 
+
 @dataclass
 class Kernel:
     flops: float
@@ -92,6 +93,7 @@ class Kernel:
     experts: bool = False  # grouped GEMM over routed experts
     mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
     block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
+    memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -169,8 +171,8 @@ class CostModel:
                 peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"]
             else:
                 peak = self.peak_gemm * self.eff_gemm
-            if k.experts and self.expert_mem_eff:  # 4-bit experts upcast in-kernel stream at their own rate
-                bw = self.hbm * self.expert_mem_eff
+            if k.memory_efficiency:  # a kernel with its own published streaming rate
+                bw = self.hbm * k.memory_efficiency
             else:
                 bw = self.hbm * (e["small_gemm_memory_efficiency"] if k.small else e["memory_efficiency"])
             tc, tm = k.flops / peak, k.bytes / bw
@@ -362,10 +364,16 @@ class CostModel:
         h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
         w1 = hit * 2 * h * i_l * self.xb
         w2 = hit * i_l * h * self.xb
+        # 4-bit experts upcast in the kernel, or block-fp8 experts through the engine's fused-MoE kernel (tokens
+        # replicated: no all-to-all path), stream at those kernels' published rates
+        rate = self.expert_mem_eff or (self.eff["fused_moe_block_fp8_memory_efficiency"]
+                                       if self.block_fp8 and self.tokens_replicated(phase) else 0.0)
         return self.run(phase, [
-            Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True),
+            Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
+                   memory_efficiency=rate),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
-            Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True),
+            Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True,
+                   memory_efficiency=rate),
         ])
 
     # ------------------------------------------------------------------ communication
