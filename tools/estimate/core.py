@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
-from tools.estimate.costs import CostModel, NodeCost, eager_pass, host_floor
+from tools.estimate.costs import CostModel, NodeCost, host_floor, pass_schedule
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
@@ -69,8 +69,9 @@ class PhaseDetail(BaseModel):
     stage_ms: list[float] = Field(description="time of each pipeline stage on the critical path")
     communication_ms: float
     communication_hidden_ms: float = Field(description="communication time hidden by overlap")
-    host_launch_ms: float = Field(0.0, description="host time to launch the critical path's kernels when the engine "
-                                                   "runs this phase eagerly (no CUDA graph); 0 otherwise")
+    host_launch_ms: float = Field(0.0, description="host time to launch every kernel of the pass (each pipeline "
+                                                   "stage's host) when the engine runs this phase eagerly (no CUDA "
+                                                   "graph); 0 otherwise")
     host_wait_ms: float = Field(0.0, description="time the GPUs wait for those launches (host-bound pass): the part "
                                                  "of latency_ms beyond the GPU work")
     breakdown_ms: dict[str, float] = Field(
@@ -355,13 +356,12 @@ def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, Node
     return costs
 
 
-def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int,
-                 attr: str = "seconds") -> list[float]:
+def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int) -> list[float]:
     out = [0.0] * pp
     nodes = pg.graph.nodes
     for v in path:
         s = nodes[v].get("stage") or 0
-        out[min(s, pp - 1)] += getattr(costs[v], attr)
+        out[min(s, pp - 1)] += costs[v].seconds
     return out
 
 
@@ -440,33 +440,26 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
     host_us = model.eff["prefill_host_us_per_kernel"] if pg.phase == "prefill" else 0.0
-
-    def floored(p: list[str], cs: dict[str, NodeCost]) -> list[float]:
-        gpu = _stage_times(pg, p, cs, pp)
-        return host_floor(gpu, _stage_launches(pg, cs, pp), host_us) if host_us else gpu
-
-    stages = floored(path, costs)
-    launches = _stage_launches(pg, costs, pp) if host_us else []
-    launch = sum(launches) * host_us * 1e-6
-    latency = max(cp, eager_pass(_stage_times(pg, path, costs, pp), launches, host_us)) if host_us else cp
-    gpu_latency, micro, bubble = cp, 1, 0.0
+    gpu = _stage_times(pg, path, costs, pp)
+    launches = _stage_launches(pg, costs, pp) if host_us else [0.0] * pp
+    stages = host_floor(gpu, launches, host_us) if host_us else gpu
+    micro, bubble = 1, 0.0
     m = min(batch, pp)
     if pp > 1 and m > 1:
-        mb = math.ceil(batch / m)
-        mcosts = _cost_phase(model, pg, mb)
-        mcp, mpath = pg.longest({v: c.seconds for v, c in mcosts.items()})
-        mstages, mgpu = floored(mpath, mcosts), _stage_times(pg, mpath, mcosts, pp)
-        if pg.phase == "prefill":
-            piped, piped_gpu = (m + pp - 1) * max(mstages), (m + pp - 1) * max(mgpu)
-        else:
-            piped = piped_gpu = max(mcp, m * max(mgpu))
-        if piped < latency:
-            gpu_latency, latency, micro = piped_gpu, piped, m
+        mcosts = _cost_phase(model, pg, math.ceil(batch / m))
+        _, mpath = pg.longest({v: c.seconds for v, c in mcosts.items()})
+        mlaunches = _stage_launches(pg, mcosts, pp) if host_us else [0.0] * pp
+        latency, gpu_latency, piped = pass_schedule(pg.phase, gpu, launches, m, _stage_times(pg, mpath, mcosts, pp),
+                                                    mlaunches, host_us)
+        if piped:
+            micro = m
             bubble = (pp - 1) / (m + pp - 1) if pg.phase == "prefill" else 1 - m / pp
             if trace is not None:
                 trace[pg.phase] = _path_of(pg, mpath, mcosts, pp, m, latency, step_overhead)
-    elif pp > 1:
-        bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
+    else:
+        latency, gpu_latency, _ = pass_schedule(pg.phase, gpu, launches, 1, None, None, host_us)
+        if pp > 1:
+            bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
     if trace is not None and pg.phase not in trace:
         trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead)
     wait = latency - gpu_latency
@@ -484,7 +477,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
         latency_ms=total * 1e3, critical_path_ms=cp * 1e3, step_overhead_ms=step_overhead * 1e3,
         tokens=model.tokens(pg.phase, batch), micro_batches=micro, bubble_fraction=bubble,
         stage_ms=[s * 1e3 for s in stages], communication_ms=comm * 1e3, communication_hidden_ms=hidden * 1e3,
-        host_launch_ms=launch * 1e3, host_wait_ms=wait * 1e3, breakdown_ms=breakdown,
+        host_launch_ms=sum(launches) * host_us * 1e-3, host_wait_ms=wait * 1e3, breakdown_ms=breakdown,
         critical_path=_contributors(pg, path, costs, cp + wait + step_overhead, step_overhead, wait),
         bottleneck=_bottleneck(pg, path, costs, wait),
     )
@@ -764,8 +757,8 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
     ]
     if e["prefill_host_us_per_kernel"] > 0:
-        out.append(f"eager prefill: a node takes at least {e['prefill_host_us_per_kernel']:g} us of host time per "
-                   "modelled kernel (Python and launch), so a short prompt is host-bound")
+        out.append(f"eager prefill: a pass (per pipeline stage) takes at least its kernel launches times "
+                   f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound")
     if overlap:
         out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
                    f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute, never below one token's "

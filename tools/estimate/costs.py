@@ -7,7 +7,7 @@ larger term wins (``roofline_blend_exponent`` p).  Efficiency factors come from
 ``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/estimate/efficiency.py``);
 decode uses the engine's CUDA-graph per-kernel and per-layer overheads.  Every node counts the kernels the host
 launches for it (``launches``): an engine that runs prefill eagerly is host-bound when those launches take longer
-than the GPU work (``host_floor``; the floor is taken per pass, not per node, see ``core._phase``).
+than the GPU work (``eager_pass``: per pass and pipeline stage, not per node; ``pass_schedule``).
 
 Collectives (alpha-beta on the link the devices share): the TP all-reduce takes the best of ring, one-shot and
 two-shot with the engine's small-message floor (NCCL ~20 us, a custom one-shot kernel ~6-8 us) and is never
@@ -48,7 +48,7 @@ from tools.estimate.efficiency import attention_length_scale
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
-from tools.quantization import expert_gemm_dtype, gemm_dtype, native, storage, weight_bytes
+from tools.quantization import expert_gemm_dtype, format_info, gemm_dtype, native, storage, weight_bytes
 
 T = NodeType
 
@@ -82,6 +82,27 @@ def eager_pass(stage_s: list[float], stage_launches: list[float], host_us_per_ke
     for s, n in zip(stage_s, stage_launches, strict=True):
         end = max(end + s, n * host_us_per_kernel * 1e-6)
     return end
+
+
+def pass_schedule(phase: str, stage_s: list[float], launches: list[float], micro: int,
+                  micro_s: list[float] | None, micro_launches: list[float] | None,
+                  host_us_per_kernel: float) -> tuple[float, float, bool]:
+    """A phase's latency from its stages, shared by ``core._phase`` and the fast path: one pass (host-bound where an
+    eager host is slower, ``eager_pass``) or, when that is faster, ``micro`` micro-batches piped through the stages
+    (prefill: ``(m + pp - 1)`` times the slowest stage; decode: the slowest stage ``m`` times, at least one
+    micro-batch's pass).  Returns (latency, the GPU's part of it, whether the pipe was taken), in seconds."""
+    gpu = sum(stage_s)
+    latency = max(gpu, eager_pass(stage_s, launches, host_us_per_kernel)) if host_us_per_kernel else gpu
+    if micro_s is None or micro_launches is None:
+        return latency, gpu, False
+    if phase == "prefill":
+        slowest = max(host_floor(micro_s, micro_launches, host_us_per_kernel)) if host_us_per_kernel else max(micro_s)
+        piped, piped_gpu = (micro + len(micro_s) - 1) * slowest, (micro + len(micro_s) - 1) * max(micro_s)
+    else:
+        piped = piped_gpu = max(sum(micro_s), micro * max(micro_s))
+    if piped < latency:
+        return piped, piped_gpu, True
+    return latency, gpu, False
 
 
 @dataclass
@@ -142,9 +163,9 @@ class CostModel:
         self.input_len, self.output_len = wl.input_len, wl.output_len
         self.decode_context = wl.input_len + wl.output_len / 2
         self.prefill_attention_scale = attention_length_scale(wl.input_len)
-        self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and storage(plan) == "fp8"
         fmt = storage(plan)
-        upcast = fmt in ("mxfp4", "nvfp4") and not native(fmt, acc)
+        self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and fmt == "fp8"
+        upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
 
     def gemm_compute_dtype(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -22,7 +22,7 @@ import networkx as nx
 from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
-from tools.estimate.costs import CostModel, NodeCost, eager_pass, host_floor
+from tools.estimate.costs import CostModel, NodeCost, pass_schedule
 from tools.estimate.efficiency import efficiency_for
 from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
@@ -38,12 +38,22 @@ class _Segment:
     preds: list[list[int]]
     exits: list[int]
     count: int
+    on_lead: list[bool] = field(default_factory=list)  # runs on the stage's first GPU (its host launches it)
 
 
 @dataclass
 class _Stage:
     layers: list[_Segment]
     fixed: list[dict[str, Any]]  # embedding, final norm, LM head, stage transfer: a chain, costed as a sum
+    fixed_on_lead: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Which nodes the stage's host launches, as ``core._stage_launches`` counts them: those on the stage's
+        first GPU."""
+        lead = min(min(a["devices"]) for a in self.fixed + [n for seg in self.layers for n in seg.nodes])
+        self.fixed_on_lead = [lead in a["devices"] for a in self.fixed]
+        for seg in self.layers:
+            seg.on_lead = [lead in a["devices"] for a in seg.nodes]
 
 
 def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int], list[list[int]]]:
@@ -130,22 +140,21 @@ class FastEstimator:
     def _cost(self, attrs: dict[str, Any], batch: int, groups: int) -> NodeCost:
         return self.model.cost(attrs, node_batch(attrs, batch, groups))
 
-    def stage_seconds(self, phase: Phase, batch: int) -> tuple[list[float], list[float]]:
-        """Per stage: GPU time of the critical path, and the kernels the stage's host launches (every node on the
-        stage's first GPU, as ``core._stage_launches`` counts them)."""
+    def stage_seconds(self, phase: Phase, batch: int, count_launches: bool = False) -> tuple[list[float], list[float]]:
+        """Per stage: GPU time of the critical path, and (``count_launches``) the kernels the stage's host launches."""
         groups = self.layout.phases[phase].attn_dp
         out, launches = [], []
         for st in self.stages[phase]:
-            lead = min(min(a["devices"]) for a in st.fixed + [n for seg in st.layers for n in seg.nodes])
             fixed = [self._cost(a, batch, groups) for a in st.fixed]
             t = sum(c.seconds for c in fixed)
-            n = sum(c.launches for a, c in zip(st.fixed, fixed, strict=True) if lead in a["devices"])
+            n = sum(c.launches for c, lead in zip(fixed, st.fixed_on_lead, strict=True) if lead) \
+                if count_launches else 0.0
             for seg in st.layers:
                 dist = [0.0] * len(seg.nodes)
                 for i, attrs in enumerate(seg.nodes):
                     c = self._cost(attrs, batch, groups)
                     dist[i] = max((dist[p] for p in seg.preds[i]), default=0.0) + c.seconds
-                    if lead in attrs["devices"]:
+                    if count_launches and seg.on_lead[i]:
                         n += seg.count * c.launches
                 t += seg.count * max(dist[i] for i in seg.exits)
             out.append(t)
@@ -154,27 +163,19 @@ class FastEstimator:
 
     def phase_parts(self, phase: Phase, batch: int) -> tuple[float, float, float]:
         """One prefill pass / one decode step of ``batch`` sequences as ``core._phase`` prices it: latency (ms,
-        with the step overhead), the host's launch time along the critical path and the part of the latency
-        spent waiting for it (eager phases only, else 0)."""
+        with the step overhead), the host's time to launch the pass's kernels and the part of the latency spent
+        waiting for it (eager phases only, else 0)."""
         key = (phase, batch)
         hit = self._phase_ms.get(key)
         if hit is not None:
             return hit
         host_us = self.eff["prefill_host_us_per_kernel"] if phase == "prefill" else 0.0
         pp = self.layout.pools[phase].pp
-        gpu, kern = self.stage_seconds(phase, batch)
-        gpu_latency = sum(gpu)
-        latency = max(gpu_latency, eager_pass(gpu, kern, host_us)) if host_us else gpu_latency
+        gpu, kern = self.stage_seconds(phase, batch, bool(host_us))
         m = min(batch, pp)
-        if pp > 1 and m > 1:
-            mgpu, mkern = self.stage_seconds(phase, math.ceil(batch / m))
-            mstages = host_floor(mgpu, mkern, host_us) if host_us else mgpu
-            if phase == "prefill":
-                piped, piped_gpu = (m + pp - 1) * max(mstages), (m + pp - 1) * max(mgpu)
-            else:
-                piped = piped_gpu = max(sum(mgpu), m * max(mgpu))
-            if piped < latency:
-                gpu_latency, latency = piped_gpu, piped
+        mgpu, mkern = self.stage_seconds(phase, math.ceil(batch / m), bool(host_us)) if pp > 1 and m > 1 else \
+            (None, None)
+        latency, gpu_latency, _ = pass_schedule(phase, gpu, kern, m, mgpu, mkern, host_us)
         parts = ((latency + self.step[phase]) * 1e3, sum(kern) * host_us * 1e-3, (latency - gpu_latency) * 1e3)
         self._phase_ms[key] = parts
         return parts
