@@ -9,6 +9,7 @@ import pytest
 
 from tools import estimate_performance
 from tools.errors import PdagInputError
+from tools.estimate.core import PhaseDetail
 from tools.estimate.costs import CostModel
 from tools.estimate.efficiency import efficiency_for
 from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
@@ -164,8 +165,8 @@ def _dsv3(engine: str, input_len: int) -> dict:
 def test_eager_prefill_is_host_bound_for_a_short_prompt() -> None:
     """SGLang PR #12160 logs an eager DeepSeek-V3 prefill of one new token at 82.6 ms per forward (23.1 ms under a
     CUDA graph); the sglang profile's per-kernel host time reproduces it, plus the engine's per-pass step cost.
-    vLLM (compiled, piecewise graphs) stays GPU-bound, decode runs as a graph under both, and a long prompt's
-    kernels outlast their launches, so the floor leaves it alone."""
+    vLLM replays a captured graph for a pass this small and stays GPU-bound, decode runs as a graph under both, and
+    a long prompt's kernels outlast their launches, so the floor leaves it alone."""
     eager = estimate_performance(plan=_dsv3("sglang", 1))
     compiled = estimate_performance(plan=_dsv3("vllm", 1))
     step = efficiency_for("h200", engine="sglang")["step_overhead_ms"]
@@ -177,10 +178,31 @@ def test_eager_prefill_is_host_bound_for_a_short_prompt() -> None:
     long_free = estimate_performance(plan=_dsv3("sglang", 16384),
                                      efficiency={"defaults": {"prefill_host_us_per_kernel": 0}}).prefill_latency_ms
     assert long_eager == pytest.approx(long_free)
-    eager = {"sglang", "trtllm"}  # Python launches each op; TensorRT-LLM's PyTorch backend borrows SGLang's figure
+    eager = {"sglang", "trtllm", "vllm"}  # Python launches each op; TensorRT-LLM and vLLM borrow SGLang's figure
     assert all(efficiency_for("h200", engine=e)["prefill_host_us_per_kernel"] > 0 for e in eager)
     assert all(efficiency_for("h200", engine=e)["prefill_host_us_per_kernel"] == 0
                for e in ENGINE_IDS if e not in eager)
+
+
+def test_vllm_launches_eagerly_only_above_its_graph_capture_size() -> None:
+    """vLLM replays a captured CUDA graph for a pass of at most min(2 x max_num_seqs, 512) tokens and runs larger
+    ones through the compiled model without a graph: a 512-token Llama-3.1-70B TP8 prompt on B200 pays no host
+    time, a 1k one is host-bound near its launches (InferenceMAX's vLLM TTFT is flat in TP there); a benchmark
+    that captures larger graphs (``prefill_graph_max_tokens``) or none moves the line."""
+    def prefill(i: int, graph_max: int | None = None) -> PhaseDetail:
+        eff = None if graph_max is None else {"defaults": {"prefill_graph_max_tokens": graph_max}}
+        return estimate_performance(plan=plan("llama-3.1-70b", "b200", 8, i=i, engine="vllm", tp=8),
+                                    efficiency=eff).prefill
+
+    assert efficiency_for("b200", engine="vllm")["prefill_graph_max_tokens"] == 512
+    graphed, eager = prefill(512), prefill(513)
+    assert graphed.host_launch_ms == graphed.host_wait_ms == 0
+    assert eager.host_wait_ms > 0 and eager.latency_ms > 1.5 * graphed.latency_ms
+    assert eager.latency_ms - eager.step_overhead_ms == pytest.approx(eager.host_launch_ms)
+    assert prefill(1024, graph_max=2048).host_launch_ms == 0
+    assert prefill(16, graph_max=0).host_wait_ms > 0
+    assert estimate_performance(plan=plan("llama-3.1-70b", "b200", 8, i=513, engine="sglang", tp=8)
+                                ).prefill.host_launch_ms == pytest.approx(eager.host_launch_ms)
 
 
 def test_tensorrt_llm_engines_from_c_plus_plus_are_not_host_bound() -> None:

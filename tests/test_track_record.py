@@ -46,13 +46,14 @@ def test_dense_static_figures_carry_their_record_without_warning() -> None:
 
 
 def test_an_engine_with_enough_points_gets_its_own_record() -> None:
-    """SGLang's eager prefill is priced, vLLM's MoE prefill is not explained: their MoE serving TTFT records
-    differ, and an engine with too few points in a regime falls back to every engine's."""
+    """Engines differ most where pdag is least right: vLLM's MoE serving TTFT (gpt-oss prefill, about 2x slower than
+    priced) reads further under than SGLang's, and an engine with too few points in a regime falls back to every
+    engine's."""
     def ttft(engine: str) -> TrackRecord:
         return next(r for r in track_record(True, True, False, engine) if r.metric == "TTFT" and "serving" in r.regime)
     sglang, vllm = ttft("sglang"), ttft("vllm")
     assert (sglang.engine, vllm.engine) == ("sglang", "vllm")
-    assert sglang.median_bias > vllm.median_bias + 0.15
+    assert sglang.median_bias > vllm.median_bias + 0.08
     assert ttft("gpt-fast").engine == "all" and ttft("gpt-fast").points > sglang.points + vllm.points
 
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_graph, build_working, devices_used, gc_paused
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
-from tools.estimate.costs import CostModel, NodeCost, host_floor, pass_schedule
+from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
@@ -439,7 +439,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     costs = _cost_phase(model, pg, batch)
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
-    host_us = model.eff["prefill_host_us_per_kernel"] if pg.phase == "prefill" else 0.0
+    host_us = host_us_per_kernel(model.eff, pg.phase, model.tokens(pg.phase, batch))
     gpu = _stage_times(pg, path, costs, pp)
     launches = _stage_launches(pg, costs, pp) if host_us else [0.0] * pp
     stages = host_floor(gpu, launches, host_us) if host_us else gpu
@@ -758,7 +758,9 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     ]
     if e["prefill_host_us_per_kernel"] > 0:
         out.append(f"eager prefill: a pass (per pipeline stage) takes at least its kernel launches times "
-                   f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound")
+                   f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound" +
+                   (f"; a pass of at most {e['prefill_graph_max_tokens']:g} tokens replays a CUDA graph instead"
+                    if e["prefill_graph_max_tokens"] else ""))
     if overlap:
         out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
                    f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute, never below one token's "

@@ -84,6 +84,14 @@ def eager_pass(stage_s: list[float], stage_launches: list[float], host_us_per_ke
     return end
 
 
+def host_us_per_kernel(eff: dict[str, float], phase: str, tokens: int) -> float:
+    """The host time per launch a pass of ``tokens`` tokens waits for: prefill only (decode replays a CUDA graph),
+    and only above the largest pass the engine captured in a graph (``prefill_graph_max_tokens``)."""
+    if phase != "prefill" or tokens <= eff["prefill_graph_max_tokens"]:
+        return 0.0
+    return eff["prefill_host_us_per_kernel"]
+
+
 def pass_schedule(phase: str, stage_s: list[float], launches: list[float], micro: int,
                   micro_s: list[float] | None, micro_launches: list[float] | None,
                   host_us_per_kernel: float) -> tuple[float, float, bool]:

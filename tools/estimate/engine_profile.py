@@ -67,6 +67,10 @@ class EngineProfile(_Strict):
         ge=0, description="host time (Python, framework dispatch, launch) per modelled kernel of a pass that runs "
                           "eagerly (a phase without CUDA graphs): such a node takes at least this long per kernel "
                           "even when the GPU would finish sooner; 0 for compiled or C++ runtimes")
+    prefill_graph_max_tokens: int = Field(
+        ge=0, description="the largest pass (tokens) the engine replays from a captured CUDA graph although its "
+                          "prefill is otherwise eager: a prefill pass of at most this many tokens pays no eager "
+                          "host time; 0: every prefill pass runs eagerly")
     fused_moe_block_fp8_memory_efficiency: float = Field(
         ge=0, le=1, description="share of HBM bandwidth at which the engine's fused-MoE kernel streams block-scaled "
                                 "fp8 experts when every GPU holds the tokens (expert-TP, no all-to-all); 0: no "
@@ -92,6 +96,7 @@ class EngineProfile(_Strict):
             "decode_kernel_overhead_us": self.kernel_overhead_us.decode,
             "layer_overhead_us": self.layer_overhead_us.prefill,
             "prefill_host_us_per_kernel": 0.0 if self.cuda_graphs["prefill"] else self.eager_host_us_per_kernel,
+            "prefill_graph_max_tokens": float(self.prefill_graph_max_tokens),
             "fused_moe_block_fp8_memory_efficiency": self.fused_moe_block_fp8_memory_efficiency,
             "decode_layer_overhead_us": self.layer_overhead_us.decode,
             "allreduce_min_us": self.allreduce.min_us,
@@ -110,7 +115,7 @@ ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "trtllm-cp
 EngineId = Literal["generic", "vllm", "sglang", "trtllm", "trtllm-cpp", "gpt-fast"]
 ENGINE_KEYS = frozenset({
     "step_overhead_ms", "decode_step_overhead_ms", "kernel_overhead_us", "decode_kernel_overhead_us",
-    "layer_overhead_us", "decode_layer_overhead_us", "prefill_host_us_per_kernel",
+    "layer_overhead_us", "decode_layer_overhead_us", "prefill_host_us_per_kernel", "prefill_graph_max_tokens",
     "fused_moe_block_fp8_memory_efficiency", "allreduce_min_us",
     "alltoall_min_us", "dispatch_bytes", "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction",
     "experts_low_precision_math", "mla_decode_flash", "kv_reserved_output_fraction"})

@@ -22,7 +22,7 @@ import networkx as nx
 from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
-from tools.estimate.costs import CostModel, NodeCost, pass_schedule
+from tools.estimate.costs import CostModel, NodeCost, host_us_per_kernel, pass_schedule
 from tools.estimate.efficiency import efficiency_for
 from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
@@ -169,7 +169,7 @@ class FastEstimator:
         hit = self._phase_ms.get(key)
         if hit is not None:
             return hit
-        host_us = self.eff["prefill_host_us_per_kernel"] if phase == "prefill" else 0.0
+        host_us = host_us_per_kernel(self.eff, phase, self.model.tokens(phase, batch))
         pp = self.layout.pools[phase].pp
         gpu, kern = self.stage_seconds(phase, batch, bool(host_us))
         m = min(batch, pp)
