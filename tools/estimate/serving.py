@@ -13,6 +13,8 @@ without what the decode step already pays for everyone: the per-pass host cost a
 An engine that runs prefill eagerly (no CUDA graph) runs every step that carries a prompt eagerly too: such a step
 takes the longer of its GPU work and the host's launches of the prefill pass (``Prefill.host_ms``), so the share
 ``min(1, C / output_len)`` of steps with a prompt adds whatever of those launches the step's GPU work does not cover.
+An engine that replays captured graphs up to a size (vLLM, ``prefill_graph_max_tokens``) runs such a step as a graph
+when the request's prompt fits that size (the decode tokens riding along are not counted).
 
 TPOT is one step.  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C`` tokens (the step's
 token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus
