@@ -274,6 +274,33 @@ def test_an_eager_prefill_in_a_serving_step_hides_the_decode_it_carries() -> Non
     assert eager.serving.tpot_ms <= free.serving.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
 
 
+def test_sharded_block_fp8_moe_and_mla_decode_keep_their_published_floors() -> None:
+    """SGLang PR #11816 times Triton's fused MoE over DeepSeek-R1's TP8 expert slices on B200 at 52.65 us for one
+    token and 175.80 us for 24, where HBM speed would give 7-117 us; FlashInfer's MLA decode kernel takes 12.3 us at
+    batch 1 (vLLM PR #41778).  The B200 estimate prices both within 10 %; H200, with no such figure, is left alone,
+    and a DeepEP all-to-all plan (experts whole on their rank) takes another kernel."""
+    free = {"defaults": {"fused_moe_floor_us": 0}, "accelerators": {"b200": {"fused_moe_floor_us": 0}}}
+
+    def node_us(gpu: str, batch: int, name: str, eff: dict | None = None, **extra: object) -> float:
+        p = {"model": "deepseek-v3", "hardware": {"gpu": gpu, "num_gpus": 8}, "dtype": "fp8", "engine": "sglang",
+             "workload": {"input_len": 1024, "output_len": 128, "batch_size": batch}, "parallel": {"tp": 8},
+             "options": {"allow_expert_tp": True}, **extra}
+        (node,) = [c for c in estimate_performance(plan=p, efficiency=eff).decode.critical_path if c.name == name]
+        return node.time_ms / node.count * 1e3
+
+    kernel_us = efficiency_for("b200", engine="sglang")["decode_kernel_overhead_us"]
+    assert node_us("b200", 1, "experts") == pytest.approx(52.65 + 3 * kernel_us, rel=0.10)
+    assert node_us("b200", 24, "experts") == pytest.approx(175.80 + 3 * kernel_us, rel=0.10)
+    assert all(node_us("b200", b, "experts") > node_us("b200", b, "experts", free) for b in (1, 4, 32))
+    assert efficiency_for("h200")["fused_moe_floor_us"] == efficiency_for("h200")["mla_decode_floor_us"] == 0
+    adp = {"parallel": {"dp": 8, "ep": 8}, "options": {"allow_attention_dp": True}}
+    assert node_us("b200", 8, "experts", **adp) == pytest.approx(node_us("b200", 8, "experts", free, **adp))
+    assert efficiency_for("b200")["mla_decode_floor_us"] == pytest.approx(12.3)
+    no_mla_floor = {"defaults": {"mla_decode_floor_us": 0}, "accelerators": {"b200": {"mla_decode_floor_us": 0}}}
+    # the MLA kernel's few latent bytes would take 1-2 us: the floor adds the rest of its 12.3 us, once per layer
+    assert 9 < node_us("b200", 1, "attention") - node_us("b200", 1, "attention", no_mla_floor) < 12.3
+
+
 def test_fp4_experts_stream_at_their_kernels_published_rate_where_they_are_upcast() -> None:
     """Hopper has no FP4 tensor cores: Triton's bf16 x MXFP4 MoE kernel (what vLLM runs gpt-oss with) moved 2290
     GB/s on H200 (triton PR #9248), 0.48 of HBM.  gpt-oss-120b's batch-4 decode on H200 streams its hit experts at

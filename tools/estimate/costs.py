@@ -123,6 +123,7 @@ class Kernel:
     mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
     block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
     memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
+    floor_s: float = 0.0  # the kernel's published minimum time on this GPU at this size (0: none)
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -214,6 +215,9 @@ class CostModel:
                 tm = max(tm, k.block_gemms * e["block_fp8_gemm_floor_us"] * 1e-6
                          + slow / (e["block_fp8_gemm_floor_gb_s"] * 1e9) + (k.bytes - slow) / bw)
                 both = max(both, tm)
+            if k.floor_s > both:  # a published kernel time above the roofline's: the kernel's own floor
+                tm = max(tm, k.floor_s)
+                both = k.floor_s
             # the blend's excess over the larger term is charged to the larger term's kind
             t_c += both if tc >= tm else 0.0
             t_m += both if tm > tc else 0.0
@@ -359,7 +363,8 @@ class CostModel:
                 kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
                                       small=True))
                 ctx_bytes = batch * keys * (kvl + rope) * self.kvb / 1  # latent is whole on every TP rank
-                kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True, mla=True))
+                kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True, mla=True,
+                                      floor_s=self.eff["mla_decode_floor_us"] * 1e-6))
                 kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
                                       small=True))
             kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1))
@@ -395,14 +400,21 @@ class CostModel:
         w2 = hit * i_l * h * self.xb
         # 4-bit experts upcast in the kernel, or block-fp8 experts through the engine's fused-MoE kernel (tokens
         # replicated: no all-to-all path), stream at those kernels' published rates
-        rate = self.expert_mem_eff or (self.eff["fused_moe_block_fp8_memory_efficiency"]
-                                       if self.block_fp8 and self.tokens_replicated(phase) else 0.0)
+        sharded = self.block_fp8 and self.tokens_replicated(phase)
+        rate = self.expert_mem_eff or (self.eff["fused_moe_block_fp8_memory_efficiency"] if sharded else 0.0)
+        # where a fused-MoE kernel over TP-sharded block-fp8 experts has been timed at few tokens, its time is a
+        # fixed floor plus the bytes of the experts hit at a slower rate; the two GEMMs share it by their bytes
+        floor_us, floor_bw = self.eff["fused_moe_floor_us"], self.eff["fused_moe_floor_gb_s"] * 1e9
+        f1 = f2 = 0.0
+        if sharded and floor_us > 0 and w1 + w2 > 0:
+            f1 = (floor_us * 1e-6 + (w1 + w2) / floor_bw) * w1 / (w1 + w2)
+            f2 = (floor_us * 1e-6 + (w1 + w2) / floor_bw) * w2 / (w1 + w2)
         return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate),
+                   memory_efficiency=rate, floor_s=f1),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
             Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate),
+                   memory_efficiency=rate, floor_s=f2),
         ])
 
     # ------------------------------------------------------------------ communication
