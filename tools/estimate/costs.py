@@ -404,11 +404,10 @@ class CostModel:
         rate = self.expert_mem_eff or (self.eff["fused_moe_block_fp8_memory_efficiency"] if sharded else 0.0)
         # where a fused-MoE kernel over TP-sharded block-fp8 experts has been timed at few tokens, its time is a
         # fixed floor plus the bytes of the experts hit at a slower rate; the two GEMMs share it by their bytes
-        floor_us, floor_bw = self.eff["fused_moe_floor_us"], self.eff["fused_moe_floor_gb_s"] * 1e9
-        f1 = f2 = 0.0
-        if sharded and floor_us > 0 and w1 + w2 > 0:
-            f1 = (floor_us * 1e-6 + (w1 + w2) / floor_bw) * w1 / (w1 + w2)
-            f2 = (floor_us * 1e-6 + (w1 + w2) / floor_bw) * w2 / (w1 + w2)
+        floor_us = self.eff["fused_moe_floor_us"]
+        floor = floor_us * 1e-6 + (w1 + w2) / (self.eff["fused_moe_floor_gb_s"] * 1e9) \
+            if sharded and floor_us > 0 and w1 + w2 > 0 else 0.0
+        f1, f2 = (floor * w1 / (w1 + w2), floor * w2 / (w1 + w2)) if floor else (0.0, 0.0)
         return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
                    memory_efficiency=rate, floor_s=f1),
