@@ -3,7 +3,7 @@ faster, and spreading experts wider at the same per-GPU batch never lowers decod
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance
@@ -56,3 +56,16 @@ def test_decode_throughput_per_gpu_monotonic_in_ep(widths: tuple[int, int], per_
             "workload": {"input_len": 2000, "output_len": 200, "batch_size": per_gpu * ep}})
         rate.append(est.throughput.decode_tokens_per_s / ep)
     assert rate[1] >= 0.98 * rate[0]
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(DENSE, GPUS, st.integers(1, 4), st.integers(400, 640), st.integers(1, 64))
+@example(("llama-3.1-70b", 8), "h200", 1, 500, 20)  # 500 tokens graphed, 520 launched from the host
+def test_a_graph_capture_size_only_ever_adds_time(mt: tuple[str, int], gpu: str, b: int, i: int,
+                                                  extra: int) -> None:
+    """vLLM replays a graph for passes of at most 512 tokens and launches larger ones from the host: crossing the
+    line can only make a prefill (and a serving TTFT) slower, never faster."""
+    model, tp = mt
+    short, long = _est(model, tp, gpu, "vllm", b, i, 128), _est(model, tp, gpu, "vllm", b, i + extra, 128)
+    assert long.prefill_latency_ms >= short.prefill_latency_ms
+    assert long.serving.ttft_ms >= short.serving.ttft_ms
