@@ -317,3 +317,13 @@ def test_mla_transfers_fewer_bytes_than_gqa() -> None:
                                 "hardware": {"gpu": "h200", "num_gpus": 16}})
     assert mla.kv_transfer and gqa.kv_transfer
     assert mla.kv_transfer.bytes_per_request < 0.25 * gqa.kv_transfer.bytes_per_request
+
+
+def test_an_expert_tp_combine_is_named_for_the_all_reduce_it_is_priced_as() -> None:
+    """Expert-TP (tokens on every expert GPU) combines with an all-reduce, not an all-to-all: the priced path says
+    so, while attention-DP + EP keeps its all-to-all dispatch and combine."""
+    tp = estimate_performance(_dsv3(TP8_EP8, 4))
+    names = {c.name for c in tp.decode.critical_path} | {c.name for c in tp.prefill.critical_path}
+    assert "ep combine (all-reduce)" in names and not any("all-to-all" in n for n in names)
+    adp = estimate_performance(_dsv3(ADP8_EP8, 4))
+    assert "ep combine (all-to-all)" in {c.name for c in adp.decode.critical_path}

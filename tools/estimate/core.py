@@ -272,10 +272,14 @@ _NAMES = {
 }
 
 
-def _label(attrs: dict[str, Any]) -> str:
+def _label(attrs: dict[str, Any], replicated: bool = False) -> str:
+    """A node's name in a priced path.  Where every expert GPU already holds the tokens (expert-TP, TP-style EP) the
+    DAG's all-to-all combine is priced as the all-reduce engines run, and named so."""
     base = _NAMES.get(attrs["type"], str(attrs["type"]))
     role = attrs.get("role")
     if role in ("dispatch", "combine"):
+        if replicated and attrs["type"] == NodeType.ALL_TO_ALL:
+            base = "all-reduce"
         return f"ep {role} ({base})"
     if role == "shared_expert":
         return "shared expert ffn"
@@ -382,14 +386,14 @@ def _stage_launches(pg: _PhaseGraph, costs: dict[str, NodeCost], pp: int) -> lis
 
 
 def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], total: float,
-                  step_overhead: float, wait: float = 0.0) -> list[Contributor]:
+                  step_overhead: float, wait: float = 0.0, replicated: bool = False) -> list[Contributor]:
     nodes = pg.graph.nodes
     agg: dict[str, list[Any]] = defaultdict(lambda: [0.0, "", "", 0])
     for v in path:
         c = costs[v]
         if c.seconds <= 0:
             continue
-        a = agg[_label(nodes[v])]
+        a = agg[_label(nodes[v], replicated)]
         a[0] += c.seconds
         a[1] = a[1] or v
         a[2] = c.kind if c.kind == "communication" else ("compute" if c.kind == "compute" else "memory")
@@ -405,10 +409,11 @@ def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], 
 
 
 def _path_of(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], pp: int, micro: int, latency: float,
-             step_overhead: float) -> PhasePath:
+             step_overhead: float, replicated: bool = False) -> PhasePath:
     nodes = pg.graph.nodes
-    steps = [PathStep(node=v, name=_label(nodes[v]), kind=costs[v].kind, stage=min(nodes[v].get("stage") or 0, pp - 1),
-                      layer=nodes[v].get("layer"), ms=costs[v].seconds * 1e3)
+    steps = [PathStep(node=v, name=_label(nodes[v], replicated), kind=costs[v].kind,
+                      stage=min(nodes[v].get("stage") or 0, pp - 1), layer=nodes[v].get("layer"),
+                      ms=costs[v].seconds * 1e3)
              for v in path if costs[v].seconds > 0]
     return PhasePath(phase=pg.phase, stages=pp, micro_batches=micro, steps=steps, latency_ms=latency * 1e3,
                      step_overhead_ms=step_overhead * 1e3)
@@ -440,6 +445,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
     host_us = host_us_per_kernel(model.eff, pg.phase, model.tokens(pg.phase, batch))
+    replicated = model.spec.is_moe and model.tokens_replicated(pg.phase)
     gpu = _stage_times(pg, path, costs, pp)
     launches = _stage_launches(pg, costs, pp) if host_us else [0.0] * pp
     stages = host_floor(gpu, launches, host_us) if host_us else gpu
@@ -455,13 +461,13 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
             micro = m
             bubble = (pp - 1) / (m + pp - 1) if pg.phase == "prefill" else 1 - m / pp
             if trace is not None:
-                trace[pg.phase] = _path_of(pg, mpath, mcosts, pp, m, latency, step_overhead)
+                trace[pg.phase] = _path_of(pg, mpath, mcosts, pp, m, latency, step_overhead, replicated)
     else:
         latency, gpu_latency, _ = pass_schedule(pg.phase, gpu, launches, 1, None, None, host_us)
         if pp > 1:
             bubble = (pp - 1) / pp  # one sequence occupies one stage at a time
     if trace is not None and pg.phase not in trace:
-        trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead)
+        trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead, replicated)
     wait = latency - gpu_latency
     comm = sum(costs[v].seconds for v in path if costs[v].kind == "communication")
     hidden = sum(costs[v].hidden_seconds for v in path)
@@ -478,7 +484,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
         tokens=model.tokens(pg.phase, batch), micro_batches=micro, bubble_fraction=bubble,
         stage_ms=[s * 1e3 for s in stages], communication_ms=comm * 1e3, communication_hidden_ms=hidden * 1e3,
         host_launch_ms=sum(launches) * host_us * 1e-3, host_wait_ms=wait * 1e3, breakdown_ms=breakdown,
-        critical_path=_contributors(pg, path, costs, cp + wait + step_overhead, step_overhead, wait),
+        critical_path=_contributors(pg, path, costs, cp + wait + step_overhead, step_overhead, wait, replicated),
         bottleneck=_bottleneck(pg, path, costs, wait),
     )
 
