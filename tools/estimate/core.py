@@ -305,6 +305,24 @@ class _PhaseGraph:
         # a node of a layer fold stands for `repeat` identical layers: its time counts that many times (the
         # critical path is additive over identical layers, each starting from one join of the previous one)
         self.repeats = {v: r for v in self.order if (r := nodes[v].get("repeat") or 1) > 1}
+        self._launched: dict[int, list[list[str]]] = {}
+
+    def launched(self, pp: int) -> list[list[str]]:
+        """Per pipeline stage, the nodes its host process launches: every node of the stage on the stage's first
+        GPU, on or off the critical path (a host launches parallel branches too).  Depends on the graph only, so
+        it is worked out once per stage count, not per priced batch."""
+        hit = self._launched.get(pp)
+        if hit is None:
+            nodes = self.graph._node
+            by_stage: list[list[str]] = [[] for _ in range(pp)]
+            for v in self.order:
+                by_stage[min(nodes[v].get("stage") or 0, pp - 1)].append(v)
+            hit = []
+            for vs in by_stage:
+                lead = min((d for v in vs for d in nodes[v]["devices"]), default=None)
+                hit.append([v for v in vs if lead in nodes[v]["devices"]])
+            self._launched[pp] = hit
+        return hit
 
     def longest(self, weight: dict[str, float]) -> tuple[float, list[str]]:
         """Heaviest chain of node costs, relaxed along networkx's topological order.
@@ -370,19 +388,8 @@ def _stage_times(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], p
 
 
 def _stage_launches(pg: _PhaseGraph, costs: dict[str, NodeCost], pp: int) -> list[float]:
-    """Kernels one host process launches per pipeline stage: every node of the stage that runs on the stage's
-    first GPU, on or off the critical path (a host launches parallel branches too)."""
-    nodes = pg.graph.nodes
-    lead: dict[int, int] = {}
-    for v in pg.order:
-        s = min(nodes[v].get("stage") or 0, pp - 1)
-        lead[s] = min(lead.get(s, 1 << 30), min(nodes[v]["devices"], default=1 << 30))
-    out = [0.0] * pp
-    for v in pg.order:
-        s = min(nodes[v].get("stage") or 0, pp - 1)
-        if lead[s] in nodes[v]["devices"]:
-            out[s] += costs[v].launches
-    return out
+    """Kernels one host process launches per pipeline stage (``_PhaseGraph.launched``)."""
+    return [sum(costs[v].launches for v in vs) for vs in pg.launched(pp)]
 
 
 def _contributors(pg: _PhaseGraph, path: list[str], costs: dict[str, NodeCost], total: float,
@@ -445,7 +452,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     weight = {v: c.seconds for v, c in costs.items()}
     cp, path = pg.longest(weight)
     host_us = host_us_per_kernel(model.eff, pg.phase, model.tokens(pg.phase, batch))
-    replicated = model.spec.is_moe and model.tokens_replicated(pg.phase)
+    replicated = model.tokens_replicated(pg.phase)  # names an expert-TP combine for what it is priced as
     gpu = _stage_times(pg, path, costs, pp)
     launches = _stage_launches(pg, costs, pp) if host_us else [0.0] * pp
     stages = host_floor(gpu, launches, host_us) if host_us else gpu

@@ -66,7 +66,6 @@ class NodeCost:
     launches: float = 0.0  # kernels the host launches for this node (eager prefill can be host-bound)
 
 
-
 def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> list[float]:
     """Stage times of a pass the host launches kernel by kernel (no CUDA graph).  Launches are asynchronous, so
     the host runs ahead while long kernels execute, but the GPU cannot start a kernel before its launch: a stage
