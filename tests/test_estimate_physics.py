@@ -156,6 +156,29 @@ def test_prefill_attention_speed_follows_the_published_length_curve() -> None:
     assert scales == sorted(scales) and 0 < scales[0] < 0.1
 
 
+def test_prefill_attention_speed_follows_the_published_head_dim_curves() -> None:
+    """Narrow heads run slower per FLOP: FlashAttention-3's causal forward at 8k tokens is 460 TFLOPs at head dim 64,
+    602 at 128 and 628 at 256; a head dim between two published ones falls between their speeds."""
+    from tools.estimate.efficiency import attention_length_scale
+
+    assert attention_length_scale(8192, 64) == pytest.approx(460 / 616)
+    assert attention_length_scale(8192, 256) == pytest.approx(628 / 616)
+    assert attention_length_scale(8192, 64) < attention_length_scale(8192, 96) < attention_length_scale(8192, 128)
+    assert attention_length_scale(8192, 128) < attention_length_scale(8192, 192) < attention_length_scale(8192, 256)
+    assert attention_length_scale(8192, 32) == attention_length_scale(8192, 64)
+
+
+def test_sliding_window_attention_runs_at_its_window_length() -> None:
+    """gpt-oss's sliding layers attend over 128 keys: their prefill attention runs at the kernel's speed for a
+    128-token sequence, far below the full layers' speed for the whole prompt."""
+    from tools.estimate.efficiency import attention_length_scale
+
+    full = parse_plan(plan("gpt-oss-120b", "h200", 1, b=1, i=8192))
+    model = CostModel(full, Layout(full), efficiency_for("h200"), False)
+    assert model.prefill_attention_scale == (attention_length_scale(8192, 64), attention_length_scale(128, 64))
+    assert model.prefill_attention_scale[1] < model.prefill_attention_scale[0] / 5
+
+
 def _dsv3(engine: str, input_len: int) -> dict:
     return {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8},
             "options": {"allow_expert_tp": True}, "engine": engine,

@@ -117,6 +117,7 @@ class Kernel:
     flops: float
     bytes: float
     attention: bool = False
+    sliding: bool = False  # attention over a sliding window (its length, not the prompt's, sets the kernel's speed)
     small: bool = False  # weight-streaming GEMM with few tokens
     experts: bool = False  # grouped GEMM over routed experts
     mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
@@ -170,7 +171,11 @@ class CostModel:
         wl = plan.workload
         self.input_len, self.output_len = wl.input_len, wl.output_len
         self.decode_context = wl.input_len + wl.output_len / 2
-        self.prefill_attention_scale = attention_length_scale(wl.input_len)
+        spec = plan.spec
+        head_dim = spec.mla.qk_head_dim if spec.attention == "mla" and spec.mla else spec.head_dim
+        window = min(wl.input_len, spec.sliding_window or wl.input_len)
+        self.prefill_attention_scale = (attention_length_scale(wl.input_len, head_dim),
+                                        attention_length_scale(window, head_dim))  # full, sliding layers
         fmt = storage(plan)
         self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
@@ -193,7 +198,7 @@ class CostModel:
                 peak = self.peak_attn * e["compute_efficiency_attention_flashmla"]
             elif k.attention:
                 peak = self.peak_attn * e["compute_efficiency_attention"] * \
-                    (self.prefill_attention_scale if phase == "prefill" else 1.0)
+                    (self.prefill_attention_scale[k.sliding] if phase == "prefill" else 1.0)
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
@@ -375,7 +380,8 @@ class CostModel:
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
                           block_gemms=1)]
         if phase == "prefill":
-            kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True))
+            kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True,
+                                  sliding=sliding))
         else:
             # a decode kernel without GQA support streams each K/V head once per query head of its group
             reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)

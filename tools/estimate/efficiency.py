@@ -33,23 +33,40 @@ def efficiency_catalog() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _attention_points() -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _attention_curves() -> tuple[tuple[float, ...], dict[int, tuple[float, ...]]]:
+    """Lengths, and each head dim's TFLOPs at them over head dim 128's at the longest length."""
     table = efficiency_catalog()["attention_prefill_by_length"]
-    tokens, tflops = table["tokens"], table["tflops"]
-    return tuple(float(t) for t in tokens), tuple(float(f) / float(tflops[-1]) for f in tflops)
+    ref = float(table["tflops"]["128"][-1])
+    curves = {int(d): tuple(float(f) / ref for f in fs) for d, fs in table["tflops"].items()}
+    return tuple(float(t) for t in table["tokens"]), curves
 
 
-def attention_length_scale(tokens: float) -> float:
-    """How fast causal prefill attention runs at ``tokens`` per sequence relative to long prompts (the
-    catalog's ``attention_prefill_by_length``): short prompts keep the tensor cores less busy."""
-    xs, ys = _attention_points()
+def _log_between(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
+    return y0 + (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0)) * (y1 - y0)
+
+
+def _along_length(xs: tuple[float, ...], ys: tuple[float, ...], tokens: float) -> float:
     if tokens >= xs[-1]:
-        return 1.0
+        return ys[-1]
     if tokens <= xs[0]:
         return ys[0] * max(tokens, 1.0) / xs[0]
     i = next(j for j in range(1, len(xs)) if tokens <= xs[j])
-    f = (math.log(tokens) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
-    return ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return _log_between(tokens, xs[i - 1], xs[i], ys[i - 1], ys[i])
+
+
+@lru_cache(maxsize=256)
+def attention_length_scale(tokens: float, head_dim: int = 128) -> float:
+    """How fast causal prefill attention runs when each query attends over ``tokens`` keys with heads of
+    ``head_dim``, relative to long prompts at head dim 128 (the catalog's ``attention_prefill_by_length``): short
+    prompts and narrow heads keep the tensor cores less busy per byte moved."""
+    xs, curves = _attention_curves()
+    dims = sorted(curves)
+    d = min(max(float(head_dim), dims[0]), dims[-1])
+    hi = next(k for k in dims if k >= d)
+    if hi == d:
+        return _along_length(xs, curves[hi], tokens)
+    lo = max(k for k in dims if k < d)
+    return _log_between(d, lo, hi, _along_length(xs, curves[lo], tokens), _along_length(xs, curves[hi], tokens))
 
 
 @lru_cache(maxsize=32)
