@@ -88,6 +88,24 @@ def test_expert_tp_combines_with_an_all_reduce() -> None:
     assert dispatch.seconds == 0.0 and combine.seconds == pytest.approx(tp_sync.seconds)
 
 
+# AITER's tuned fused-MoE table for Qwen3-235B in bf16 on MI300X (ROCm/aiter
+# aiter/configs/model_configs/qwen3_235b_bf16_tuned_fmoe.csv at f162697a7b): both expert GEMMs, us, by tokens, for the
+# TP4 (384-wide) and TP8 (192-wide) expert slices.
+AITER_QWEN3_FMOE_US = {4: {2048: 719.6576, 8192: 2220.8408}, 8: {2048: 475.133, 8192: 1497.0631}}
+
+
+@pytest.mark.parametrize("tp", [4, 8])
+def test_mi300x_fused_moe_follows_aiter_at_prefill_sizes(tp: int) -> None:
+    """MI300X's grouped expert GEMMs at prefill sizes run at AITER's published speed for the slice width (within 25 %),
+    where one width-independent efficiency priced them up to twice too fast."""
+    p = parse_plan(plan("qwen3-235b-a22b", "mi300x", tp, options={"allow_expert_tp": True}, tp=tp))
+    m = CostModel(p, Layout(p), efficiency_for("mi300x"), False)
+    attrs = {"type": "ExpertNode", "phase": "prefill", "devices": list(range(tp)), "experts": list(range(128))}
+    for tokens, us in AITER_QWEN3_FMOE_US[tp].items():
+        priced = m.expert(tokens, attrs, {"of": tp}, small=False)
+        assert priced.seconds * 1e6 == pytest.approx(us, rel=0.25)
+
+
 # DeepEP low-latency kernels, H800 + CX7 400 Gb/s, 128 tokens per GPU, hidden 7168, top-8, fp8 dispatch
 # (https://github.com/deepseek-ai/DeepEP, README "Low-latency kernels with pure RDMA"): dispatch latency in us.
 DEEPEP_DISPATCH_US = {16: 118, 32: 155, 64: 173, 128: 192, 256: 194}

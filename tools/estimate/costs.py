@@ -124,6 +124,7 @@ class Kernel:
     block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
     memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
     floor_s: float = 0.0  # the kernel's published minimum time on this GPU at this size (0: none)
+    width_scale: float = 1.0  # grouped expert GEMMs over narrow expert slices run below their wide-slice speed
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -202,7 +203,7 @@ class CostModel:
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
-                peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"]
+                peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"] * k.width_scale
             else:
                 peak = self.peak_gemm * self.eff_gemm
             if k.memory_efficiency:  # a kernel with its own published streaming rate
@@ -413,12 +414,14 @@ class CostModel:
         floor = floor_us * 1e-6 + (w1 + w2) / (self.eff["fused_moe_floor_gb_s"] * 1e9) \
             if sharded and floor_us > 0 and w1 + w2 > 0 else 0.0
         f1, f2 = (floor * w1 / (w1 + w2), floor * w2 / (w1 + w2)) if floor else (0.0, 0.0)
+        half = self.eff["experts_half_speed_width"]
+        width = i_l / (i_l + half) if half > 0 else 1.0
         return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate, floor_s=f1),
+                   memory_efficiency=rate, floor_s=f1, width_scale=width),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
             Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate, floor_s=f2),
+                   memory_efficiency=rate, floor_s=f2, width_scale=width),
         ])
 
     # ------------------------------------------------------------------ communication
