@@ -221,31 +221,26 @@ def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any
 def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = None) -> R.BuildAnswer:
     """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
 
-    Use it right after drafting a plan, to see the structure pdag derives from the degrees: the DP fan-out,
-    each replica's prefill and decode branches, pipeline stages (which layers, which GPUs), and inside each
-    layer the TP/SP shards, EP expert nodes and every communication node (all-reduce, all-gather, all-to-all).
-    `gpus_used` counts the distinct devices in the DAG; compare it with hardware.num_gpus. A stage of a
-    replica uses max(tp, sp, ep) GPUs (TP and EP share them, SP re-partitions the TP GPUs of attention), so
-    degrees are not multiplied. Do not use it to check a plan's correctness: that is validate_dag (it builds
-    the DAG itself).
+    Use it right after drafting a plan to see what pdag derives from the degrees: the DP fan-out, prefill and
+    decode branches, pipeline stages (layers, GPUs) and, per layer, the TP/SP shards, EP expert nodes and every
+    communication node (all-reduce, all-gather, all-to-all). `gpus_used` counts distinct devices; compare it
+    with hardware.num_gpus. A replica's stage uses max(tp, sp, ep) GPUs (TP and EP share them, SP re-partitions
+    attention's TP GPUs): degrees are not multiplied. Checking a plan is validate_dag's job.
 
-    Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (dp replicas, pp stages, tp/sp
-    shards, ep = GPUs each MoE layer's experts are spread over); `phases.prefill` / `phases.decode` override
-    them per phase (in aggregated serving only sp may differ); workload lengths in tokens, batch_size in
-    sequences per replica. `detail`: "summary" (default) or "full".
-    Two strategies beyond the default rules must be opted into: attention-DP for MoE models
-    (`parallel.attn_dp` = attention groups per stage, each with its own share of the batch and KV cache, plus
-    `options.allow_attention_dp: true`; a stage then uses max(attn_dp * max(tp, sp), ep) GPUs) and
-    disaggregated serving (`options.disaggregated: true`: prefill and decode get separate GPU pools, each
-    sized by `parallel` with its phase's overrides, dp/tp/pp/ep included; gpus_used is the sum of the pools).
+    Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (ep = GPUs each MoE layer's experts
+    span); `phases.prefill` / `phases.decode` override them per phase (aggregated serving: only sp may differ);
+    lengths in tokens, batch_size in sequences per replica; `engine_options` (the engine's step token budget
+    and largest CUDA-graph pass) only change estimates. `detail`: "summary" (default) or "full".
+    Opt-in strategies: attention-DP for MoE models (`parallel.attn_dp` attention groups per stage, each with
+    its own share of the batch and KV cache, plus `options.allow_attention_dp: true`; a stage uses
+    max(attn_dp * max(tp, sp), ep) GPUs) and disaggregated serving (`options.disaggregated: true`: separate
+    prefill and decode pools, each sized by `parallel` with its phase's overrides; gpus_used sums the pools).
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}}
-    Returns gpus_used, gpus_available and a folded summary (replica 0; runs of identical layers once with a
-    repeat count; node and edge counts by type). detail="full" adds `dag`, the DAG in its working form
-    (replica 0 of each pool, one drawn layer per run of identical layers, `folds` saying what they stand for;
-    validate_dag accepts it as is) and then the full per-GPU node-link DAG, in pages of ~20k tokens (`page`
-    says which part: dag, nodes or edges); pass `next_cursor` back as `cursor` for the next page until it is
-    absent. It does not validate or estimate anything.
+    Returns gpus_used, gpus_available and a folded summary (replica 0; identical layers once with a repeat
+    count; node and edge counts by type). detail="full" adds `dag` in its working form (replica 0 of each pool,
+    one layer per run with `folds`; validate_dag accepts it as is), then the full per-GPU node-link DAG in
+    pages of ~20k tokens (`page`: dag, nodes or edges); pass `next_cursor` back as `cursor` until it is absent.
     """
     fn, pager = core("build_dag"), core("build_dag_page")
     assert fn is not None and pager is not None
@@ -269,10 +264,9 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     Give `plan` (preferred) or `dag` (a node-link DAG from build_dag with detail="full"), not both.
     Example: {"plan": {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8, "ep": 8}}}
-    Returns valid, error_count, warning_count and violations; by default grouped by rule_id (count, first
-    message, first few node ids/fields). Each violation has rule_id, severity and message; call lookup_rule
-    with the rule_id to learn why the rule exists and how to fix it. It does not fix anything (autofix_dag)
-    and gives no performance figures (estimate_performance).
+    Returns valid, error_count, warning_count and violations, by default grouped by rule_id (count, first
+    message, first node ids); each has rule_id, severity and message, and lookup_rule explains a rule_id and
+    its fix. It fixes nothing (autofix_dag) and gives no figures (estimate_performance).
     """
     fn = core("validate_dag")
     assert fn is not None
@@ -313,20 +307,18 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
                          render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
-    Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are first-order
-    roofline estimates (compute, memory bandwidth, interconnect) over the DAG's critical path, not
-    measurements: trust differences between plans more than absolute values.
-    Give `plan`, or a `dag` carrying its plan: the DAG is priced as drawn, and refused if it fails validation.
-    For a disaggregated plan (`options.disaggregated`) it also
-    returns `pools` (each pool's replicas, GPUs and rate), `kv_transfer` (the KV hand-off per request) and
+    Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are roofline
+    estimates over the DAG's critical path, not measurements: trust differences between plans more than
+    absolute values. Give `plan`, or a `dag` carrying its plan (priced as drawn, refused if it fails
+    validation). A disaggregated plan also gets `pools`, `kv_transfer` (the KV hand-off per request) and
     `pool_balance` with a balanced split.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
     Returns prefill_latency_ms (time to first token), decode_latency_ms_per_token, e2e_latency_ms,
     throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
-    memory.fits / max_gpu_bytes / capacity_bytes (bytes), gpus_used, the bottleneck and critical path per
-    phase. It does not validate the plan: an invalid plan can still get numbers, so call validate_dag first.
-    `render`: true adds images (folded DAG, prefill/decode timelines, memory per GPU).
+    memory.fits / max_gpu_bytes / capacity_bytes, gpus_used, the bottleneck and critical path per phase. It
+    does not validate a plan: call validate_dag first. `render`: true adds images (folded DAG, prefill/decode
+    timelines, memory per GPU).
     """
     fn = core("estimate_performance")
     assert fn is not None

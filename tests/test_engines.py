@@ -323,3 +323,63 @@ def test_a_cpp_runtime_plan_exports_to_trtllm_serve_and_says_which_backend_it_st
     assert cpp.engine == "trtllm" and cpp.command.startswith("trtllm-serve")
     assert any("PyTorch backend" in n for n in cpp.notes)
     assert not any("PyTorch backend" in n for n in export_plan({**p, "engine": "trtllm"}).notes)
+
+
+LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+@pytest.mark.parametrize("flags, options", [
+    ("--max-num-batched-tokens 2048", {"max_batched_tokens": 2048}),
+    ("--max-num-seqs 4", {"graph_max_tokens": 8}),  # vLLM: min(2 x max_num_seqs, 512)
+    ("--max-num-seqs 1024", {"graph_max_tokens": 512}),
+    ("--cuda-graph-sizes 2048", {"graph_max_tokens": 2048}),
+    ("--cudagraph-capture-sizes 1 2 4 64", {"graph_max_tokens": 64}),
+    ("--max-cudagraph-capture-size 256 --max-num-seqs 4", {"graph_max_tokens": 256}),
+    ("--enforce-eager", {"graph_max_tokens": 0}),
+    ("-O.cudagraph_mode=NONE", {"graph_max_tokens": 0}),
+    ("--compilation-config '{\"cudagraph_mode\": \"FULL_DECODE_ONLY\"}'", {"graph_max_tokens": 0}),
+    ("--compilation-config.max_cudagraph_capture_size 96", {"graph_max_tokens": 96}),
+    ("-O 3", None),
+])
+def test_vllm_import_reads_the_step_budget_and_graph_capture_size(flags: str, options: dict | None) -> None:
+    """The vLLM flags that decide how many tokens a step carries and which passes replay a CUDA graph land in
+    plan.engine_options, so the estimate prices the server the command starts."""
+    plan = import_command(f"vllm serve {LLAMA70} -tp 8 {flags}", gpu="h200").plan
+    assert plan.get("engine_options") == options
+
+
+def test_sglang_and_trtllm_import_their_step_budgets() -> None:
+    sg = import_command(f"python -m sglang.launch_server --model-path {LLAMA70} --tp 8 --chunked-prefill-size 4096")
+    assert sg.plan["engine_options"] == {"max_batched_tokens": 4096}
+    off = import_command(f"python -m sglang.launch_server --model-path {LLAMA70} --tp 8 --chunked-prefill-size -1")
+    assert "engine_options" not in off.plan and any("chunked prefill disabled" in n for n in off.notes)
+    trt = import_command(f"trtllm-serve {LLAMA70} --tp_size 8 --max_num_tokens 16384")
+    assert trt.plan["engine_options"] == {"max_batched_tokens": 16384}
+    yaml = import_command(f"trtllm-serve {LLAMA70} --tp_size 8", engine_config={"max_num_tokens": 4096})
+    assert yaml.plan["engine_options"] == {"max_batched_tokens": 4096}
+
+
+@pytest.mark.parametrize("options", [{"max_batched_tokens": 2048, "graph_max_tokens": 1024}, {"graph_max_tokens": 0},
+                                     {"max_batched_tokens": 16384}])
+def test_engine_options_survive_export_and_reimport(options: dict) -> None:
+    """An exported vLLM command starts the server the estimate priced: its budget and capture size come back
+    unchanged on import (the capture size is written whenever vLLM's default from --max-num-seqs would differ)."""
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8},
+            "engine": "vllm", "engine_options": options}
+    back = import_command(export_plan(plan).command, gpu="h200").plan
+    assert back["engine_options"] == {"graph_max_tokens": 512, **options}
+
+
+def test_estimate_prices_the_engine_options() -> None:
+    """A smaller step budget cuts a long prompt into more chunks (TTFT up, TPOT unchanged); a 500-token prompt
+    replays a CUDA graph under vLLM's default capture size and runs eagerly (host-bound) when graphs are off."""
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8},
+            "engine": "vllm", "dtype": "fp8", "workload": {"input_len": 8000, "output_len": 1000, "batch_size": 32}}
+    wide = estimate_performance(plan=plan).serving
+    narrow = estimate_performance(plan={**plan, "engine_options": {"max_batched_tokens": 2048}}).serving
+    assert narrow.chunk_tokens == 2048 - 32 and wide.chunk_tokens == 8192 - 32
+    assert narrow.ttft_ms > wide.ttft_ms and narrow.tpot_ms == pytest.approx(wide.tpot_ms)
+    short = {**plan, "workload": {"input_len": 500, "output_len": 1000, "batch_size": 4}}
+    graphed = estimate_performance(plan=short).serving
+    eager = estimate_performance(plan={**short, "engine_options": {"graph_max_tokens": 0}}).serving
+    assert eager.ttft_ms > 1.5 * graphed.ttft_ms

@@ -182,3 +182,17 @@ def test_an_eager_pass_takes_at_least_its_gpu_work_and_each_hosts_launches(stage
     assert t <= sum(host_floor(gpu, launches, host_us)) * (1 + 1e-12)
     assert eager_pass(gpu, launches, host_us * 1.5) >= t
     assert eager_pass(gpu, launches, 0.0) == pytest.approx(sum(gpu))
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.integers(64, 32768), st.integers(1, 4096), st.sampled_from([None, 0, 8, 512, 16384]))
+def test_a_larger_step_budget_never_raises_ttft(budget: int, more: int, graph: int | None) -> None:
+    """plan.engine_options.max_batched_tokens: a prompt cut into fewer chunks never waits longer, whatever the
+    graph capture size; TPOT does not depend on the budget."""
+    base = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "engine": "vllm",
+            "workload": {"input_len": 6000, "output_len": 500, "batch_size": 16}}
+    opts = {} if graph is None else {"graph_max_tokens": graph}
+    small = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget}}).serving
+    large = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget + more}}).serving
+    assert large.ttft_ms <= small.ttft_ms * (1 + 1e-9)
+    assert large.tpot_ms == pytest.approx(small.tpot_ms)

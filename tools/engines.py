@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tools.errors import PdagInputError
+from tools.estimate.engine_profile import engine_profile
 from tools.layout import Layout
 from tools.models import MODELS_DIR, preset_ids
 from tools.plan import Plan, parse_plan
@@ -309,6 +310,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     max_seqs, max_len = _serving_limits(plan, "vllm")
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, "vllm")
+    argv += _vllm_engine_flags(plan, max_seqs, notes)
     env: list[str] = []
     split = _layer_split_note(plan, layout)
     if split:
@@ -319,6 +321,34 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
                      "multi-node guide describes")
     command = " ".join([*env, shlex.join(argv)])
     return ExportResult(engine="vllm", command=command, argv=[env + argv], gpus=gpus, notes=notes)
+
+
+def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]:
+    """The step budget and graph capture size the estimate priced, where vLLM would otherwise pick others (its
+    capture size follows --max-num-seqs: min(2 x max_num_seqs, 512))."""
+    opts = plan.engine_options
+    flags = ["--max-num-batched-tokens", str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
+    priced = opts.graph_max_tokens
+    if priced is None:
+        priced = engine_profile("vllm").prefill_graph_max_tokens
+    if priced != min(2 * max_seqs, _VLLM_GRAPH_CAP):
+        if priced == 0:
+            flags += ["--compilation-config", json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})]
+        else:
+            flags += ["--max-cudagraph-capture-size", str(priced)]
+            notes.append(f"vLLM before 0.11.1 spells --max-cudagraph-capture-size {priced} as --cuda-graph-sizes "
+                         f"{priced}")
+    return flags
+
+
+def _other_engine_flags(plan: Plan, engine: str, chunk_flag: str, notes: list[str]) -> list[str]:
+    """SGLang's and TensorRT-LLM's step budget; their prefill passes run eagerly unless a piecewise graph is
+    configured, which the export does not write."""
+    opts = plan.engine_options
+    if opts.graph_max_tokens:
+        notes.append(f"engine_options.graph_max_tokens {opts.graph_max_tokens}: {engine} runs prefill eagerly by "
+                     "default; configure its piecewise CUDA graph for prefill to match the estimate")
+    return [chunk_flag, str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
 
 
 def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
@@ -344,6 +374,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
                  "rounded up")
     argv += _dtype_flags(plan, notes, "vllm")
+    argv += _vllm_engine_flags(plan, -(-max_seqs // p.attn_dp), notes)
     return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
 
@@ -418,6 +449,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     max_seqs, max_len = _serving_limits(plan, "sglang")
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
     argv += _dtype_flags(plan, notes, "sglang")
+    argv += _other_engine_flags(plan, "SGLang", "--chunked-prefill-size", notes)
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)
@@ -446,6 +478,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
     max_seqs, max_len = _serving_limits(plan, "trtllm")
     base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
+    base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
     if plan.dtype not in _DTYPE_FLAG:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
@@ -568,9 +601,14 @@ _VLLM_FLAGS = {
     "--data-parallel-size": "dp", "-dp": "dp",
     "--max-num-seqs": "batch", "--max-model-len": "context",
     "--dtype": "dtype", "--quantization": "quant", "-q": "quant", "--kv-cache-dtype": "kv",
-    "--model": "model",
+    "--model": "model", "--max-num-batched-tokens": "chunk", "--max-cudagraph-capture-size": "graph_max",
+    "--compilation-config": "compile", "-O": "compile",
 }
-_VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on"}
+_VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on", "--enforce-eager": "eager"}
+# flags taking a list of capture sizes (the older one deprecated by vLLM PR #26016)
+_VLLM_GRAPH_LISTS = ("--cuda-graph-sizes", "--cudagraph-capture-sizes")
+# vLLM's default capture size: min(2 * max_num_seqs, 512) (set_cudagraph_sizes; knowledge/engines.md)
+_VLLM_GRAPH_CAP = 512
 _VLLM_REFUSE = {
     "--decode-context-parallel-size": "decode context parallel (DCP) shards the KV cache over TP ranks in decode; "
                                       "pdag's SP is prefill attention only",
@@ -585,7 +623,7 @@ _SGLANG_FLAGS = {
     "--pp": "pp", "--pp-size": "pp", "--pipeline-parallel-size": "pp",
     "--max-running-requests": "batch", "--context-length": "context",
     "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
-    "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
+    "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a", "--chunked-prefill-size": "chunk",
 }
 # SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
 # (python/sglang/srt/server_args.py)
@@ -593,10 +631,11 @@ _SGLANG_EP_A2A = ("deepep", "mooncake", "flashinfer")
 _SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
 _TRTLLM_FLAGS = {
     "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
-    "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model",
+    "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model", "--max_num_tokens": "chunk",
 }
 # LLM-API options of the --config / --extra_llm_api_options YAML that say something about the plan
-_TRTLLM_CONFIG_KEYS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "moe_expert_parallel_size": "ep"}
+_TRTLLM_CONFIG_KEYS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "moe_expert_parallel_size": "ep",
+                       "max_num_tokens": "chunk"}
 _SGLANG_REFUSE = {
     "--disaggregation-mode": "one --disaggregation-mode command describes one pool of a disaggregated deployment; "
                              "import the pool without the flag, then combine prefill and decode pools in one plan "
@@ -738,6 +777,104 @@ def _kv_auto_note(repo: str) -> list[str]:
             "kv_dtype 'fp8' if the checkpoint asks for one"]
 
 
+def _graph_lists(args: list[str]) -> tuple[list[str], list[int] | None]:
+    """``args`` without vLLM's capture-size list flags, and the sizes they give (None: no such flag)."""
+    rest: list[str] = []
+    sizes: list[int] | None = None
+    i = 0
+    while i < len(args):
+        flag, eq, inline = args[i].partition("=")
+        if flag not in _VLLM_GRAPH_LISTS:
+            rest.append(args[i])
+            i += 1
+            continue
+        items = inline.replace(",", " ").split() if eq else []
+        i += 1
+        while not eq and i < len(args) and not args[i].startswith("-"):
+            items += args[i].replace(",", " ").split()
+            i += 1
+        sizes = (sizes or []) + [_int(flag, v.strip("[]")) for v in items if v.strip("[]")]
+    return rest, sizes
+
+
+def _compile_dotted(args: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``args`` without vLLM's dotted compilation options (``-O.cudagraph_mode=NONE``,
+    ``--compilation-config.max_cudagraph_capture_size 256``) and the options they set."""
+    rest: list[str] = []
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        flag, eq, inline = args[i].partition("=")
+        head, dot, key = flag.partition(".")
+        if not (dot and head in ("-O", "--compilation-config") and key):
+            rest.append(args[i])
+            i += 1
+            continue
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        i += 1 if eq else 2
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return rest, out
+
+
+def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dict[str, Any],
+                    notes: list[str]) -> int | None:
+    """The largest pass vLLM replays as a CUDA graph under these flags (None: the profile's default)."""
+    if values.get("eager"):
+        notes.append("--enforce-eager: no CUDA graphs; prefill is priced eager, decode still under graphs (pdag "
+                     "has no eager decode)")
+        return 0
+    compile_cfg: dict[str, Any] = {}
+    if "compile" in values:
+        try:
+            loaded = json.loads(values["compile"])
+        except json.JSONDecodeError:
+            loaded = None
+        if isinstance(loaded, dict):
+            compile_cfg = loaded
+        elif values["compile"].strip().isdigit():
+            compile_cfg = {}  # -O <level>: an optimisation level, not a capture setting
+        else:
+            notes.append("--compilation-config is not a JSON object: ignored")
+    compile_cfg = {**compile_cfg, **dotted}
+    mode = str(compile_cfg.get("cudagraph_mode", "")).upper()
+    if mode in ("NONE", "FULL_DECODE_ONLY"):
+        return 0
+    listed = compile_cfg.get("cudagraph_capture_sizes")
+    if isinstance(listed, list) and listed and all(isinstance(v, int) and v >= 0 for v in listed):
+        sizes = (sizes or []) + listed
+    for key in ("max_cudagraph_capture_size", "max_capture_size"):
+        if isinstance(compile_cfg.get(key), int) and compile_cfg[key] >= 0:
+            return int(compile_cfg[key])
+    if "graph_max" in values:
+        return _int("--max-cudagraph-capture-size", values["graph_max"])
+    if sizes:
+        return max(sizes)
+    if "batch" in values:
+        return min(2 * _int("--max-num-seqs", values["batch"]), _VLLM_GRAPH_CAP)
+    return None
+
+
+def _engine_options(values: dict[str, str], engine: str, graph_max: int | None, notes: list[str]) -> dict[str, int]:
+    """plan.engine_options from the flags: the step's token budget and the largest graphed pass."""
+    out: dict[str, int] = {}
+    if "chunk" in values:
+        try:
+            chunk = int(values["chunk"])
+        except ValueError:
+            raise PdagInputError("command.chunk", f"expected an integer token budget, got {values['chunk']!r}",
+                                 "an integer >= 1") from None
+        if chunk >= 1:
+            out["max_batched_tokens"] = chunk
+        else:
+            notes.append(f"{engine}: chunked prefill disabled ({chunk}); the profile's step budget is kept")
+    if graph_max is not None:
+        out["graph_max_tokens"] = graph_max
+    return out
+
+
 def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                    engine_config: dict[str, Any] | None = None) -> ImportResult:
     """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
@@ -750,8 +887,11 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     engine, args, positional = _detect(tokens)
     if engine == "trtllm":
         return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config)
+    sizes: list[int] | None = None
+    dotted: dict[str, Any] = {}
     if engine == "vllm":
-        args = vllm_dashes(args)
+        args, dotted = _compile_dotted(args)
+        args, sizes = _graph_lists(vllm_dashes(args))
         values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
     else:
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, _SGLANG_BOOL, _SGLANG_REFUSE, "SGLang")
@@ -840,6 +980,10 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
         notes.extend(_kv_auto_note(repo))
     if options:
         plan["options"] = options
+    engine_options = _engine_options(values, engine, _vllm_graph_max(values, sizes, dotted, notes) if engine == "vllm"
+                                     else None, notes)
+    if engine_options:
+        plan["engine_options"] = engine_options
     if ignored:
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     plan["engine"] = engine  # the estimate then uses this engine's profile (knowledge/engines/)
@@ -890,6 +1034,9 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
         plan["weights"] = weights
     if options:
         plan["options"] = options
+    engine_options = _engine_options(values, "TensorRT-LLM", None, notes)
+    if engine_options:
+        plan["engine_options"] = engine_options
     limits = [f"{flag} {values[key]}" for key, flag in (("batch", "--max_batch_size"), ("context", "--max_seq_len"))
               if key in values]
     if limits:

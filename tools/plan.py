@@ -92,6 +92,17 @@ class Options(_Strict):
     overlap_comm: bool = Field(True, description="estimator: overlap TP all-reduce / EP all-to-all with compute")
 
 
+class EngineOptions(_Strict):
+    """Serving-engine settings the estimate depends on; unset ones take the engine profile's value."""
+
+    max_batched_tokens: int | None = Field(
+        None, ge=1, le=MAX_SEQ_LEN, description="tokens one engine step may carry, prompt chunks and decodes together "
+        "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM --max_num_tokens)")
+    graph_max_tokens: int | None = Field(
+        None, ge=0, le=MAX_SEQ_LEN, description="largest forward pass the engine replays as a captured CUDA graph "
+        "(vLLM's largest capture size; 0: none); a prefill pass above it runs eagerly")
+
+
 class HFModel(_Strict):
     hf_config: dict[str, Any]
 
@@ -121,6 +132,7 @@ class Plan(_Strict):
     engine: EngineId = Field(
         "generic", description="serving engine the estimate assumes (knowledge/engines/<id>.json): per-pass and "
                                "per-kernel overheads, CUDA graphs, all-reduce and all-to-all implementation, overlap")
+    engine_options: EngineOptions = Field(default_factory=EngineOptions)
 
     @model_validator(mode="after")
     def _split_entries_positive(self) -> Plan:

@@ -40,7 +40,7 @@ from tools.dag import CONTROL_TYPES, NodeType
 from tools.errors import PdagInputError
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.disagg import balanced_split, kv_handoff
-from tools.estimate.efficiency import Overlay, efficiency_for, efficiency_source, load_overlay
+from tools.estimate.efficiency import Overlay, efficiency_source, load_overlay, plan_efficiency
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 from tools.layout import Layout
@@ -580,7 +580,7 @@ def estimate_performance(
     use_overlap = full.options.overlap_comm if overlap is None else overlap
     prep = _prepared(full) if plan is not None else _submitted(full, dag)
     layout = prep.layout
-    eff = efficiency_for(full.accelerator.id, efficiency, full.engine)
+    eff = plan_efficiency(full, efficiency)
     calibrated = load_overlay(efficiency) is not None
     model = CostModel(full, layout, eff, use_overlap, balanced_experts)
     wl = full.workload
@@ -843,7 +843,7 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     p = parse_plan(plan)
     layout = Layout(p)
     graph = build_graph(p, layout, first_replica_only=True)
-    model = CostModel(p, layout, efficiency_for(p.accelerator.id, engine=p.engine), p.options.overlap_comm)
+    model = CostModel(p, layout, plan_efficiency(p), p.options.overlap_comm)
     b = batch or p.workload.batch_size
     groups = {ph: pl.attn_dp for ph, pl in layout.phases.items()}
     return {v: model.cost(a, node_batch(a, b, groups.get(a.get("phase") or "prefill", 1)))  # type: ignore[call-overload]

@@ -23,7 +23,7 @@ from tools.build import _Builder, _Ctx
 from tools.dag import NodeType
 from tools.estimate.core import Headline, headline, node_batch
 from tools.estimate.costs import CostModel, NodeCost, host_us_per_kernel, pass_schedule
-from tools.estimate.efficiency import efficiency_for
+from tools.estimate.efficiency import plan_efficiency
 from tools.layout import Layout, vocab_shards
 from tools.plan import PHASES, Phase, Plan
 
@@ -72,7 +72,7 @@ class FastEstimator:
                  overlap: bool | None = None) -> None:
         self.plan = plan
         self.layout = layout or Layout(plan)
-        self.eff = eff or efficiency_for(plan.accelerator.id, engine=plan.engine)
+        self.eff = eff or plan_efficiency(plan)
         self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm if overlap is None else overlap)
         self.step = {"prefill": self.eff["step_overhead_ms"] * 1e-3,
                      "decode": self.eff["decode_step_overhead_ms"] * 1e-3}
