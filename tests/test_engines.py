@@ -156,6 +156,10 @@ def test_model_for_repo() -> None:
     assert model_for_repo("meta-llama/Meta-Llama-3.1-405B-Instruct-FP8")[0] == "llama-3.1-405b"
     assert model_for_repo("Qwen/Qwen3-235B-A22B-Instruct-2507")[0] == "qwen3-235b-a22b"
     assert model_for_repo("openai/gpt-oss-120b") == ("gpt-oss-120b", None)
+    # AMD's Quark checkpoints (InferenceMAX's MI300X/MI325X runs) and Red Hat's compressed-tensors ones
+    assert model_for_repo("amd/Llama-3.3-70B-Instruct-FP8-KV")[0] == "llama-3.1-70b"
+    assert model_for_repo("amd/DeepSeek-R1-MXFP4-Preview")[0] == "deepseek-v3"
+    assert model_for_repo("RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w8a8")[0] == "llama-3.1-70b"
 
 
 def test_attention_dp_import_counts_gpus_inside_the_tp_world() -> None:

@@ -65,8 +65,8 @@ _ALIASES = {
 }
 _SUFFIX = re.compile(
     r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
-    r"|terminus)"
-    r"|-v\d+(\.\d+)*|-\d{4})$"
+    r"|terminus|kv|ptpc|quark|preview)"
+    r"|-quantized\.w\d+a\d+|-v\d+(\.\d+)*|-\d{4})$"
 )
 
 
