@@ -224,3 +224,15 @@ def test_bad_model_or_gpu_names_the_search_argument():
     with pytest.raises(PdagInputError) as info:
         search_strategies(model="llama-3.1-70b", hardware={"gpu": "h100", "num_gpus": 8})
     assert info.value.field == "hardware.gpu"
+
+
+def test_search_prices_the_engine_options_it_is_given() -> None:
+    """A small step budget cuts an 8k prompt into many chunks: under a TTFT target the serving search then holds
+    fewer requests in flight, and every plan it returns carries the budget."""
+    args = dict(model="llama-3.1-70b", hardware={"gpu": "h200", "num_gpus": 8}, objective="throughput",
+                workload={"input_len": 8000, "output_len": 1000}, slo={"max_tpot_ms": 40, "max_ttft_ms": 450},
+                top_k=1, engine="vllm", serving=True, disaggregated=False)
+    wide = search_strategies(**args).top[0]
+    narrow = search_strategies(**args, engine_options={"max_batched_tokens": 1024}).top[0]
+    assert narrow.plan["engine_options"] == {"max_batched_tokens": 1024} and "engine_options" not in wide.plan
+    assert narrow.batch_size < wide.batch_size

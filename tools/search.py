@@ -794,6 +794,7 @@ def search_strategies(
     disaggregated: bool | None = None,
     engine: str = "generic",
     serving: bool = False,
+    engine_options: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``model`` on ``hardware`` for ``objective`` (see the module doc for the
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
@@ -803,7 +804,8 @@ def search_strategies(
     attention-DP layouts of MoE models; ``disaggregated`` (default: when the cluster has >= 2 GPUs) also
     searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
     ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side.  ``engine`` selects
-    the engine profile the plans are priced with; ``serving`` prices aggregated plans under continuous batching
+    the engine profile the plans are priced with (``engine_options``: its step budget and graph capture size,
+    as in a plan); ``serving`` prices aggregated plans under continuous batching
     (batch = requests in flight per replica, TTFT/TPOT under mixed prefill/decode steps), so that the
     throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets".  ``weights``: the
     checkpoint's storage format (e.g. ``awq-int4``, ``mxfp4``); default: the model config's
@@ -833,6 +835,8 @@ def search_strategies(
         base["weights"] = weights
     if engine != "generic":
         base["engine"] = engine
+    if engine_options:
+        base["engine_options"] = engine_options
     try:
         probe = parse_plan({**base, "parallel": {}})
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan

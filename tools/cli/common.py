@@ -41,6 +41,10 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objective", choices=["latency", "throughput"])
     p.add_argument("--engine", choices=list(ENGINE_IDS),
                    help="serving engine the estimate assumes (knowledge/engines/); export's target engine")
+    p.add_argument("--max-batched-tokens", type=int,
+                   help="engine's token budget per step (plan.engine_options; vLLM --max-num-batched-tokens)")
+    p.add_argument("--graph-max-tokens", type=int,
+                   help="largest pass the engine replays as a CUDA graph (plan.engine_options; 0: none)")
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
@@ -116,6 +120,9 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
     for key in ("dtype", "kv_dtype", "weights", "objective", "engine"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
+    for key in ("max_batched_tokens", "graph_max_tokens"):
+        if getattr(args, key, None) is not None:
+            plan.setdefault("engine_options", {})[key] = getattr(args, key)
     return plan
 
 

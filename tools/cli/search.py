@@ -49,7 +49,7 @@ def cmd_search(args: Any) -> int:
         dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"),
         weights=plan.get("weights"), attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
-        serving=args.serving,
+        serving=args.serving, engine_options=plan.get("engine_options"),
     )
     if args.report:
         from tools.cli.report import write_page
