@@ -27,7 +27,7 @@ from tools.errors import PdagInputError
 from tools.estimate.engine_profile import EngineId
 from tools.estimate.serving import Arrivals, Sla
 from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
-from tools.plan import Hardware, HFModel, Plan, WeightFormat, Workload
+from tools.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
 
 logger = logging.getLogger("pdag.server")
 
@@ -289,9 +289,8 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     Give `plan` (preferred) or `dag`, not both, as for validate_dag.
     Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
     "parallel": {"tp": 3}}}
-    Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (and, with
-    detail="full", the fixed DAG; by default only folded), alternatives and the violations left. It does not
-    estimate performance.
+    Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (the fixed
+    DAG with detail="full"), alternatives and the violations left. It estimates nothing.
     """
     fn = core("autofix_dag")
     assert fn is not None
@@ -359,8 +358,8 @@ def lookup_rule(
     learn the constraints of a strategy (e.g. strategy="EP"). Give rule_id for one rule; otherwise a query
     (ranked by relevance) and/or the filters strategy, phase, node_type, layer (combined with AND).
     Example: {"rule_id": "TP-HEADS-DIVISIBLE"} or {"query": "KV cache size with MLA", "limit": 3}.
-    Each rule comes with its statement, rationale, source (seed document and section), the checker and
-    fixer that enforce it, an example that violates it and one that satisfies it, and related rule ids.
+    Each rule has its statement, rationale, source (seed document and section), checker and fixer, an
+    example that violates it and one that satisfies it, and related rule ids.
     By default the first 5 matches are complete and the rest brief (id, title, statement). An unknown id is
     an error that lists the closest ids. It does not check any plan (use validate_dag).
     """
@@ -402,6 +401,7 @@ def search_strategies(
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill/decode pools (default: "
                                                             ">= 2 GPUs)")] = None,
     engine: Annotated[EngineId, Field(description="engine profile")] = "generic",
+    engine_options: Annotated[EngineOptions | None, Field(description="as plan.engine_options")] = None,
     serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
                                                "flight)")] = False,
     detail: DetailArg = "summary",
@@ -411,16 +411,15 @@ def search_strategies(
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
     Use it to start planning, or to check that a hand-made plan is not far from the best; then validate_dag
-    and estimate_performance the plan you pick (each returned `plan` can be passed to them as is, opt-ins
-    included). Besides the default strategies it also tries attention-DP layouts for MoE models
-    (`attention_dp`, default true) and disaggregated prefill/decode pools (`disaggregated`, default when the
-    cluster has >= 2 GPUs); set them to false to search only the default rules.
+    and estimate_performance the plan you pick (each returned `plan` passes to them as is, opt-ins included).
+    Besides the default strategies it tries attention-DP layouts for MoE models (`attention_dp`) and
+    disaggregated prefill/decode pools (`disaggregated`, default when the cluster has >= 2 GPUs); set them to
+    false to search only the default rules.
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
-    Returns `top` (ranked plans with label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory and
-    whether SLOs are met), a `pareto` frontier, the best aggregated and
-    the best disaggregated plan with a comparison, and how many alternatives each rule rejected.
-    `render`: true adds an image of the Pareto front.
+    Returns `top` (ranked plans: label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory, SLOs
+    met), a `pareto` frontier, the best aggregated and disaggregated plans compared, and the alternatives each
+    rule rejected. `render`: true adds an image of the Pareto front.
     """
     fn = core("search_strategies")
     assert fn is not None
@@ -436,6 +435,7 @@ def search_strategies(
         attention_dp=attention_dp,
         disaggregated=disaggregated,
         engine=engine,
+        engine_options=None if engine_options is None else engine_options.model_dump(exclude_none=True) or None,
         serving=serving,
     )
     if not render:

@@ -122,6 +122,16 @@ async def test_search_errors_name_its_own_arguments(client):
     assert r.is_error and "invalid `hardware.gpu`" in text(r)
 
 
+async def test_search_takes_engine_options_and_puts_them_in_its_plans(client):
+    args = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "top_k": 1,
+            "workload": {"input_len": 4000, "output_len": 200}, "engine": "vllm", "disaggregated": False,
+            "engine_options": {"max_batched_tokens": 1024}}
+    r = await client.call_tool("search_strategies", args)
+    assert not r.is_error and r.structured_content["top"][0]["plan"]["engine_options"] == {"max_batched_tokens": 1024}
+    bad = await client.call_tool("search_strategies", {**args, "engine_options": {"max_batched_tokens": 0}})
+    assert bad.is_error and "max_batched_tokens" in text(bad)
+
+
 async def test_autofix_of_a_malformed_dag_reports_violations(client):
     dag = {"nodes": [{"id": "a", "type": "Compute"}, {"id": "b", "type": "Compute"}],
            "edges": [{"source": "a", "target": "b"}, {"source": "b", "target": "a"}]}
@@ -256,7 +266,8 @@ def fake_cores(monkeypatch):
                 "plan": fixed, "dag": build_dag(SMALL).dag, "violations": []}
 
     def search_strategies(model, hardware, workload=None, objective="latency", slo=None, top_k=5, dtype="bf16",
-                          weights=None, attention_dp=True, disaggregated=None, engine="generic", serving=False):
+                          weights=None, attention_dp=True, disaggregated=None, engine="generic", serving=False,
+                          engine_options=None):
         plans = [{"rank": i + 1, "label": f"TP{i}", "plan": SMALL, "ttft_ms": 1.23456789} for i in range(top_k)]
         return {"model": model, "top": plans, "pareto": plans * 5, "notes": []}
 
