@@ -843,10 +843,10 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
     if mode in ("NONE", "FULL_DECODE_ONLY"):
         return 0
     listed = compile_cfg.get("cudagraph_capture_sizes")
-    if isinstance(listed, list) and listed and all(isinstance(v, int) and v >= 0 for v in listed):
+    if isinstance(listed, list) and listed and all(type(v) is int and v >= 0 for v in listed):
         sizes = (sizes or []) + listed
     for key in ("max_cudagraph_capture_size", "max_capture_size"):
-        if isinstance(compile_cfg.get(key), int) and compile_cfg[key] >= 0:
+        if type(compile_cfg.get(key)) is int and compile_cfg[key] >= 0:
             return int(compile_cfg[key])
     if "graph_max" in values:
         return _int("--max-cudagraph-capture-size", values["graph_max"])
