@@ -106,6 +106,19 @@ def test_mi300x_fused_moe_follows_aiter_at_prefill_sizes(tp: int) -> None:
         assert priced.seconds * 1e6 == pytest.approx(us, rel=0.25)
 
 
+@pytest.mark.parametrize("gpu, ratio", [("b200", 3072 * 512 / (2880 * 360)), ("h200", 384 / 360),
+                                        ("mi300x", 384 / 360)])
+def test_mxfp4_experts_do_the_padded_work(gpu: str, ratio: float) -> None:
+    """gpt-oss's MXFP4 experts run on zero-padded weights: at TP8 FlashInfer's Blackwell kernel pads the hidden size
+    2880 to 3072 and the 360-wide slice to 512, Triton's Hopper kernel and ROCm's pad the slice to 384 only."""
+    p = parse_plan(plan("gpt-oss-120b", gpu, 8, options={"allow_expert_tp": True}, tp=8))
+    attrs = {"type": "ExpertNode", "phase": "prefill", "devices": list(range(8)), "experts": list(range(128))}
+    padded = CostModel(p, Layout(p), efficiency_for(gpu), False).expert(4096, attrs, {"of": 8}, small=False)
+    plain_eff = {**efficiency_for(gpu), "mxfp4_expert_hidden_align": 0.0, "mxfp4_expert_inter_align": 0.0}
+    plain = CostModel(p, Layout(p), plain_eff, False).expert(4096, attrs, {"of": 8}, small=False)
+    assert padded.flops / plain.flops == pytest.approx(ratio, rel=0.01)
+
+
 # DeepEP low-latency kernels, H800 + CX7 400 Gb/s, 128 tokens per GPU, hidden 7168, top-8, fp8 dispatch
 # (https://github.com/deepseek-ai/DeepEP, README "Low-latency kernels with pure RDMA"): dispatch latency in us.
 DEEPEP_DISPATCH_US = {16: 118, 32: 155, 64: 173, 128: 192, 256: 194}

@@ -83,6 +83,10 @@ def eager_pass(stage_s: list[float], stage_launches: list[float], host_us_per_ke
     return end
 
 
+def _round_up(n: float, align: float) -> float:
+    return math.ceil(n / align) * align if align > 0 else n
+
+
 def host_us_per_kernel(eff: dict[str, float], phase: str, tokens: int) -> float:
     """The host time per launch a pass of ``tokens`` tokens waits for: prefill only (decode replays a CUDA graph),
     and only above the largest pass the engine captured in a graph (``prefill_graph_max_tokens``)."""
@@ -178,6 +182,7 @@ class CostModel:
         self.prefill_attention_scale = (attention_length_scale(wl.input_len, head_dim),
                                         attention_length_scale(window, head_dim))  # full, sliding layers
         fmt = storage(plan)
+        self.mxfp4_experts = fmt == "mxfp4" and plan.spec.is_moe
         self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
@@ -402,6 +407,9 @@ class CostModel:
         mean, worst, hit_mean, hit_worst = expert_load(tok, moe.experts_per_token, moe.num_experts, held, ranks)
         load, hit = (mean, hit_mean) if self.balanced_experts else (worst, hit_worst)
         h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
+        if self.mxfp4_experts:  # the engines' MXFP4 MoE kernels run on zero-padded expert weights
+            h, i_l = _round_up(h, self.eff["mxfp4_expert_hidden_align"]), \
+                _round_up(i_l, self.eff["mxfp4_expert_inter_align"])
         w1 = hit * 2 * h * i_l * self.xb
         w2 = hit * i_l * h * self.xb
         # 4-bit experts upcast in the kernel, or block-fp8 experts through the engine's fused-MoE kernel (tokens
