@@ -796,6 +796,8 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
                        "vary their lengths measure about this median on dense models; MoE prefill runs about 2x "
                        "slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
                        "closed-loop clients land between the two or above (README, accuracy)")
+            out.append(f"serving step budget: {e['prefill_chunk_tokens']:g} tokens per engine step, decodes and "
+                       "prompt chunks together (plan.engine_options.max_batched_tokens)")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
         a = max(p.attn_dp for p in layout.phases.values())
         out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "
