@@ -329,9 +329,10 @@ def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]
     opts = plan.engine_options
     flags = ["--max-num-batched-tokens", str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
     priced = opts.graph_max_tokens
+    cap = engine_profile("vllm").prefill_graph_max_tokens  # vLLM's default: min(2 x max_num_seqs, this cap)
     if priced is None:
-        priced = engine_profile("vllm").prefill_graph_max_tokens
-    if priced != min(2 * max_seqs, _VLLM_GRAPH_CAP):
+        priced = cap
+    if priced != min(2 * max_seqs, cap):
         if priced == 0:
             flags += ["--compilation-config", json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})]
         else:
@@ -607,8 +608,6 @@ _VLLM_FLAGS = {
 _VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on", "--enforce-eager": "eager"}
 # flags taking a list of capture sizes (the older one deprecated by vLLM PR #26016)
 _VLLM_GRAPH_LISTS = ("--cuda-graph-sizes", "--cudagraph-capture-sizes")
-# vLLM's default capture size: min(2 * max_num_seqs, 512) (set_cudagraph_sizes; knowledge/engines.md)
-_VLLM_GRAPH_CAP = 512
 _VLLM_REFUSE = {
     "--decode-context-parallel-size": "decode context parallel (DCP) shards the KV cache over TP ranks in decode; "
                                       "pdag's SP is prefill attention only",
@@ -853,7 +852,7 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
     if sizes:
         return max(sizes)
     if "batch" in values:
-        return min(2 * _int("--max-num-seqs", values["batch"]), _VLLM_GRAPH_CAP)
+        return min(2 * _int("--max-num-seqs", values["batch"]), engine_profile("vllm").prefill_graph_max_tokens)
     return None
 
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools.estimate.efficiency import Overlay, efficiency_for, with_engine_options
+from tools.estimate.efficiency import Overlay, plan_efficiency
 from tools.hardware import DTYPE_BYTES
 from tools.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
@@ -328,7 +328,7 @@ def _largest(fits: Callable[[int], bool], hi: int) -> int:
 def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> MemoryReport:
     """Per-GPU memory of replica 0 of ``plan`` and whether the most loaded GPU fits (see module doc)."""
     layout = layout or Layout(plan)
-    eff = with_engine_options(efficiency_for(plan.accelerator.id, efficiency), plan)
+    eff = plan_efficiency(plan, efficiency)
     spec, wl = plan.spec, plan.workload
     cap = float(plan.accelerator.memory_bytes)
     reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap

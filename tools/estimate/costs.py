@@ -176,14 +176,14 @@ class CostModel:
         wl = plan.workload
         self.input_len, self.output_len = wl.input_len, wl.output_len
         self.decode_context = wl.input_len + wl.output_len / 2
-        spec = plan.spec
+        spec = self.spec
         head_dim = spec.mla.qk_head_dim if spec.attention == "mla" and spec.mla else spec.head_dim
         window = min(wl.input_len, spec.sliding_window or wl.input_len)
         self.prefill_attention_scale = (attention_length_scale(wl.input_len, head_dim),
                                         attention_length_scale(window, head_dim))  # full, sliding layers
         fmt = storage(plan)
-        self.mxfp4_experts = fmt == "mxfp4" and plan.spec.is_moe
-        self.block_fp8 = self.gemm_dtype == "fp8" and plan.spec.fp8_block_scaled and fmt == "fp8"
+        self.mxfp4_experts = fmt == "mxfp4" and spec.is_moe
+        self.block_fp8 = self.gemm_dtype == "fp8" and spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
 

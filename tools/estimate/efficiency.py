@@ -122,18 +122,14 @@ def efficiency_for(accel_id: str, overlay: Overlay = None, engine: str = "generi
 ENGINE_OPTION_KEYS = {"max_batched_tokens": "prefill_chunk_tokens", "graph_max_tokens": "prefill_graph_max_tokens"}
 
 
-def with_engine_options(eff: dict[str, float], plan: Any) -> dict[str, float]:
-    """``eff`` with the deployment's own engine settings (``plan.engine_options``) in place of the profile's: they
-    say how this server was launched, so they win over the engine profile and over a calibration overlay."""
-    opts = plan.engine_options
-    set_ = {key: float(getattr(opts, field)) for field, key in ENGINE_OPTION_KEYS.items()
-            if getattr(opts, field) is not None}
-    return {**eff, **set_} if set_ else eff
-
-
 def plan_efficiency(plan: Any, overlay: Overlay = None) -> dict[str, float]:
-    """Every efficiency key for ``plan``: its accelerator, its engine's profile, the overlay, its engine options."""
-    return with_engine_options(efficiency_for(plan.accelerator.id, overlay, plan.engine), plan)
+    """Every efficiency key for ``plan``: its accelerator, its engine's profile, the overlay, and last its engine
+    options, which say how this server was launched and so win over the profile and a calibration overlay."""
+    eff = efficiency_for(plan.accelerator.id, overlay, plan.engine)
+    opts = plan.engine_options
+    eff.update((key, float(getattr(opts, field))) for field, key in ENGINE_OPTION_KEYS.items()
+               if getattr(opts, field) is not None)
+    return eff
 
 
 def efficiency_source(key: str, engine: str = "generic") -> str:
