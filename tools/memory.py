@@ -44,10 +44,13 @@ Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs)
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from math import ceil
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -325,8 +328,29 @@ def _largest(fits: Callable[[int], bool], hi: int) -> int:
     return lo
 
 
+_CACHE: OrderedDict[str, MemoryReport] = OrderedDict()
+_CACHE_SIZE = 16
+
+
 def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> MemoryReport:
-    """Per-GPU memory of replica 0 of ``plan`` and whether the most loaded GPU fits (see module doc)."""
+    """Per-GPU memory of replica 0 of ``plan`` and whether the most loaded GPU fits (see module doc).
+
+    Remembers its last few answers: autofix re-validates the same plan several times, and a replica thousands of
+    GPUs wide takes most of a second to account.  An overlay read from a file is not remembered (the file may
+    change); the layout is a function of the plan, so the plan and an in-memory overlay make the key."""
+    if isinstance(efficiency, str | Path):
+        return _memory_report(plan, layout, efficiency)
+    key = plan.model_dump_json() + json.dumps(efficiency, sort_keys=True, default=str)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    report = _CACHE[key] = _memory_report(plan, layout, efficiency)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return report
+
+
+def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> MemoryReport:
     layout = layout or Layout(plan)
     eff = plan_efficiency(plan, efficiency)
     spec, wl = plan.spec, plan.workload

@@ -186,6 +186,8 @@ class CostModel:
         self.block_fp8 = self.gemm_dtype == "fp8" and spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
+        self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or \
+            self.eff["compute_efficiency_experts"]
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
@@ -208,7 +210,7 @@ class CostModel:
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
-                peak = (self.peak_expert if low else self.peak_attn) * e["compute_efficiency_experts"] * k.width_scale
+                peak = (self.peak_expert if low else self.peak_attn) * self.expert_compute_eff * k.width_scale
             else:
                 peak = self.peak_gemm * self.eff_gemm
             if k.memory_efficiency:  # a kernel with its own published streaming rate
