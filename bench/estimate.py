@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tools import estimate_performance
+from tools import estimate_performance, memory
 from tools.estimate import core
 
 CASES = {
@@ -36,7 +36,8 @@ def main(repeats: int = 7) -> None:
         estimate_performance(plan=plan)  # warm the model/accelerator catalogs
         cold, warm = [], []
         for _ in range(repeats):
-            core._PREPARED.clear()  # cold: build the DAG again
+            core._PREPARED.clear()  # cold: build the DAG again and account its memory
+            memory._CACHE.clear()
             t = time.perf_counter()
             est = estimate_performance(plan=plan)
             cold.append((time.perf_counter() - t) * 1e3)
