@@ -11,8 +11,9 @@ from tools import estimate_performance
 from tools.errors import PdagInputError
 from tools.estimate.core import PhaseDetail
 from tools.estimate.costs import CostModel, Kernel
-from tools.estimate.efficiency import efficiency_for
+from tools.estimate.efficiency import efficiency_catalog, efficiency_for
 from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
+from tools.hardware import accelerator_ids
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import parse_plan
@@ -66,6 +67,9 @@ def test_every_engine_profile_loads_with_sources() -> None:
         for key in ("step_overhead_ms", "eager_host_us_per_kernel", "allreduce", "alltoall", "overlap", "kernels"):
             assert prof.sources.get(key), f"{engine}: no source for {key}"
         assert prof.overlap.tp_allreduce == 0.0  # no engine overlaps the TP all-reduce
+        for accel, keys in prof.accelerators.items():  # an engine's kernels timed on one GPU: catalog keys only
+            assert accel in accelerator_ids() and set(keys) <= set(efficiency_catalog()["defaults"]), (engine, accel)
+            assert all(efficiency_for(accel, engine=engine)[k] == v for k, v in keys.items())
     with pytest.raises(PdagInputError):
         engine_profile("nonesuch")
 
@@ -104,6 +108,28 @@ def test_mi300x_fused_moe_follows_aiter_at_prefill_sizes(tp: int) -> None:
     for tokens, us in AITER_QWEN3_FMOE_US[tp].items():
         priced = m.expert(tokens, attrs, {"of": tp}, small=False)
         assert priced.seconds * 1e6 == pytest.approx(us, rel=0.25)
+
+
+# NVIDIA AIConfigurator's tables (ai-dynamo/aiconfigurator@095f58a51c, systems/data/h200_sxm/moe/<engine>/<version>/
+# moe_perf.parquet, balanced routing): DeepSeek-V3's block-fp8 MoE layer on H200, us per layer, by tokens, for the
+# full experts (TP1) and TP8's 256-wide slices.
+AIC_DSV3_MOE_US = {"sglang": {1: {4096: 4909.0, 8192: 7685.0}, 8: {4096: 1107.0, 8192: 1825.0}},
+                   "trtllm": {1: {4096: 5474.0, 8192: 10558.0}, 8: {4096: 2667.0, 8192: 5179.0}}}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_hopper_block_fp8_experts_follow_each_engines_published_times(engine: str) -> None:
+    """The engine's own fused MoE over DeepSeek-V3's block-fp8 experts on H200 at prefill sizes is priced within 25 %
+    of its published time, full-width and TP8-sliced alike; the catalog's one width-independent figure priced
+    TensorRT-LLM's TP8 slices 3-4x too fast.  Engines without a table (vLLM here) keep the catalog figure."""
+    for tp, times in AIC_DSV3_MOE_US[engine].items():
+        p = parse_plan(plan("deepseek-v3", "h200", 8, dtype="fp8", engine=engine, options={"allow_expert_tp": True},
+                            tp=8))
+        m = CostModel(p, Layout(p), efficiency_for("h200", engine=engine), False)
+        attrs = {"type": "ExpertNode", "phase": "prefill", "devices": list(range(8)), "experts": list(range(256))}
+        for tokens, us in times.items():
+            assert m.expert(tokens, attrs, {"of": tp}, small=False).seconds * 1e6 == pytest.approx(us, rel=0.25)
+    assert efficiency_for("h200", engine="vllm")["compute_efficiency_experts_block_fp8"] == 0
 
 
 @pytest.mark.parametrize("gpu, ratio", [("b200", 3072 * 512 / (2880 * 360)), ("h200", 384 / 360),

@@ -128,7 +128,7 @@ class Kernel:
     block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
     memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
     floor_s: float = 0.0  # the kernel's published minimum time on this GPU at this size (0: none)
-    width_scale: float = 1.0  # grouped expert GEMMs over narrow expert slices run below their wide-slice speed
+    speed_scale: float = 1.0  # below the kernel family's usual speed: narrow expert slices, an engine's MLA prefill
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -186,8 +186,13 @@ class CostModel:
         self.block_fp8 = self.gemm_dtype == "fp8" and spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
-        self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or \
+        # grouped expert GEMMs: a figure for the weight format where one is known, else the generic one; block-fp8
+        # experts bring their own narrow-slice law with their figure
+        block_eff = self.eff["compute_efficiency_experts_block_fp8"] if self.block_fp8 else 0.0
+        self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or block_eff or \
             self.eff["compute_efficiency_experts"]
+        self.expert_half_width = self.eff["experts_half_speed_width_block_fp8"] if block_eff and not upcast else \
+            self.eff["experts_half_speed_width"]
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
@@ -205,12 +210,12 @@ class CostModel:
             if k.mla and e["mla_decode_flash"] >= 0.5:
                 peak = self.peak_attn * e["compute_efficiency_attention_flashmla"]
             elif k.attention:
-                peak = self.peak_attn * e["compute_efficiency_attention"] * \
+                peak = self.peak_attn * e["compute_efficiency_attention"] * k.speed_scale * \
                     (self.prefill_attention_scale[k.sliding] if phase == "prefill" else 1.0)
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
-                peak = (self.peak_expert if low else self.peak_attn) * self.expert_compute_eff * k.width_scale
+                peak = (self.peak_expert if low else self.peak_attn) * self.expert_compute_eff * k.speed_scale
             else:
                 peak = self.peak_gemm * self.eff_gemm
             if k.memory_efficiency:  # a kernel with its own published streaming rate
@@ -370,7 +375,8 @@ class CostModel:
             if phase == "prefill":  # naive form: expand the latent to per-head K and V
                 kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab))
                 kernels.append(Kernel(2 * tok * keys * hq * (qk + vd),
-                                      tok * hq * (2 * qk + 2 * vd) * ab, attention=True))
+                                      tok * hq * (2 * qk + 2 * vd) * ab, attention=True,
+                                      speed_scale=self.eff["mla_prefill_attention_speed"]))
             else:  # absorbed form: attend over the cached latent directly
                 kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
                                       small=True))
@@ -424,14 +430,14 @@ class CostModel:
         floor = floor_us * 1e-6 + (w1 + w2) / (self.eff["fused_moe_floor_gb_s"] * 1e9) \
             if sharded and floor_us > 0 and w1 + w2 > 0 else 0.0
         f1, f2 = (floor * w1 / (w1 + w2), floor * w2 / (w1 + w2)) if floor else (0.0, 0.0)
-        half = self.eff["experts_half_speed_width"]
+        half = self.expert_half_width
         width = i_l / (i_l + half) if half > 0 else 1.0
         return self.run(phase, [
             Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate, floor_s=f1, width_scale=width),
+                   memory_efficiency=rate, floor_s=f1, speed_scale=width),
             Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
             Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True,
-                   memory_efficiency=rate, floor_s=f2, width_scale=width),
+                   memory_efficiency=rate, floor_s=f2, speed_scale=width),
         ])
 
     # ------------------------------------------------------------------ communication

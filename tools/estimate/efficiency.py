@@ -1,7 +1,8 @@
 """Efficiency factors of the performance and memory models (``knowledge/hardware/efficiency.json``).
 
 Resolution order for one accelerator: the file's ``defaults``, then the engine profile's keys
-(``engine_profile.py``, ``generic`` unless the plan names an engine), then ``accelerators.<id>`` of the file, then an
+(``engine_profile.py``, ``generic`` unless the plan names an engine), then ``accelerators.<id>`` of the file, then
+the engine profile's own ``accelerators.<id>`` (that engine's kernels timed on that accelerator), then an
 *overlay* (the JSON ``pdag calibrate`` writes) given as an argument or through the ``PDAG_EFFICIENCY``
 environment variable.  An overlay has the same shape as the file (``defaults`` and/or ``accelerators``);
 a flat ``{key: value}`` object is also accepted and applies to every accelerator.
@@ -112,6 +113,7 @@ def efficiency_for(accel_id: str, overlay: Overlay = None, engine: str = "generi
     out = {k: float(v) for k, v in cat["defaults"].items()}
     out.update(engine_profile(engine).efficiency_keys())
     out.update({k: float(v) for k, v in (cat["accelerators"].get(accel_id) or {}).items()})
+    out.update(engine_profile(engine).accelerator_keys(accel_id))
     extra = load_overlay(overlay)
     if extra:
         _apply(out, extra, accel_id)

@@ -84,6 +84,10 @@ class EngineProfile(_Strict):
                     "arrive and preempts when the cache runs out, so on average a running request holds its "
                     "prompt and half its output")
     kernels: list[Kernel]
+    accelerators: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="kernel speeds measured for this engine on one accelerator (efficiency keys by accelerator id): "
+                    "they win over the catalog's figures for that accelerator, which hold for every engine")
     sources: dict[str, str] = Field(description="public source (or 'assumption: why') of every figure above")
 
     def efficiency_keys(self) -> dict[str, float]:
@@ -110,6 +114,10 @@ class EngineProfile(_Strict):
             "kv_reserved_output_fraction": 1.0 if self.kv_admission == "reserve_full" else 0.5,
         }
 
+    def accelerator_keys(self, accel_id: str) -> dict[str, float]:
+        """The efficiency keys measured for this engine's kernels on ``accel_id`` (none for most pairs)."""
+        return {k: float(v) for k, v in (self.accelerators.get(accel_id) or {}).items()}
+
 
 ENGINE_IDS: tuple[str, ...] = ("generic", "vllm", "sglang", "trtllm", "trtllm-cpp", "gpt-fast")
 EngineId = Literal["generic", "vllm", "sglang", "trtllm", "trtllm-cpp", "gpt-fast"]
@@ -130,4 +138,8 @@ def engine_profile(engine: str = "generic") -> EngineProfile:
     profile = EngineProfile.model_validate(load_json(f"engines/{key}.json"))
     if profile.id != key:
         raise PdagInputError("engine", f"knowledge/engines/{key}.json declares id {profile.id!r}", key)
+    missing = [f"accelerators.{a}" for a in profile.accelerators if f"accelerators.{a}" not in profile.sources]
+    if missing:
+        raise PdagInputError("engine", f"knowledge/engines/{key}.json gives no source for {', '.join(missing)}",
+                             "a 'sources' entry per accelerator")
     return profile
