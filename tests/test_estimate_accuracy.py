@@ -139,7 +139,8 @@ IDEAL = {"defaults": {
     "step_overhead_ms": 0, "decode_step_overhead_ms": 0, "moe_dispatch_overhead_us": 0, "allreduce_min_us": 0,
     "alltoall_min_us": 0, "prefill_host_us_per_kernel": 0, "fp4_upcast_expert_memory_efficiency": 0.98,
     "fp4_upcast_expert_compute_efficiency": 0.98, "compute_efficiency_experts_block_fp8": 0.98,
-    "experts_half_speed_width_block_fp8": 0, "mla_prefill_attention_speed": 1}}
+    "experts_half_speed_width_block_fp8": 0, "mla_prefill_attention_speed": 1, "attention_half_speed_tiles": 0,
+    "compute_efficiency_gemm_fp4": 1.96}}  # FP4 GEMMs are priced at the fp8 peak: 0.98 of the FP4 peak is 1.96 of it
 # Published rows that beat the ideal bound of their stated configuration (see their notes and the README): an A100
 # Mixtral TP2 2048x2048 row below the HBM bound, its 128-token TTFT at the bound, and a TensorRT-LLM 0.6.1 A100
 # Llama-2-70B row that is only out of reach with GQA KV re-read per query head (gqa_decode_kv_rereads = 1).  Two

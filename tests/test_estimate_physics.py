@@ -237,6 +237,43 @@ def test_mi300x_prefill_attention_runs_at_aiters_published_speed() -> None:
         assert low <= tflops <= high, tflops
 
 
+# NVIDIA AIConfigurator's tables (ai-dynamo/aiconfigurator@095f58a51c, systems/data/b200_sxm/attention/vllm/0.19.0/
+# context_attention_perf.parquet): vLLM's context attention on B200, head dim 128, one sequence, bf16 KV, us, by the
+# heads on the GPU (8 with 1 KV head: Llama-70B at TP8; 64 with 8: TP1) and tokens.
+AIC_B200_VLLM_ATTENTION_US = {(8, 1, 1024): 21.3, (8, 1, 8192): 169.1, (64, 8, 1024): 35.6, (64, 8, 8192): 762.5}
+
+
+def test_prefill_attention_slows_down_when_its_tiles_cannot_fill_the_gpu() -> None:
+    """One short prompt with few heads per GPU leaves most SMs idle: vLLM's attention on B200 runs about ten times
+    slower per FLOP for a 1k prompt over 8 heads than the benchmark's full GPU.  Priced within 30 % of the published
+    times at 1k and 8k tokens, 8 and 64 heads; without the occupancy term the 1k / 8-head case was 7x too fast."""
+    for (heads, _kv_heads, tokens), us in AIC_B200_VLLM_ATTENTION_US.items():
+        p = parse_plan(plan("llama-3.1-70b", "b200", 8, b=1, i=tokens, engine="vllm", tp=8))
+        m = CostModel(p, Layout(p), efficiency_for("b200", engine="vllm"), False)
+        flops = 4 * tokens * (tokens / 2) * heads * 128
+        kernel = Kernel(flops, 0.0, attention=True, speed_scale=m.prefill_attention_occupancy(1, heads, 1))
+        cost = m.run("prefill", [kernel])
+        assert (cost.seconds - cost.overhead_s) * 1e6 == pytest.approx(us, rel=0.30), (heads, tokens)
+    assert efficiency_for("mi300x")["attention_half_speed_tiles"] == 0  # no published table: not scaled
+
+
+def test_nvfp4_gemms_on_b200_run_at_their_published_speed() -> None:
+    """B200's FP4 tensor cores: NVFP4 GEMMs are priced at the fp8 peak (the catalog lists no FP4 peak) times their
+    own measured share of it, not fp8's.  NVIDIA AIConfigurator times TensorRT-LLM 1.2's 8192^3 NVFP4 GEMM on B200
+    at 287 us (3,826 TFLOPs; fp8: 504 us) and its Llama-70B gate_up slice at TP8 (7168 x 8192) with 8192 tokens at
+    3,643 TFLOPs: priced within 20 %; fp8 weights keep the fp8 figure."""
+    def gemm_us(weights: str, n: int, k: int, m_tokens: int) -> float:
+        p = parse_plan({**plan("llama-3.1-70b", "b200", 8, dtype="fp8" if weights == "fp8" else "bf16", tp=8),
+                        "weights": weights})
+        m = CostModel(p, Layout(p), efficiency_for("b200"), False)
+        cost = m.run("prefill", [Kernel(2 * m_tokens * n * k, n * k * m.wb + m_tokens * (n + k) * 2)])
+        return (cost.seconds - cost.overhead_s) * 1e6
+
+    assert gemm_us("nvfp4", 8192, 8192, 8192) == pytest.approx(287.4, rel=0.20)
+    assert gemm_us("nvfp4", 7168, 8192, 8192) == pytest.approx(2 * 8192 * 7168 * 8192 / 3643e12 * 1e6, rel=0.20)
+    assert gemm_us("fp8", 8192, 8192, 8192) == pytest.approx(504.0, rel=0.20)
+
+
 def test_sliding_window_attention_runs_at_its_window_length() -> None:
     """gpt-oss's sliding layers attend over 128 keys: their prefill attention runs at the kernel's speed for a
     128-token sequence, far below the full layers' speed for the whole prompt."""

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.dag import NodeType
-from tools.estimate.efficiency import attention_length_scale
+from tools.estimate.efficiency import attention_benchmark_tiles, attention_length_scale
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
@@ -166,8 +166,10 @@ class CostModel:
         self.ab = self.eff["activation_bytes"]
         self.gemm_dtype = self.gemm_compute_dtype()
         e = self.eff
-        self.eff_gemm = e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") \
-            else e["compute_efficiency_gemm"]
+        # 4-bit weights on FP4 tensor cores (their GEMMs priced at the stand-in peak), not upcast to 16-bit
+        fp4 = format_info(storage(plan))["compute"] == "fp4" and self.gemm_dtype not in ("bf16", "fp16")
+        self.eff_gemm = (fp4 and e["compute_efficiency_gemm_fp4"]) or \
+            (e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") else e["compute_efficiency_gemm"])
         self.blend = max(1.0, e["roofline_blend_exponent"])
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
         self.peak_expert = acc.peak_flops(expert_gemm_dtype(plan))  # experts-only checkpoints (gpt-oss MXFP4)
@@ -256,6 +258,18 @@ class CostModel:
             avg = (self.input_len + 1) / 2
             return min(avg, w) if w else avg
         return min(self.decode_context, w) if w else self.decode_context
+
+    def prefill_attention_occupancy(self, batch: int, heads: int, sp: int) -> float:
+        """How fully a prefill attention kernel's work fills the GPU, relative to the FlashAttention-3 benchmark the
+        speed-by-length curve comes from (16k tokens of 16 heads: 2,048 query tiles of 128 rows).  The kernel runs
+        one tile per (sequence, head, 128 queries); with few of them (one short prompt, few heads per GPU) the SMs
+        idle: speed ~ tiles / (tiles + attention_half_speed_tiles)."""
+        half = self.eff["attention_half_speed_tiles"]
+        if half <= 0:
+            return 1.0
+        tiles = batch * heads * math.ceil(self.input_len / sp / 128)
+        ref = attention_benchmark_tiles()
+        return (tiles / (tiles + half)) / (ref / (ref + half))
 
     # ------------------------------------------------------------------ node costs
     def cost(self, attrs: dict[str, Any], batch: int) -> NodeCost:
@@ -376,7 +390,8 @@ class CostModel:
                 kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab))
                 kernels.append(Kernel(2 * tok * keys * hq * (qk + vd),
                                       tok * hq * (2 * qk + 2 * vd) * ab, attention=True,
-                                      speed_scale=self.eff["mla_prefill_attention_speed"]))
+                                      speed_scale=self.eff["mla_prefill_attention_speed"] *
+                                      self.prefill_attention_occupancy(batch, hq, sp)))
             else:  # absorbed form: attend over the cached latent directly
                 kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
                                       small=True))
@@ -395,7 +410,7 @@ class CostModel:
                           block_gemms=1)]
         if phase == "prefill":
             kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True,
-                                  sliding=sliding))
+                                  sliding=sliding, speed_scale=self.prefill_attention_occupancy(batch, hq, sp)))
         else:
             # a decode kernel without GQA support streams each K/V head once per query head of its group
             reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)

@@ -55,6 +55,11 @@ def _along_length(xs: tuple[float, ...], ys: tuple[float, ...], tokens: float) -
     return _log_between(tokens, xs[i - 1], xs[i], ys[i - 1], ys[i])
 
 
+def attention_benchmark_tiles() -> float:
+    """Query tiles of the benchmark behind the speed-by-length curves (the occupancy they were measured at)."""
+    return float(efficiency_catalog()["attention_prefill_by_length"]["benchmark_query_tiles"])
+
+
 @lru_cache(maxsize=256)
 def attention_length_scale(tokens: float, head_dim: int = 128) -> float:
     """How fast causal prefill attention runs when each query attends over ``tokens`` keys with heads of
