@@ -48,7 +48,7 @@ def test_a_wrong_estimate_misses_or_finds_none() -> None:
 
 def test_published_sweeps_are_mostly_chosen_well() -> None:
     """InferenceMAX, NIM and GPUStack sweeps, TPOT targets 10-50 ms: for dense models pdag's pick meets the target in
-    156 of 180 cases, 137 of them within 10 % of the best measured throughput; for MoE in 133 of 164 (118 near the
+    156 of 180 cases, 138 of them within 10 % of the best measured throughput; for MoE in 143 of 164 (112 near the
     best), the misses mostly MoE decode pdag still prices fast (README)."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     dense = summary([c for c in rep.choices if not c.moe])
