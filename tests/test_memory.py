@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tools.estimate.efficiency import _read_overlay
 from tools.layout import Layout
 from tools.memory import memory_report
 from tools.plan import parse_plan
@@ -156,3 +157,22 @@ def test_disaggregated_pools_accounted_separately() -> None:
     assert pre[0].kv_cache_bytes == pytest.approx(16 * 2048 * 327_680 / 8)
     assert dec[0].kv_cache_bytes == pytest.approx(16 * 2304 * 327_680 / 4)
     assert r.max_batch_size_that_fits == min(v.max_batch_size_that_fits for v in r.pools.values())
+
+
+def test_remembered_reports_follow_the_plan_and_the_overlay(tmp_path, monkeypatch) -> None:
+    """The report is remembered per plan and in-memory overlay; a changed plan, a changed overlay or an overlay file
+    (named in the call or by PDAG_EFFICIENCY, whose contents may change) is accounted afresh."""
+    p = parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=8))
+    first = memory_report(p)
+    assert memory_report(p) is first
+    bigger = memory_report(parse_plan(plan("llama-3.1-70b", "h100-sxm", 8, tp=8, batch_size=64)))
+    assert bigger.kv_cache_bytes > first.kv_cache_bytes
+    tight = memory_report(p, efficiency={"defaults": {"fragmentation_fraction": 0.5}})
+    assert tight.max_batch_size_that_fits < first.max_batch_size_that_fits
+    f = tmp_path / "overlay.json"
+    f.write_text('{"defaults": {"fragmentation_fraction": 0.5}}')
+    monkeypatch.setenv("PDAG_EFFICIENCY", str(f))
+    assert memory_report(p).max_batch_size_that_fits == tight.max_batch_size_that_fits
+    f.write_text('{"defaults": {"fragmentation_fraction": 0.3}}')
+    _read_overlay.cache_clear()  # the overlay reader keeps the files it parsed
+    assert memory_report(p).max_batch_size_that_fits > tight.max_batch_size_that_fits

@@ -45,6 +45,8 @@ Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs)
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +57,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools.estimate.efficiency import Overlay, plan_efficiency
+from tools.estimate.efficiency import ENV_VAR, Overlay, plan_efficiency
 from tools.hardware import DTYPE_BYTES
 from tools.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
@@ -330,6 +332,7 @@ def _largest(fits: Callable[[int], bool], hi: int) -> int:
 
 _CACHE: OrderedDict[str, MemoryReport] = OrderedDict()
 _CACHE_SIZE = 16
+_LOCK = threading.Lock()
 
 
 def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> MemoryReport:
@@ -337,16 +340,20 @@ def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay 
 
     Remembers its last few answers: autofix re-validates the same plan several times, and a replica thousands of
     GPUs wide takes most of a second to account.  An overlay read from a file is not remembered (the file may
-    change); the layout is a function of the plan, so the plan and an in-memory overlay make the key."""
-    if isinstance(efficiency, str | Path):
+    change, as may the one ``PDAG_EFFICIENCY`` names); the layout is a function of the plan, so the plan and an
+    in-memory overlay make the key."""
+    if isinstance(efficiency, str | Path) or (efficiency is None and os.environ.get(ENV_VAR)):
         return _memory_report(plan, layout, efficiency)
     key = plan.model_dump_json() + json.dumps(efficiency, sort_keys=True, default=str)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    report = _CACHE[key] = _memory_report(plan, layout, efficiency)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    with _LOCK:  # the MCP server may run tools on worker threads
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    report = _memory_report(plan, layout, efficiency)
+    with _LOCK:
+        _CACHE[key] = report
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return report
 
 
