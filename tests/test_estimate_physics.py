@@ -11,7 +11,7 @@ from tools import estimate_performance
 from tools.errors import PdagInputError
 from tools.estimate.core import PhaseDetail
 from tools.estimate.costs import CostModel, Kernel
-from tools.estimate.efficiency import efficiency_catalog, efficiency_for
+from tools.estimate.efficiency import efficiency_catalog, efficiency_for, efficiency_source
 from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
 from tools.hardware import accelerator_ids
 from tools.layout import Layout
@@ -70,6 +70,8 @@ def test_every_engine_profile_loads_with_sources() -> None:
         for accel, keys in prof.accelerators.items():  # an engine's kernels timed on one GPU: catalog keys only
             assert accel in accelerator_ids() and set(keys) <= set(efficiency_catalog()["defaults"]), (engine, accel)
             assert all(efficiency_for(accel, engine=engine)[k] == v for k, v in keys.items())
+            assert all(efficiency_source(k, engine, accel).startswith(f"engine profile knowledge/engines/{engine}")
+                       for k in keys)  # an estimate's provenance names the engine's own timing, not the catalog's
     with pytest.raises(PdagInputError):
         engine_profile("nonesuch")
 

@@ -834,7 +834,8 @@ def _provenance(plan: Plan, eff: dict[str, float], calibrated: bool) -> list[Pro
                 "decode_step_overhead_ms", "allreduce_min_us", "alltoall_min_us", "tp_overlap_fraction",
                 "ep_overlap_fraction"):
         out.append(Provenance(figure=key, kind="calibrated" if calibrated else "assumption", value=f"{eff[key]:g}",
-                              source="efficiency overlay" if calibrated else efficiency_source(key, plan.engine)))
+                              source="efficiency overlay" if calibrated else
+                              efficiency_source(key, plan.engine, plan.accelerator.id)))
     out.append(Provenance(figure="latencies, throughput, KV, memory", kind="modelled", value="",
                           source="tools/estimate (critical path over the DAG) and tools/memory.py"))
     return out

@@ -139,7 +139,13 @@ def plan_efficiency(plan: Any, overlay: Overlay = None) -> dict[str, float]:
     return eff
 
 
-def efficiency_source(key: str, engine: str = "generic") -> str:
+def efficiency_source(key: str, engine: str = "generic", accel_id: str | None = None) -> str:
+    """Where the value of ``key`` for ``accel_id`` on ``engine`` comes from: the engine's own kernel timings on that
+    accelerator where the profile has them, else the catalog's source for the key."""
+    prof = engine_profile(engine)
+    if accel_id and key in (prof.accelerators.get(accel_id) or {}):
+        return f"engine profile knowledge/engines/{engine}.json, accelerators.{accel_id}: " + \
+            prof.sources.get(f"accelerators.{accel_id}", "")
     src = efficiency_catalog()["sources"].get(key)
     if src is None and key in ENGINE_KEYS:
         return f"engine profile knowledge/engines/{engine}.json"
