@@ -325,14 +325,12 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
 
 def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]:
     """The step budget and graph capture size the estimate priced, where vLLM would otherwise pick others (its
-    capture size follows --max-num-seqs: min(2 x max_num_seqs, 512))."""
+    capture size follows --max-num-seqs: the profile's ``default_graph_max_tokens``)."""
     opts = plan.engine_options
     flags = ["--max-num-batched-tokens", str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
-    priced = opts.graph_max_tokens
-    cap = engine_profile("vllm").prefill_graph_max_tokens  # vLLM's default: min(2 x max_num_seqs, this cap)
-    if priced is None:
-        priced = cap
-    if priced != min(2 * max_seqs, cap):
+    profile = engine_profile("vllm")
+    priced = profile.prefill_graph_max_tokens if opts.graph_max_tokens is None else opts.graph_max_tokens
+    if priced != profile.default_graph_max_tokens(max_seqs):
         if priced == 0:
             flags += ["--compilation-config", json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})]
         else:
@@ -852,7 +850,7 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
     if sizes:
         return max(sizes)
     if "batch" in values:
-        return min(2 * _int("--max-num-seqs", values["batch"]), engine_profile("vllm").prefill_graph_max_tokens)
+        return engine_profile("vllm").default_graph_max_tokens(_int("--max-num-seqs", values["batch"]))
     return None
 
 

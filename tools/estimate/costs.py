@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.dag import NodeType
-from tools.estimate.efficiency import attention_benchmark_tiles, attention_length_scale
+from tools.estimate.efficiency import attention_length_scale, attention_tiling
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
@@ -166,8 +166,9 @@ class CostModel:
         self.ab = self.eff["activation_bytes"]
         self.gemm_dtype = self.gemm_compute_dtype()
         e = self.eff
+        fmt = storage(plan)
         # 4-bit weights on FP4 tensor cores (their GEMMs priced at the stand-in peak), not upcast to 16-bit
-        fp4 = format_info(storage(plan))["compute"] == "fp4" and self.gemm_dtype not in ("bf16", "fp16")
+        fp4 = format_info(fmt)["compute"] == "fp4" and self.gemm_dtype not in ("bf16", "fp16")
         self.eff_gemm = (fp4 and e["compute_efficiency_gemm_fp4"]) or \
             (e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") else e["compute_efficiency_gemm"])
         self.blend = max(1.0, e["roofline_blend_exponent"])
@@ -183,18 +184,18 @@ class CostModel:
         window = min(wl.input_len, spec.sliding_window or wl.input_len)
         self.prefill_attention_scale = (attention_length_scale(wl.input_len, head_dim),
                                         attention_length_scale(window, head_dim))  # full, sliding layers
-        fmt = storage(plan)
+        self.attention_tiles = attention_tiling()  # (benchmark's query tiles, queries per tile)
         self.mxfp4_experts = fmt == "mxfp4" and spec.is_moe
         self.block_fp8 = self.gemm_dtype == "fp8" and spec.fp8_block_scaled and fmt == "fp8"
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
         # grouped expert GEMMs: a figure for the weight format where one is known, else the generic one; block-fp8
-        # experts bring their own narrow-slice law with their figure
+        # experts (never upcast: their format is fp8) bring their own narrow-slice law with their figure
         block_eff = self.eff["compute_efficiency_experts_block_fp8"] if self.block_fp8 else 0.0
         self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or block_eff or \
             self.eff["compute_efficiency_experts"]
-        self.expert_half_width = self.eff["experts_half_speed_width_block_fp8"] if block_eff and not upcast else \
-            self.eff["experts_half_speed_width"]
+        self.expert_half_width = self.eff["experts_half_speed_width_block_fp8" if block_eff else
+                                          "experts_half_speed_width"]
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
@@ -262,13 +263,13 @@ class CostModel:
     def prefill_attention_occupancy(self, batch: int, heads: int, sp: int) -> float:
         """How fully a prefill attention kernel's work fills the GPU, relative to the FlashAttention-3 benchmark the
         speed-by-length curve comes from (16k tokens of 16 heads: 2,048 query tiles of 128 rows).  The kernel runs
-        one tile per (sequence, head, 128 queries); with few of them (one short prompt, few heads per GPU) the SMs
+        one tile per (sequence, head, tile of queries); with few of them (one short prompt, few heads per GPU) the SMs
         idle: speed ~ tiles / (tiles + attention_half_speed_tiles)."""
         half = self.eff["attention_half_speed_tiles"]
         if half <= 0:
             return 1.0
-        tiles = batch * heads * math.ceil(self.input_len / sp / 128)
-        ref = attention_benchmark_tiles()
+        ref, rows = self.attention_tiles
+        tiles = batch * heads * math.ceil(self.input_len / sp / rows)
         return (tiles / (tiles + half)) / (ref / (ref + half))
 
     # ------------------------------------------------------------------ node costs

@@ -55,9 +55,11 @@ def _along_length(xs: tuple[float, ...], ys: tuple[float, ...], tokens: float) -
     return _log_between(tokens, xs[i - 1], xs[i], ys[i - 1], ys[i])
 
 
-def attention_benchmark_tiles() -> float:
-    """Query tiles of the benchmark behind the speed-by-length curves (the occupancy they were measured at)."""
-    return float(efficiency_catalog()["attention_prefill_by_length"]["benchmark_query_tiles"])
+def attention_tiling() -> tuple[float, int]:
+    """The query tiles of the benchmark behind the speed-by-length curves (the occupancy they were measured at)
+    and the queries one tile holds."""
+    table = efficiency_catalog()["attention_prefill_by_length"]
+    return float(table["benchmark_query_tiles"]), int(table["query_tile_rows"])
 
 
 @lru_cache(maxsize=256)

@@ -71,6 +71,9 @@ class EngineProfile(_Strict):
         ge=0, description="the largest pass (tokens) the engine replays from a captured CUDA graph although its "
                           "prefill is otherwise eager: a prefill pass of at most this many tokens pays no eager "
                           "host time; 0: every prefill pass runs eagerly")
+    graph_tokens_per_seq: float = Field(
+        0, ge=0, description="where the default capture size follows the batch limit (vLLM): it is "
+                             "min(this x max running sequences, prefill_graph_max_tokens); 0: it does not")
     fused_moe_block_fp8_memory_efficiency: float = Field(
         ge=0, le=1, description="share of HBM bandwidth at which the engine's fused-MoE kernel streams block-scaled "
                                 "fp8 experts when every GPU holds the tokens (expert-TP, no all-to-all); 0: no "
@@ -113,6 +116,12 @@ class EngineProfile(_Strict):
             "mla_decode_flash": 1.0 if "flashmla" in k else 0.0,
             "kv_reserved_output_fraction": 1.0 if self.kv_admission == "reserve_full" else 0.5,
         }
+
+    def default_graph_max_tokens(self, max_seqs: int) -> int:
+        """The largest pass graphed by default when the server runs at most ``max_seqs`` sequences."""
+        if self.graph_tokens_per_seq <= 0:
+            return self.prefill_graph_max_tokens
+        return min(int(self.graph_tokens_per_seq * max_seqs), self.prefill_graph_max_tokens)
 
     def accelerator_keys(self, accel_id: str) -> dict[str, float]:
         """The efficiency keys measured for this engine's kernels on ``accel_id`` (none for most pairs)."""
