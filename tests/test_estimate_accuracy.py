@@ -26,7 +26,7 @@ from tools.estimate.accuracy import (
     ttft_bracket,
 )
 from tools.estimate.efficiency import efficiency_for
-from tools.estimate.track_record import TRACK_RECORD_FILE, track_record_table
+from tools.estimate.track_record import TRACK_RECORD_FILE, WARN_BIAS, track_record_table
 
 
 @cache
@@ -140,7 +140,8 @@ IDEAL = {"defaults": {
     "alltoall_min_us": 0, "prefill_host_us_per_kernel": 0, "fp4_upcast_expert_memory_efficiency": 0.98,
     "fp4_upcast_expert_compute_efficiency": 0.98, "compute_efficiency_experts_block_fp8": 0.98,
     "experts_half_speed_width_block_fp8": 0, "mla_prefill_attention_speed": 1, "attention_half_speed_tiles": 0,
-    "compute_efficiency_gemm_fp4": 1.96}}  # FP4 GEMMs are priced at the fp8 peak: 0.98 of the FP4 peak is 1.96 of it
+    "compute_efficiency_gemm_fp4": 1.96,  # FP4 GEMMs are priced at the fp8 peak: 0.98 of the FP4 peak is 1.96 of it
+    "compute_efficiency_experts_mxfp4": 0.98}}
 # Published rows that beat the ideal bound of their stated configuration (see their notes and the README): an A100
 # Mixtral TP2 2048x2048 row below the HBM bound, its 128-token TTFT at the bound, and a TensorRT-LLM 0.6.1 A100
 # Llama-2-70B row that is only out of reach with GQA KV re-read per query head (gqa_decode_kv_rereads = 1).  Two
@@ -376,7 +377,7 @@ def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
     committed = json.loads(TRACK_RECORD_FILE.read_text(encoding="utf-8"))
     assert committed == json.loads(json.dumps(track_record_table(_held_out_report().rows)))
     moe_ttft = committed["cells"]["MoE, serving, one node | TTFT"]
-    assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] < -0.3
+    assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] <= -WARN_BIAS  # estimates carry the warning
 
 
 def test_pages_of_one_publication_are_held_out_together() -> None:

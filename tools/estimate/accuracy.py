@@ -75,7 +75,7 @@ SCALED_KEYS = {
     "compute": (("compute_efficiency_gemm", -1), ("compute_efficiency_gemm_fp8", -1),
                 ("compute_efficiency_attention", -1), ("compute_efficiency_attention_flashmla", -1),
                 ("compute_efficiency_experts", -1), ("fp4_upcast_expert_compute_efficiency", -1),
-                ("compute_efficiency_experts_block_fp8", -1)),
+                ("compute_efficiency_experts_block_fp8", -1), ("compute_efficiency_experts_mxfp4", -1)),
     "memory": (("memory_efficiency", -1), ("small_gemm_memory_efficiency", -1)),
     "communication": (("comm_bandwidth_efficiency", -1), ("comm_latency_scale", 1), ("allreduce_min_us", 1),
                       ("alltoall_min_us", 1)),

@@ -192,8 +192,9 @@ class CostModel:
         # grouped expert GEMMs: a figure for the weight format where one is known, else the generic one; block-fp8
         # experts (never upcast: their format is fp8) bring their own narrow-slice law with their figure
         block_eff = self.eff["compute_efficiency_experts_block_fp8"] if self.block_fp8 else 0.0
+        mxfp4_eff = self.eff["compute_efficiency_experts_mxfp4"] if self.mxfp4_experts and not upcast else 0.0
         self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or block_eff or \
-            self.eff["compute_efficiency_experts"]
+            mxfp4_eff or self.eff["compute_efficiency_experts"]
         self.expert_half_width = self.eff["experts_half_speed_width_block_fp8" if block_eff else
                                           "experts_half_speed_width"]
 
