@@ -49,7 +49,7 @@ def huge_plans(draw: Any) -> dict[str, Any]:
         "hardware": {"gpu": draw(st.sampled_from(["h200", "h100-sxm", "b200"])), "num_gpus": draw(gpus)},
         "parallel": {k: draw(huge) for k in draw(st.sets(st.sampled_from(["dp", "pp", "tp", "ep", "sp", "attn_dp"]),
                                                          max_size=4))},
-        "workload": {"batch_size": draw(st.sampled_from([1, 64, 65_536]))},
+        "workload": {"batch_size": draw(st.sampled_from([1, 64, 65_536, 1_048_576]))},
     }
     if draw(st.booleans()):
         plan["options"] = {"allow_attention_dp": True}

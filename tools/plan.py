@@ -16,7 +16,7 @@ from tools.quantization import WeightFormat
 
 MAX_DEGREE = 65_536
 MAX_SEQ_LEN = 2_097_152
-MAX_BATCH = 65_536
+MAX_BATCH = 1_048_576  # a wide-EP replica: e.g. 48 attention-DP ranks x 1408 sequences (LMSYS, GB200)
 DEFAULT_GPUS_PER_NODE = 8
 
 Phase = Literal["prefill", "decode"]
