@@ -166,3 +166,15 @@ def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_for
     assert awq.top and all(e.plan["weights"] == "awq-int4" for e in awq.top)
     assert all(not _errors(e.plan) for e in awq.top)
     assert not search_strategies("llama-3.1-70b", hw, top_k=3).top  # bf16 (141 GB) does not fit one H100
+
+def test_the_estimate_says_how_the_stored_weights_compute():
+    """fp8 weights on a GPU with fp8 tensor cores are native math, not weight-only quantisation (the note said so
+    for every fp8 checkpoint whose activations are bf16); AWQ and fp8 on Ampere are de-quantised into bf16."""
+    def notes(plan: dict) -> list[str]:
+        return [a for a in estimate_performance(plan=plan).assumptions if "weights:" in a or "experts:" in a]
+    fp8 = notes({**_plan("llama-3.1-70b", "h100-sxm", 8), "weights": "fp8"})
+    assert fp8 == ["fp8 weights: GEMMs on fp8 tensor cores"]
+    assert "weight-only" in notes({**_plan("llama-3.1-70b", "h100-sxm", 8), "weights": "awq-int4"})[0]
+    assert "weight-only" in notes({**_plan("llama-3.1-70b", "a100-80gb", 8), "weights": "fp8"})[0]
+    assert notes(_plan("llama-3.1-70b", "h100-sxm", 8)) == []
+    assert notes(_plan("gpt-oss-120b", "b200"))[0].startswith("mxfp4 experts: GEMMs on mxfp4 tensor cores")

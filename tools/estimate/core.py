@@ -46,6 +46,7 @@ from tools.estimate.track_record import TrackRecord, track_record, track_record_
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
+from tools.quantization import expert_gemm_dtype, experts_only, storage
 
 __all__ = ["Estimate", "PhasePath", "estimate_performance", "replica_graph"]
 
@@ -787,8 +788,9 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         out.append("MLA: prefill expands the latent to per-head K/V; decode uses the absorbed form over the latent")
     if layout.pp > 1:
         out.append("PP: micro-batches of min(batch, pp) are used when that is faster; batch-1 decode gets none")
-    if plan.dtype in ("int4",) or model.gemm_dtype != plan.dtype:
-        out.append(f"{plan.dtype} weights: weight-only quantisation, math in {model.gemm_dtype}")
+    note = _weights_note(plan, model.gemm_dtype)
+    if note:
+        out.append(note)
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
         if not layout.disaggregated:
@@ -852,4 +854,20 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
     return {v: model.cost(a, node_batch(a, b, groups.get(a.get("phase") or "prefill", 1)))  # type: ignore[call-overload]
             for v, a in graph.nodes(data=True)
             if a["type"] not in CONTROL_TYPES and (a.get("replica") or 0) == 0}
+
+
+def _weights_note(plan: Plan, gemm_dtype: str) -> str | None:
+    """How the stored weight format computes: on its own tensor cores, or de-quantised into 16-bit math."""
+    fmt = storage(plan)
+    if fmt in ("bf16", "fp16") or fmt == plan.dtype == gemm_dtype:
+        return None
+
+    def how(dt: str) -> str:
+        if dt in ("bf16", "fp16"):
+            return f"de-quantised in the kernel, math in {dt} (weight-only quantisation)"
+        return f"on {fmt} tensor cores" + (f", priced at the {dt} peak" if dt != fmt else "")
+
+    if experts_only(plan):
+        return f"{fmt} experts: GEMMs {how(expert_gemm_dtype(plan))}; the other layers in {gemm_dtype}"
+    return f"{fmt} weights: GEMMs {how(gemm_dtype)}"
 
