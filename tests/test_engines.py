@@ -387,3 +387,21 @@ def test_estimate_prices_the_engine_options() -> None:
     graphed = estimate_performance(plan=short).serving
     eager = estimate_performance(plan={**short, "engine_options": {"graph_max_tokens": 0}}).serving
     assert eager.ttft_ms > 1.5 * graphed.ttft_ms
+
+
+def test_sglang_import_prices_two_batch_overlap_only_when_the_command_enables_it() -> None:
+    """SGLang's two-batch overlap is opt-in: an EP command without --enable-two-batch-overlap keeps the all-to-all
+    on the critical path, one with it hides half (the sglang profile); dense and EP-less commands are untouched."""
+    base = ("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 16 --dp 16 "
+            "--enable-dp-attention --moe-a2a-backend deepep --nnodes 2")
+    off = import_command(base, gpu="h200")
+    on = import_command(base + " --enable-two-batch-overlap", gpu="h200")
+    assert off.plan["options"]["overlap_comm"] is False and on.plan["options"]["overlap_comm"] is True
+    assert any("two-batch-overlap" in n for n in off.notes)
+    work = {"input_len": 2000, "output_len": 100, "batch_size": 16 * 256}
+    tpot = {k: estimate_performance(plan={**r.plan, "workload": work}).decode_latency_ms_per_token
+            for k, r in (("off", off), ("on", on))}
+    assert tpot["on"] < tpot["off"]
+    plain = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8", gpu="h200")
+    assert "overlap_comm" not in plain.plan.get("options", {})
+
