@@ -180,6 +180,20 @@ def test_moe_search_enumerates_attention_dp_with_opt_in(dsv3_throughput) -> None
     assert not any(p.plan["parallel"].get("attn_dp", 1) > 1 for p in dense.top)
 
 
+def test_attention_dp_groups_may_fill_part_of_an_nvl72_rack() -> None:
+    """On 48 GPUs of a GB200 NVL72 (one 72-GPU NVLink domain) an attention-DP group of 16 TP1 ranks needs no
+    node of its own: only its TP group (one GPU) must sit in a node, as the validator says.  The search keeps such
+    layouts (it rejected every width that does not divide 72) and prices one above the ADP8 EP8 it was left with."""
+    from tools import validate_dag
+
+    r = search_strategies("deepseek-v3", {"gpu": "gb200", "num_gpus": 48, "gpus_per_node": 72},
+                          {"input_len": 2000, "output_len": 1000}, objective="throughput", dtype="fp8", top_k=3)
+    best = r.top[0]
+    assert best.plan["parallel"].get("attn_dp", 1) >= 16, [p.label for p in r.top]
+    assert not [v for v in validate_dag(best.plan).violations if v.severity == "error"]
+    assert any(p.plan["parallel"].get("attn_dp") == 8 for p in r.top[1:])
+
+
 def test_search_compares_aggregated_and_disaggregated(dsv3_throughput) -> None:
     r = dsv3_throughput
     agg, dis = r.best_aggregated, r.best_disaggregated

@@ -332,8 +332,10 @@ class _Search:
 
     # -------------------------------------------------------------- enumeration
     def _structural(self, what: str, tp: int, ep: int, pp: int, width: int, node: int, n: int,
-                    cross_node_ok: bool = False) -> bool:
-        """The checks shared by plain and attention-DP layouts; False (and counted) when one fails."""
+                    in_node: int | None = None) -> bool:
+        """The checks shared by plain and attention-DP layouts; False (and counted) when one fails.  ``in_node``:
+        the GPUs that must share a node (TP-WITHIN-NODE): the stage group by default; 1 for attention-DP groups of
+        TP1, whose expert group may span nodes or fill part of an NVL72 rack."""
         spec = self.spec
         if pp * width > n:
             self.reject("GPU-EXCEEDS-CLUSTER", f"{what}: a replica needs {pp * width} > {n} GPUs")
@@ -341,8 +343,9 @@ class _Search:
         if pp > spec.num_layers:
             self.reject("PP-DEGREE-LE-LAYERS", f"{what}: {spec.num_layers} layers")
             return False
-        if (width > node and not (cross_node_ok and width % node == 0)) or (width <= node and node % width):
-            self.reject("TP-WITHIN-NODE", f"{what}: stage group of {width} GPUs leaves the {node}-GPU node")
+        group = width if in_node is None else in_node
+        if group > node or node % group:
+            self.reject("TP-WITHIN-NODE", f"{what}: a group of {group} GPUs leaves the {node}-GPU node")
             return False
         if spec.num_heads % tp:
             self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
@@ -412,7 +415,9 @@ class _Search:
                         self.reject("ADP-MOE-ONLY", f"{what}: {spec.id} has no MoE layers to share")
                         continue
                     width = a * tp
-                    if not self._structural(what, tp, width, pp, width, node, n, cross_node_ok=tp == 1):
+                    # TP1 groups have no TP to keep in a node; wider attention groups keep their whole stage
+                    # group in one (a search-time bound: the validator only asks it of the TP group)
+                    if not self._structural(what, tp, width, pp, width, node, n, in_node=1 if tp == 1 else None):
                         continue
                     if width > moe.num_experts:
                         self.reject("EP-EXPERT-NODES-EQ-GPUS", f"{what}: ep={width} > {moe.num_experts} experts")
