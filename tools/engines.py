@@ -443,10 +443,12 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
         ep, moe_tp = _moe_layout(plan, "SGLang")
         if ep > 1:
             argv += ["--ep", str(ep)]
-            if plan.options.overlap_comm:
-                notes.append("priced with two-batch overlap hiding half of the EP all-to-all (options.overlap_comm): "
-                             "add --moe-a2a-backend deepep --enable-two-batch-overlap to run it that way, or set "
-                             "overlap_comm false to price the command as written")
+            prof = engine_profile("sglang")
+            if plan.options.overlap_comm and prof.overlap.launch_flag:
+                notes.append(f"priced with {prof.overlap.ep_alltoall:.0%} of the EP all-to-all hidden "
+                             f"(options.overlap_comm): add {prof.overlap.launch_flag} (over the profile's "
+                             f"{prof.alltoall.implementation} all-to-all) to run it that way, or set overlap_comm "
+                             "false to price the command as written")
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
@@ -629,7 +631,7 @@ _SGLANG_FLAGS = {
 # SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
 # (python/sglang/srt/server_args.py)
 _SGLANG_EP_A2A = ("deepep", "mooncake", "flashinfer")
-_SGLANG_BOOL = {"--enable-dp-attention": "adp_on", "--enable-two-batch-overlap": "tbo_on"}
+_SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
 _TRTLLM_FLAGS = {
     "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
     "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model", "--max_num_tokens": "chunk",
@@ -890,12 +892,15 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
         return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config)
     sizes: list[int] | None = None
     dotted: dict[str, Any] = {}
+    switch = engine_profile(engine).overlap.launch_flag
+    overlap_flag = {switch: "overlap_on"} if switch else {}
     if engine == "vllm":
         args, dotted = _compile_dotted(args)
         args, sizes = _graph_lists(vllm_dashes(args))
-        values, ignored = _parse_flags(args, _VLLM_FLAGS, _VLLM_BOOL, _VLLM_REFUSE, "vLLM")
+        values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **overlap_flag}, _VLLM_REFUSE, "vLLM")
     else:
-        values, ignored = _parse_flags(args, _SGLANG_FLAGS, _SGLANG_BOOL, _SGLANG_REFUSE, "SGLang")
+        values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **overlap_flag}, _SGLANG_REFUSE,
+                                       "SGLang")
     repo = positional or values.get("model")
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
@@ -954,12 +959,10 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                                           "ep dividing tp")
             if ep < tp:
                 options["allow_expert_tp"] = True
-    if engine == "sglang" and ep > 1:
-        # the sglang profile hides part of the EP all-to-all only under two-batch overlap, which is opt-in
-        options["overlap_comm"] = bool(values.get("tbo_on"))
-        if not values.get("tbo_on"):
-            notes.append("no --enable-two-batch-overlap: the EP all-to-all stays on the critical path "
-                         "(options.overlap_comm false)")
+    if switch and ep > 1:  # the profile's EP overlap is opt-in: the command says whether it is on
+        options["overlap_comm"] = bool(values.get("overlap_on"))
+        if not values.get("overlap_on"):
+            notes.append(f"no {switch}: the EP all-to-all stays on the critical path (options.overlap_comm false)")
     parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
     if attn_dp > 1:
         parallel["attn_dp"] = attn_dp

@@ -5,7 +5,8 @@ group of ``W = max(tp, ep)`` GPUs and ``pp`` stages.  An alternative is dropped,
 id of the catalog that forbids it, when (checked in this order):
 
 ``EP-MOE-ONLY`` ep > 1 on a dense model; ``GPU-EXCEEDS-CLUSTER`` pp*W > num_gpus; ``PP-DEGREE-LE-LAYERS``;
-``TP-WITHIN-NODE`` the stage group does not fit in one node; ``TP-HEADS-DIVISIBLE``;
+``TP-WITHIN-NODE`` the stage group does not fit in one NVLink domain (a node, or an NVL72 rack: the validator's
+``Cluster.nvlink_domain``); ``TP-HEADS-DIVISIBLE``;
 ``TP-KV-HEADS-DIVISIBLE`` (replication, tp a multiple of the KV heads, is allowed and warned as TP-KV-REPLICATED);
 ``EP-EXPERT-NODES-EQ-GPUS`` ep > experts; ``EP-EVEN-EXPERTS`` experts not divisible by ep;
 ``EP-SPANS-STAGE-GROUP`` ep < W without expert TP; ``EP-NO-EXPERT-TP`` ep < W when expert TP is not allowed;
@@ -17,9 +18,9 @@ smallest that fits), ``DP-NOT-FOR-LATENCY`` (latency: more replicas than a throu
 
 Attention-DP (MoE models only; the plan states the opt-in ``options.allow_attention_dp``): ``attn_dp = a``
 groups of ``tp`` GPUs each, experts spread over all of them (``ep = a * tp``, the stage group).  The stage
-group may span nodes when ``tp = 1`` (expert parallelism over the network, as large EP deployments do); with
-``tp > 1`` it stays in a node.  Dropped alternatives: ``ADP-MOE-ONLY`` (dense model), ``ADP-EP-SPANS-GROUPS``
-(any other ep), plus the structural rules above.
+group may span domains, or fill part of one, when ``tp = 1`` (expert parallelism over the network, as large EP
+deployments do); with ``tp > 1`` it stays in one.  Dropped alternatives: ``ADP-MOE-ONLY`` (dense model),
+``ADP-EP-SPANS-GROUPS`` (any other ep), plus the structural rules above.
 
 Disaggregated serving (``num_gpus >= 2``, unless turned off): the GPUs are split into a prefill pool and a
 decode pool, each with a layout from the same enumeration; the best few prefill layouts (TTFT for latency,
@@ -226,6 +227,7 @@ class _Search:
         self.base = base
         self.spec = spec_plan.spec
         self.hw = spec_plan.hardware
+        self.nvlink_domain = spec_plan.cluster.nvlink_domain  # what TP-WITHIN-NODE keeps a TP group inside
         self.wl = spec_plan.workload
         self.objective = objective
         self.slo = slo
@@ -331,11 +333,11 @@ class _Search:
         return p
 
     # -------------------------------------------------------------- enumeration
-    def _structural(self, what: str, tp: int, ep: int, pp: int, width: int, node: int, n: int,
-                    in_node: int | None = None) -> bool:
-        """The checks shared by plain and attention-DP layouts; False (and counted) when one fails.  ``in_node``:
-        the GPUs that must share a node (TP-WITHIN-NODE): the stage group by default; 1 for attention-DP groups of
-        TP1, whose expert group may span nodes or fill part of an NVL72 rack."""
+    def _structural(self, what: str, tp: int, ep: int, pp: int, width: int, domain: int, n: int,
+                    in_domain: int | None = None) -> bool:
+        """The checks shared by plain and attention-DP layouts; False (and counted) when one fails.  ``in_domain``:
+        the GPUs that must share an NVLink domain (TP-WITHIN-NODE): the stage group by default; 1 for attention-DP
+        groups of TP1, whose expert group may span domains or fill part of an NVL72 rack."""
         spec = self.spec
         if pp * width > n:
             self.reject("GPU-EXCEEDS-CLUSTER", f"{what}: a replica needs {pp * width} > {n} GPUs")
@@ -343,9 +345,9 @@ class _Search:
         if pp > spec.num_layers:
             self.reject("PP-DEGREE-LE-LAYERS", f"{what}: {spec.num_layers} layers")
             return False
-        group = width if in_node is None else in_node
-        if group > node or node % group:
-            self.reject("TP-WITHIN-NODE", f"{what}: a group of {group} GPUs leaves the {node}-GPU node")
+        group = width if in_domain is None else in_domain
+        if group > domain or domain % group:
+            self.reject("TP-WITHIN-NODE", f"{what}: a group of {group} GPUs leaves the {domain}-GPU NVLink domain")
             return False
         if spec.num_heads % tp:
             self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
@@ -358,9 +360,9 @@ class _Search:
 
     def shapes(self) -> list[_Shape]:
         """Every replica layout that passes the structural rules (memory not checked yet)."""
-        spec, n, node = self.spec, self.hw.num_gpus, self.hw.gpus_per_node
+        spec, n, domain = self.spec, self.hw.num_gpus, self.nvlink_domain
         moe = spec.moe if spec.is_moe else None
-        cands = _candidates(n, (node,))
+        cands = _candidates(n, (domain,))
         out: list[_Shape] = []
         for tp in cands:
             for ep in cands:
@@ -370,7 +372,7 @@ class _Search:
                         self.reject("EP-MOE-ONLY", f"{what}: {spec.id} has no MoE layers")
                         continue
                     width = max(tp, ep)
-                    if not self._structural(what, tp, ep, pp, width, node, n):
+                    if not self._structural(what, tp, ep, pp, width, domain, n):
                         continue
                     if width % tp or width % ep:
                         self.reject("GPU-DEGREES-DIVIDE-GROUP", f"{what}: degrees must divide W={width}")
@@ -399,10 +401,10 @@ class _Search:
                         self.reject("SP-DECODE-INEFFECTIVE", f"{what} sp={sp} in decode")
                     out.append(_Shape(pp, tp, ep, 1, expert_tp))
         if self.attention_dp:
-            out += self.attention_dp_shapes(cands, node, n)
+            out += self.attention_dp_shapes(cands, domain, n)
         return sorted(out)
 
-    def attention_dp_shapes(self, cands: list[int], node: int, n: int) -> list[_Shape]:
+    def attention_dp_shapes(self, cands: list[int], domain: int, n: int) -> list[_Shape]:
         """Attention-DP layouts: attn_dp >= 2 groups of tp GPUs, experts over all of them (ep = attn_dp * tp)."""
         spec = self.spec
         moe = spec.moe if spec.is_moe else None
@@ -415,9 +417,9 @@ class _Search:
                         self.reject("ADP-MOE-ONLY", f"{what}: {spec.id} has no MoE layers to share")
                         continue
                     width = a * tp
-                    # TP1 groups have no TP to keep in a node; wider attention groups keep their whole stage
+                    # TP1 groups have no TP to keep in a domain; wider attention groups keep their whole stage
                     # group in one (a search-time bound: the validator only asks it of the TP group)
-                    if not self._structural(what, tp, width, pp, width, node, n, in_node=1 if tp == 1 else None):
+                    if not self._structural(what, tp, width, pp, width, domain, n, in_domain=1 if tp == 1 else None):
                         continue
                     if width > moe.num_experts:
                         self.reject("EP-EXPERT-NODES-EQ-GPUS", f"{what}: ep={width} > {moe.num_experts} experts")

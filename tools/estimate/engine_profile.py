@@ -53,6 +53,10 @@ class Overlap(_Strict):
     tp_allreduce: float = Field(ge=0, le=0.95, description="fraction of TP all-reduce time hidden behind compute")
     ep_alltoall: float = Field(ge=0, le=0.95,
                                description="fraction of EP dispatch/combine hidden (two-batch / dual micro-batch)")
+    launch_flag: str = Field(
+        "", description="the launch flag that turns on the EP overlap priced above when the engine leaves it off by "
+                        "default: importing a command sets options.overlap_comm from it, export names it; empty: "
+                        "no such switch")
 
 
 class EngineProfile(_Strict):
