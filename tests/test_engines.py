@@ -94,10 +94,23 @@ def test_vllm_moe_replicas_are_separate_servers() -> None:
     plan = _plan("deepseek-v3", "h200", {"tp": 8, "ep": 8, "dp": 2}, dtype="fp8")
     out = export_plan(plan, "vllm")
     assert len(out.argv) == 2 and out.gpus == 16
-    assert out.argv[1][0] == "CUDA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15"
+    assert out.argv[1][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"  # the ids node 1 sees, not pdag's 8-15
+    assert "# replica 1 on node 1\n" in out.command
     assert "--data-parallel-size" in out.argv[0] and out.argv[0][out.argv[0].index("--data-parallel-size") + 1] == "1"
     assert "independent replicas" in out.notes[0]
     assert "--ep 8" in export_plan(plan, "sglang").command  # SGLang: EP inside each replica
+
+
+def test_pinned_devices_are_node_local() -> None:
+    """A server is pinned with the device ids its node sees: a replica that spans nodes unevenly lists each
+    node's ids, and a single-node deployment carries no node comments."""
+    r = export_plan(_plan("llama-3.1-70b", "h100-sxm", {"tp": 4, "pp": 3, "dp": 3}), "trtllm")
+    envs = [a[0] for a in r.argv]
+    assert all(max(int(d) for d in e.split("=")[1].split(",")) < 8 for e in envs)
+    assert envs[1] == "CUDA_VISIBLE_DEVICES=4,5,6,7"  # replica 1 starts half way through node 1
+    assert "node 1: CUDA_VISIBLE_DEVICES=4,5,6,7; node 2: CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in r.command
+    single = export_plan(_plan("llama-3.1-8b", "h100-sxm", {"tp": 2, "dp": 2}), "trtllm")
+    assert "#" not in single.command and single.argv[1][0] == "CUDA_VISIBLE_DEVICES=2,3"
 
 
 def test_refuses_sp_and_phase_overrides() -> None:
@@ -196,7 +209,7 @@ def test_disaggregated_exports_one_command_per_pool(engine: str, flag: str) -> N
     r = export_plan(plan, engine)
     assert r.gpus == 16 and len(r.argv) >= 2 and flag in r.command
     assert r.argv[0][0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
-    assert r.argv[-1][0].startswith("CUDA_VISIBLE_DEVICES=") and "15" in r.argv[-1][0]
+    assert r.argv[-1][0].startswith("CUDA_VISIBLE_DEVICES=") and "decode pool on node 1" in r.command
     assert any("KV" in n for n in r.notes)
 
 
@@ -405,3 +418,14 @@ def test_sglang_import_prices_two_batch_overlap_only_when_the_command_enables_it
     plain = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8", gpu="h200")
     assert "overlap_comm" not in plain.plan.get("options", {})
 
+
+
+def test_sglang_attention_dp_runs_the_priced_alltoall() -> None:
+    """The sglang profile prices EP as DeepEP all-to-all: an attention-DP export selects it (SGLang's default EP
+    path reduces over the TP group), and importing that command gives back the plan's EP width."""
+    plan = _plan("deepseek-v3", "h200", {"attn_dp": 16, "ep": 16}, dtype="fp8", options=ADP)
+    r = export_plan(plan, "sglang")
+    assert "--moe-a2a-backend deepep" in r.command
+    assert import_command(r.command, gpu="h200").plan["parallel"]["ep"] == 16
+    tp_only = export_plan(_plan("deepseek-v3", "h200", {"tp": 8, "ep": 8}, dtype="fp8"), "sglang")
+    assert "--moe-a2a-backend" not in tp_only.command and any("deepep" in n for n in tp_only.notes)

@@ -245,7 +245,7 @@ def test_a_valid_plan_exports_or_names_the_missing_engine_feature(dp, pp, tp, ep
         assert exc.field and len(exc.problem) > 20
         return
     assert out.gpus == dp * pp * width
-    line = out.command.splitlines()[0]
+    line = next(ln for ln in out.command.splitlines() if not ln.startswith("#"))
     back = import_command(line, gpu="h100-sxm", engine_config=out.config)
     assert back.plan["hardware"]["num_gpus"] * len(out.argv) == out.gpus
 

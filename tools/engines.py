@@ -246,16 +246,42 @@ def _export_replicas(plan: Plan, key: str) -> ExportResult:
     argvs: list[list[str]] = []
     lines: list[str] = []
     for r in range(plan.parallel.dp):
-        devices = ",".join(str(g) for g in layout.replica_devices(r))
-        argv = [f"CUDA_VISIBLE_DEVICES={devices}", *one.argv[0], "--port", str(8000 + r)]
+        env, where = _pinned(layout.replica_devices(r), plan.hardware.gpus_per_node, layout.gpus_needed)
+        argv = [env, *one.argv[0], "--port", str(8000 + r)]
         argvs.append(argv)
-        lines.append(argv[0] + " " + shlex.join(argv[1:]))
+        lines.append(_pinned_line(env, where, argv[1:], f"replica {r}"))
     why = (f"the engine's data-parallel flag holds the {plan.parallel.attn_dp} attention-DP groups of one replica"
            if plan.parallel.attn_dp > 1 else "vLLM's data-parallel ranks of a MoE model share one expert group")
     notes = [f"{plan.parallel.dp} independent replicas, one server each ({why}); put a load balancer in front",
              *one.notes]
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=one.gpus * plan.parallel.dp,
                         config=one.config, notes=notes)
+
+
+def _pinned(devices: list[int] | range, gpus_per_node: int, total_gpus: int) -> tuple[str, str | None]:
+    """The ``CUDA_VISIBLE_DEVICES=`` prefix of a server pinned to ``devices`` (pdag's global GPU ids), in the ids
+    a node sees (0 .. gpus_per_node - 1), and where to run it when the deployment's ``total_gpus`` take more
+    than one node (None on a single node).  A server spread over nodes sees the same local ids on each, unless
+    its GPUs are not aligned to the nodes; then each node's ids are listed."""
+    by_node: dict[int, list[int]] = {}
+    for g in devices:
+        by_node.setdefault(g // gpus_per_node, []).append(g % gpus_per_node)
+    nodes = sorted(by_node)
+    env = "CUDA_VISIBLE_DEVICES=" + ",".join(map(str, by_node[nodes[0]]))
+    if total_gpus <= gpus_per_node:
+        return env, None
+    if len(nodes) == 1:
+        return env, f"node {nodes[0]}"
+    if len({tuple(v) for v in by_node.values()}) == 1:
+        return env, f"nodes {nodes[0]}-{nodes[-1]}, the same devices on each, one process per node"
+    per_node = "; ".join(f"node {n}: CUDA_VISIBLE_DEVICES={','.join(map(str, by_node[n]))}" for n in nodes)
+    return env, f"nodes {nodes[0]}-{nodes[-1]}, one process per node, with {per_node}"
+
+
+def _pinned_line(env: str, where: str | None, argv: list[str], label: str) -> str:
+    """One shell line of a pinned server, after a comment naming its node(s) when there are several."""
+    line = f"{env} {shlex.join(argv)}"
+    return f"# {label} on {where}\n{line}" if where else line
 
 
 def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
@@ -444,11 +470,17 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
         if ep > 1:
             argv += ["--ep", str(ep)]
             prof = engine_profile("sglang")
+            a2a = prof.alltoall.launch_flags
+            if adp and a2a:
+                argv += a2a
+            elif a2a:
+                notes.append(f"EP is priced as {prof.alltoall.implementation} all-to-all; SGLang's default EP MoE "
+                             f"path does not use it ({shlex.join(a2a)} selects it; SGLang documents it with "
+                             "--enable-dp-attention)")
             if plan.options.overlap_comm and prof.overlap.launch_flag:
                 notes.append(f"priced with {prof.overlap.ep_alltoall:.0%} of the EP all-to-all hidden "
-                             f"(options.overlap_comm): add {prof.overlap.launch_flag} (over the profile's "
-                             f"{prof.alltoall.implementation} all-to-all) to run it that way, or set overlap_comm "
-                             "false to price the command as written")
+                             f"(options.overlap_comm): add {prof.overlap.launch_flag} to run it that way, or set "
+                             "overlap_comm false to price the command as written")
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
@@ -504,10 +536,10 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
                      f"{p.dp} independent servers, one per replica, behind a load balancer")
         lines = []
         for r in range(p.dp):
-            devices = ",".join(str(g) for g in layout.replica_devices(r))
-            argv = [f"CUDA_VISIBLE_DEVICES={devices}", *base, "--port", str(8000 + r)]
+            env, where = _pinned(layout.replica_devices(r), plan.hardware.gpus_per_node, layout.gpus_needed)
+            argv = [env, *base, "--port", str(8000 + r)]
             argvs.append(argv)
-            lines.append(f"CUDA_VISIBLE_DEVICES={devices} " + shlex.join(argv[1:]))
+            lines.append(_pinned_line(env, where, argv[1:], f"replica {r}"))
         command = "\n".join(lines)
     return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, config=config or None,
                         notes=notes)
@@ -588,14 +620,16 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
             if "--port" in argv:  # replicas numbered their ports from 8000; number them across both pools
                 at = argv.index("--port")
                 argv = argv[:at] + argv[at + 2:]
-            devices = ",".join(str(g) for g in (pool.replica_devices(i) if len(one.argv) > 1
-                                                else range(pool.offset, pool.offset + pool.gpus)))
-            full = [f"CUDA_VISIBLE_DEVICES={devices}", *argv, *_ROLE_FLAGS[key][phase]]
+            env, where = _pinned(pool.replica_devices(i) if len(one.argv) > 1
+                                 else range(pool.offset, pool.offset + pool.gpus), plan.hardware.gpus_per_node,
+                                 layout.gpus_needed)
+            full = [env, *argv, *_ROLE_FLAGS[key][phase]]
             if "--port" not in full:
                 full += ["--port", str(port)]
             port += 1
             argvs.append(full)
-            lines.append(f"# {phase} pool\n" + full[0] + " " + shlex.join(full[1:]))
+            lines.append(f"# {phase} pool" + (f" on {where}" if where else "") + "\n" + env + " "
+                         + shlex.join(full[1:]))
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes)
 
 
@@ -648,7 +682,7 @@ _SGLANG_REFUSE = {
 
 def _split_command(command: str) -> list[str]:
     try:
-        tokens = shlex.split(command.replace("\\\n", " "))
+        tokens = shlex.split(command.replace("\\\n", " "), comments=True)  # export's "# replica on node" lines
     except ValueError as exc:
         raise PdagInputError("command", f"cannot parse the command line ({exc})", "a shell command") from None
     # Leading environment assignments (CUDA_VISIBLE_DEVICES=0,1 ...) and launchers are skipped.

@@ -47,6 +47,11 @@ class AllToAllImpl(_Strict):
     node_dedup_prefill: bool = Field(
         description="prefill sends a token once per destination node and forwards it over NVLink (DeepEP normal "
                     "kernels); decode sends one copy per expert (low-latency kernels)")
+    launch_flags: list[str] = Field(
+        default_factory=list,
+        description="the launch flags that select this all-to-all where the engine's default EP path is another "
+                    "(export writes them for attention-DP plans, the form the engine documents them with); empty: "
+                    "the default")
 
 
 class Overlap(_Strict):
