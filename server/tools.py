@@ -229,8 +229,8 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = 
 
     Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (ep = GPUs each MoE layer's experts
     span); `phases.prefill` / `phases.decode` override them per phase (aggregated serving: only sp may differ);
-    lengths in tokens, batch_size in sequences per replica; `engine_options` (the engine's step token budget
-    and largest CUDA-graph pass) only change estimates. `detail`: "summary" (default) or "full".
+    lengths in tokens, batch_size in sequences per replica; `engine_options` (how the engine was launched)
+    only change estimates. `detail`: "summary" (default) or "full".
     Opt-in strategies: attention-DP for MoE models (`parallel.attn_dp` attention groups per stage, each with
     its own share of the batch and KV cache, plus `options.allow_attention_dp: true`; a stage uses
     max(attn_dp * max(tp, sp), ep) GPUs) and disaggregated serving (`options.disaggregated: true`: separate
@@ -266,7 +266,7 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     "parallel": {"tp": 8, "ep": 8}}}
     Returns valid, error_count, warning_count and violations, by default grouped by rule_id (count, first
     message, first node ids); each has rule_id, severity and message, and lookup_rule explains a rule_id and
-    its fix. It fixes nothing (autofix_dag) and gives no figures (estimate_performance).
+    its fix. It fixes nothing (autofix_dag).
     """
     fn = core("validate_dag")
     assert fn is not None
@@ -281,10 +281,10 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
 
     Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
     divide the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the
-    result: a fix can change degrees your objective depended on. Do not use it as a planner: it repairs, it
-    does not optimise. A plan that uses attention-DP or per-phase pools without its opt-in is repaired by
-    turning the strategy off; `alternatives` then offers the plan as you drew it with the opt-in set
-    (options.allow_attention_dp or options.disaggregated): take that one if the strategy was intended.
+    result: a fix can change degrees your objective depended on. It repairs; it does not optimise. A plan
+    that uses attention-DP or per-phase pools without its opt-in is repaired by turning the strategy off;
+    `alternatives` then offers the plan as you drew it with the opt-in set (options.allow_attention_dp or
+    options.disaggregated): take that one if the strategy was intended.
     A DAG with errors is rebuilt with build_dag from the plan it carries (or one inferred from its nodes).
     Give `plan` (preferred) or `dag`, not both, as for validate_dag.
     Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
@@ -361,7 +361,7 @@ def lookup_rule(
     Each rule has its statement, rationale, source (seed document and section), checker and fixer, an
     example that violates it and one that satisfies it, and related rule ids.
     By default the first 5 matches are complete and the rest brief (id, title, statement). An unknown id is
-    an error that lists the closest ids. It does not check any plan (use validate_dag).
+    an error that lists the closest ids.
     """
     fn = core("lookup_rule")
     assert fn is not None

@@ -429,3 +429,22 @@ def test_sglang_attention_dp_runs_the_priced_alltoall() -> None:
     assert import_command(r.command, gpu="h200").plan["parallel"]["ep"] == 16
     tp_only = export_plan(_plan("deepseek-v3", "h200", {"tp": 8, "ep": 8}, dtype="fp8"), "sglang")
     assert "--moe-a2a-backend" not in tp_only.command and any("deepep" in n for n in tp_only.notes)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_the_look_ahead_scheduler_switch_round_trips(engine: str) -> None:
+    """A plan priced without the look-ahead scheduler exports the engine's switch (vLLM --no-async-scheduling,
+    SGLang --disable-overlap-schedule, TensorRT-LLM disable_overlap_scheduler in its YAML), which imports back."""
+    plan = _plan("llama-3.1-8b", "h100-sxm", {"tp": 1}, engine_options={"scheduler_ahead": False})
+    out = export_plan(plan, engine)
+    back = import_command(out.command, gpu="h100-sxm", engine_config=out.config)
+    assert back.plan["engine_options"]["scheduler_ahead"] is False
+    default = export_plan(_plan("llama-3.1-8b", "h100-sxm", {"tp": 1}), engine)
+    assert "scheduler_ahead" not in (import_command(default.command, gpu="h100-sxm",
+                                                    engine_config=default.config).plan.get("engine_options") or {})
+
+
+def test_vllm_async_scheduling_flag_is_read() -> None:
+    r = import_command("vllm serve openai/gpt-oss-120b --async-scheduling -tp 2", gpu="h100-sxm")
+    assert r.plan["engine_options"]["scheduler_ahead"] is True
+    assert "--async-scheduling" not in " ".join(n for n in r.notes if "ignored" in n)

@@ -26,7 +26,7 @@ from tools.estimate.accuracy import (
     ttft_bracket,
 )
 from tools.estimate.efficiency import efficiency_for
-from tools.estimate.track_record import TRACK_RECORD_FILE, WARN_BIAS, track_record_table
+from tools.estimate.track_record import TRACK_RECORD_FILE, track_record_table
 
 
 @cache
@@ -377,7 +377,7 @@ def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
     committed = json.loads(TRACK_RECORD_FILE.read_text(encoding="utf-8"))
     assert committed == json.loads(json.dumps(track_record_table(_held_out_report().rows)))
     moe_ttft = committed["cells"]["MoE, serving, one node | TTFT"]
-    assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] <= -WARN_BIAS  # estimates carry the warning
+    assert moe_ttft["points"] >= 400 and moe_ttft["median_bias"] < 0  # published MoE prompts still ran slower
 
 
 def test_pages_of_one_publication_are_held_out_together() -> None:

@@ -12,6 +12,7 @@ from mcp import Client, MCPError
 
 from server import create_server
 from tools import build_dag
+from tools.estimate.track_record import WARN_BIAS
 
 pytestmark = pytest.mark.anyio
 
@@ -335,7 +336,10 @@ async def test_estimate_sla_and_search_engine_serving_reach_the_core(client):
     assert not plain["warnings"]  # dense serving TTFT now lands within 20 % of the published median
     moe = {**plan, "model": "mixtral-8x7b", "options": {"allow_expert_tp": True}}
     moe_plain = (await client.call_tool("estimate_performance", {"plan": moe})).structured_content
-    assert any("published TTFT" in w and "MoE" in w for w in moe_plain["warnings"])
+    moe_full = (await client.call_tool("estimate_performance", {"plan": moe, "detail": "full"})).structured_content
+    ttft = next(r for r in moe_full["track_record"] if r["metric"] == "TTFT" and "serving" in r["regime"])
+    warned = any("published TTFT" in w and "MoE" in w for w in moe_plain["warnings"])
+    assert ttft["points"] > 100 and warned == (abs(ttft["median_bias"]) >= WARN_BIAS)  # the summary keeps it
 
     args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
             "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput",

@@ -354,6 +354,7 @@ def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]
     capture size follows --max-num-seqs: the profile's ``default_graph_max_tokens``)."""
     opts = plan.engine_options
     flags = ["--max-num-batched-tokens", str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
+    flags += _scheduler_export(plan, "vllm", notes)
     profile = engine_profile("vllm")
     priced = profile.prefill_graph_max_tokens if opts.graph_max_tokens is None else opts.graph_max_tokens
     if priced != profile.default_graph_max_tokens(max_seqs):
@@ -364,6 +365,21 @@ def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]
             notes.append(f"vLLM before 0.11.1 spells --max-cudagraph-capture-size {priced} as --cuda-graph-sizes "
                          f"{priced}")
     return flags
+
+
+def _scheduler_export(plan: Plan, key: str, notes: list[str]) -> list[str]:
+    """The flag that runs the look-ahead scheduler the way the plan priced it, where that is not the engine's
+    default (``engine_options.scheduler_ahead``)."""
+    want = plan.engine_options.scheduler_ahead
+    sch = engine_profile(key).scheduler
+    if want is None or want == bool(sch.ahead_steps):
+        return []
+    flag = sch.on_flag if want else sch.off_flag
+    if not flag:
+        notes.append(f"engine_options.scheduler_ahead {str(want).lower()}: {_ENGINE_NAMES[key]} has no launch flag "
+                     "for it; the estimate assumed it")
+        return []
+    return [flag]
 
 
 def _other_engine_flags(plan: Plan, engine: str, chunk_flag: str, notes: list[str]) -> list[str]:
@@ -487,6 +503,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
     argv += _dtype_flags(plan, notes, "sglang")
     argv += _other_engine_flags(plan, "SGLang", "--chunked-prefill-size", notes)
+    argv += _scheduler_export(plan, "sglang", notes)
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)
@@ -520,6 +537,8 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
+    if plan.engine_options.scheduler_ahead is not None:
+        config["disable_overlap_scheduler"] = not plan.engine_options.scheduler_ahead
     if config:
         base += ["--config", TRTLLM_CONFIG_FILE]
         notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
@@ -797,6 +816,8 @@ def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
     out = {key: str(config[name]) for name, key in _TRTLLM_CONFIG_KEYS.items() if name in config}
     if config.get("enable_attention_dp") is True:
         out["adp_on"] = "1"
+    if isinstance(config.get("disable_overlap_scheduler"), bool):  # the trtllm profile's scheduler switch
+        out["ahead_off" if config["disable_overlap_scheduler"] else "ahead_on"] = "1"
     kv = config.get("kv_cache_config")
     if isinstance(kv, dict) and isinstance(kv.get("dtype"), str):
         out["kv"] = kv["dtype"]
@@ -894,9 +915,19 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
     return None
 
 
-def _engine_options(values: dict[str, str], engine: str, graph_max: int | None, notes: list[str]) -> dict[str, int]:
-    """plan.engine_options from the flags: the step's token budget and the largest graphed pass."""
-    out: dict[str, int] = {}
+def _scheduler_flags(engine: str) -> dict[str, str]:
+    """The launch flags that switch the engine's look-ahead scheduler on or off (profile ``scheduler``)."""
+    sch = engine_profile(engine).scheduler
+    return {flag: key for flag, key in ((sch.on_flag, "ahead_on"), (sch.off_flag, "ahead_off")) if flag}
+
+
+def _engine_options(values: dict[str, str], engine: str, graph_max: int | None,
+                    notes: list[str]) -> dict[str, int | bool]:
+    """plan.engine_options from the flags: the step's token budget, the largest graphed pass and whether the
+    scheduler runs a step ahead (set only when a flag says so)."""
+    out: dict[str, int | bool] = {}
+    if "ahead_off" in values or "ahead_on" in values:
+        out["scheduler_ahead"] = "ahead_off" not in values
     if "chunk" in values:
         try:
             chunk = int(values["chunk"])
@@ -928,6 +959,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     dotted: dict[str, Any] = {}
     switch = engine_profile(engine).overlap.launch_flag
     overlap_flag = {switch: "overlap_on"} if switch else {}
+    overlap_flag.update(_scheduler_flags(engine))
     if engine == "vllm":
         args, dotted = _compile_dotted(args)
         args, sizes = _graph_lists(vllm_dashes(args))

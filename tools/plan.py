@@ -96,11 +96,14 @@ class EngineOptions(_Strict):
     """Serving-engine settings the estimate depends on; unset ones take the engine profile's value."""
 
     max_batched_tokens: int | None = Field(
-        None, ge=1, le=MAX_SEQ_LEN, description="tokens one engine step may carry, prompt chunks and decodes together "
-        "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM --max_num_tokens)")
+        None, ge=1, le=MAX_SEQ_LEN, description="tokens per engine step, prompt chunks and decodes (vLLM "
+        "--max-num-batched-tokens, SGLang --chunked-prefill-size, TRT-LLM --max_num_tokens)")
     graph_max_tokens: int | None = Field(
-        None, ge=0, le=MAX_SEQ_LEN, description="largest forward pass the engine replays as a captured CUDA graph "
-        "(vLLM's largest capture size; 0: none); a prefill pass above it runs eagerly")
+        None, ge=0, le=MAX_SEQ_LEN, description="largest pass replayed as a CUDA graph (vLLM's largest capture size; "
+        "0: none); larger prefills run eagerly")
+    scheduler_ahead: bool | None = Field(
+        None, description="scheduler runs a step ahead (vLLM async, SGLang/TRT-LLM overlap "
+        "scheduling): a new request waits a step more")
 
 
 class HFModel(_Strict):

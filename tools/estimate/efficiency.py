@@ -128,7 +128,8 @@ def efficiency_for(accel_id: str, overlay: Overlay = None, engine: str = "generi
 
 
 # plan.engine_options fields and the efficiency keys they set
-ENGINE_OPTION_KEYS = {"max_batched_tokens": "prefill_chunk_tokens", "graph_max_tokens": "prefill_graph_max_tokens"}
+ENGINE_OPTION_KEYS = {"max_batched_tokens": "prefill_chunk_tokens", "graph_max_tokens": "prefill_graph_max_tokens",
+                      "scheduler_ahead": "scheduler_ahead_steps"}
 
 
 def plan_efficiency(plan: Any, overlay: Overlay = None) -> dict[str, float]:

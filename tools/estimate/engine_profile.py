@@ -64,6 +64,15 @@ class Overlap(_Strict):
                         "no such switch")
 
 
+class Scheduler(_Strict):
+    ahead_steps: int = Field(
+        ge=0, le=1, description="steps the scheduler runs ahead of the GPU: 1 when it prepares step n+1 while step n "
+                                "runs (overlap / async scheduling), so a request arriving under load misses the step "
+                                "already prepared and waits one step more before its prefill; 0: it joins the next")
+    on_flag: str = Field("", description="launch flag that turns it on where the default is off; empty: none")
+    off_flag: str = Field("", description="launch flag that turns it off; empty: none (or a config key, see sources)")
+
+
 class EngineProfile(_Strict):
     id: str
     name: str
@@ -90,6 +99,7 @@ class EngineProfile(_Strict):
     allreduce: AllReduceImpl
     alltoall: AllToAllImpl
     overlap: Overlap
+    scheduler: Scheduler
     kv_admission: Literal["reserve_full", "on_demand"] = Field(
         description="how the scheduler admits a request into the KV cache: reserve_full holds room for the prompt "
                     "and every output token before it starts (never evicts); on_demand takes pages as tokens "
@@ -124,6 +134,7 @@ class EngineProfile(_Strict):
             "experts_low_precision_math": 1.0 if k & {"fp8_grouped_gemm", "deepgemm"} else 0.0,
             "mla_decode_flash": 1.0 if "flashmla" in k else 0.0,
             "kv_reserved_output_fraction": 1.0 if self.kv_admission == "reserve_full" else 0.5,
+            "scheduler_ahead_steps": float(self.scheduler.ahead_steps),
         }
 
     def default_graph_max_tokens(self, max_seqs: int) -> int:
@@ -144,7 +155,7 @@ ENGINE_KEYS = frozenset({
     "layer_overhead_us", "decode_layer_overhead_us", "prefill_host_us_per_kernel", "prefill_graph_max_tokens",
     "fused_moe_block_fp8_memory_efficiency", "allreduce_min_us",
     "alltoall_min_us", "dispatch_bytes", "alltoall_node_dedup", "tp_overlap_fraction", "ep_overlap_fraction",
-    "experts_low_precision_math", "mla_decode_flash", "kv_reserved_output_fraction"})
+    "experts_low_precision_math", "mla_decode_flash", "kv_reserved_output_fraction", "scheduler_ahead_steps"})
 
 
 @cache

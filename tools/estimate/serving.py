@@ -17,10 +17,12 @@ An engine that replays captured graphs up to a size (vLLM, ``prefill_graph_max_t
 when the request's prompt fits that size (the decode tokens riding along are not counted).
 
 TPOT is one step.  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C`` tokens (the step's
-token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus
+token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus the steps
+the scheduler has already prepared (``a`` = ``scheduler_ahead_steps``: 1 for an engine that schedules step n+1
+while step n runs, as vLLM's async and SGLang's and TensorRT-LLM's overlap schedulers do), plus
 ``ceil(input_len / chunk)`` steps, plus its own prefill work:
 
-    ttft = step / 2 + chunks * decode_step(C) + prefill_pass(1 request)
+    ttft = (1/2 + a) * step + chunks * decode_step(C) + prefill_pass(1 request)
 
 A lone client (``C = 1``) finds the engine idle and shares no step: its TTFT is its prefill pass.
 
@@ -161,7 +163,8 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill: Pre
     host_wait = mixed * max(0.0, prefill.host_ms - decode_ms - prompts / mixed * work) if prefill.host_ms else 0.0
     step = decode_ms + prompts * work + host_wait
     chunks = math.ceil(wl.input_len / chunk)
-    service_ttft = prefill.ms if concurrency == 1 else step / 2 + chunks * decode_ms + prefill.ms
+    ahead = eff["scheduler_ahead_steps"]
+    service_ttft = prefill.ms if concurrency == 1 else (0.5 + ahead) * step + chunks * decode_ms + prefill.ms
     queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * step)
     ttft = queue + service_ttft
     per_replica = running / (step / 1e3)
