@@ -794,10 +794,14 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     if wl.batch_size > 1:
         out.append("throughput: static batch (all sequences start and finish together), prefill included")
         if not layout.disaggregated:
+            ahead = e["scheduler_ahead_steps"]
             out.append("serving TTFT under load: ttft_ms has arrivals spread over time (benchmarks whose clients "
-                       "vary their lengths measure about this median on dense models; MoE prefill runs about 2x "
-                       "slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
-                       "closed-loop clients land between the two or above (README, accuracy)")
+                       "vary their lengths measure about this median; the track record says how far MoE prefill "
+                       "ran slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
+                       "closed-loop clients land between the two or above (README, accuracy); "
+                       + (f"the scheduler runs {ahead:g} step ahead of the GPU, so a new request waits that step too "
+                          "(plan.engine_options.scheduler_ahead)" if ahead else
+                          "the scheduler picks each step after the previous one (plan.engine_options.scheduler_ahead)"))
             out.append(f"serving step budget: {e['prefill_chunk_tokens']:g} tokens per engine step, decodes and "
                        "prompt chunks together (plan.engine_options.max_batched_tokens)")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
