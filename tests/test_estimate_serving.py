@@ -216,3 +216,15 @@ def test_a_scheduler_one_step_ahead_costs_a_new_request_one_step(engine: str) ->
     assert lone_on is not None and lone_off is not None and lone_on.ttft_ms == lone_off.ttft_ms
     default = estimate_performance(plan=plan(32, engine=engine)).serving
     assert default is not None and default.ttft_ms == on.ttft_ms  # all three schedule ahead by default
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm-cpp"])
+def test_a_burst_that_fits_one_step_waits_for_the_whole_step(engine: str) -> None:
+    """Prompts that share a step get their first token together when it ends: 20 prompts of 200 tokens arriving
+    at once fit one 8k-token step, so their lockstep TTFT is that whole step, near the static prefill of the same
+    batch in one pass (not half of it, as first come first served over a continuous queue would give)."""
+    p = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1},
+         "engine": engine, "workload": {"input_len": 200, "output_len": 200, "batch_size": 20}}
+    e = estimate_performance(plan=p)
+    assert e.serving is not None and e.serving.running == 20
+    assert 0.7 * e.prefill_latency_ms <= e.serving.ttft_lockstep_ms <= 1.05 * e.prefill_latency_ms

@@ -30,10 +30,13 @@ That TTFT assumes arrivals spread over time (independent users).  Benchmark clie
 lengths in a closed loop start together, finish together and come back together, so their prompts arrive in one
 burst: ``ttft_lockstep_ms`` is the mean TTFT of such a burst of the running requests, prefilled in steps of
 ``prefill_chunk_tokens`` tokens that carry no decodes (each step pays the host cost and the weight read once),
-request ``k`` waiting for the ``k - 1`` prompts ahead of it:
+request ``k`` waiting for the ``k - 1`` prompts ahead of it and for the rest of the step its prompt ends in (the
+prompts that share a step all get their first token when the whole step is done: on average half a step of
+tokens more, and the whole burst when it fits one step):
 
     n = max(1, (R + 1) * P / (2 * chunk) + 1/2)
-    lockstep = n * (prefill_step_overhead + weights_ms) + max((R + 1) / 2 * P * m, n * host_ms)
+    tokens = min(R * P, (R + 1) / 2 * P + chunk / 2)
+    lockstep = n * (prefill_step_overhead + weights_ms) + max(tokens * m, n * host_ms)
 
 with ``R`` running requests, ``P`` = input_len, ``m`` one prompt token's share of a prefill pass beyond those
 fixed costs (GPU work only) and ``host_ms`` an eager engine's launch time per step (0 otherwise).  Clients that
@@ -187,8 +190,10 @@ def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill: Prefill
     p = plan.workload.input_len
     fixed = eff["step_overhead_ms"] + shared_ms
     per_token = max(0.0, prefill.ms - prefill.wait_ms - fixed) / p
-    mean_steps = max(1.0, (running + 1) * p / (2 * max(1.0, eff["prefill_chunk_tokens"])) + 0.5)  # each needs one
-    return mean_steps * fixed + max((running + 1) / 2 * p * per_token, mean_steps * prefill.host_ms)
+    chunk = max(1.0, eff["prefill_chunk_tokens"])
+    mean_steps = max(1.0, (running + 1) * p / (2 * chunk) + 0.5)  # each needs one
+    tokens = min(running * p, (running + 1) / 2 * p + chunk / 2)  # up to the end of the step its prompt ends in
+    return mean_steps * fixed + max(tokens * per_token, mean_steps * prefill.host_ms)
 
 
 def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float, eff: dict[str, float] | None = None,
