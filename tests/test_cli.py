@@ -53,3 +53,16 @@ def test_unreadable_or_malformed_plan_file_is_a_field_error(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["export", str(bad), "--engine", "vllm"]) == 2
     assert "plan_file: not valid JSON" in capsys.readouterr().err
+
+
+def test_engine_options_from_flags_reach_the_serving_estimate(capsys):
+    """--no-scheduler-ahead prices a vLLM server launched with --no-async-scheduling: a new request under load
+    waits one step less, the step itself is unchanged."""
+    base = ["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "8", "--batch", "32",
+            "--engine", "vllm", "--json"]
+    assert main(base) == 0
+    ahead = json.loads(capsys.readouterr().out)["serving"]
+    assert main([*base, "--no-scheduler-ahead"]) == 0
+    now = json.loads(capsys.readouterr().out)["serving"]
+    assert now["tpot_ms"] == ahead["tpot_ms"]
+    assert abs(ahead["ttft_ms"] - now["ttft_ms"] - ahead["step_ms"]) < 1e-6 * ahead["ttft_ms"]

@@ -45,6 +45,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="engine's token budget per step (plan.engine_options; vLLM --max-num-batched-tokens)")
     p.add_argument("--graph-max-tokens", type=int,
                    help="largest pass the engine replays as a CUDA graph (plan.engine_options; 0: none)")
+    p.add_argument("--scheduler-ahead", action=argparse.BooleanOptionalAction, default=None,
+                   help="the engine schedules a step ahead of the GPU (plan.engine_options; default: the engine "
+                        "profile's, on for vllm, sglang and trtllm)")
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
@@ -120,7 +123,7 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
     for key in ("dtype", "kv_dtype", "weights", "objective", "engine"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
-    for key in ("max_batched_tokens", "graph_max_tokens"):
+    for key in ("max_batched_tokens", "graph_max_tokens", "scheduler_ahead"):
         if getattr(args, key, None) is not None:
             plan.setdefault("engine_options", {})[key] = getattr(args, key)
     return plan
