@@ -197,6 +197,8 @@ class CostModel:
             mxfp4_eff or self.eff["compute_efficiency_experts"]
         self.expert_half_width = self.eff["experts_half_speed_width_block_fp8" if block_eff else
                                           "experts_half_speed_width"]
+        if upcast and self.eff["fp4_upcast_expert_compute_efficiency"] > 0:  # that kernel's own narrow-slice law
+            self.expert_half_width = self.eff["fp4_upcast_expert_half_speed_width"]
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
