@@ -278,10 +278,13 @@ def _pinned(devices: list[int] | range, gpus_per_node: int, total_gpus: int) -> 
     return env, f"nodes {nodes[0]}-{nodes[-1]}, one process per node, with {per_node}"
 
 
-def _pinned_line(env: str, where: str | None, argv: list[str], label: str) -> str:
-    """One shell line of a pinned server, after a comment naming its node(s) when there are several."""
+def _pinned_line(env: str, where: str | None, argv: list[str], label: str, heading: bool = False) -> str:
+    """One shell line of a pinned server, after a comment naming its node(s) when there are several (and naming
+    ``label`` anyway with ``heading``)."""
     line = f"{env} {shlex.join(argv)}"
-    return f"# {label} on {where}\n{line}" if where else line
+    if not (where or heading):
+        return line
+    return f"# {label}" + (f" on {where}" if where else "") + f"\n{line}"
 
 
 def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
@@ -537,8 +540,9 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
-    if plan.engine_options.scheduler_ahead is not None:
-        config["disable_overlap_scheduler"] = not plan.engine_options.scheduler_ahead
+    off_key = engine_profile("trtllm").scheduler.off_config_key
+    if plan.engine_options.scheduler_ahead is not None and off_key:
+        config[off_key] = not plan.engine_options.scheduler_ahead
     if config:
         base += ["--config", TRTLLM_CONFIG_FILE]
         notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
@@ -647,8 +651,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
                 full += ["--port", str(port)]
             port += 1
             argvs.append(full)
-            lines.append(f"# {phase} pool" + (f" on {where}" if where else "") + "\n" + env + " "
-                         + shlex.join(full[1:]))
+            lines.append(_pinned_line(env, where, full[1:], f"{phase} pool", heading=True))
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes)
 
 
@@ -816,8 +819,9 @@ def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
     out = {key: str(config[name]) for name, key in _TRTLLM_CONFIG_KEYS.items() if name in config}
     if config.get("enable_attention_dp") is True:
         out["adp_on"] = "1"
-    if isinstance(config.get("disable_overlap_scheduler"), bool):  # the trtllm profile's scheduler switch
-        out["ahead_off" if config["disable_overlap_scheduler"] else "ahead_on"] = "1"
+    off_key = engine_profile("trtllm").scheduler.off_config_key
+    if off_key and isinstance(config.get(off_key), bool):
+        out["ahead_off" if config[off_key] else "ahead_on"] = "1"
     kv = config.get("kv_cache_config")
     if isinstance(kv, dict) and isinstance(kv.get("dtype"), str):
         out["kv"] = kv["dtype"]
@@ -958,14 +962,14 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     sizes: list[int] | None = None
     dotted: dict[str, Any] = {}
     switch = engine_profile(engine).overlap.launch_flag
-    overlap_flag = {switch: "overlap_on"} if switch else {}
-    overlap_flag.update(_scheduler_flags(engine))
+    switches = {switch: "overlap_on"} if switch else {}
+    switches.update(_scheduler_flags(engine))
     if engine == "vllm":
         args, dotted = _compile_dotted(args)
         args, sizes = _graph_lists(vllm_dashes(args))
-        values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **overlap_flag}, _VLLM_REFUSE, "vLLM")
+        values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM")
     else:
-        values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **overlap_flag}, _SGLANG_REFUSE,
+        values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
                                        "SGLang")
     repo = positional or values.get("model")
     if not repo:

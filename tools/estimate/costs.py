@@ -191,14 +191,14 @@ class CostModel:
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
         # grouped expert GEMMs: a figure for the weight format where one is known, else the generic one; block-fp8
         # experts (never upcast: their format is fp8) bring their own narrow-slice law with their figure
+        upcast_eff = self.eff["fp4_upcast_expert_compute_efficiency"] if upcast else 0.0
         block_eff = self.eff["compute_efficiency_experts_block_fp8"] if self.block_fp8 else 0.0
         mxfp4_eff = self.eff["compute_efficiency_experts_mxfp4"] if self.mxfp4_experts and not upcast else 0.0
-        self.expert_compute_eff = (upcast and self.eff["fp4_upcast_expert_compute_efficiency"]) or block_eff or \
-            mxfp4_eff or self.eff["compute_efficiency_experts"]
-        self.expert_half_width = self.eff["experts_half_speed_width_block_fp8" if block_eff else
+        self.expert_compute_eff = upcast_eff or block_eff or mxfp4_eff or self.eff["compute_efficiency_experts"]
+        # each figure's narrow-slice law: the upcast kernel's and block-fp8's own, else the generic one
+        self.expert_half_width = self.eff["fp4_upcast_expert_half_speed_width" if upcast_eff else
+                                          "experts_half_speed_width_block_fp8" if block_eff else
                                           "experts_half_speed_width"]
-        if upcast and self.eff["fp4_upcast_expert_compute_efficiency"] > 0:  # that kernel's own narrow-slice law
-            self.expert_half_width = self.eff["fp4_upcast_expert_half_speed_width"]
 
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)

@@ -70,7 +70,9 @@ class Scheduler(_Strict):
                                 "runs (overlap / async scheduling), so a request arriving under load misses the step "
                                 "already prepared and waits one step more before its prefill; 0: it joins the next")
     on_flag: str = Field("", description="launch flag that turns it on where the default is off; empty: none")
-    off_flag: str = Field("", description="launch flag that turns it off; empty: none (or a config key, see sources)")
+    off_flag: str = Field("", description="launch flag that turns it off; empty: none")
+    off_config_key: str = Field("", description="boolean option of the engine's config file that turns it off when "
+                                                "true (TensorRT-LLM's --config YAML); empty: none")
 
 
 class EngineProfile(_Strict):
