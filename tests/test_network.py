@@ -84,3 +84,34 @@ def test_bad_network_fields_are_named():
     with pytest.raises(PdagInputError) as err:
         parse_plan(_wide_ep(spine_oversubscription=0.5))
     assert "hardware.network.spine_oversubscription" in str(err.value)
+
+
+MI300X = load_accelerator("mi300x")
+
+
+def test_an_xgmi_mesh_gives_a_small_group_only_its_own_links():
+    """MI300X's eight GPUs are a full mesh of single 64 GB/s links (AMD's RCCL/xGMI blog): TP2 talks over one link
+    of seven, TP8 over all seven; NVLink's switch gives every group the whole bandwidth."""
+    c = Cluster(accelerator=MI300X, num_gpus=8, gpus_per_node=8)
+    full = MI300X.intra_node.bandwidth_bytes_per_s
+    assert c.link_for([0, 1]).bandwidth_bytes_per_s == pytest.approx(64e9)
+    assert c.link_for([0, 1, 2, 3]).bandwidth_bytes_per_s == pytest.approx(3 / 7 * full)
+    assert c.link_for(list(range(8))).bandwidth_bytes_per_s == pytest.approx(full)
+    assert cluster(8).link_for([0, 1]) == H100.intra_node
+
+
+def test_tp2_prefill_on_an_xgmi_mesh_waits_longer_on_its_all_reduce_than_on_nvlink():
+    def comm_ms(gpu: str) -> float:
+        est = estimate_performance(plan={"model": "llama-3.1-70b", "hardware": {"gpu": gpu, "num_gpus": 2},
+                                         "parallel": {"tp": 2}, "dtype": "fp8",
+                                         "workload": {"input_len": 4096, "output_len": 16, "batch_size": 1}})
+        return est.prefill.communication_ms
+    assert comm_ms("mi300x") > 4 * comm_ms("h100-sxm")
+
+
+@given(st.integers(min_value=2, max_value=8), st.integers(min_value=2, max_value=8))
+@settings(max_examples=40, deadline=None)
+def test_a_wider_group_on_a_mesh_never_gets_less_bandwidth(a, b):
+    c = Cluster(accelerator=MI300X, num_gpus=8, gpus_per_node=8)
+    lo, hi = sorted((a, b))
+    assert c.link_for(list(range(lo))).bandwidth_bytes_per_s <= c.link_for(list(range(hi))).bandwidth_bytes_per_s

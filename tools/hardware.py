@@ -46,6 +46,17 @@ class Link(_Frozen):
     kind: Literal["nvlink", "xgmi", "pcie", "infiniband", "ethernet", "roce"]
     bandwidth_bytes_per_s: float = Field(ge=1e6, le=1e15, description="per GPU, one direction; >= 1 MB/s")
     latency_us: float = Field(ge=0, le=1e6)
+    mesh_links: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
+                                   description="point-to-point links per GPU in a fully connected mesh (one per "
+                                   "peer); null for a switched fabric, where every peer gets the full bandwidth")
+
+    def for_group(self, gpus: int) -> Link:
+        """The bandwidth a collective over ``gpus`` GPUs of one mesh gets: only the links to its gpus - 1 peers
+        carry traffic, so TP2 on an 8-GPU xGMI mesh moves data over one link of seven."""
+        if not self.mesh_links or gpus - 1 >= self.mesh_links:
+            return self
+        share = max(1, gpus - 1) / self.mesh_links
+        return self.model_copy(update={"bandwidth_bytes_per_s": self.bandwidth_bytes_per_s * share})
 
 
 class DenseTflops(_Frozen):
@@ -172,7 +183,7 @@ class Cluster(_Frozen):
         hop to the GPU on its rail."""
         domains = {self.domain_of(g) for g in gpu_ids}
         if len(domains) <= 1:
-            return self.accelerator.intra_node
+            return self.accelerator.intra_node.for_group(len(set(gpu_ids)))
         net, nw = self.accelerator.inter_node, self.network
         extra_us, share = 0.0, 1.0
         if len({self.node_of(g) // self.nodes_per_leaf for g in gpu_ids}) > 1:

@@ -534,7 +534,7 @@ class CostModel:
         c = self.plan.cluster
         gpn = max(1, min(c.gpus_per_node, n))
         nodes = max(1, math.ceil(n / gpn)) if self.crosses_nodes(devices) else 1
-        intra = self.plan.accelerator.intra_node
+        intra = self.plan.accelerator.intra_node.for_group(gpn)
         nvl_bw = intra.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
         floor = e["alltoall_min_us"] * 1e-6
         if nodes == 1:
