@@ -162,12 +162,17 @@ def test_ffn_node_cost_by_hand() -> None:
     attrs = {"type": "FFNNode", "phase": "prefill", "devices": [0], "meta": {"of": 2}, "layer": 0}
     c = m.cost(attrs, 1)
     tok, h, i_l = 4096, 4096, 14336 / 2
-    flops = 2 * tok * h * 3 * i_l
     peak = 989.5e12 * e["compute_efficiency_gemm"]
-    # compute-bound: the two GEMMs at peak*eff (their weight loads add in quadrature, a fraction of a percent
-    # here) plus a memory-bound activation kernel and 3 launches
+    a, b, ref = e["gemm_half_speed_n"], e["gemm_half_speed_k"], e["gemm_reference_width"]
+
+    def speed(n: float, k: float) -> float:  # the narrow-GEMM law, relative to the reference square GEMM
+        return n / (n + a) * k / (k + b) / (ref / (ref + a) * ref / (ref + b))
+
+    gemms = 2 * tok * h * 2 * i_l / speed(2 * i_l, h) + 2 * tok * i_l * h / speed(h, i_l)
+    # compute-bound: the two GEMMs at peak*eff times their shape's speed (their weight loads add in quadrature, a
+    # fraction of a percent here) plus a memory-bound activation kernel and 3 launches
     act = tok * 3 * i_l * 2 / (3.35e12 * e["small_gemm_memory_efficiency"])
-    assert c.seconds == pytest.approx(flops / peak + act + 3 * e["kernel_overhead_us"] * 1e-6, rel=0.02)
+    assert c.seconds == pytest.approx(gemms / peak + act + 3 * e["kernel_overhead_us"] * 1e-6, rel=0.02)
     assert c.kind == "compute"
 
 

@@ -311,6 +311,27 @@ def test_nvfp4_gemms_on_b200_run_at_their_published_speed() -> None:
     assert gemm_us("fp8", 8192, 8192, 8192) == pytest.approx(504.0, rel=0.20)
 
 
+# NVIDIA AIConfigurator's GEMM tables (ai-dynamo/aiconfigurator@095f58a51c, systems/data/<gpu>/gemm/<engine>/
+# gemm_perf.parquet, fp8 rows at 8,192 tokens): the per-FLOP speed of Llama-3-70B's four projections (qkv, o,
+# gate_up, down) at TP8 over their speed at TP1, from the summed times (derived; sizes between grid points
+# log-interpolated).
+TP8_OVER_TP1_FP8 = {("h200", "trtllm"): 0.83, ("h200", "vllm"): 0.85, ("b200", "trtllm"): 0.68}
+
+
+@pytest.mark.parametrize(("gpu", "engine"), list(TP8_OVER_TP1_FP8))
+def test_narrow_fp8_projections_slow_down_like_the_published_tables(gpu: str, engine: str) -> None:
+    """A 70B model's fp8 projections lose speed per FLOP as TP narrows them (qkv 1,280 wide and o-proj 1,024 deep
+    at TP8): priced within 15 % of each engine's table, where one flat figure says they keep their speed."""
+    def speed(tp: int) -> float:
+        p = parse_plan({**plan("llama-3.1-70b", gpu, tp, dtype="fp8", tp=tp), "engine": engine})
+        m = CostModel(p, Layout(p), efficiency_for(gpu, None, engine), False)
+        h, inter = 8192, 28672
+        shapes = [(10240 // tp, h), (h, h // tp), (2 * inter // tp, h), (h, inter // tp)]
+        return sum(n * k for n, k in shapes) / sum(n * k / m.gemm_speed(n, k) for n, k in shapes)
+
+    assert speed(8) / speed(1) == pytest.approx(TP8_OVER_TP1_FP8[(gpu, engine)], rel=0.15)
+
+
 def test_sliding_window_attention_runs_at_its_window_length() -> None:
     """gpt-oss's sliding layers attend over 128 keys: their prefill attention runs at the kernel's speed for a
     128-token sequence, far below the full layers' speed for the whole prompt."""

@@ -171,6 +171,10 @@ class CostModel:
         fp4 = format_info(fmt)["compute"] == "fp4" and self.gemm_dtype not in ("bf16", "fp16")
         self.eff_gemm = (fp4 and e["compute_efficiency_gemm_fp4"]) or \
             (e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") else e["compute_efficiency_gemm"])
+        cls = "_fp4" if fp4 else ("_fp8" if self.gemm_dtype in ("fp8", "int8") else "")
+        self.gemm_half = (e["gemm_half_speed_n" + cls], e["gemm_half_speed_k" + cls])
+        ref = e["gemm_reference_width"]
+        self.gemm_ref_speed = self._narrow(ref, ref)
         self.blend = max(1.0, e["roofline_blend_exponent"])
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
         self.peak_expert = acc.peak_flops(expert_gemm_dtype(plan))  # experts-only checkpoints (gpt-oss MXFP4)
@@ -200,6 +204,19 @@ class CostModel:
                                           "experts_half_speed_width_block_fp8" if block_eff else
                                           "experts_half_speed_width"]
 
+    def _narrow(self, n: float, k: float) -> float:
+        a, b = self.gemm_half
+        return n / (n + a) * k / (k + b)
+
+    def gemm_speed(self, n: float, k: float) -> float:
+        """A dense GEMM's speed relative to the catalog's figure, by its per-GPU output width ``n`` and reduction
+        depth ``k``: narrow GEMMs leave tiles idle and spend longer in prologue and epilogue, the more so the
+        faster their math (low precision), so speed ~ n / (n + a) * k / (k + b) relative to a square GEMM of
+        ``gemm_reference_width``, whose speed the catalog states; wider or deeper ones run faster than it."""
+        if not (self.gemm_half[0] or self.gemm_half[1]) or n <= 0 or k <= 0:
+            return 1.0
+        return self._narrow(n, k) / self.gemm_ref_speed
+
     def gemm_compute_dtype(self) -> str:
         """fp8/int8 weights use those tensor cores when the GPU has them; otherwise (int4, or fp8 on Ampere)
         weights are de-quantised in the kernel and the math runs in 16-bit (weight-only quantisation)."""
@@ -223,7 +240,7 @@ class CostModel:
                 low = e["experts_low_precision_math"] >= 0.5
                 peak = (self.peak_expert if low else self.peak_attn) * self.expert_compute_eff * k.speed_scale
             else:
-                peak = self.peak_gemm * self.eff_gemm
+                peak = self.peak_gemm * self.eff_gemm * k.speed_scale
             if k.memory_efficiency:  # a kernel with its own published streaming rate
                 bw = self.hbm * k.memory_efficiency
             else:
@@ -327,9 +344,10 @@ class CostModel:
             i_l = inter / max(1, int(meta.get("of", 1)))
             return self.run(phase, [
                 Kernel(2 * tok * h * 2 * i_l, 2 * h * i_l * self.wb + tok * (h + 2 * i_l) * ab, small=small,
-                       block_gemms=1),
+                       block_gemms=1, speed_scale=self.gemm_speed(2 * i_l, h)),
                 Kernel(tok * 2 * i_l, tok * 3 * i_l * ab, small=True),
-                Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small, block_gemms=1),
+                Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small, block_gemms=1,
+                       speed_scale=self.gemm_speed(h, i_l)),
             ])
         if ntype == T.EXPERT:
             return self.expert(tok, attrs, meta, small)
@@ -389,9 +407,11 @@ class CostModel:
             kvb_w = kvl * hq * (nope + vd)
             o_w = hq * vd * h
             kernels = [Kernel(2 * tok * (q_w + kva_w), (q_w + kva_w) * wb + tok * (h + hq * qk + kvl + rope) * ab,
-                              small=small, block_gemms=2 if ql else 1)]  # fused q_a/kv_a, then q_b
+                              small=small, block_gemms=2 if ql else 1,  # fused q_a/kv_a, then q_b
+                              speed_scale=self.gemm_speed((q_w + kva_w) / h, h))]
             if phase == "prefill":  # naive form: expand the latent to per-head K and V
-                kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab))
+                kernels.append(Kernel(2 * tok * kvb_w, kvb_w * wb + tok * (kvl + hq * (nope + vd)) * ab,
+                                      speed_scale=self.gemm_speed(hq * (nope + vd), kvl)))
                 kernels.append(Kernel(2 * tok * keys * hq * (qk + vd),
                                       tok * hq * (2 * qk + 2 * vd) * ab, attention=True,
                                       speed_scale=self.eff["mla_prefill_attention_speed"] *
@@ -404,14 +424,15 @@ class CostModel:
                                       floor_s=self.eff["mla_decode_floor_us"] * 1e-6))
                 kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
                                       small=True))
-            kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1))
+            kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1,
+                                  speed_scale=self.gemm_speed(h, hq * vd)))
             return self.run(phase, kernels)
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
         qkv_w = h * (hq + 2 * hkv) * d
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
-                          block_gemms=1)]
+                          block_gemms=1, speed_scale=self.gemm_speed((hq + 2 * hkv) * d, h))]
         if phase == "prefill":
             kernels.append(Kernel(4 * tok * keys * hq * d, tok * (2 * hq + 2 * hkv) * d * ab, attention=True,
                                   sliding=sliding, speed_scale=self.prefill_attention_occupancy(batch, hq, sp)))
@@ -420,7 +441,8 @@ class CostModel:
             reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)
             kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb * reread
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
-        kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1))
+        kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1,
+                              speed_scale=self.gemm_speed(h, hq * d)))
         return self.run(phase, kernels)
 
     def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
