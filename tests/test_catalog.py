@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -224,3 +225,18 @@ def test_rule_thresholds_are_catalog_data(monkeypatch) -> None:
     edited["SP-LONG-CONTEXT-ONLY"]["parameters"]["min_input_len"] = 2048
     monkeypatch.setattr(registry, "catalog", lambda: edited)
     assert "SP-LONG-CONTEXT-ONLY" not in ids()
+
+
+DATA_FILES = sorted([*knowledge.ROOT.rglob("*.json"), *(knowledge.ROOT.parent / "evals").rglob("*.json")])
+
+
+@pytest.mark.parametrize("path", DATA_FILES, ids=lambda p: str(p.relative_to(knowledge.ROOT.parent)))
+def test_data_files_name_each_key_once(path) -> None:
+    """A key written twice in one object loads as the last copy and silently drops the first (a merged source
+    text, an efficiency figure): every data file keeps each key once."""
+    def no_repeats(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), f"{path}: repeated keys {sorted({k for k in keys if keys.count(k) > 1})}"
+        return dict(pairs)
+
+    json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_repeats)
