@@ -533,6 +533,20 @@ def test_upcast_fp4_expert_prefill_matches_gpustacks_saturated_hopper_runs() -> 
     assert prefill(8_000, model="mixtral-8x7b") == pytest.approx(prefill(8_000, model="mixtral-8x7b", key=0.0))
 
 
+@pytest.mark.parametrize("gpu", ["mi300x", "mi325x"])
+def test_gfx942_runs_mxfp4_experts_through_hoppers_upcast_kernel(gpu: str) -> None:
+    """vLLM picks Triton's bf16 x MXFP4 matmul_ogs on ROCm short of gfx950 with AITER: MI300X/MI325X price gpt-oss's
+    experts with that kernel's figures (Hopper's), not with AITER's bf16 fused MoE, which those runs do not use."""
+    def model(g: str) -> CostModel:
+        p = parse_plan({**plan("gpt-oss-120b", g, 1), "weights": "mxfp4", "engine": "vllm"})
+        return CostModel(p, Layout(p), efficiency_for(g, None, "vllm"), False)
+
+    amd, hopper = model(gpu), model("h200")
+    assert (amd.expert_compute_eff, amd.expert_half_width, amd.expert_mem_eff) == \
+        (hopper.expert_compute_eff, hopper.expert_half_width, hopper.expert_mem_eff)
+    assert amd.expert_compute_eff != amd.eff["compute_efficiency_experts"]
+
+
 def test_upcast_mxfp4_expert_slices_slow_down_like_the_published_kernel() -> None:
     """NVIDIA's AIConfigurator times vLLM 0.19's gpt-oss MoE module on H200 (8,192 tokens, balanced routing) at 0.504
     of the bf16 peak with whole experts (TP1) and 0.412 with 1,440-wide slices (TP2): a sliced expert runs at 0.82
