@@ -770,6 +770,15 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
         "all-reduce takes the fastest of ring, one-shot and two-shot (intra-node) or ring and tree (inter-node)",
         "DP replicas are independent: latency is that of replica 0, throughput scales by dp",
     ]
+    a, b = model.gemm_half
+    if a or b:
+        ref = e["gemm_reference_width"]
+        out.append(f"dense GEMM speed ~ n/(n+{a:g}) x k/(k+{b:g}) relative to the {ref:g}-square GEMM (narrow TP "
+                   "slices run slower per FLOP, wide ones faster; knowledge/hardware/efficiency.json)")
+    mesh = plan.accelerator.intra_node.mesh_links
+    if mesh:
+        out.append(f"intra-node links form a mesh of {mesh} point-to-point links per GPU: a collective over g GPUs "
+                   f"of a node moves data on g - 1 of them (TP2 gets 1/{mesh} of the node's bandwidth)")
     if e["prefill_host_us_per_kernel"] > 0:
         out.append(f"eager prefill: a pass (per pipeline stage) takes at least its kernel launches times "
                    f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound" +
