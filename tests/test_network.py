@@ -115,3 +115,17 @@ def test_a_wider_group_on_a_mesh_never_gets_less_bandwidth(a, b):
     c = Cluster(accelerator=MI300X, num_gpus=8, gpus_per_node=8)
     lo, hi = sorted((a, b))
     assert c.link_for(list(range(lo))).bandwidth_bytes_per_s <= c.link_for(list(range(hi))).bandwidth_bytes_per_s
+
+
+def test_a_kv_hand_off_inside_an_xgmi_mesh_uses_only_the_links_between_the_pools():
+    """Prefill TP2 hands each request's KV to decode TP2 on the same node: each prefill GPU reaches its one decode
+    counterpart over one 64 GB/s link, not the node's 448 GB/s; on an NVLink switch the pair gets the full link."""
+    def hand_off_ms(gpu: str) -> float:
+        est = estimate_performance(plan={
+            "model": "llama-3.1-70b", "hardware": {"gpu": gpu, "num_gpus": 4}, "dtype": "fp8",
+            "parallel": {"tp": 2}, "phases": {"decode": {"tp": 2}}, "options": {"disaggregated": True},
+            "workload": {"input_len": 4096, "output_len": 64, "batch_size": 4}})
+        assert est.kv_transfer is not None and "intra-node" in est.kv_transfer.link
+        return est.kv_transfer.ms
+    mesh, switch = hand_off_ms("mi300x"), hand_off_ms("h100-sxm")
+    assert mesh > 5 * switch

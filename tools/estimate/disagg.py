@@ -69,9 +69,14 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     one_node = max(devices) < cluster.num_gpus and len({cluster.node_of(d) for d in devices}) == 1
     link = cluster.accelerator.intra_node if one_node else cluster.accelerator.inter_node
     where = "intra-node" if one_node else "inter-node"
-    bw = link.bandwidth_bytes_per_s * eff["comm_bandwidth_efficiency"]
     alpha = link.latency_us * eff["comm_latency_scale"] * 1e-6
-    seconds = alpha + batch * max(send, recv) / bw
+    # on a mesh each GPU reaches its counterparts over one link apiece: a sender whose shard goes to k decode GPUs
+    # moves it on k links, a receiver fed by k prefill GPUs takes it on k
+    send_link = link.for_group(1 + ceil(receivers / senders))
+    recv_link = link.for_group(1 + ceil(senders / receivers))
+    eff_bw = eff["comm_bandwidth_efficiency"]
+    seconds = alpha + batch * max(send / (send_link.bandwidth_bytes_per_s * eff_bw),
+                                  recv / (recv_link.bandwidth_bytes_per_s * eff_bw))
     return KvHandoff(logical, wire, send, recv, seconds, f"{link.kind} ({where})")
 
 
