@@ -194,12 +194,12 @@ def test_published_points_are_within_the_ideal_bound() -> None:
 
 
 def test_catalog_accuracy_figures_hold() -> None:
-    """Catalog factors and engine profiles (nothing fitted).  Static-batch points (272): median 8.3 %, p90 27.1 %.
+    """Catalog factors and engine profiles (nothing fitted).  Static-batch points (281): median 7.9 %, p90 25.6 %.
     Serving TPOT and throughput of dense models (581 each: NIM, vLLM, InferenceMAX, the SGLang cookbook and GPUStack
-    at fixed concurrency): 7.6 % / 18.6 % and 7.8 % / 18.1 %.  MoE serving (InferenceMAX gpt-oss-120b and
-    DeepSeek-R1, the SGLang cookbook's DeepSeek and Qwen3 pages, GPUStack's gpt-oss and DeepSeek-R1; 510 each) is held
-    to what the README states: TPOT 12.8 % / 31.5 %, throughput 17.2 % / 46.9 %.  Serving TTFT under load is not
-    held to a bound: it is under-predicted (README)."""
+    at fixed concurrency): 6.8 % / 18.0 % and 7.2 % / 15.5 %.  MoE serving (InferenceMAX gpt-oss-120b and
+    DeepSeek-R1, the SGLang cookbook's DeepSeek and Qwen3 pages, GPUStack's gpt-oss and DeepSeek-R1; 510 each): TPOT
+    9.7 % / 26.6 %, throughput 10.5 % / 28.3 %, held with some margin.  Serving TTFT under load is not held to a
+    bound: the README states how far it misses."""
     rep = accuracy_report(load_measurements(), leave_one_out=False)
     parts = breakdown(rep.rows)
     static = parts["mode: static batch"]
@@ -209,7 +209,7 @@ def test_catalog_accuracy_figures_hold() -> None:
     for metric in ("metric: serving TPOT", "metric: serving throughput"):
         assert dense[metric]["points"] >= 500 and moe[metric]["points"] >= 400
         assert dense[metric]["median_ape"] <= 0.10 and dense[metric]["p90_ape"] <= 0.25, metric
-        assert moe[metric]["median_ape"] <= 0.20 and moe[metric]["p90_ape"] <= 0.50, metric
+        assert moe[metric]["median_ape"] <= 0.15 and moe[metric]["p90_ape"] <= 0.40, metric
     rho = [v for k, v in rep.spearman.items()
            if v == v and not _cold_first_run(k) and not k.startswith((*ENGINE_MISRANKS, MOE_PREFILL_MISRANK))]
     assert len(rho) >= 28 and sum(rho) / len(rho) >= 0.95 and min(rho) >= 0.75
@@ -238,8 +238,8 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
 def test_held_out_figures_meet_the_estimator_targets() -> None:
     """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out) hold for the
     static-batch points: median APE <= 10 %, p90 <= 30 %, no static metric or regime with |median bias| > 10 %
-    (today 8.9 % / 27.1 %, worst bias -6.2 %, e2e).  Dense models' serving TPOT and throughput held out: 9.1 % /
-    24.9 % and 8.6 % / 20.8 %.  About 80 s: every publication is re-fitted in turn."""
+    (today 9.0 % / 25.4 %, worst bias -6.0 %, e2e).  Dense models' serving TPOT and throughput held out: 8.7 % /
+    23.6 % and 8.3 % / 18.0 %.  About 80 s: every publication is re-fitted in turn."""
     rep = _held_out_report()
     static = [r for r in rep.rows if not r.metric.startswith("serving_")]
     parts = breakdown(static, "loso")
