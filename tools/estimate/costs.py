@@ -169,10 +169,10 @@ class CostModel:
         fmt = storage(plan)
         # 4-bit weights on FP4 tensor cores (their GEMMs priced at the stand-in peak), not upcast to 16-bit
         fp4 = format_info(fmt)["compute"] == "fp4" and self.gemm_dtype not in ("bf16", "fp16")
-        self.eff_gemm = (fp4 and e["compute_efficiency_gemm_fp4"]) or \
-            (e["compute_efficiency_gemm_fp8"] if self.gemm_dtype in ("fp8", "int8") else e["compute_efficiency_gemm"])
-        cls = "_fp4" if fp4 else ("_fp8" if self.gemm_dtype in ("fp8", "int8") else "")
-        self.gemm_half = (e["gemm_half_speed_n" + cls], e["gemm_half_speed_k" + cls])
+        low = "_fp8" if self.gemm_dtype in ("fp8", "int8") else ""  # the keys of fp8/int8 GEMMs, else 16-bit ones
+        self.eff_gemm = (fp4 and e["compute_efficiency_gemm_fp4"]) or e["compute_efficiency_gemm" + low]
+        law = "_fp4" if fp4 else low
+        self.gemm_half = (e["gemm_half_speed_n" + law], e["gemm_half_speed_k" + law])
         ref = e["gemm_reference_width"]
         self.gemm_ref_speed = self._narrow(ref, ref)
         self.blend = max(1.0, e["roofline_blend_exponent"])
