@@ -320,6 +320,35 @@ def test_fitted_scales_ignore_a_lone_outlier() -> None:
     assert s["memory"] == pytest.approx(0.5, rel=0.1)
 
 
+def test_each_publication_weighs_the_same_in_a_fit() -> None:
+    """One publication's 20 rows say memory runs 2x faster than priced; two others, 2 rows each, say the catalog is
+    right.  Held-out scoring must not let the long table outvote the two sources that agree."""
+    from tools.estimate.accuracy import Prediction, _fit_scales
+
+    pred = Prediction(10.0, {"compute": 0.0, "memory": 10.0, "communication": 0.0, "overhead": 0.0}, "time")
+    points = ([{"value": 5.0, "source": "a"}] * 20 + [{"value": 10.0, "source": "b"}] * 2
+              + [{"value": 10.0, "source": "c"}] * 2)
+    assert _fit_scales(points, [pred] * len(points))["memory"] == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_part_no_point_measures_keeps_the_catalog() -> None:
+    """Decode-bound points (compute about 1 % of their time) cannot say how fast the GPU computes: the fit leaves
+    that scale alone instead of carrying noise into prefill.  MI300X's static points outside InferenceMAX are such
+    points (ROCm's blog and dev-docker tables, Oracle's 405B runs)."""
+    from tools.estimate.accuracy import Prediction, _determined, fit_scales, publication
+
+    decode = Prediction(10.0, {"compute": 0.1, "memory": 9.9, "communication": 0.0, "overhead": 0.0}, "time")
+    prefill = Prediction(10.0, {"compute": 8.0, "memory": 2.0, "communication": 0.0, "overhead": 0.0}, "time")
+    pts = [{"value": 5.0, "source": s} for s in "ab"]
+    assert _determined(pts, [decode, decode], ("compute", "memory"), 2) == ("memory",)
+    assert _determined(pts, [prefill, decode], ("compute", "memory"), 2) == ()  # each part by one source only
+    assert _determined(pts, [prefill, prefill], ("compute", "memory"), 2) == ("compute",)
+    mi = [p for p in load_measurements() if p["gpu"] == "mi300x" and not p["metric"].startswith("serving_")
+          and "InferenceMAX" not in publication(p)]
+    assert len({publication(p) for p in mi}) >= 2
+    assert fit_scales(mi, rounds=1, min_sources=2, parts=("compute", "memory"))["mi300x"]["compute"] == 1.0
+
+
 @pytest.mark.parametrize("metric, field", [("serving_ttft_ms", "ttft_ms"), ("serving_tpot_ms", "tpot_ms"),
                                            ("serving_output_tokens_per_s", "output_tokens_per_s"),
                                            ("serving_output_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu")])

@@ -45,6 +45,11 @@ held-out scores fit only the compute and memory scales (``HARDWARE_PARTS``): tho
 overheads and collective floors belong to the engine that measured a point (its profile), so a scale fitted on
 other engines' points would carry their quirks to the held-out one.  ``calibrate`` (one user's own measurements,
 one engine) fits all four.
+
+Two guards keep a fit from resting on one publication: every publication weighs the same in the loss (each of its
+points ``1 / n`` of its rows), so a long table does not outvote two short ones that agree; and a part is fitted
+only where at least ``min_sources`` publications have a point in which it makes up ``MATERIAL_SHARE`` of the
+predicted time (decode-bound points say nothing about compute speed).
 """
 
 from __future__ import annotations
@@ -405,8 +410,14 @@ def _fit_scales(points: list[dict[str, Any]], preds: list[Prediction],
     grid = [2 ** (x / 8) for x in range(-24, 25)]  # 1/8 .. 8 in 2^(1/8) steps
     s = dict.fromkeys(PARTS, 1.0)
 
+    counts: dict[str, int] = {}
+    for pt in points:
+        counts[publication(pt)] = counts.get(publication(pt), 0) + 1
+    weights = [1.0 / counts[publication(pt)] for pt in points]
+
     def loss(sc: dict[str, float]) -> float:
-        return sum(abs(math.log(max(_linear(p, sc), 1e-12) / pt["value"])) for p, pt in zip(preds, points, strict=True))
+        return sum(w * abs(math.log(max(_linear(p, sc), 1e-12) / pt["value"]))
+                   for p, pt, w in zip(preds, points, weights, strict=True))
 
     best = loss(s)
     for _ in range(4):
@@ -437,6 +448,23 @@ def scaled_overlay(pt: dict[str, Any], scales: dict[str, float]) -> dict[str, An
     return {"accelerators": {pt["gpu"]: _apply_scales(base, scales)}}
 
 
+MATERIAL_SHARE = 0.3  # a part this large a share of a point's predicted time lets that point measure its speed
+
+
+def _determined(points: list[dict[str, Any]], preds: list[Prediction], parts: tuple[str, ...],
+                min_sources: int) -> tuple[str, ...]:
+    """The parts the points can measure: those that make up at least ``MATERIAL_SHARE`` of the predicted time of
+    some point in each of ``min_sources`` publications.  A compute scale fitted to decode-bound points, where
+    compute is 1 % of the time, is noise that the fit is free to blow up (and then carries to prefill)."""
+    out = []
+    for k in parts:
+        srcs = {publication(pt) for p, pt in zip(preds, points, strict=True)
+                if sum(p.parts.values()) > 0 and p.parts[k] >= MATERIAL_SHARE * sum(p.parts.values())}
+        if len(srcs) >= max(1, min_sources):
+            out.append(k)
+    return tuple(out)
+
+
 def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1,
                parts: tuple[str, ...] = PARTS) -> dict[str, dict[str, float]]:
     """Per-accelerator part scales (compute, memory, communication, overhead) fitted to ``points``; scales, not
@@ -451,9 +479,12 @@ def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int =
         if len({publication(pt) for pt in pts}) < min_sources:
             continue
         cum = dict.fromkeys(PARTS, 1.0)
-        for _ in range(rounds):
-            preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
-            s = _fit_scales(pts, preds, parts)
+        preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
+        fitted = _determined(pts, preds, parts, min_sources)
+        for r in range(rounds):
+            if r:
+                preds = [predict(pt, scaled_overlay(pt, cum)) for pt in pts]
+            s = _fit_scales(pts, preds, fitted)
             if all(abs(v - 1) < 1e-9 for v in s.values()):
                 break
             cum = {k: cum[k] * s[k] for k in PARTS}
