@@ -236,11 +236,14 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
 
 
 def test_held_out_figures_meet_the_estimator_targets() -> None:
-    """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out) hold for the
-    static-batch points: median APE <= 10 %, p90 <= 30 %, no static metric or regime with |median bias| > 10 %
-    (today 9.0 % / 25.4 %, worst bias -6.0 %, e2e).  Dense models' serving TPOT and throughput held out: 8.7 % /
-    23.6 % and 8.3 % / 18.0 %.  About 80 s: every publication is re-fitted in turn."""
+    """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out): over all 3,516
+    points median APE <= 10 %, p90 <= 30 % (today 9.95 % / 29.7 %, with no margin to spare); the static-batch points
+    alone the same, and no static metric or regime with |median bias| > 10 % (today 9.4 % / 27.7 %, worst bias
+    -7.6 %, TTFT).  Dense models' serving TPOT and throughput held out: 7.3 % / 20.0 % and 7.5 % / 16.7 %.  About
+    80 s: every publication is re-fitted in turn."""
     rep = _held_out_report()
+    everything = breakdown(rep.rows, "loso")["all"]
+    assert everything["median_ape"] <= 0.10 and everything["p90_ape"] <= 0.30, everything
     static = [r for r in rep.rows if not r.metric.startswith("serving_")]
     parts = breakdown(static, "loso")
     assert parts["all"]["median_ape"] <= 0.10 and parts["all"]["p90_ape"] <= 0.30, parts["all"]

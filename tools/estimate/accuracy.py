@@ -48,8 +48,8 @@ one engine) fits all four.
 
 Two guards keep a fit from resting on one publication: every publication weighs the same in the loss (each of its
 points ``1 / n`` of its rows), so a long table does not outvote two short ones that agree; and a part is fitted
-only where at least ``min_sources`` publications have a point in which it makes up ``MATERIAL_SHARE`` of the
-predicted time (decode-bound points say nothing about compute speed).
+only where at least ``min_sources`` publications have a point whose bottleneck it is (the largest part of its
+predicted time): decode-bound points say nothing about compute speed.
 """
 
 from __future__ import annotations
@@ -448,18 +448,15 @@ def scaled_overlay(pt: dict[str, Any], scales: dict[str, float]) -> dict[str, An
     return {"accelerators": {pt["gpu"]: _apply_scales(base, scales)}}
 
 
-MATERIAL_SHARE = 0.3  # a part this large a share of a point's predicted time lets that point measure its speed
-
-
 def _determined(points: list[dict[str, Any]], preds: list[Prediction], parts: tuple[str, ...],
                 min_sources: int) -> tuple[str, ...]:
-    """The parts the points can measure: those that make up at least ``MATERIAL_SHARE`` of the predicted time of
+    """The parts the points can measure: those that are the bottleneck (the largest part of the predicted time) of
     some point in each of ``min_sources`` publications.  A compute scale fitted to decode-bound points, where
     compute is 1 % of the time, is noise that the fit is free to blow up (and then carries to prefill)."""
     out = []
     for k in parts:
         srcs = {publication(pt) for p, pt in zip(preds, points, strict=True)
-                if sum(p.parts.values()) > 0 and p.parts[k] >= MATERIAL_SHARE * sum(p.parts.values())}
+                if p.parts[k] > 0 and p.parts[k] == max(p.parts.values())}
         if len(srcs) >= max(1, min_sources):
             out.append(k)
     return tuple(out)
