@@ -286,6 +286,12 @@ def test_calibrate_from_a_small_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert res["points"] == 4 and out.exists()
     assert res["median_ape_after"] <= res["median_ape_before"] + 1e-9
     assert "before:" in res["text"] and "after:" in res["text"]
+    # prefill TTFTs are compute-bound and the 112-batch throughput memory-bound; nothing here is bound by collectives
+    assert "communication" in res["not_fitted"] and "compute" not in res["not_fitted"]
+    assert "kept at the catalog's" in res["text"]
+    assert not any("distinct configuration" in w for w in res["warnings"])  # 4 configurations, 2 factors fitted
+    one = calibrate(pts[:1], gpu="h100-sxm", out=str(tmp_path / "one.json"))
+    assert any("1 distinct configuration(s) for 1 fitted factor(s)" in w for w in one["warnings"])
     monkeypatch.setenv("PDAG_EFFICIENCY", str(out))
     est = estimate_performance(plan={"model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
                                      "dtype": "fp8"})

@@ -715,7 +715,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     return report
 
 
-MIN_CALIBRATION_POINTS = 2 * len(PARTS)  # distinct configurations to pin four scale factors with some margin
+CONFIGS_PER_FACTOR = 2  # distinct configurations per fitted scale factor, to pin it with some margin
 GRID_EDGE = 7.99  # a factor moved ~8x (the fit's search range per round) sits at the edge of what it tried
 
 
@@ -737,13 +737,14 @@ def merge_repeats(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def calibration_warnings(configs: int, changed: dict[str, tuple[float, float]]) -> list[str]:
-    """What makes a fit untrustworthy: too few distinct configurations, or a factor stopped at a bound."""
+def calibration_warnings(configs: int, changed: dict[str, tuple[float, float]], factors: int = len(PARTS)) -> list[str]:
+    """What makes a fit untrustworthy: too few distinct configurations for the ``factors`` it fitted, or a factor
+    stopped at a bound."""
     out = []
-    if configs < MIN_CALIBRATION_POINTS:
-        out.append(f"only {configs} distinct configuration(s) for {len(PARTS)} fitted factors (want >= "
-                   f"{MIN_CALIBRATION_POINTS}): the factors are weakly determined; add measurements that vary "
-                   "batch size and sequence lengths")
+    want = CONFIGS_PER_FACTOR * factors
+    if factors and configs < want:
+        out.append(f"only {configs} distinct configuration(s) for {factors} fitted factor(s) (want >= {want}): "
+                   "the factors are weakly determined; add measurements that vary batch size and sequence lengths")
     for key, (before, after) in changed.items():
         if "efficiency" in key and after >= EFF_CAP - 1e-9:
             out.append(f"{key} stopped at its cap {EFF_CAP}: the data ask for more than the hardware's peak; "
@@ -763,7 +764,9 @@ def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) ->
     gpu = mine[0]["gpu"]
     rows = len(mine)
     mine = merge_repeats(mine)
-    before = [_ape(predict(pt).value, pt["value"]) for pt in mine]
+    preds = [predict(pt) for pt in mine]
+    before = [_ape(p.value, pt["value"]) for p, pt in zip(preds, mine, strict=True)]
+    unmeasured = [k for k in PARTS if k not in _determined(mine, preds, PARTS, 1)]
     fitted = fit_efficiency(mine)
     overlay = {"version": 1, "fitted_from": f"{len(mine)} points", "accelerators": {gpu: fitted[gpu]}}
     after = [_ape(predict(pt, overlay).value, pt["value"]) for pt in mine]
@@ -776,11 +779,14 @@ def calibrate(points: list[dict[str, Any]], gpu: str, out: str | None = None) ->
             f"after:  median APE {median(after):.1%}, p90 {_quantile(after, 0.9):.1%} (in-sample)",
             f"use it: PDAG_EFFICIENCY={path} pdag estimate ...  or  estimate_performance(..., efficiency='{path}')"]
     text += [f"  {k}: {a:g} -> {b:.4g}" for k, (a, b) in changed.items()]
+    if unmeasured:
+        text.append(f"kept at the catalog's (no point is bound by it, so none measures it): {', '.join(unmeasured)}")
     if rows > len(mine):
         text.insert(1, f"{rows} rows, {len(mine)} distinct configurations (repeats merged: geometric mean)")
-    warnings = calibration_warnings(len(mine), changed)
+    warnings = calibration_warnings(len(mine), changed, len(PARTS) - len(unmeasured))
     text += [f"warning: {w}" for w in warnings]
     return {"gpu": gpu, "points": len(mine), "rows": rows, "warnings": warnings, "overlay_path": path,
+            "not_fitted": unmeasured,
             "overlay": overlay,
             "median_ape_before": median(before), "p90_ape_before": _quantile(before, 0.9),
             "median_ape_after": median(after), "p90_ape_after": _quantile(after, 0.9), "text": "\n".join(text)}
