@@ -44,7 +44,7 @@ factors of every other point on that GPU) by coordinate search on a log grid, ap
 held-out scores fit only the compute and memory scales (``HARDWARE_PARTS``): those describe the GPU, while fixed
 overheads and collective floors belong to the engine that measured a point (its profile), so a scale fitted on
 other engines' points would carry their quirks to the held-out one.  ``calibrate`` (one user's own measurements,
-one engine) fits all four.
+one engine) fits all four where its points measure them (below).
 
 Two guards keep a fit from resting on one publication: every publication weighs the same in the loss (each of its
 points ``1 / n`` of its rows), so a long table does not outvote two short ones that agree; and a part is fitted
