@@ -535,7 +535,7 @@ def scores(rows: list[Row], attr: str) -> dict[str, float]:
 
 
 def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
-    """Scores overall, per metric class and per regime."""
+    """Scores overall, per metric class, per regime and per metric class of the MoE points."""
     out = {"all": scores(rows, attr),
            "mode: static batch": scores([r for r in rows if not is_serving(r.metric)], attr),
            "mode: serving": scores([r for r in rows if is_serving(r.metric)], attr)}
@@ -543,6 +543,9 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
         out[f"metric: {cls}"] = scores([r for r in rows if METRIC_CLASS[r.metric] == cls], attr)
     for reg in REGIMES:
         out[f"regime: {reg}"] = scores([r for r in rows if reg in r.regimes], attr)
+    moe = [r for r in rows if "MoE" in r.regimes]  # MoE per metric: a bias the pooled MoE row averages away
+    for cls in dict.fromkeys(METRIC_CLASS.values()):
+        out[f"MoE, {cls}"] = scores([r for r in moe if METRIC_CLASS[r.metric] == cls], attr)
     for kind in CLIENT_LENGTHS:
         out[f"serving TTFT, {kind}-length clients"] = scores(_ttft_rows(rows, kind), attr)
     return out
