@@ -453,13 +453,12 @@ def _determined(points: list[dict[str, Any]], preds: list[Prediction], parts: tu
     """The parts the points can measure: those that are the bottleneck (the largest part of the predicted time) of
     some point in each of ``min_sources`` publications.  A compute scale fitted to decode-bound points, where
     compute is 1 % of the time, is noise that the fit is free to blow up (and then carries to prefill)."""
-    out = []
-    for k in parts:
-        srcs = {publication(pt) for p, pt in zip(preds, points, strict=True)
-                if p.parts[k] > 0 and p.parts[k] == max(p.parts.values())}
-        if len(srcs) >= max(1, min_sources):
-            out.append(k)
-    return tuple(out)
+    srcs: dict[str, set[str]] = {k: set() for k in parts}
+    for p, pt in zip(preds, points, strict=True):
+        top = max(p.parts, key=p.parts.__getitem__)
+        if p.parts[top] > 0 and top in srcs:
+            srcs[top].add(publication(pt))
+    return tuple(k for k in parts if len(srcs[k]) >= max(1, min_sources))
 
 
 def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1,
@@ -740,7 +739,7 @@ def merge_repeats(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def calibration_warnings(configs: int, changed: dict[str, tuple[float, float]], factors: int = len(PARTS)) -> list[str]:
+def calibration_warnings(configs: int, changed: dict[str, tuple[float, float]], factors: int) -> list[str]:
     """What makes a fit untrustworthy: too few distinct configurations for the ``factors`` it fitted, or a factor
     stopped at a bound."""
     out = []
