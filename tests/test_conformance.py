@@ -97,3 +97,26 @@ def test_cli_prints_the_table(capsys) -> None:
     assert code == 0
     assert "qwen3-coder-480b-a35b" in out and "8x h200" in out and "gpt-oss-120b" in out
     assert f"{sum(1 for e in ENTRIES if not e.needs)} of {len(ENTRIES)} pass" in out
+
+
+def test_the_comparison_fills_engine_defaults() -> None:
+    """A flag that restates what the engine does anyway compares equal to its absence, and only then."""
+    sgl = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1-0528 --tp 8"
+    assert layout_flags("sglang", sgl + " --enable-dp-attention") == layout_flags("sglang", sgl)  # --dp 1: plain TP
+    assert layout_flags("sglang", sgl + " --dp 8 --enable-dp-attention")["dp_attention"] == "on"
+    # --quantization naming the format the checkpoint stores is what the engine reads from it anyway
+    assert layout_flags("sglang", sgl + " --quantization fp8", stored="fp8") == layout_flags("sglang", sgl,
+                                                                                             stored="fp8")
+    assert layout_flags("sglang", sgl + " --quantization fp8") != layout_flags("sglang", sgl)
+    assert layout_flags("sglang", sgl + " --enable-ep-moe")["ep"] == "8"
+    vllm = "vllm serve nvidia/Llama-3.3-70B-Instruct-FP8 --config config.yaml -tp 4"
+    assert layout_flags("vllm", vllm, {"kv-cache-dtype": "fp8"})["kv_cache_dtype"] == "fp8"
+    assert layout_flags("vllm", vllm + " --kv-cache-dtype auto", {"kv-cache-dtype": "fp8"})["kv_cache_dtype"] == "auto"
+
+
+def test_a_wrong_kv_cache_expectation_is_caught() -> None:
+    """The imported KV cache dtype is compared: an entry whose config YAML sets fp8 fails without it."""
+    entry = next(e for e in ENTRIES if e.engine == "vllm" and e.engine_config and e.expected.kv_dtype == "fp8")
+    assert run_entry(entry).ok
+    verdict = run_entry(entry.model_copy(update={"engine_config": None}))
+    assert not verdict.ok and verdict.stage == "import" and '"kv_dtype"' in verdict.detail

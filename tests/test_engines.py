@@ -8,6 +8,7 @@ import pytest
 
 from tools import estimate_performance, export_plan, import_command
 from tools.engines import EngineCannotExpress, model_for_repo
+from tools.errors import PdagInputError
 from tools.plan import parse_plan
 from tools.quantization import gemm_dtype, storage
 
@@ -158,7 +159,6 @@ def test_import_variants() -> None:
     ("vllm serve meta-llama/Llama-3.1-8B -tp two", "command.tp"),
 ])
 def test_import_refusals(command: str, field: str) -> None:
-    from tools.errors import PdagInputError
 
     with pytest.raises(PdagInputError) as exc:
         import_command(command)
@@ -261,7 +261,6 @@ def test_trtllm_import_refuses_what_it_cannot_read() -> None:
         import_command("trtllm-serve disaggregated -c disagg.yaml")
     with pytest.raises(EngineCannotExpress):
         import_command("trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 3")
-    from tools.errors import PdagInputError
 
     with pytest.raises(PdagInputError) as exc:
         import_command("trtllm-serve deepseek-ai/DeepSeek-R1", engine_config=["not", "a", "mapping"])  # type: ignore[arg-type]
@@ -281,7 +280,6 @@ def test_cli_import_reads_a_trtllm_config(tmp_path, capsys) -> None:
 
 def test_disaggregated_pools_import_as_one_plan() -> None:
     from tools.engines import import_disaggregated
-    from tools.errors import PdagInputError
 
     pre = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill"
     dec = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
@@ -306,6 +304,38 @@ def test_sglang_deepep_all_to_all_means_ep_equals_tp() -> None:
                                                                 "attn_dp": 8}
     plain = import_command(cmd.replace(" --moe-a2a-backend deepep", ""), gpu="h200").plan
     assert plain["parallel"]["ep"] == 1 and plain["options"]["allow_expert_tp"]
+
+
+@pytest.mark.parametrize("flag", ["--enable-ep-moe", "--enable-deepep-moe"])
+def test_sglang_deprecated_ep_switches_mean_ep_equals_tp(flag: str) -> None:
+    """SGLang's deprecated switches (still in InferenceMAX's launches) set ep_size = tp_size, overriding --ep."""
+    cmd = f"python3 -m sglang.launch_server --model-path nvidia/DeepSeek-R1-0528-FP4 --tensor-parallel-size=4 {flag}"
+    assert import_command(cmd, gpu="b200").plan["parallel"] == {"dp": 1, "pp": 1, "tp": 4, "ep": 4, "sp": 1}
+    over = import_command(cmd + " --ep-size 2", gpu="b200").plan
+    assert over["parallel"]["ep"] == 4 and "allow_expert_tp" not in over.get("options", {})
+    assert import_command(cmd.replace(flag, ""), gpu="b200").plan["parallel"]["ep"] == 1
+
+
+def test_vllm_import_reads_its_config_yaml_under_the_command_line() -> None:
+    """vllm serve --config: the YAML's keys are the long flag names and the command line wins over them."""
+    cmd = "vllm serve nvidia/Llama-3.3-70B-Instruct-FP8 --config config.yaml --tensor-parallel-size 4"
+    config = {"kv-cache-dtype": "fp8", "async-scheduling": True, "no-enable-prefix-caching": True,
+              "max-num-batched-tokens": 8192, "cuda-graph-sizes": [1024, 2048], "tensor-parallel-size": 2}
+    plan = import_command(cmd, gpu="h200", engine_config=config).plan
+    assert plan["parallel"]["tp"] == 4 and plan["kv_dtype"] == "fp8"
+    assert plan["engine_options"] == {"scheduler_ahead": True, "max_batched_tokens": 8192, "graph_max_tokens": 2048}
+    assert "kv_dtype" not in import_command(cmd, gpu="h200").plan
+    off = import_command(cmd, gpu="h200", engine_config={"async-scheduling": False}).plan
+    assert off["engine_options"]["scheduler_ahead"] is False
+    graphs = import_command(cmd, gpu="h200", engine_config={
+        "compilation-config": '{"cudagraph_mode": "FULL_DECODE_ONLY"}'}).plan
+    assert graphs["engine_options"]["graph_max_tokens"] == 0
+    with pytest.raises(PdagInputError) as exc:
+        import_command(cmd, engine_config=["kv-cache-dtype", "fp8"])  # type: ignore[arg-type]
+    assert exc.value.field == "engine_config"
+    with pytest.raises(PdagInputError) as exc:
+        import_command("python -m sglang.launch_server --model-path Qwen/Qwen3-8B", engine_config={"tp": 2})
+    assert exc.value.field == "engine_config"
 
 
 def test_fp8_weights_keep_the_engines_16_bit_cache_unless_told() -> None:

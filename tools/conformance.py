@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge import ROOT
 from tools.errors import PdagInputError
-from tools.quantization import format_of_flag
+from tools.quantization import checkpoint_format, format_of_flag
 
 CORPUS_PATH = ROOT / "conformance" / "corpus.json"
 
@@ -51,7 +51,10 @@ class Entry(_Strict):
     setting: Setting
     command: str = Field(description="the launch command as published (for a multi-node launch: node 0's)")
     engine_config: dict[str, Any] | None = Field(
-        None, description="TensorRT-LLM: the published --config YAML the command reads (as an object)")
+        None, description="TensorRT-LLM or vLLM: the published --config YAML the command reads (as an object)")
+    replicas: int = Field(1, ge=1, description="servers running the command (e.g. a Kubernetes Deployment's "
+                                               "replicas): pdag's plain DP")
+    decode_replicas: int = Field(1, ge=1, description="disaggregated: servers running the decode command")
     decode_command: str | None = Field(
         None, description="disaggregated serving: the decode pool's command as published ('command' is the "
                           "prefill pool's)")
@@ -105,10 +108,10 @@ def _weights_of(plan: dict[str, Any]) -> str:
 
 
 def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None,
-                 torch_dtype: str = "bf16") -> dict[str, str]:
-    """What a launch command (and, for TensorRT-LLM, its --config options) says about the parallel layout, the
-    weights and the checkpoint, with engine defaults filled in, so that a published command and pdag's export
-    compare key by key."""
+                 torch_dtype: str = "bf16", stored: str = "none") -> dict[str, str]:
+    """What a launch command (and its --config options) says about the parallel layout, the weights and the
+    checkpoint, with engine defaults filled in, so that a published command and pdag's export compare key by key.
+    ``stored``: the format the checkpoint stores, which the engine serves when no --quantization is given."""
     from tools import engines as e
 
     tokens = e._split_command(command)
@@ -120,10 +123,12 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
         values.update(e.trtllm_config_values(config))
         return {"checkpoint": (positional or values.get("model", "")).rstrip("/"),
                 "tp_size": values.get("tp", "1"), "pp_size": values.get("pp", "1"), "ep_size": values.get("ep", "1"),
-                "enable_attention_dp": "on" if values.get("adp_on") else "off",
+                # attention DP over a world of one GPU is the plain single-GPU layout
+                "enable_attention_dp": "on" if values.get("adp_on") and values.get("tp", "1") != "1" else "off",
                 "kv_cache_dtype": "fp8" if values.get("kv", "auto").lower().startswith("fp8") else "auto"}
     if engine == "vllm":
-        values, _ = e._parse_flags(e.vllm_dashes(args), e._VLLM_FLAGS, e._VLLM_BOOL, {}, "vLLM")
+        values, _ = e._parse_flags(e.vllm_dashes(e.vllm_config_args(config) + args), e._VLLM_FLAGS, e._VLLM_BOOL,
+                                   {}, "vLLM")
     else:
         values, _ = e._parse_flags(args, e._SGLANG_FLAGS, e._SGLANG_BOOL, {}, "SGLang")
     dtype = e._DTYPE_FROM_FLAG.get(values.get("dtype", "auto").lower(), torch_dtype)
@@ -132,7 +137,7 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
         "checkpoint": (positional or values.get("model", "")).rstrip("/"),
         "tp": values.get("tp", "1"), "pp": values.get("pp", "1"), "dp": values.get("dp", "1"),
         # the format a --quantization value selects (awq_marlin and moe_wna16 both serve AWQ weights)
-        "quantization": format_of_flag(engine, values.get("quant", "")) or values.get("quant", "none").lower(),
+        "quantization": format_of_flag(engine, values.get("quant", "")) or values.get("quant", stored).lower(),
         "dtype": dtype,
         "kv_cache_dtype": "fp8" if kv.startswith("fp8") else "auto",
     }
@@ -140,8 +145,9 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
         out["expert_parallel"] = "on" if values.get("ep_on") else "off"
     else:
         a2a = values.get("a2a", "none").lower() in e._SGLANG_EP_A2A
-        out["ep"] = values.get("ep", out["tp"] if a2a else "1")
-        out["dp_attention"] = "on" if values.get("adp_on") else "off"
+        out["ep"] = out["tp"] if values.get("ep_is_tp") else values.get("ep", out["tp"] if a2a else "1")
+        # --enable-dp-attention with --dp 1 is plain TP (attn_tp_size = tp_size // dp_size)
+        out["dp_attention"] = "on" if values.get("adp_on") and out["dp"] != "1" else "off"
         roles = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--disaggregation-mode"]
         out["disaggregation_mode"] = roles[0] if roles else "none"
     return out
@@ -162,6 +168,7 @@ def run_entry(entry: Entry) -> Verdict:
     """Import, validate, estimate, export and compare one entry; the verdict says where it stopped and why."""
     from tools.engines import export_plan, import_command, import_disaggregated
     from tools.estimate.core import estimate_performance
+    from tools.plan import parse_plan
     from tools.validate import validate_dag
 
     s = entry.setting
@@ -172,15 +179,18 @@ def run_entry(entry: Entry) -> Verdict:
     try:
         if entry.decode_command is None:
             plan = import_command(entry.command, gpu=s.gpu, gpus_per_node=s.gpus_per_node,
-                                  engine_config=entry.engine_config).plan
+                                  engine_config=entry.engine_config, replicas=entry.replicas).plan
         else:
             plan = import_disaggregated(entry.command, entry.decode_command, gpu=s.gpu,
-                                        gpus_per_node=s.gpus_per_node).plan
+                                        gpus_per_node=s.gpus_per_node, replicas=entry.replicas,
+                                        decode_replicas=entry.decode_replicas).plan
         got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"), "parallel": _degrees(plan["parallel"]),
                "decode_parallel": _degrees((plan.get("phases") or {}).get("decode")),
-               "weights": _weights_of(plan), "gpus": plan["hardware"]["num_gpus"]}
+               "weights": _weights_of(plan), "kv_dtype": "fp8" if plan.get("kv_dtype") == "fp8" else None,
+               "gpus": plan["hardware"]["num_gpus"]}
         want = {"model": x.model, "checkpoint": x.checkpoint, "parallel": _degrees(x.parallel),
-                "decode_parallel": _degrees(x.decode_parallel), "weights": x.weights, "gpus": s.num_gpus}
+                "decode_parallel": _degrees(x.decode_parallel), "weights": x.weights, "kv_dtype": x.kv_dtype,
+                "gpus": s.num_gpus}
         if got != want:
             diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
             v.detail = "imported plan differs (got, published): " + json.dumps(diff)
@@ -205,9 +215,10 @@ def run_entry(entry: Entry) -> Verdict:
         pairs = [(entry.command, exported.argv[0])]
         if entry.decode_command is not None:
             pairs.append((entry.decode_command, exported.argv[-1]))
+        stored = checkpoint_format(plan.get("checkpoint"), parse_plan(plan).spec) or "none"
         for published_command, argv in pairs:
-            published = layout_flags(entry.engine, published_command, entry.engine_config)
-            ours = layout_flags(entry.engine, shlex.join(argv), exported.config)
+            published = layout_flags(entry.engine, published_command, entry.engine_config, stored=stored)
+            ours = layout_flags(entry.engine, shlex.join(argv), exported.config, stored=stored)
             if published != ours:
                 diff = {k: (ours.get(k), published.get(k)) for k in published if published.get(k) != ours.get(k)}
                 v.detail = "export differs (pdag, published): " + json.dumps(diff)

@@ -687,7 +687,9 @@ _SGLANG_FLAGS = {
 # SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
 # (python/sglang/srt/server_args.py)
 _SGLANG_EP_A2A = ("deepep", "mooncake", "flashinfer")
-_SGLANG_BOOL = {"--enable-dp-attention": "adp_on"}
+# --enable-ep-moe and --enable-deepep-moe, deprecated since SGLang v0.4.9 but still in published launches, set
+# ep_size = tp_size (the second also selects the DeepEP all-to-all), overriding --ep
+_SGLANG_BOOL = {"--enable-dp-attention": "adp_on", "--enable-ep-moe": "ep_is_tp", "--enable-deepep-moe": "ep_is_tp"}
 _TRTLLM_FLAGS = {
     "--tp_size": "tp", "--pp_size": "pp", "--ep_size": "ep", "--moe_expert_parallel_size": "ep",
     "--max_batch_size": "batch", "--max_seq_len": "context", "--model": "model", "--max_num_tokens": "chunk",
@@ -695,11 +697,39 @@ _TRTLLM_FLAGS = {
 # LLM-API options of the --config / --extra_llm_api_options YAML that say something about the plan
 _TRTLLM_CONFIG_KEYS = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "moe_expert_parallel_size": "ep",
                        "max_num_tokens": "chunk"}
+# the same sizes under trtllm-serve's flag names, as some of NVIDIA's example YAMLs of 2025 spell them
+# (examples/configs/gpt-oss-120b-throughput.yaml: tp_size / ep_size; later files use the LLM-API names)
+_TRTLLM_CONFIG_ALIASES = {"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size",
+                          "ep_size": "moe_expert_parallel_size"}
 _SGLANG_REFUSE = {
     "--disaggregation-mode": "one --disaggregation-mode command describes one pool of a disaggregated deployment; "
                              "import the pool without the flag, then combine prefill and decode pools in one plan "
                              "with options.disaggregated and phases.decode",
 }
+
+
+def vllm_config_args(config: dict[str, Any] | None) -> list[str]:
+    """vLLM's ``--config`` YAML (keys: the long flag names) as arguments to put before the command's own, which
+    win as in vLLM: ``true`` is the bare switch, ``false`` its ``--no-`` form, a list one flag with its values."""
+    if config is None:
+        return []
+    if not isinstance(config, dict):
+        raise PdagInputError("engine_config", f"expected a mapping, got {type(config).__name__}",
+                             "the --config YAML of vllm serve as an object (keys: flag names without '--')")
+    out: list[str] = []
+    for key, value in config.items():
+        flag = "--" + str(key).lstrip("-")
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + flag[2:])
+        elif isinstance(value, list):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
 
 
 def _split_command(command: str) -> list[str]:
@@ -816,6 +846,8 @@ def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
     if not isinstance(config, dict):
         raise PdagInputError("engine_config", f"expected a mapping, got {type(config).__name__}",
                              "the --config YAML of trtllm-serve as an object")
+    config = {**{_TRTLLM_CONFIG_ALIASES.get(k, k): v for k, v in config.items() if k in _TRTLLM_CONFIG_ALIASES},
+              **{k: v for k, v in config.items() if k not in _TRTLLM_CONFIG_ALIASES}}
     out = {key: str(config[name]) for name, key in _TRTLLM_CONFIG_KEYS.items() if name in config}
     if config.get("enable_attention_dp") is True:
         out["adp_on"] = "1"
@@ -948,11 +980,41 @@ def _engine_options(values: dict[str, str], engine: str, graph_max: int | None,
 
 
 def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
-                   engine_config: dict[str, Any] | None = None) -> ImportResult:
+                   engine_config: dict[str, Any] | None = None, replicas: int = 1) -> ImportResult:
+    """A plan from a pasted launch command (``_import_one``), run as ``replicas`` identical servers: a
+    Kubernetes Deployment's replica count, or the same command started on several machines behind a router,
+    which is pdag's plain DP (each replica the command's GPUs)."""
+    if type(replicas) is not int or replicas < 1:
+        raise PdagInputError("replicas", f"expected an integer >= 1, got {replicas!r}",
+                             "the number of servers running this command (1 unless a router spreads requests)")
+    result = _import_one(command, gpu, gpus_per_node, engine_config)
+    plan, notes = json.loads(json.dumps(result.plan)), list(result.notes)
+    if replicas > 1:
+        plan["parallel"]["dp"] *= replicas
+        plan["hardware"]["num_gpus"] *= replicas
+        notes.append(f"{replicas} replicas of this server: dp {plan['parallel']['dp']}, "
+                     f"{plan['hardware']['num_gpus']} GPUs")
+    _replicas_serve_throughput(plan, notes)
+    parse_plan(plan)
+    return ImportResult(engine=result.engine, plan=plan, notes=notes)
+
+
+def _replicas_serve_throughput(plan: dict[str, Any], notes: list[str]) -> None:
+    """A deployment of several replicas exists to serve many users at once: an imported plan with DP states the
+    throughput objective (a command says none; pdag's default, latency, would flag the replicas it describes)."""
+    dps = [plan["parallel"].get("dp", 1), (plan.get("phases") or {}).get("decode", {}).get("dp", 1)]
+    if max(dps) > 1 and plan.get("objective") != "throughput":
+        plan["objective"] = "throughput"
+        notes.append(f"dp {max(dps)}: replicas serve concurrent users, so the plan's objective is throughput "
+                     "(set objective 'latency' to judge one request's latency)")
+
+
+def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[str, Any] | None) -> ImportResult:
     """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
     repo (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
     and node size come from the arguments and the GPU count is the engine's own count.  ``engine_config`` is
-    the TensorRT-LLM ``--config`` YAML (parsed), whose options override the command's flags as in trtllm-serve."""
+    the ``--config`` YAML the command reads (parsed): TensorRT-LLM's LLM-API options, which override the command's
+    flags as in trtllm-serve, or vLLM's flag values, which the command's own flags override as in vllm serve."""
     if not isinstance(command, str) or not command.strip():
         raise PdagInputError("command", "empty command", "a vLLM, SGLang or TensorRT-LLM launch command")
     tokens = _split_command(command)
@@ -965,10 +1027,13 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     switches = {switch: "overlap_on"} if switch else {}
     switches.update(_scheduler_flags(engine))
     if engine == "vllm":
-        args, dotted = _compile_dotted(args)
+        args, dotted = _compile_dotted(vllm_config_args(engine_config) + args)
         args, sizes = _graph_lists(vllm_dashes(args))
         values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM")
     else:
+        if engine_config is not None:
+            raise PdagInputError("engine_config", "SGLang commands take no config file here",
+                                 "the flags on the command line (engine_config is for trtllm-serve and vllm serve)")
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
                                        "SGLang")
     repo = positional or values.get("model")
@@ -984,6 +1049,8 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     options: dict[str, Any] = {}
     attn_dp = 1
     ep_default = str(tp) if values.get("a2a", "none").lower() in _SGLANG_EP_A2A else "1"
+    if values.get("ep_is_tp"):
+        values["ep"] = str(tp)
     if engine == "vllm":
         ep = 1
         if values.get("ep_on"):
@@ -1152,12 +1219,15 @@ def _without_role(command: str, engine_role: str) -> str:
 
 def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                          engine_config: dict[str, Any] | None = None,
-                         decode_engine_config: dict[str, Any] | None = None) -> ImportResult:
+                         decode_engine_config: dict[str, Any] | None = None, replicas: int = 1,
+                         decode_replicas: int = 1) -> ImportResult:
     """A disaggregated plan from the launch commands of its two pools (SGLang ``--disaggregation-mode prefill``
-    and ``decode``; vLLM servers with a ``--kv-transfer-config``): ``parallel`` is the prefill pool's layout,
-    ``phases.decode`` the decode pool's, and the GPUs are both pools' (prefill first)."""
-    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config)
-    dec = import_command(_without_role(decode_command, "decode"), gpu, gpus_per_node, decode_engine_config)
+    and ``decode``; vLLM servers with a ``--kv-transfer-config``), each run by ``replicas`` / ``decode_replicas``
+    servers: ``parallel`` is the prefill pool's layout, ``phases.decode`` the decode pool's, and the GPUs are
+    both pools' (prefill first)."""
+    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config, replicas)
+    dec = import_command(_without_role(decode_command, "decode"), gpu, gpus_per_node, decode_engine_config,
+                         decode_replicas)
     if pre.engine != dec.engine:
         raise PdagInputError("decode_command", f"a {dec.engine} decode pool behind a {pre.engine} prefill pool",
                              "both pools on the same engine")
@@ -1167,6 +1237,8 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
                                  f"{dec.plan.get(key)!r}", "the same checkpoint in both pools")
     plan = dict(pre.plan)
     plan["phases"] = {"decode": dec.plan["parallel"]}
+    if dec.plan.get("objective") == "throughput":
+        plan["objective"] = "throughput"
     options = {**pre.plan.get("options", {}), **{k: v for k, v in dec.plan.get("options", {}).items() if v}}
     plan["options"] = {**options, "disaggregated": True}
     plan["hardware"] = {**pre.plan["hardware"],

@@ -106,13 +106,15 @@ def import_args(p: Any) -> None:
     p.add_argument("--gpu", default="h100-sxm")
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--engine-config", metavar="FILE",
-                   help="TensorRT-LLM: the options of the command's --config YAML, as a JSON file")
+                   help="the options of the command's --config YAML (TensorRT-LLM or vLLM), as a JSON file")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="servers running this command behind a router (e.g. Kubernetes replicas): plain DP")
 
 
 def cmd_import(args: Any) -> int:
     config = read_json(args.engine_config, "--engine-config") if args.engine_config else None
     result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
-                            engine_config=config)
+                            engine_config=config, replicas=args.replicas)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)
