@@ -120,3 +120,18 @@ def test_a_wrong_kv_cache_expectation_is_caught() -> None:
     assert run_entry(entry).ok
     verdict = run_entry(entry.model_copy(update={"engine_config": None}))
     assert not verdict.ok and verdict.stage == "import" and '"kv_dtype"' in verdict.detail
+
+
+def test_replicas_are_compared_as_servers_whatever_form_the_export_takes() -> None:
+    """A dense deployment of N single-GPU servers exports as one server with the engine's DP flag, a MoE one as N
+    servers: both compare equal to the published replicas, and a wrong replica count does not."""
+    dense = next(e for e in ENTRIES
+                 if e.replicas > 1 and e.decode_command is None and e.expected.model.startswith("llama"))
+    assert run_entry(dense).ok
+    wrong = dense.model_copy(update={"replicas": dense.replicas + 1})
+    assert not run_entry(wrong).ok
+    pools = next(e for e in ENTRIES if e.decode_engine_config is not None)
+    assert run_entry(pools).ok
+    same = pools.model_copy(update={"decode_engine_config": None})
+    verdict = run_entry(same)
+    assert not verdict.ok and verdict.stage == "import"

@@ -296,6 +296,72 @@ def test_disaggregated_pools_import_as_one_plan() -> None:
         import_disaggregated(pre, dec.replace("Llama-3.1-8B-Instruct", "Llama-3.1-70B-Instruct"))
 
 
+def test_dynamo_workers_import_like_the_engines_they_run() -> None:
+    """NVIDIA Dynamo's workers: dynamo.vllm and dynamo.sglang take their engine's flags, dynamo.trtllm its own
+    spelling of trtllm-serve's; a worker of one pool is imported with the other pool's."""
+    from tools.engines import import_disaggregated
+
+    vllm = import_command("python3 -m dynamo.vllm --model meta-llama/Llama-3.3-70B-Instruct "
+                          "--tensor-parallel-size 4", gpu="h100-sxm")
+    assert vllm.engine == "vllm" and vllm.plan["parallel"]["tp"] == 4
+    sgl = import_command("python3 -m dynamo.sglang --model-path deepseek-ai/DeepSeek-R1 --tp 8 --dp 8 "
+                         "--enable-dp-attention --ep-size 8", gpu="h200").plan
+    assert sgl["engine"] == "sglang" and sgl["parallel"]["attn_dp"] == 8 and sgl["parallel"]["ep"] == 8
+    trt = "python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --tensor-parallel-size 4 --expert-parallel-size 4"
+    plan = import_command(trt, gpu="b200").plan
+    assert plan["engine"] == "trtllm" and (plan["parallel"]["tp"], plan["parallel"]["ep"]) == (4, 4)
+    adp = import_command(trt + " --enable-attention-dp", gpu="b200").plan
+    assert adp["parallel"]["attn_dp"] == 4 and adp["parallel"]["tp"] == 1
+    yaml = import_command("python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --extra-engine-args p.yaml",
+                          gpu="b200", engine_config={"tensor_parallel_size": 2}).plan
+    assert yaml["parallel"]["tp"] == 2
+    for role in ("--disaggregation-mode prefill", "--is-prefill-worker"):
+        with pytest.raises(EngineCannotExpress):
+            import_command(f"python3 -m dynamo.vllm --model openai/gpt-oss-120b {role}")
+    pre = "python3 -m dynamo.vllm --model openai/gpt-oss-120b --is-prefill-worker"
+    dec = "python3 -m dynamo.vllm --model openai/gpt-oss-120b -tp 4"
+    both = import_disaggregated(pre, dec, gpu="h200", replicas=4).plan
+    assert both["parallel"]["dp"] == 4 and both["phases"]["decode"]["tp"] == 4 and both["hardware"]["num_gpus"] == 8
+    with pytest.raises(PdagInputError):
+        import_disaggregated(dec, pre, gpu="h200")
+
+
+def test_a_hugging_face_cache_path_names_its_model() -> None:
+    """Manifests serve from the hub cache (models--{org}--{name}/snapshots/{revision}); the path is kept."""
+    path = "/opt/models/hub/models--RedHatAI--Llama-3.3-70B-Instruct-FP8-dynamic/snapshots/ddb41b0e0e7a"
+    assert model_for_repo(path)[0] == "llama-3.1-70b"
+    plan = import_command(f"vllm serve {path} -tp 4", gpu="h100-sxm").plan
+    assert plan["checkpoint"] == path and plan["weights"] == "fp8"
+
+
+def test_argparse_abbreviations_are_read_as_the_engines_read_them() -> None:
+    """vLLM's and SGLang's parsers accept a unique prefix of a long option; an ambiguous one is not read."""
+    assert import_command("vllm serve openai/gpt-oss-120b --tensor-parallel 8", gpu="mi300x").plan["parallel"][
+        "tp"] == 8
+    assert import_command("python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tensor-para 2",
+                          gpu="h100-sxm").plan["parallel"]["tp"] == 2
+    ambiguous = import_command("vllm serve openai/gpt-oss-120b -tp 2 --max-num 64", gpu="h200")
+    assert ambiguous.plan["parallel"]["tp"] == 2 and "--max-num 64" in " ".join(ambiguous.notes)
+    # trtllm-serve's click parser takes no abbreviations: the prefix stays an unread flag
+    click = import_command("trtllm-serve openai/gpt-oss-120b --tp_siz 4", gpu="h200")
+    assert click.plan["parallel"]["tp"] == 1 and "--tp_siz 4" in " ".join(click.notes)
+    with pytest.raises(PdagInputError) as exc:
+        import_command("vllm serve openai/gpt-oss-120b", gpu="h200", replicas=0)
+    assert exc.value.field == "replicas"
+
+
+def test_a_disaggregated_tensorrt_llm_export_keeps_each_pools_yaml() -> None:
+    from tools.engines import import_disaggregated
+
+    pre = "python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --disaggregation-mode prefill"
+    dec = "python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --disaggregation-mode decode"
+    plan = import_disaggregated(pre, dec, gpu="b200", decode_engine_config={"tensor_parallel_size": 4},
+                                replicas=2).plan
+    out = export_plan(plan, "trtllm")
+    assert out.pool_servers == {"prefill": 2, "decode": 1} and len(out.argv) == 3
+    assert "--tp_size" in out.argv[-1] and out.argv[-1][out.argv[-1].index("--tp_size") + 1] == "4"
+
+
 def test_sglang_deepep_all_to_all_means_ep_equals_tp() -> None:
     """SGLang sets ep_size = tp_size for the DeepEP / Mooncake all-to-all when --ep is not given."""
     cmd = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3-0324 --tp-size 16 --dp-size 8 "

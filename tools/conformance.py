@@ -55,6 +55,8 @@ class Entry(_Strict):
     replicas: int = Field(1, ge=1, description="servers running the command (e.g. a Kubernetes Deployment's "
                                                "replicas): pdag's plain DP")
     decode_replicas: int = Field(1, ge=1, description="disaggregated: servers running the decode command")
+    decode_engine_config: dict[str, Any] | None = Field(
+        None, description="disaggregated: the --config YAML the decode command reads, when the pools' differ")
     decode_command: str | None = Field(
         None, description="disaggregated serving: the decode pool's command as published ('command' is the "
                           "prefill pool's)")
@@ -119,8 +121,7 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
     if found != engine:
         raise PdagInputError("command", f"a {found} command where {engine} was expected", engine)
     if engine == "trtllm":
-        values, _ = e._parse_flags(args, e._TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
-        values.update(e.trtllm_config_values(config))
+        values, _ = e.trtllm_values(args, config, dynamo=any(t in e._DYNAMO for t in tokens))
         return {"checkpoint": (positional or values.get("model", "")).rstrip("/"),
                 "tp_size": values.get("tp", "1"), "pp_size": values.get("pp", "1"), "ep_size": values.get("ep", "1"),
                 # attention DP over a world of one GPU is the plain single-GPU layout
@@ -128,9 +129,9 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
                 "kv_cache_dtype": "fp8" if values.get("kv", "auto").lower().startswith("fp8") else "auto"}
     if engine == "vllm":
         values, _ = e._parse_flags(e.vllm_dashes(e.vllm_config_args(config) + args), e._VLLM_FLAGS, e._VLLM_BOOL,
-                                   {}, "vLLM")
+                                   {}, "vLLM", abbrev=True)
     else:
-        values, _ = e._parse_flags(args, e._SGLANG_FLAGS, e._SGLANG_BOOL, {}, "SGLang")
+        values, _ = e._parse_flags(args, e._SGLANG_FLAGS, e._SGLANG_BOOL, {}, "SGLang", abbrev=True)
     dtype = e._DTYPE_FROM_FLAG.get(values.get("dtype", "auto").lower(), torch_dtype)
     kv = values.get("kv", "auto").lower()
     out = {
@@ -182,8 +183,9 @@ def run_entry(entry: Entry) -> Verdict:
                                   engine_config=entry.engine_config, replicas=entry.replicas).plan
         else:
             plan = import_disaggregated(entry.command, entry.decode_command, gpu=s.gpu,
-                                        gpus_per_node=s.gpus_per_node, replicas=entry.replicas,
-                                        decode_replicas=entry.decode_replicas).plan
+                                        gpus_per_node=s.gpus_per_node, engine_config=entry.engine_config,
+                                        decode_engine_config=entry.decode_engine_config or entry.engine_config,
+                                        replicas=entry.replicas, decode_replicas=entry.decode_replicas).plan
         got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"), "parallel": _degrees(plan["parallel"]),
                "decode_parallel": _degrees((plan.get("phases") or {}).get("decode")),
                "weights": _weights_of(plan), "kv_dtype": "fp8" if plan.get("kv_dtype") == "fp8" else None,
@@ -212,13 +214,20 @@ def run_entry(entry: Entry) -> Verdict:
         v.stage = "export"
         exported = export_plan(plan, entry.engine)
         v.stage = "compare"
-        pairs = [(entry.command, exported.argv[0])]
+        servers = exported.pool_servers or {"prefill": len(exported.argv)}
+        pairs = [(entry.command, entry.engine_config, entry.replicas, exported.argv[0], exported.config,
+                  servers["prefill"])]
         if entry.decode_command is not None:
-            pairs.append((entry.decode_command, exported.argv[-1]))
+            pairs.append((entry.decode_command, entry.decode_engine_config or entry.engine_config,
+                          entry.decode_replicas, exported.argv[-1], exported.decode_config, servers["decode"]))
         stored = checkpoint_format(plan.get("checkpoint"), parse_plan(plan).spec) or "none"
-        for published_command, argv in pairs:
-            published = layout_flags(entry.engine, published_command, entry.engine_config, stored=stored)
-            ours = layout_flags(entry.engine, shlex.join(argv), exported.config, stored=stored)
+        for published_command, published_config, replicas, argv, config, ours_servers in pairs:
+            published = layout_flags(entry.engine, published_command, published_config, stored=stored)
+            ours = layout_flags(entry.engine, shlex.join(argv), config, stored=stored)
+            if "dp" in published:
+                # replicas count alike whether they are separate servers or one server's own DP flag
+                published["dp"] = str(int(published["dp"]) * replicas)
+                ours["dp"] = str(int(ours["dp"]) * ours_servers)
             if published != ours:
                 diff = {k: (ours.get(k), published.get(k)) for k in published if published.get(k) != ours.get(k)}
                 v.detail = "export differs (pdag, published): " + json.dumps(diff)

@@ -80,7 +80,12 @@ class ExportResult(BaseModel):
     argv: list[list[str]] = Field(description="each server's command as an argument list")
     gpus: int = Field(description="GPUs the engine will use (its own counting)")
     config: dict[str, Any] | None = Field(
-        None, description="TensorRT-LLM: the LLM-API options the command's --config YAML file must hold")
+        None, description="TensorRT-LLM: the LLM-API options the command's --config YAML file must hold "
+                          "(disaggregated: the prefill pool's)")
+    decode_config: dict[str, Any] | None = Field(
+        None, description="disaggregated TensorRT-LLM: the decode pool's --config YAML options")
+    pool_servers: dict[str, int] | None = Field(
+        None, description="disaggregated: the servers of each pool, prefill's first in argv")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -91,8 +96,18 @@ class ImportResult(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- models
+_HF_CACHE = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
+
+
+def _hub_repo(name: str) -> str:
+    """The repo a Hugging Face hub cache path holds (``.../models--{org}--{name}/snapshots/{revision}``, the layout
+    Dynamo, llm-d and KServe manifests serve from), else the name as given."""
+    m = _HF_CACHE.search(name.strip())
+    return f"{m.group(1)}/{m.group(2)}" if m else name
+
+
 def _norm_name(name: str) -> str:
-    base = name.strip().rstrip("/").split("/")[-1].lower()
+    base = _hub_repo(name).strip().rstrip("/").split("/")[-1].lower()
     while True:
         stripped = _SUFFIX.sub("", base)
         if stripped == base:
@@ -119,7 +134,7 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     """The preset id for a Hugging Face repo name (``index.json``'s ``hf_repo``), plus a note when matched
     loosely (an instruct/quantised variant or an architecture alias).  Unknown names raise."""
     idx = _repo_index()
-    key = repo.strip().rstrip("/").lower()
+    key = _hub_repo(repo).strip().rstrip("/").lower()
     if key in idx:
         return idx[key], None
     norm = _norm_name(key)
@@ -629,6 +644,8 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
     argvs: list[list[str]] = []
     lines: list[str] = []
     notes: list[str] = [_CONNECTOR_NOTE[key]]
+    configs: dict[str, dict[str, Any] | None] = {}
+    servers: dict[str, int] = {}
     gpus = 0
     port = 8000
     for phase in ("prefill", "decode"):
@@ -636,6 +653,8 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         sub = _pool_plan(plan, phase, pool.gpus)
         _common_checks(sub, key)
         one = _export_aggregated(sub, key)
+        configs[phase] = one.config
+        servers[phase] = len(one.argv)
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
         for i, argv in enumerate(one.argv):
@@ -652,7 +671,8 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
             port += 1
             argvs.append(full)
             lines.append(_pinned_line(env, where, full[1:], f"{phase} pool", heading=True))
-    return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes)
+    return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes,
+                        config=configs["prefill"], decode_config=configs["decode"], pool_servers=servers)
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -744,6 +764,15 @@ def _split_command(command: str) -> list[str]:
 
 
 _VLLM_IMAGES = {"vllm/vllm-openai", "vllm/vllm-openai-rocm", "rocm/vllm"}
+# NVIDIA Dynamo's workers (python -m dynamo.vllm / dynamo.sglang / dynamo.trtllm): the first two take their engine's
+# own server flags, dynamo.trtllm its own spelling of trtllm-serve's (components/src/dynamo/trtllm/backend_args.py)
+_DYNAMO = {"dynamo.vllm": "vllm", "dynamo.sglang": "sglang", "dynamo.trtllm": "trtllm"}
+_DYNAMO_TRTLLM_FLAGS = {
+    "--model": "model", "--model-path": "model", "--tensor-parallel-size": "tp", "--pipeline-parallel-size": "pp",
+    "--expert-parallel-size": "ep", "--max-batch-size": "batch", "--max-seq-len": "context",
+    "--max-num-tokens": "chunk",
+}
+_DYNAMO_TRTLLM_BOOL = {"--enable-attention-dp": "adp_on"}
 
 
 def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
@@ -771,6 +800,8 @@ def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
             if rest and not rest[0].startswith("-"):
                 return "trtllm", rest[1:], rest[0]
             return "trtllm", rest, None
+        if tok in _DYNAMO:
+            return _DYNAMO[tok], tokens[i + 1:], None
         if tok in ("sglang.launch_server",) or (name == "sglang" and tokens[i + 1:i + 2] == ["serve"]):
             skip = 1 if tok == "sglang.launch_server" else 2
             return "sglang", tokens[i + skip:], None
@@ -800,14 +831,26 @@ def _int(flag: str, value: str) -> int:
     return n
 
 
+def _unabbreviated(flag: str, known: list[str]) -> str:
+    """The flag an abbreviation stands for: vLLM's and SGLang's argparse parsers keep argparse's default
+    allow_abbrev, so a unique prefix of a long option is that option (``--tensor-parallel 8`` is
+    ``--tensor-parallel-size 8``).  Only prefixes of at least six characters that fit one known flag are read."""
+    if not flag.startswith("--") or len(flag) < 6 or flag in known:
+        return flag
+    hits = [k for k in known if k.startswith(flag)]
+    return hits[0] if len(hits) == 1 else flag
+
+
 def _parse_flags(args: list[str], table: dict[str, str], bools: dict[str, str], refuse: dict[str, str | None],
-                 engine: str) -> tuple[dict[str, str], list[str]]:
+                 engine: str, abbrev: bool = False) -> tuple[dict[str, str], list[str]]:
     values: dict[str, str] = {}
     ignored: list[str] = []
+    known = [*table, *bools, *refuse] if abbrev else []
     i = 0
     while i < len(args):
         tok = args[i]
         flag, eq, inline = tok.partition("=")
+        flag = _unabbreviated(flag, known) if abbrev else flag
         if flag in refuse:
             value = inline if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "")
             reason = refuse[flag]
@@ -1019,8 +1062,11 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         raise PdagInputError("command", "empty command", "a vLLM, SGLang or TensorRT-LLM launch command")
     tokens = _split_command(command)
     engine, args, positional = _detect(tokens)
+    dynamo = next((t for t in tokens if t in _DYNAMO), None)
+    if dynamo and engine != "sglang":  # SGLang's own --disaggregation-mode is refused by its table
+        _refuse_pool_role(args, dynamo)
     if engine == "trtllm":
-        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config)
+        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config, dynamo=bool(dynamo))
     sizes: list[int] | None = None
     dotted: dict[str, Any] = {}
     switch = engine_profile(engine).overlap.launch_flag
@@ -1029,13 +1075,14 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     if engine == "vllm":
         args, dotted = _compile_dotted(vllm_config_args(engine_config) + args)
         args, sizes = _graph_lists(vllm_dashes(args))
-        values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM")
+        values, ignored = _parse_flags(args, _VLLM_FLAGS, {**_VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM",
+                                       abbrev=True)
     else:
         if engine_config is not None:
             raise PdagInputError("engine_config", "SGLang commands take no config file here",
                                  "the flags on the command line (engine_config is for trtllm-serve and vllm serve)")
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
-                                       "SGLang")
+                                       "SGLang", abbrev=True)
     repo = positional or values.get("model")
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
@@ -1138,13 +1185,38 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     return ImportResult(engine=engine, plan=plan, notes=notes)
 
 
+def _refuse_pool_role(args: list[str], worker: str) -> None:
+    """A Dynamo worker started as one pool of a disaggregated deployment (``--disaggregation-mode prefill|decode``,
+    or dynamo.vllm's ``--is-prefill-worker``) is imported with its other pool, not alone."""
+    for i, tok in enumerate(args):
+        flag, eq, inline = tok.partition("=")
+        role = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if flag == "--is-prefill-worker" or (flag == "--disaggregation-mode" and role in ("prefill", "decode")):
+            raise EngineCannotExpress(
+                f"command.{flag}", f"{worker}: this worker is one pool of a disaggregated deployment; import it "
+                "with the other pool's command (import_disaggregated, or the corpus's decode_command)",
+                "an aggregated worker, or both pools' commands")
+
+
+def trtllm_values(args: list[str], config: dict[str, Any] | None, dynamo: bool = False) -> tuple[dict[str, str],
+                                                                                              list[str]]:
+    """The plan-relevant flags of a trtllm-serve command (or of a Dynamo ``dynamo.trtllm`` worker, which spells
+    them ``--tensor-parallel-size``, ``--expert-parallel-size``, ``--enable-attention-dp`` and reads its YAML
+    from ``--extra-engine-args``), with the YAML's options over them as in trtllm-serve."""
+    if dynamo:
+        values, ignored = _parse_flags(args, _DYNAMO_TRTLLM_FLAGS, _DYNAMO_TRTLLM_BOOL, {}, "Dynamo TensorRT-LLM")
+    else:
+        values, ignored = _parse_flags(args, _TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
+    values.update(trtllm_config_values(config))
+    return values, ignored
+
+
 def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_node: int,
-                   engine_config: dict[str, Any] | None) -> ImportResult:
+                   engine_config: dict[str, Any] | None, dynamo: bool = False) -> ImportResult:
     """trtllm-serve: ``--tp_size T --pp_size P --ep_size E`` (TensorRT-LLM requires ``T = moe_tp * moe_ep``;
     without ``--ep_size`` its mapping keeps EP 1 and shards experts by TP), and from the ``--config`` YAML
     ``enable_attention_dp`` (attention on each of the T ranks with TP 1: pdag's ``attn_dp = T, tp = 1``)."""
-    values, ignored = _parse_flags(args, _TRTLLM_FLAGS, {}, {}, "TensorRT-LLM")
-    values.update(trtllm_config_values(engine_config))
+    values, ignored = trtllm_values(args, engine_config, dynamo)
     repo = positional or values.get("model")
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'trtllm-serve'")
@@ -1195,7 +1267,6 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
     return ImportResult(engine="trtllm", plan=plan, notes=notes)
 
 
-_ROLE_FLAG = {"sglang": "--disaggregation-mode"}
 
 
 def _without_role(command: str, engine_role: str) -> str:
@@ -1211,6 +1282,12 @@ def _without_role(command: str, engine_role: str) -> str:
                 raise PdagInputError("command.--disaggregation-mode", f"the {engine_role} pool's command says "
                                      f"{role!r}", f"--disaggregation-mode {engine_role}")
             i += 1 if eq else 2
+            continue
+        if flag == "--is-prefill-worker":  # dynamo.vllm's older prefill marker
+            if engine_role != "prefill":
+                raise PdagInputError("command.--is-prefill-worker", f"the {engine_role} pool's command marks a "
+                                     "prefill worker", "the prefill pool's command")
+            i += 1
             continue
         out.append(tokens[i])
         i += 1
