@@ -261,3 +261,21 @@ def test_a_moe_that_does_not_fit_is_told_to_spread_its_experts() -> None:
     dense = {"model": "llama-3.1-405b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2}}
     hint = next(v.hint for v in validate_dag(dense).violations if v.rule_id == "MEM-FITS")
     assert hint and "raise tp" in hint and "expert" not in hint
+
+
+@pytest.mark.parametrize(("command", "ok"), [
+    # vLLM's Qwen3-Coder-480B recipe shows TP 8 failing on the FP8 checkpoint (2560 / 8 = 320); GPUStack adds
+    # --enable-expert-parallel to serve Qwen3-235B FP8 on 8 GPUs (1536 / 8 = 192)
+    ("vllm serve Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tensor-parallel-size 8", False),
+    ("vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 -tp 8", False),
+    ("vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 -tp 8 --enable-expert-parallel", True),
+    ("vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507 -tp 8", True),  # bf16: no blocks to cut
+    ("vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 -tp 4", True),  # 384 = 3 x 128
+    ("python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 2", True),
+])
+def test_block_scaled_fp8_checkpoints_shard_in_whole_blocks(command: str, ok: bool) -> None:
+    from tools import import_command
+
+    plan = import_command(command, gpu="h200").plan
+    errors = {v.rule_id for v in validate_dag(plan).violations if v.severity == "error"}
+    assert ("TP-QUANT-BLOCK-SHARD" not in errors) is ok and errors <= {"TP-QUANT-BLOCK-SHARD"}

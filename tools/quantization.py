@@ -59,6 +59,21 @@ def storage(plan: Plan) -> str:
     return weights_of(plan) or plan.dtype
 
 
+def weight_block(plan: Plan) -> int:
+    """The block size of the plan's block-scaled weights (0: per-tensor or per-channel scales): a preset whose
+    config states weight_block_size, or a checkpoint of a family published that way (``block_scaled`` in
+    quantization.json).  Engines load such weights only in whole blocks per GPU."""
+    fmt = weights_of(plan)
+    info = (_data().get("block_scaled") or {}).get(fmt or "")
+    if not info:
+        return 0
+    spec = plan.spec
+    repo = (plan.checkpoint or spec.hf_repo or "").lower()
+    stored = spec.checkpoint_format == fmt and spec.fp8_block_scaled
+    family = any(repo.startswith(p) for p in info["repo_prefixes"]) and format_of_checkpoint(repo) == fmt
+    return int(info["block_size"]) if stored or family else 0
+
+
 def experts_only(plan: Plan) -> bool:
     """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
     its config's quantization_config says through modules_to_not_convert."""

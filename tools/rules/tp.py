@@ -8,8 +8,9 @@ from typing import Any
 
 from tools.dag import NodeType
 from tools.hardware import DTYPE_BYTES
+from tools.quantization import weight_block
 from tools.rules.gpus import op_name
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, set_degree
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
 NOT_TP_TYPES = {NodeType.EMBEDDING, NodeType.NORM, NodeType.ROUTER, NodeType.LM_HEAD}
@@ -322,3 +323,66 @@ def check_decode_comm(ctx: Context) -> Iterator[Finding]:
                       f"{' over the network' if pl.tp > gpn else ''}; beyond {max_tp} ranks decode latency rarely "
                       "improves", field=field_of("decode", "tp", ctx.plan),
                       hint=f"keep decode tp <= {max_tp} and within an NVLink domain")
+
+
+def _block_shards(ctx: Context) -> Iterator[tuple[str, str, int, int, int]]:
+    """(phase, degree, its value, FFN width, GPUs it is split over) for each tensor-parallel FFN shard: the
+    dense FFN over tp, the experts over the expert-TP ranks (TP world / ep) when experts are split."""
+    assert ctx.plan is not None and ctx.layout is not None
+    spec, plan = ctx.plan.spec, ctx.plan
+    for ph, pl in ctx.layout.phases.items():
+        if spec.dense_layer_indices and spec.intermediate_size:
+            yield ph, "tp", pl.tp, spec.intermediate_size, pl.tp
+        world = pl.tp * pl.attn_dp
+        if spec.moe and plan.options.allow_expert_tp and pl.ep <= world and world % pl.ep == 0:
+            yield ph, "ep", pl.ep, spec.moe.expert_intermediate_size, world // pl.ep
+
+
+def _whole_blocks(width: int, ways: int, block: int) -> bool:
+    return width % ways == 0 and (width // ways) % block == 0
+
+
+def _block_fit(ctx: Context, degree: str, value: int, width: int, ways: int, block: int) -> int | None:
+    """The nearest degree whose shards hold whole blocks: a wider ep (fewer expert-TP ranks), or a smaller tp."""
+    assert ctx.plan is not None
+    if degree == "ep":
+        world, experts = value * ways, ctx.plan.spec.moe.num_experts if ctx.plan.spec.moe else 1
+        fits = [world // m for m in range(ways - 1, 0, -1)
+                if world % m == 0 and experts % (world // m) == 0 and _whole_blocks(width, m, block)]
+    else:
+        fits = [t for t in range(value - 1, 0, -1) if value % t == 0 and _whole_blocks(width, t, block)]
+    return fits[0] if fits else None
+
+
+@checker("TP-QUANT-BLOCK-SHARD", needs="plan")
+def check_block_shard(ctx: Context) -> Iterator[Finding]:
+    """Block-scaled weights load only in whole blocks per GPU: the engines refuse a shard that cuts a block."""
+    assert ctx.plan is not None
+    block = weight_block(ctx.plan)
+    if not block:
+        return
+    for ph, degree, value, width, ways in _block_shards(ctx):
+        if ways > 1 and not _whole_blocks(width, ways, block):
+            what = "expert FFN width" if degree == "ep" else "FFN width"
+            fit = _block_fit(ctx, degree, value, width, ways, block)
+            yield Finding(f"{ph}: the {what} {width} split over {ways} GPUs gives {width / ways:g}-wide shards, "
+                          f"not whole {block}-wide blocks of the checkpoint's block-scaled fp8 weights; engines "
+                          "refuse to load it (vLLM and SGLang: 'not divisible by weight quantization block_n')",
+                          field=field_of(ph, degree, ctx.plan),
+                          hint=(f"set {degree} = {fit}" if fit else f"keep the {what} in whole {block}-wide blocks")
+                          + (f" or wider (ep = {value * ways} keeps every expert whole, which is all vLLM offers: "
+                             "--enable-expert-parallel)" if degree == "ep" and fit and fit < value * ways else ""))
+            return
+
+
+@fixer("TP-QUANT-BLOCK-SHARD")
+def fix_block_shard(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    block = weight_block(ctx.plan) if ctx.plan is not None else 0
+    for _ph, degree, value, width, ways in _block_shards(ctx):
+        if block and ways > 1 and not _whole_blocks(width, ways, block):
+            fit = _block_fit(ctx, degree, value, width, ways, block)
+            if fit is None:
+                return []
+            return set_degree(plan, degree, fit, "TP-QUANT-BLOCK-SHARD",
+                              f"shards of whole {block}-wide blocks of the block-scaled fp8 weights")
+    return []
