@@ -334,6 +334,20 @@ def test_a_hugging_face_cache_path_names_its_model() -> None:
     assert plan["checkpoint"] == path and plan["weights"] == "fp8"
 
 
+def test_vllm_reads_its_model_wherever_the_positional_stands() -> None:
+    """vllm serve's model is an argparse positional: after options, and as a local path whose directories name
+    the repo and its format (Modal's DeepSeek-R1 FP4 example)."""
+    cmd = ("vllm serve --uvicorn-log-level=info /hf_cache/models/nvidia/DeepSeek-R1-0528-FP4/sharded "
+           "--served-model-name nvidia/DeepSeek-R1-0528-FP4 llm --tensor-parallel-size 8")
+    r = import_command(cmd, gpu="b200")
+    assert r.plan["model"] == "deepseek-v3" and r.plan["weights"] == "nvfp4" and r.plan["parallel"]["tp"] == 8
+    assert r.plan["checkpoint"] == "/hf_cache/models/nvidia/DeepSeek-R1-0528-FP4/sharded"
+    assert "/hf_cache" not in " ".join(n for n in r.notes if "ignored" in n)
+    with pytest.raises(PdagInputError) as exc:  # SGLang has no positional model: a stray token is not one
+        import_command("python -m sglang.launch_server meta-llama/Llama-3.1-8B-Instruct --tp 2")
+    assert exc.value.field == "command.model"
+
+
 def test_argparse_abbreviations_are_read_as_the_engines_read_them() -> None:
     """vLLM's and SGLang's parsers accept a unique prefix of a long option; an ambiguous one is not read."""
     assert import_command("vllm serve openai/gpt-oss-120b --tensor-parallel 8", gpu="mi300x").plan["parallel"][

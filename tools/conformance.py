@@ -128,8 +128,9 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
                 "enable_attention_dp": "on" if values.get("adp_on") and values.get("tp", "1") != "1" else "off",
                 "kv_cache_dtype": "fp8" if values.get("kv", "auto").lower().startswith("fp8") else "auto"}
     if engine == "vllm":
-        values, _ = e._parse_flags(e.vllm_dashes(e.vllm_config_args(config) + args), e._VLLM_FLAGS, e._VLLM_BOOL,
-                                   {}, "vLLM", abbrev=True)
+        values, unread = e._parse_flags(e.vllm_dashes(e.vllm_config_args(config) + args), e._VLLM_FLAGS,
+                                        e._VLLM_BOOL, {}, "vLLM", abbrev=True)
+        positional = positional or values.get("model") or e.bare_model(unread)
     else:
         values, _ = e._parse_flags(args, e._SGLANG_FLAGS, e._SGLANG_BOOL, {}, "SGLang", abbrev=True)
     dtype = e._DTYPE_FROM_FLAG.get(values.get("dtype", "auto").lower(), torch_dtype)

@@ -137,12 +137,17 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     key = _hub_repo(repo).strip().rstrip("/").lower()
     if key in idx:
         return idx[key], None
-    norm = _norm_name(key)
-    if norm in idx:
-        return idx[norm], f"model {repo!r} read as preset {idx[norm]!r} (same architecture as its base checkpoint)"
-    if norm in _ALIASES:
-        pid = _ALIASES[norm]
-        return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
+    # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
+    parts = [p for p in key.split("/") if p]
+    for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
+        if name in idx:
+            return idx[name], f"model {repo!r} read as preset {idx[name]!r} (the repo its path names)"
+        norm = _norm_name(name)
+        if norm in idx:
+            return idx[norm], f"model {repo!r} read as preset {idx[norm]!r} (same architecture as its base checkpoint)"
+        if norm in _ALIASES:
+            pid = _ALIASES[norm]
+            return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
         "a Hugging Face repo of a preset (" + ", ".join(sorted(preset_ids())) + ") or pass the plan with hf_config",
@@ -810,6 +815,12 @@ def _detect(tokens: list[str]) -> tuple[str, list[str], str | None]:
                          "'trtllm-serve <model> ...'")
 
 
+def bare_model(unread: list[str]) -> str | None:
+    """vllm serve's model is an argparse positional, so it may follow options (``vllm serve --uvicorn-log-level=info
+    /models/x``): the first bare token the flag parser left over."""
+    return next((t for t in unread if not t.startswith("-")), None)
+
+
 def vllm_dashes(args: list[str]) -> list[str]:
     """vLLM's argument parser reads ``--tensor_parallel_size`` as ``--tensor-parallel-size``; so does import."""
     out = []
@@ -1083,9 +1094,10 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
                                  "the flags on the command line (engine_config is for trtllm-serve and vllm serve)")
         values, ignored = _parse_flags(args, _SGLANG_FLAGS, {**_SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
                                        "SGLang", abbrev=True)
-    repo = positional or values.get("model")
+    repo = positional or values.get("model") or (bare_model(ignored) if engine == "vllm" else None)
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
+    ignored = [t for t in ignored if t != repo]
     model, note = model_for_repo(repo)
     notes = [note] if note else []
     tp = _int("tp", values.get("tp", "1"))

@@ -172,10 +172,11 @@ def _compressed_tensors_format(groups: dict[str, Any]) -> str | None:
 
 
 def format_of_checkpoint(repo: str) -> str | None:
-    """The format a checkpoint's name states (…-FP8, …-AWQ, …-FP4, …-BF16), or None."""
+    """The format a checkpoint's name states (…-FP8, …-AWQ, …-FP4, …-BF16; in a local path, any directory's
+    name: /models/DeepSeek-R1-FP4/sharded), or None."""
     name = repo.lower().rstrip("/")
     for fid, info in _data()["formats"].items():
-        if any(name.endswith(m) or f"{m}-" in name or f"{m}_" in name for m in info["markers"]):
+        if any(name.endswith(m) or f"{m}-" in name or f"{m}_" in name or f"{m}/" in name for m in info["markers"]):
             return fid
     return None
 

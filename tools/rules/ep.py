@@ -32,7 +32,8 @@ def check_moe_only(ctx: Context) -> Iterator[Finding]:
     if experts and ctx.spec is not None and not ctx.spec.is_moe:
         yield Finding(f"the DAG has Router/Expert nodes but {ctx.spec.id} is a dense model", experts)
         return
-    moe_keys = {ctx.rpl[n] for n in ctx.of(NodeType.MOE)}
+    # a MoE layer is drawn with a MoENode, or (knowledge/08's minimal form) with just its router
+    moe_keys = {ctx.rpl[n] for n in ctx.of(NodeType.MOE, NodeType.ROUTER)}
     loose = [n for n in ctx.of(NodeType.EXPERT) if ctx.rpl[n] not in moe_keys]
     if loose:
         yield Finding(f"{len(loose)} ExpertNode(s) sit outside any MoENode (e.g. {loose[0]}); experts appear only "

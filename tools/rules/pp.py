@@ -6,6 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import networkx as nx
+
 from tools.dag import CONTROL_TYPES, NodeType
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
 
@@ -71,6 +73,9 @@ def check_no_parallel_branches(ctx: Context) -> Iterator[Finding]:
                 if ctx.succ[p][n].get("type") != "sync":
                     feeders[p].append(n)
         for p, kids in sorted(feeders.items()):
+            # a container edge to a stage that a sibling already leads to (phase -> stage 1 besides the chain
+            # through stage 0) implies no parallel branch: only mutually unreachable stages are siblings
+            kids = [k for k in kids if not any(o != k and nx.has_path(ctx.graph, o, k) for o in kids)]
             if len(kids) > 1:
                 yield Finding(f"{p} feeds {len(kids)} pipeline stages at once ({', '.join(sorted(kids)[:3])}); stages "
                               "must not be siblings: stage k+1 follows stage k", [p, *kids],
@@ -364,3 +369,29 @@ def _first_real(ctx: Context, nodes: list[str]) -> list[str]:
         else:
             out.append(v)
     return out
+
+
+_WEIGHTED = (NodeType.EMBEDDING, NodeType.NORM, NodeType.ATTENTION, NodeType.FFN, NodeType.ROUTER, NodeType.EXPERT,
+             NodeType.LINEAR, NodeType.LM_HEAD)
+
+
+@checker("PP-STAGES-OWN-GPUS", needs="graph")
+def check_stages_own_gpus(ctx: Context) -> Iterator[Finding]:
+    """A stage is the set of GPUs that holds its layers: two stages of one replica and phase computing on the
+    same GPU are one stage drawn twice (a SendRecv listing other GPUs does not move the work there)."""
+    where: dict[tuple[Any, Any], dict[Any, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for n in ctx.real_nodes:
+        v = ctx.inherited[n]
+        if ctx.types[n] in _WEIGHTED and v["stage"] is not None:
+            where[(v["replica"], v["phase"])][v["stage"]] |= set(ctx.devices[n])
+    for (r, ph), stages in sorted(where.items(), key=str):
+        items = sorted(stages.items(), key=str)
+        for i, (s, ds) in enumerate(items):
+            for s2, ds2 in items[i + 1:]:
+                if ds & ds2:
+                    nodes = [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n][:2] == (r, ph)]
+                    yield Finding(f"replica {r} {ph}: stages {s} and {s2} both compute on GPUs {sorted(ds & ds2)[:8]}; "
+                                  "each pipeline stage runs its layers on its own GPUs", nodes,
+                                  hint="give each stage its own GPUs (stage s of a replica on replica*pp*W + s*W + "
+                                       "local), or drop PP")
+                    return

@@ -64,13 +64,16 @@ def check_decode(ctx: Context) -> Iterator[Finding]:
             yield Finding(f"decode runs sp = {sp}: a single-token step has no sequence to split (only the KV read), so "
                           "SP costs communication for nothing", field=field_of("decode", "sp", ctx.plan),
                           hint="set phases.decode.sp = 1 (keep SP for prefill)")
-        return
+            return
     if ctx.graph is None:
         return
+    # the drawing is judged too: a DAG may shard decode by sequence whatever its embedded plan says
     bad = [n for n in ctx.of(NodeType.ATTENTION) if ctx.attr(n, "sp_rank") is not None
            and ctx.inherited[n]["phase"] == "decode"]
     if bad:
-        yield Finding("decode attention is sequence-sharded; SP is largely ineffective for a single-token step", bad)
+        yield Finding("decode attention is sequence-sharded; SP is largely ineffective for a single-token step"
+                      + (" (the embedded plan says decode sp = 1, the drawing does not)" if ctx.plan is not None
+                         else ""), bad)
 
 
 @fixer("SP-DECODE-INEFFECTIVE")

@@ -151,3 +151,23 @@ def check_three_layers(ctx: Context) -> Iterator[Finding]:
 def _sharded(ctx: Context, n: str) -> bool:
     a = ctx.nattr[n]
     return any(a.get(k) is not None for k in ("tp_rank", "sp_rank", "ep_rank"))
+
+
+@checker("STRUCT-DRAWING-MATCHES-PLAN", needs="graph")
+def check_drawing_matches_plan(ctx: Context) -> Iterator[Finding]:
+    """A DAG that embeds its plan draws that plan: the rules read the plan for some checks and the drawing for
+    others, so a drawing of another layout (DP 2 under a plan of TP 2, same GPU count) would pass both halves."""
+    if ctx.plan is None or ctx.layout is None or ctx.from_plan or ctx.layout.disaggregated:
+        return
+    if any(pl.attn_dp > 1 for pl in ctx.layout.phases.values()):
+        return
+    if any(ctx.attr(n, r) is not None for n in ctx.of(NodeType.REPLICA) for r in ("tp_rank", "sp_rank", "ep_rank")):
+        return  # shard ranks on whole-model copies: TP at the root, which the TP and ORDER rules report
+    drawn = ctx.inferred_degrees
+    for degree, want in (("dp", ctx.layout.dp), ("pp", ctx.layout.pp)):
+        if drawn[degree] != want:
+            yield Finding(f"the drawing shows {degree} = {drawn[degree]} but its embedded plan says {degree} = {want}; "
+                          "the plan and the drawing describe different deployments", field=f"plan.parallel.{degree}",
+                          hint=f"set the plan's {degree} to {drawn[degree]}, or draw {want} "
+                               f"{'replicas' if degree == 'dp' else 'pipeline stages'} (build_dag draws the plan)")
+            return

@@ -19,10 +19,19 @@ REJOIN_OK = {NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, 
 
 
 def _tp_groups(ctx: Context) -> Iterator[tuple[Any, list[str]]]:
-    """Operators split over two or more TP ranks (expert TP shards included)."""
+    """Operators split over two or more TP ranks (expert TP shards included), and attention / FFN / linear
+    operators drawn as one node over several GPUs (a TP operator written as one logical node, which the same
+    collective must rejoin) when the plan, if any, has TP."""
+    grouped: set[str] = set()
     for key, shards in ctx.ops.items():
+        grouped.update(shards)
         if ctx.tp_width(shards) > 1:
             yield key, shards
+    if ctx.plan is not None and ctx.layout is not None and max(pl.tp for pl in ctx.layout.phases.values()) < 2:
+        return
+    for n in ctx.of(NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR):
+        if n not in grouped and len(ctx.devices[n]) > 1 and ctx.attr(n, "tp_rank") is None:
+            yield (None, n), [n]
 
 
 @checker("TP-OPERATOR-SCOPE")
