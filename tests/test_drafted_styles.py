@@ -66,3 +66,52 @@ def test_sequence_sharded_decode_is_flagged_whatever_the_embedded_plan_says() ->
     drawn["plan"] = {**sp, "phases": {"decode": {"sp": 1}}}
     warned = [v for v in validate_dag(dag=drawn).violations if v.rule_id == "SP-DECODE-INEFFECTIVE"]
     assert warned and "embedded plan" in warned[0].message
+
+
+def test_op_naming_an_operator_kind_groups_shards_per_layer() -> None:
+    """A drafter's op may name the kind ('attention', 'mlp') rather than the instance: shards still group per
+    layer, so two layers' shards on GPU 0 are not one operator's shards sharing a GPU."""
+    d = build_full_dag({"model": TINY, "hardware": H2, "parallel": {"tp": 2}})
+    for n in d["nodes"]:
+        if n.get("op"):
+            n["op"] = "attention" if n["type"] == "AttentionNode" else "mlp" if n["type"] == "FFNNode" else n["op"]
+            n.pop("tp_rank", None)
+    assert _errors(d) == set()
+    same_gpu = copy.deepcopy(d)
+    for n in same_gpu["nodes"]:
+        if n["id"] == "r0.prefill.L0.ffn.t1":
+            n["devices"] = [0]
+    assert "GPU-SHARDS-DISTINCT" in _errors(same_gpu)
+
+
+def test_nodes_that_repeat_fold_their_layer_without_a_folds_block() -> None:
+    """A node's repeat (layers it stands for) folds the drawn layer even when the document states no folds."""
+    from tools import build_dag
+
+    d = build_dag(plan={"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                        "parallel": {"tp": 2}}).dag
+    assert _errors(d) == set()
+    d.pop("folds")
+    assert _errors(d) == set()
+    broken = bypass(copy.deepcopy(d), "r0.prefill.L0.ffn.allreduce")
+    assert _errors(broken)
+
+
+def test_a_collective_drawn_once_per_rank_is_one_collective() -> None:
+    d = build_full_dag({"model": TINY, "hardware": H2, "parallel": {"tp": 2}})
+    ar = "r0.prefill.L0.ffn.allreduce"
+    node = next(n for n in d["nodes"] if n["id"] == ar)
+    ins = [e["source"] for e in d["edges"] if e["target"] == ar]
+    outs = [e["target"] for e in d["edges"] if e["source"] == ar]
+    d["nodes"].remove(node)
+    d["edges"] = [e for e in d["edges"] if ar not in (e["source"], e["target"])]
+    for g in (0, 1):
+        d["nodes"].append({**node, "id": f"{ar}.rank{g}", "devices": [g]})
+        d["edges"] += [{"source": s, "target": f"{ar}.rank{g}", "type": "data"} for s in ins]
+        d["edges"] += [{"source": f"{ar}.rank{g}", "target": t, "type": "data"} for t in outs]
+    v = validate_dag(dag=copy.deepcopy(d))
+    assert v.valid
+    half = copy.deepcopy(d)  # one rank's half missing: the other does not cover both shards' GPUs
+    half["nodes"] = [n for n in half["nodes"] if n["id"] != f"{ar}.rank1"]
+    half["edges"] = [e for e in half["edges"] if f"{ar}.rank1" not in (e["source"], e["target"])]
+    assert _errors(half)

@@ -334,10 +334,10 @@ class _Normalizer:
             op = base if k == 0 else f"{base}#{k}"  # e.g. the QKV and the output projection of one attention
             for s in shards:
                 self.set(s, "op", op, f"one {typ} operator: shards rejoining at {anchor}")
-        by_op: dict[tuple[Any, Any, Any], list[str]] = defaultdict(list)
+        by_op: dict[tuple[Any, ...], list[str]] = defaultdict(list)
         for n, a in self.a.items():
             if a.get("type") in _SHARDED and a.get("op") is not None:
-                by_op[(self.replica_of.get(n), a["op"], a["type"])].append(n)
+                by_op[(self.replica_of.get(n), a.get("phase"), a.get("layer"), a["op"], a["type"])].append(n)
         for shards in by_op.values():
             if len(shards) > 1 and all(self.a[s].get("tp_rank") is None for s in shards):
                 by_sp: dict[Any, list[str]] = defaultdict(list)

@@ -23,7 +23,7 @@ from tools.errors import PdagInputError
 from tools.inputs import check_json_value
 from tools.layout import Layout
 from tools.models import resolve_model
-from tools.normalize import normalize
+from tools.normalize import Inference, normalize
 from tools.plan import Plan, parse_plan
 from tools.rules.registry import (
     CHECKERS,
@@ -32,7 +32,14 @@ from tools.rules.registry import (
     load_all,
     run_checkers,
 )
-from tools.working import WorkingDag, apply_layer_folds, fold_drawn_replicas, read_folds
+from tools.working import (
+    WorkingDag,
+    apply_layer_folds,
+    fold_drawn_replicas,
+    folds_from_repeat,
+    merge_rank_collectives,
+    read_folds,
+)
 
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
@@ -54,7 +61,8 @@ class ValidationResult(BaseModel):
 
 
 # ----------------------------------------------------------------------------------------------- DAG loading
-_INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "attn_group", "heads", "kv_heads")
+_INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "attn_group", "heads", "kv_heads",
+               "repeat")
 _STR_FIELDS = ("op", "role")
 
 
@@ -210,10 +218,14 @@ def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) 
     the folds it states (unusable ones reported as schema errors) or by the symmetry of its drawn replicas."""
     reps: list[Any] = []
     lays: list[Any] = []
+    merged = merge_rank_collectives(g)
+    if folds is None:  # nodes that say how many layers they stand for mean the folds they do not state
+        folds = folds_from_repeat(g)
     if folds is not None:
         reps, lays, bad = read_folds(folds, g)
         problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
     g, inferences = normalize(g, lays)
+    inferences = [Inference(n, "devices", devs, why) for n, devs, why in merged] + inferences
     if folds is None:
         return WorkingDag(g, fold_drawn_replicas(g), inferences=inferences)
     apply_layer_folds(g, lays)

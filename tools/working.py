@@ -569,3 +569,59 @@ def _same_copy(g: nx.DiGraph, base: str, members: list[str], mset: set[str], own
             if q not in pb or pb[q].get("type") != e.get("type"):
                 return None
     return names
+
+
+def folds_from_repeat(graph: nx.DiGraph) -> dict[str, Any] | None:
+    """The ``folds`` object a document means when its nodes carry ``repeat`` (layers a node stands for) but it
+    states no ``folds``: one layer fold per drawn layer (same replica, phase, stage, layer and repeat), carried
+    from the layer's one exit to its entries.  None when no node repeats, or a group has no single exit."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for n, a in graph.nodes(data=True):
+        r = a.get("repeat")
+        if isinstance(r, int) and not isinstance(r, bool) and r > 1:
+            if not isinstance(a.get("layer"), int):
+                return None
+            groups.setdefault((a.get("replica"), a.get("phase"), a.get("stage"), a["layer"], r), []).append(n)
+    if not groups:
+        return None
+    layers = []
+    for (_r, _ph, _s, layer, repeat), nodes in sorted(groups.items(), key=str):
+        members = set(nodes)
+        flow = [(u, v) for u, v, t in graph.edges(data="type") if t not in ("kv", "sync")]
+        entries = sorted({v for u, v in flow if v in members and u not in members})
+        exits = sorted({u for u, v in flow if u in members and v not in members})
+        if len(exits) != 1 or not entries:
+            return None
+        layers.append({"nodes": nodes, "first_layer": layer, "repeat": repeat,
+                       "carry": [[exits[0], e] for e in entries]})
+    return {"replicas": [], "layers": layers}
+
+
+_PER_RANK = ("AllReduceNode", "AllGatherNode", "ReduceScatterNode", "AllToAllNode")
+
+
+def merge_rank_collectives(graph: nx.DiGraph) -> list[tuple[str, list[int], str]]:
+    """Merge one collective drawn as one node per rank (each on its own GPU, each fed by the same shards) into
+    the single collective it stands for, in place; (kept node, its GPUs, why) for each merge."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for n, a in graph.nodes(data=True):
+        if a.get("type") in _PER_RANK and len(a.get("devices") or ()) == 1:
+            preds = frozenset(p for p in graph.predecessors(n) if graph.edges[p, n].get("type", "data") == "data")
+            if len(preds) > 1:
+                groups.setdefault((a["type"], preds, a.get("phase"), a.get("layer")), []).append(n)
+    merged = []
+    for (typ, preds, _ph, _layer), nodes in sorted(groups.items(), key=str):
+        devs = [graph.nodes[n]["devices"][0] for n in nodes]
+        covered = {d for p in preds for d in graph.nodes[p].get("devices") or ()}
+        if len(nodes) < 2 or len(set(devs)) != len(devs) or not covered <= set(devs):
+            continue
+        keep, rest = sorted(nodes)[0], sorted(nodes)[1:]
+        for n in rest:
+            for s in list(graph.successors(n)):
+                if not graph.has_edge(keep, s):
+                    graph.add_edge(keep, s, **graph.edges[n, s])
+            graph.remove_node(n)
+        graph.nodes[keep]["devices"] = sorted(devs)
+        merged.append((keep, sorted(devs), f"one {typ} drawn per rank ({', '.join(sorted(nodes)[:4])}) is one "
+                                           "collective over their GPUs"))
+    return merged

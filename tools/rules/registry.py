@@ -422,7 +422,10 @@ class Context:
             if a.get("type") == NodeType.KV_CACHE:
                 continue
             op = a.get("op")
-            k = (op, a.get("type")) if op else (*self.key(n, "replica", "phase", "layer"), a.get("type"))
+            # an op names one operator instance; a drafter's op naming an operator kind ("attention") across
+            # layers still groups shards per replica, phase and layer
+            where = self.key(n, "replica", "phase", "layer")
+            k = (op, a.get("type"), *where) if op else (*where, a.get("type"))
             out[k].append(n)
         return out
 
