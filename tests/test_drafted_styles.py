@@ -115,3 +115,73 @@ def test_a_collective_drawn_once_per_rank_is_one_collective() -> None:
     half["nodes"] = [n for n in half["nodes"] if n["id"] != f"{ar}.rank1"]
     half["edges"] = [e for e in half["edges"] if f"{ar}.rank1" not in (e["source"], e["target"])]
     assert _errors(half)
+
+
+def test_attention_dp_groups_are_never_one_tp_operator() -> None:
+    """One-GPU attention-DP groups drawn without op / tp_rank (and the MoE layer without its MoENode) stay
+    separate groups: their next collective is the dispatch, not a TP rejoin."""
+    p = plan(TINY_MOE, 2, parallel={"attn_dp": 2, "ep": 2}, objective="throughput",
+             options={"allow_attention_dp": True})
+    d = build_full_dag(p)
+    moes = [n["id"] for n in d["nodes"] if n["type"] == "MoENode"]
+    d["nodes"] = [n for n in d["nodes"] if n["id"] not in moes]
+    d["edges"] = [e for e in d["edges"] if e["source"] not in moes and e["target"] not in moes]
+    for n in [n["id"] for n in d["nodes"] if n["type"] == "RouterNode"]:
+        pre, g = n.rsplit(".router.", 1)
+        d["edges"].append({"source": f"{pre}.norm_ffn.{g}", "target": n, "type": "data"})
+    for n in d["nodes"]:
+        if n["type"] in ("AttentionNode", "KVCacheUpdateNode"):
+            n.pop("op", None)
+            n.pop("tp_rank", None)
+    assert _errors(d) == set()
+
+
+def test_one_expert_node_per_expert_is_the_gpus_expert_node() -> None:
+    d = build_full_dag(plan(TINY_MOE, 2, parallel={"ep": 2}))
+    for ph in ("prefill", "decode"):
+        for layer in (0, 1):
+            for r in (0, 1):
+                nid = f"r0.{ph}.L{layer}.e{r}"
+                node = next(n for n in d["nodes"] if n["id"] == nid)
+                first, second = node["experts"]
+                node["experts"] = [first]
+                node.pop("ep_rank", None)
+                twin = {**copy.deepcopy(node), "id": nid + "b", "experts": [second]}
+                d["nodes"].append(twin)
+                d["edges"] += [{**e, "target": twin["id"]} for e in d["edges"] if e["target"] == nid]
+                d["edges"] += [{**e, "source": twin["id"]} for e in d["edges"] if e["source"] == nid]
+    assert _errors(d) == set()
+    twice = copy.deepcopy(d)  # the same expert on both of a GPU's nodes is a copy, not a split
+    for n in twice["nodes"]:
+        if n["id"] == "r0.prefill.L0.e0b":
+            n["experts"] = list(next(m for m in twice["nodes"] if m["id"] == "r0.prefill.L0.e0")["experts"])
+    assert _errors(twice)
+
+
+def test_a_sendrecv_carrying_only_kv_cache_is_the_kv_hand_off() -> None:
+    p = plan(TINY, 4, parallel={"tp": 2}, phases={"prefill": {"dp": 1}, "decode": {"dp": 2, "tp": 1}},
+             objective="throughput", options={"disaggregated": True})
+    d = build_full_dag(p)
+    for n in d["nodes"]:
+        if n["type"] == "KVTransferNode":
+            n["type"] = "SendRecvNode"
+            n.pop("role", None)
+            n.pop("meta", None)
+    assert _errors(d) == set()
+
+
+def test_one_kv_cache_node_per_stage_serves_all_its_layers() -> None:
+    d = build_full_dag(plan({"hf_config": {**TINY["hf_config"], "num_hidden_layers": 4}}, 2, parallel={"pp": 2},
+                            objective="throughput", workload={"batch_size": 4}))
+    for ph in ("prefill", "decode"):
+        keep, drop = f"r0.{ph}.L0.kv.t0", f"r0.{ph}.L1.kv.t0"
+        for e in d["edges"]:
+            e["source"] = keep if e["source"] == drop else e["source"]
+            e["target"] = keep if e["target"] == drop else e["target"]
+        d["nodes"] = [n for n in d["nodes"] if n["id"] != drop]
+        for k in ("layer", "op", "tp_rank"):
+            next(n for n in d["nodes"] if n["id"] == keep).pop(k, None)
+    seen: set[tuple[str, str, str]] = set()
+    d["edges"] = [e for e in d["edges"] if (k := (e["source"], e["target"], e["type"])) not in seen
+                  and not seen.add(k)]
+    assert _errors(d) == set()

@@ -317,14 +317,16 @@ class _Normalizer:
         for n, a in self.a.items():
             if a.get("type") in _SHARDED and a.get("op") is None:
                 feeds = frozenset(self.t(p) for p in self.g._pred[n])  # QKV and output projections differ here
-                key = (self.replica_of.get(n), a.get("phase"), a.get("layer"), a.get("type"), feeds, self._rejoin(n))
+                # attention-DP groups are separate operators whatever collective their data reaches next
+                key = (self.replica_of.get(n), a.get("phase"), a.get("layer"), a.get("attn_group"), a.get("type"),
+                       feeds, self._rejoin(n))
                 groups[key].append(n)
         for key in [k for k in groups if not k[-1]]:  # a shard that reaches no collective (a dead end) belongs
             siblings = [k for k in groups if k[:-1] == key[:-1] and k[-1]]  # to its one sibling operator
             if len(siblings) == 1:
                 groups[siblings[0]].extend(groups.pop(key))
         named: dict[tuple[str, Any], int] = defaultdict(int)
-        for (_r, _ph, _l, typ, _feeds, rejoin), shards in groups.items():
+        for (_r, _ph, _l, _g, typ, _feeds, rejoin), shards in groups.items():
             if len(shards) < 2 or not rejoin:
                 continue
             anchor = min(rejoin, key=self.pos.__getitem__)

@@ -313,7 +313,7 @@ def check_layer_order(ctx: Context) -> Iterator[Finding]:
     """Inside one stage, data flows from layer l to layer l or a later one: never back to an earlier layer."""
     bad = []
     for u, v, t in ctx.data_edges():
-        if t != "data":
+        if t != "data" or ctx.types[v] == NodeType.KV_CACHE:  # one stage's KV node serves all its layers
             continue
         a, b = ctx.inherited[u], ctx.inherited[v]
         if a["layer"] is None or b["layer"] is None or (a["replica"], a["phase"], a["stage"]) != \
