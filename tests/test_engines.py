@@ -558,3 +558,14 @@ def test_vllm_async_scheduling_flag_is_read() -> None:
     r = import_command("vllm serve openai/gpt-oss-120b --async-scheduling -tp 2", gpu="h100-sxm")
     assert r.plan["engine_options"]["scheduler_ahead"] is True
     assert "--async-scheduling" not in " ".join(n for n in r.notes if "ignored" in n)
+
+
+def test_import_says_when_one_request_of_the_context_cap_does_not_fit() -> None:
+    """vLLM reserves KV for one max_model_len request at start-up and refuses to start without room for it."""
+    cmd = "vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 2 --max-model-len {}"
+    tight = import_command(cmd.format(131072), gpu="h100-sxm").notes
+    assert any("--max-model-len 131072" in n and "refuses to start" in n for n in tight)
+    assert not any("refuses to start" in n for n in import_command(cmd.format(8192), gpu="h100-sxm").notes)
+    trt = import_command("trtllm-serve meta-llama/Llama-3.1-70B-Instruct --tp_size 2 --max_seq_len 131072",
+                         gpu="h100-sxm").notes
+    assert any(n.startswith("--max_seq_len 131072") for n in trt)

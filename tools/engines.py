@@ -1005,6 +1005,24 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
     return None
 
 
+def _context_cap_note(plan: dict[str, Any], values: dict[str, str], flag: str) -> list[str]:
+    """The engine reserves KV for one request of its context cap at start-up (vLLM refuses to start when its
+    cache cannot hold max_model_len tokens): say so when the plan's memory holds fewer."""
+    from tools.memory import memory_report
+
+    try:
+        cap = int(values["context"])
+        one = parse_plan({**plan, "workload": {"input_len": 1, "output_len": 1, "batch_size": 1}})
+        room = memory_report(one).max_context_that_fits
+    except (KeyError, ValueError, PdagInputError):
+        return []
+    if room and cap > room:
+        return [f"{flag} {cap}: the KV cache holds about {room} tokens per replica at this layout, fewer than one "
+                "request of the cap (vLLM refuses to start; other engines cannot serve such a request): lower the "
+                "cap or spread the model over more GPUs"]
+    return []
+
+
 def _scheduler_flags(engine: str) -> dict[str, str]:
     """The launch flags that switch the engine's look-ahead scheduler on or off (profile ``scheduler``)."""
     sch = engine_profile(engine).scheduler
@@ -1192,8 +1210,12 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         plan["engine_options"] = engine_options
     if ignored:
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
+    if engine == "sglang" and any(t.split("=")[0] == "--disable-cuda-graph" for t in ignored):
+        notes.append("--disable-cuda-graph: decode runs without CUDA graphs, which pdag does not price (its decode "
+                     "is graphed): the estimate is optimistic for small batches")
     plan["engine"] = engine  # the estimate then uses this engine's profile (knowledge/engines/)
     parse_plan(plan)  # fail here, with field paths, if the result is malformed
+    notes.extend(_context_cap_note(plan, values, "--max-model-len" if engine == "vllm" else "--context-length"))
     return ImportResult(engine=engine, plan=plan, notes=notes)
 
 
@@ -1276,6 +1298,7 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     plan["engine"] = "trtllm"
     parse_plan(plan)
+    notes.extend(_context_cap_note(plan, values, "--max_seq_len"))
     return ImportResult(engine="trtllm", plan=plan, notes=notes)
 
 
