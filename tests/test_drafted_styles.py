@@ -185,3 +185,13 @@ def test_one_kv_cache_node_per_stage_serves_all_its_layers() -> None:
     d["edges"] = [e for e in d["edges"] if (k := (e["source"], e["target"], e["type"])) not in seen
                   and not seen.add(k)]
     assert _errors(d) == set()
+
+
+def test_kv_cache_crossing_gpus_is_told_to_use_a_kv_transfer() -> None:
+    p = plan(TINY, 4, parallel={"tp": 2}, phases={"prefill": {"dp": 1}, "decode": {"dp": 2, "tp": 1}},
+             objective="throughput", options={"disaggregated": True})
+    d = build_full_dag(p)
+    for n in [n["id"] for n in d["nodes"] if n["type"] == "KVTransferNode"]:
+        bypass(d, n)
+    hints = [v.hint for v in validate_dag(dag=d).violations if v.rule_id == "COMM-NO-IMPLICIT"]
+    assert hints and "KVTransferNode" in hints[0]

@@ -60,7 +60,10 @@ def check_no_implicit(ctx: Context) -> Iterator[Finding]:
     if bad:
         u, v, extra = bad[0]
         stages = ctx.key(u, "stage")[0], ctx.key(v, "stage")[0]
-        what = (f"a SendRecvNode from stage {stages[0]} to stage {stages[1]} on GPUs "
+        kv = ctx.types[u] == NodeType.KV_CACHE or ctx.succ[u][v].get("type") == "kv"
+        what = (f"a KVTransferNode on GPUs {sorted(ctx.devices[u] | ctx.devices[v])[:8]} (the KV cache crosses to "
+                "the GPUs that read it)" if kv
+                else f"a SendRecvNode from stage {stages[0]} to stage {stages[1]} on GPUs "
                 f"{sorted(ctx.devices[u] | ctx.devices[v])[:8]}" if None not in stages and stages[0] != stages[1]
                 else f"the collective that brings {u}'s output to GPU(s) {sorted(extra)[:8]}")
         yield Finding(f"{len(bad)} edge(s) move data between GPUs with no communication node (e.g. {u} -> {v}: {v} "
