@@ -569,3 +569,19 @@ def test_import_says_when_one_request_of_the_context_cap_does_not_fit() -> None:
     trt = import_command("trtllm-serve meta-llama/Llama-3.1-70B-Instruct --tp_size 2 --max_seq_len 131072",
                          gpu="h100-sxm").notes
     assert any(n.startswith("--max_seq_len 131072") for n in trt)
+
+
+def test_cli_imports_a_disaggregated_deployment_from_both_pools_commands(tmp_path, capsys) -> None:
+    """Dynamo's Qwen3-235B recipe: six 2-GPU prefill workers and one 4-GPU decode worker, each pool with its YAML."""
+    from tools.cli import main
+
+    pre, dec = tmp_path / "prefill.json", tmp_path / "decode.json"
+    pre.write_text(json.dumps({"tensor_parallel_size": 2, "moe_expert_parallel_size": 1}))
+    dec.write_text(json.dumps({"tensor_parallel_size": 4, "moe_expert_parallel_size": 4}))
+    worker = "python3 -m dynamo.trtllm --model-path Qwen/Qwen3-235B-A22B-FP8 --disaggregation-mode {}"
+    assert main(["import", worker.format("prefill"), "--gpu", "h200", "--engine-config", str(pre), "--replicas", "6",
+                 "--decode-command", worker.format("decode"), "--decode-engine-config", str(dec)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["options"]["disaggregated"] and plan["hardware"]["num_gpus"] == 16
+    assert (plan["parallel"]["dp"], plan["parallel"]["tp"]) == (6, 2)
+    assert (plan["phases"]["decode"]["tp"], plan["phases"]["decode"]["ep"]) == (4, 4)

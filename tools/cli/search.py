@@ -109,12 +109,28 @@ def import_args(p: Any) -> None:
                    help="the options of the command's --config YAML (TensorRT-LLM or vLLM), as a JSON file")
     p.add_argument("--replicas", type=int, default=1,
                    help="servers running this command behind a router (e.g. Kubernetes replicas): plain DP")
+    p.add_argument("--decode-command", metavar="COMMAND",
+                   help="disaggregated serving: the decode pool's launch command (launch_command is the prefill "
+                        "pool's)")
+    p.add_argument("--decode-engine-config", metavar="FILE",
+                   help="the decode command's --config YAML as a JSON file, when it differs from the prefill pool's")
+    p.add_argument("--decode-replicas", type=int, default=1, help="servers running the decode command")
 
 
 def cmd_import(args: Any) -> int:
     config = read_json(args.engine_config, "--engine-config") if args.engine_config else None
-    result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
-                            engine_config=config, replicas=args.replicas)
+    if args.decode_command:
+        from tools.engines import import_disaggregated
+
+        decode = read_json(args.decode_engine_config, "--decode-engine-config") if args.decode_engine_config \
+            else config
+        result = import_disaggregated(args.launch_command, args.decode_command, gpu=args.gpu,
+                                      gpus_per_node=args.gpus_per_node, engine_config=config,
+                                      decode_engine_config=decode, replicas=args.replicas,
+                                      decode_replicas=args.decode_replicas)
+    else:
+        result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                                engine_config=config, replicas=args.replicas)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)
@@ -123,4 +139,5 @@ def cmd_import(args: Any) -> int:
 
 command("search", "search parallel plans for a model and cluster", search_args)(cmd_search)
 command("export", "plan -> vLLM / SGLang / TensorRT-LLM launch command", export_args)(cmd_export)
-command("import", "vLLM / SGLang launch command -> plan", import_args)(cmd_import)
+command("import", "vLLM / SGLang / TensorRT-LLM / Dynamo launch command (and a decode pool's) -> plan",
+        import_args)(cmd_import)
