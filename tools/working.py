@@ -585,9 +585,9 @@ def folds_from_repeat(graph: nx.DiGraph) -> dict[str, Any] | None:
     if not groups:
         return None
     layers = []
+    flow = [(u, v) for u, v, t in graph.edges(data="type") if t not in ("kv", "sync")]
     for (_r, _ph, _s, layer, repeat), nodes in sorted(groups.items(), key=str):
         members = set(nodes)
-        flow = [(u, v) for u, v, t in graph.edges(data="type") if t not in ("kv", "sync")]
         entries = sorted({v for u, v in flow if v in members and u not in members})
         exits = sorted({u for u, v in flow if u in members and v not in members})
         if len(exits) != 1 or not entries:
@@ -597,7 +597,7 @@ def folds_from_repeat(graph: nx.DiGraph) -> dict[str, Any] | None:
     return {"replicas": [], "layers": layers}
 
 
-_PER_RANK = ("AllReduceNode", "AllGatherNode", "ReduceScatterNode", "AllToAllNode")
+_PER_RANK = (NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
 
 
 def merge_rank_collectives(graph: nx.DiGraph) -> list[tuple[str, list[int], str]]:
@@ -632,7 +632,7 @@ def merge_expert_nodes(graph: nx.DiGraph) -> list[tuple[str, list[int], str]]:
     outputs, disjoint ``experts``), into the one Expert node per GPU the rules count, in place."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     for n, a in graph.nodes(data=True):
-        if a.get("type") == "ExpertNode" and isinstance(a.get("experts"), list) and a.get("devices"):
+        if a.get("type") == NodeType.EXPERT and isinstance(a.get("experts"), list) and a.get("devices"):
             key = (tuple(a["devices"]), a.get("replica"), a.get("phase"), a.get("layer"), a.get("tp_rank"),
                    frozenset(graph.predecessors(n)), frozenset(graph.successors(n)))
             groups.setdefault(key, []).append(n)
@@ -654,12 +654,12 @@ def kv_hand_offs(graph: nx.DiGraph) -> list[tuple[str, str, str]]:
     prefill-to-decode KV hand-off: read it as the KVTransferNode it stands for, in place."""
     out = []
     for n, a in graph.nodes(data=True):
-        if a.get("type") != "SendRecvNode":
+        if a.get("type") != NodeType.SEND_RECV:
             continue
         ins = [graph.nodes[p].get("type") for p in graph.predecessors(n)]
         outs = [graph.nodes[s].get("type") for s in graph.successors(n)]
-        if ins and outs and all(t == "KVCacheUpdateNode" for t in ins) and \
-                all(t in ("KVCacheUpdateNode", "AttentionNode") for t in outs):
-            a["type"] = "KVTransferNode"
-            out.append((n, "KVTransferNode", "a SendRecvNode carrying only KV cache is the KV hand-off"))
+        if ins and outs and all(t == NodeType.KV_CACHE for t in ins) and \
+                all(t in (NodeType.KV_CACHE, NodeType.ATTENTION) for t in outs):
+            a["type"] = str(NodeType.KV_TRANSFER)
+            out.append((n, str(NodeType.KV_TRANSFER), "a SendRecvNode carrying only KV cache is the KV hand-off"))
     return out
