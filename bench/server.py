@@ -44,6 +44,9 @@ PLANS = {
         "parallel": {"dp": 4, "pp": 2, "tp": 8, "ep": 8},
     },
 }
+IMPORTS = {"llama-3.1-8b": "vllm serve meta-llama/Llama-3.1-8B-Instruct",
+           "deepseek-v3": "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 16 --dp 16 "
+                          "--enable-dp-attention --ep 16 --nnodes 2"}
 LOOKUPS = {"by id": {"rule_id": "TP-HEADS-DIVISIBLE"}, "by query, limit 10": {"query": "expert parallel all-to-all"}}
 
 
@@ -52,6 +55,10 @@ def calls(plan: dict[str, Any], names: list[str]) -> list[tuple[str, dict[str, A
            if n in names]
     if "search_strategies" in names:
         out.append(("search_strategies", {"model": plan["model"], "hardware": plan["hardware"]}))
+    if "export_plan" in names:
+        out.append(("export_plan", {"plan": plan, "engine": "vllm"}))
+    if "import_deployment" in names:
+        out.append(("import_deployment", {"command": IMPORTS[plan["model"]], "gpu": plan["hardware"]["gpu"]}))
     return out
 
 

@@ -29,7 +29,8 @@ estimate_performance -> answer. Reason in the order model structure, PP/EP, TP/S
 ranks valid candidate plans for a starting point or a check. Two strategies need an opt-in in the plan:
 attention-DP (parallel.attn_dp with options.allow_attention_dp) and disaggregated prefill/decode pools
 (options.disaggregated, per-phase degrees in phases.prefill / phases.decode). Use lookup_rule to understand a
-rule_id. Answers are concise by default; pass detail="full" only when you need everything.
+rule_id. import_deployment reads an engine's launch command into a checked plan; export_plan writes a plan as
+one. Answers are concise by default; pass detail="full" only when you need everything.
 Presets: pdag://models, pdag://hardware. Knowledge documents: pdag://knowledge."""
 
 

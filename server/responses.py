@@ -121,6 +121,36 @@ class SearchAnswer(Paged):
     note: str | None = None
 
 
+class Checked(Paged):
+    """A plan another tool produced, checked against the rules on the way out (validate_dag's summary)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    valid: bool = Field(description="the plan has no violation of severity error")
+    error_count: int
+    warning_count: int
+    violations: list[ViolationItem] = Field(description="grouped by rule (summary) or one by one (full)")
+    note: str | None = None
+
+
+class ImportAnswer(Checked):
+    engine: str = Field(description="the engine the command starts: vllm, sglang or trtllm")
+    plan: dict[str, Any] = Field(description="the deployment as a pdag plan, ready for estimate_performance, "
+                                             "autofix_dag or export_plan")
+    notes: list[str] = Field(description="what the import assumed, defaulted or could not express")
+
+
+class ExportAnswer(Checked):
+    engine: str
+    command: str = Field(description="the launch command, one line per server when the engine needs several")
+    gpus: int = Field(description="GPUs the engine will use, counted its way")
+    config: dict[str, Any] | None = Field(None, description="TensorRT-LLM: the --config YAML options")
+    decode_config: dict[str, Any] | None = Field(None, description="disaggregated TensorRT-LLM: the decode pool's")
+    pool_servers: dict[str, int] | None = Field(None, description="disaggregated: servers per pool, prefill first")
+    argv: list[list[str]] | None = Field(None, description='each server as an argument list; detail="full"')
+    notes: list[str] = Field(description="what the command cannot say or does differently from the plan")
+
+
 class RuleBrief(BaseModel):
     id: str
     title: str
@@ -322,6 +352,31 @@ def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
         parts.append('Call estimate_performance with detail="full" for every figure and its provenance.')
         note = " ".join(parts)
     return EstimateAnswer(note=note, **data)
+
+
+def _checked(validation: Any, detail: Detail, tool: str) -> dict[str, Any]:
+    """The ``Checked`` fields of a validate_dag result, violations shaped as ``tool`` answers them."""
+    raw = list(as_dict(validation).get("violations") or [])
+    errors, warnings = _counts(raw)
+    items, note = _shape_violations(raw, detail, tool)
+    if errors:
+        note = (f"The plan breaks {errors} rule(s) of severity error: the engine may refuse it or run it other "
+                "than pdag prices it; autofix_dag repairs it. " + note).strip()
+    return {"valid": errors == 0, "error_count": errors, "warning_count": warnings, "violations": items,
+            "note": note or None}
+
+
+def shape_import(result: Any, validation: Any, detail: Detail) -> ImportAnswer:
+    data = as_dict(result)
+    return ImportAnswer(engine=data["engine"], plan=data["plan"], notes=data.get("notes") or [],
+                        **_checked(validation, detail, "import_deployment"))
+
+
+def shape_export(result: Any, validation: Any, detail: Detail) -> ExportAnswer:
+    data = as_dict(result)
+    if detail != "full":
+        data.pop("argv", None)
+    return ExportAnswer(**data, **_checked(validation, detail, "export_plan"))
 
 
 def shape_search(result: Any, detail: Detail) -> SearchAnswer:

@@ -44,7 +44,13 @@ CursorArg = Annotated[
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 RenderArg = Annotated[bool, Field(description="add PNG pictures")]
-OptPlanArg = Annotated[Plan | None, Field(description="the parallel plan (see pdag://schema/plan); give plan or dag")]
+# build_dag, the first call of the protocol, advertises the plan's fields inline; the tools after it take the same
+# plan as a plain object checked by the core (errors name the field, as the argument model's do), so the tool list
+# does not repeat the plan schema four times.
+OptPlanArg = Annotated[
+    dict[str, Any] | None,
+    Field(description="the parallel plan, as build_dag takes it (pdag://schema/plan); give plan or dag"),
+]
 # The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
 # malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
 # tool list does not repeat the 5 kB DAG schema in three tools.
@@ -203,12 +209,12 @@ def _key(**args: Any) -> dict[str, Any]:
             for k, v in args.items()}
 
 
-def _plan_or_dag(plan: Plan | None, dag: dict[str, Any] | None) -> dict[str, Any]:
-    """The core's keyword arguments: the plan as the caller wrote it (unset fields left out) and/or the DAG.
-    The core says what is wrong when neither (or, where it takes one, both) is given."""
+def _plan_or_dag(plan: dict[str, Any] | None, dag: dict[str, Any] | None) -> dict[str, Any]:
+    """The core's keyword arguments: the plan as the caller wrote it and/or the DAG.  The core checks them and
+    says what is wrong when neither (or, where it takes one, both) is given."""
     kwargs: dict[str, Any] = {}
     if plan is not None:
-        kwargs["plan"] = plan.model_dump(mode="json", exclude_unset=True)
+        kwargs["plan"] = plan
     if dag is not None:
         kwargs["dag"] = dag
     return kwargs
@@ -447,3 +453,74 @@ def search_strategies(
     answer = R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,
                        lambda: R.shape_search(result, detail))
     return search_images(answer, result)  # type: ignore[return-value]
+
+
+MAX_COMMAND = 20_000  # characters of a pasted launch command (a Kubernetes manifest's args run to a few kB)
+ConfigArg = Annotated[
+    dict[str, Any] | None,
+    Field(description="the command's --config / --extra_llm_api_options YAML, as a JSON object"),
+]
+ReplicasArg = Annotated[int, Field(ge=1, le=100_000, description="servers running the command (plain DP)")]
+
+
+@pdag_tool(core="import_deployment", title="Read an engine's launch command into a plan")
+def import_deployment(
+    command: Annotated[str, Field(min_length=1, max_length=MAX_COMMAND,
+                                  description="the pasted launch command line")],
+    gpu: Annotated[str, Field(max_length=80, description="accelerator preset (pdag://hardware)")] = "h100-sxm",
+    gpus_per_node: Annotated[int, Field(ge=1, le=1024)] = 8,
+    engine_config: ConfigArg = None,
+    replicas: ReplicasArg = 1,
+    decode_command: Annotated[str | None, Field(max_length=MAX_COMMAND,
+                                                description="disaggregated: the decode pool's command")] = None,
+    decode_engine_config: Annotated[dict[str, Any] | None,
+                                    Field(description="the decode pool's YAML, if not engine_config")] = None,
+    decode_replicas: ReplicasArg = 1,
+    detail: DetailArg = "summary",
+    cursor: CursorArg = None,
+) -> R.ImportAnswer:
+    """Turn an engine's launch command (vLLM, SGLang, TensorRT-LLM, Dynamo workers) into a pdag plan; check it.
+
+    Use it to judge a deployment or recipe the user has ("is this command right for my model?"). Flags are read
+    as the engine reads them (parallel sizes, attention-DP, quantization, KV dtype, limits; its --config YAML as
+    engine_config) and GPUs counted its way. Disaggregated: prefill pool in `command`, decode pool in
+    `decode_command`. Then estimate_performance or autofix_dag the returned `plan`.
+    Example: {"command": "vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 8", "gpu": "h100-sxm"}
+    Returns engine, plan, notes (assumptions, what the plan cannot express), valid and violations by rule.
+    """
+    fn, check = core("import_deployment"), core("validate_dag")
+    assert fn is not None and check is not None
+    args = dict(command=command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
+                replicas=replicas, decode_command=decode_command, decode_engine_config=decode_engine_config,
+                decode_replicas=decode_replicas)
+
+    def make() -> R.ImportAnswer:
+        result = fn(**args)
+        return R.shape_import(result, check(plan=result.plan), detail)
+
+    return R.respond("import_deployment", _key(detail=detail, **args), detail, cursor, make)  # type: ignore[return-value]
+
+
+@pdag_tool(core="export_plan", title="Write a plan as an engine's launch command")
+def export_plan(
+    plan: Annotated[dict[str, Any], Field(description="the plan to launch, as build_dag takes it "
+                                                      "(pdag://schema/plan)")],
+    engine: Annotated[Literal["vllm", "sglang", "trtllm"] | None,
+                      Field(description="target engine; default: plan.engine")] = None,
+    detail: DetailArg = "summary",
+    cursor: CursorArg = None,
+) -> R.ExportAnswer:
+    """Write a plan as the launch command of vLLM, SGLang or TensorRT-LLM (trtllm-serve), and check the plan.
+
+    Use it to hand the user the command that runs a chosen plan. EP wider than TP becomes attention-DP, DP the
+    engine's data-parallel size or pinned servers, a disaggregated plan one command per pool; TensorRT-LLM's
+    options come as its --config YAML (`config`). A plan the engine cannot launch is an error saying why.
+    Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+    "parallel": {"tp": 8}}, "engine": "vllm"}
+    Returns engine, command (a line per server), gpus, config where it applies, notes, valid and violations;
+    detail="full" adds argv.
+    """
+    fn, check = core("export_plan"), core("validate_dag")
+    assert fn is not None and check is not None
+    return R.respond("export_plan", _key(plan=plan, engine=engine, detail=detail), detail, cursor,  # type: ignore[return-value]
+                     lambda: R.shape_export(fn(plan, engine), check(plan=plan), detail))

@@ -76,11 +76,15 @@ async def test_big_default_answers_fit_the_budget(client):
     r = await client.call_tool("build_dag", {"plan": BIG})
     assert not r.is_error and r.structured_content["gpus_used"] == 64
     assert len(text(r)) / 4 <= TOKEN_BUDGET
-    search_args = {"model": BIG["model"], "hardware": BIG["hardware"]}
+    special = {"search_strategies": {"model": BIG["model"], "hardware": BIG["hardware"]},
+               "import_deployment": {"command": "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 "
+                                                "--tp 16 --dp 16 --enable-dp-attention --ep 16 --nnodes 2",
+                                     "gpu": "h200"},
+               "export_plan": {"plan": BIG, "engine": "vllm"}}
     for name in await tool_names(client):
         if name in ("build_dag", "lookup_rule"):
             continue
-        r = await client.call_tool(name, search_args if name == "search_strategies" else {"plan": BIG})
+        r = await client.call_tool(name, special.get(name, {"plan": BIG}))
         assert not r.is_error, text(r)
         assert len(text(r)) / 4 <= TOKEN_BUDGET, name
 

@@ -21,6 +21,8 @@ ARGS = {
     "estimate_performance": {"plan": SMALL},
     "lookup_rule": {"rule_id": "TP-HEADS-DIVISIBLE"},
     "search_strategies": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}},
+    "import_deployment": {"command": "vllm serve meta-llama/Llama-3.1-8B-Instruct"},
+    "export_plan": {"plan": SMALL, "engine": "sglang"},
 }
 
 

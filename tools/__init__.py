@@ -2,7 +2,7 @@
 
 from tools.autofix import autofix_dag
 from tools.build import build_dag, build_dag_page
-from tools.engines import export_plan, import_command
+from tools.engines import export_plan, import_command, import_deployment
 from tools.estimate import estimate_performance
 from tools.lookup import lookup_rule
 from tools.search import search_strategies
@@ -15,6 +15,7 @@ __all__ = [
     "estimate_performance",
     "export_plan",
     "import_command",
+    "import_deployment",
     "lookup_rule",
     "search_strategies",
     "validate_dag",

@@ -46,6 +46,7 @@ __all__ = [
     "ImportResult",
     "export_plan",
     "import_command",
+    "import_deployment",
     "import_disaggregated",
     "model_for_repo",
 ]
@@ -1361,3 +1362,19 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
     parse_plan(plan)
     notes = [f"prefill pool: {n}" for n in pre.notes] + [f"decode pool: {n}" for n in dec.notes]
     return ImportResult(engine=pre.engine, plan=plan, notes=notes)
+
+
+def import_deployment(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
+                      engine_config: dict[str, Any] | None = None, replicas: int = 1,
+                      decode_command: str | None = None, decode_engine_config: dict[str, Any] | None = None,
+                      decode_replicas: int = 1) -> ImportResult:
+    """Every front's import: one server's ``command`` (``import_command``), or with ``decode_command`` a
+    disaggregated deployment (``import_disaggregated``), whose decode pool reads the prefill pool's engine config
+    unless it has its own (one YAML file shared by both pools is the common recipe)."""
+    if decode_command is None:
+        return import_command(command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
+                              replicas=replicas)
+    decode = engine_config if decode_engine_config is None else decode_engine_config
+    return import_disaggregated(command, decode_command, gpu=gpu, gpus_per_node=gpus_per_node,
+                                engine_config=engine_config, decode_engine_config=decode, replicas=replicas,
+                                decode_replicas=decode_replicas)

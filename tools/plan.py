@@ -201,7 +201,8 @@ def _allowed_for(error: dict[str, Any]) -> str | None:
         return "only the documented fields (see the plan JSON Schema)"
     if kind == "literal_error" and "expected" in ctx:
         return str(ctx["expected"])
-    bounds = [f"{k.replace('_', ' ')} {v}" for k, v in ctx.items() if k in ("ge", "gt", "le", "lt", "max_length")]
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "max_length": "at most"}
+    bounds = [f"{signs[k]} {v}" for k, v in ctx.items() if k in signs]
     return ", ".join(bounds) or None
 
 

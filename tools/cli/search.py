@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from tools.cli.common import add_plan_args, command, plan_from_args, read_json
-from tools.engines import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_command
+from tools.engines import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_deployment
 from tools.errors import PdagInputError
 from tools.search import search_strategies
 
@@ -119,18 +119,10 @@ def import_args(p: Any) -> None:
 
 def cmd_import(args: Any) -> int:
     config = read_json(args.engine_config, "--engine-config") if args.engine_config else None
-    if args.decode_command:
-        from tools.engines import import_disaggregated
-
-        decode = read_json(args.decode_engine_config, "--decode-engine-config") if args.decode_engine_config \
-            else config
-        result = import_disaggregated(args.launch_command, args.decode_command, gpu=args.gpu,
-                                      gpus_per_node=args.gpus_per_node, engine_config=config,
-                                      decode_engine_config=decode, replicas=args.replicas,
-                                      decode_replicas=args.decode_replicas)
-    else:
-        result = import_command(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
-                                engine_config=config, replicas=args.replicas)
+    decode = read_json(args.decode_engine_config, "--decode-engine-config") if args.decode_engine_config else None
+    result = import_deployment(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                               engine_config=config, replicas=args.replicas, decode_command=args.decode_command,
+                               decode_engine_config=decode, decode_replicas=args.decode_replicas)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)
