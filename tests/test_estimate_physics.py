@@ -637,3 +637,24 @@ def test_vllm_fused_moe_streams_block_fp8_experts_at_its_published_rate() -> Non
     assert expert_ms("sglang") < expert_ms("vllm") / 2
     adp = {"parallel": {"dp": 8, "ep": 8}, "options": {"allow_attention_dp": True}}
     assert expert_ms("vllm", **adp) == pytest.approx(expert_ms("sglang", **adp), rel=0.05)
+
+
+@pytest.mark.parametrize(("gpu", "extra_us"), [("a100-80gb", 7.5), ("h200", 2.5), ("l40s", 3.0)])
+def test_weight_only_gemms_pay_their_dequantization_per_gemm_in_decode(gpu: str, extra_us: float) -> None:
+    """AWQ/GPTQ 4-bit weights multiplied in 16-bit: each dense GEMM of a decode step costs AIConfigurator's
+    measured weight-only floor over bf16's (7.5 / 2.5 / 3 us), four per layer (qkv, o, gate-up, down); prefill, many
+    rows per GEMM, is left to the roofline, and 16-bit weights pay nothing."""
+    p = plan("qwen2.5-7b", gpu, 1, i=1024, o=256, tp=1)
+    p["weights"] = "awq-int4"
+    layers = parse_plan(p).spec.num_layers
+    cat = efficiency_for(load_accelerator(gpu).id)
+    assert cat["weight_only_gemv_extra_us"] == extra_us
+    priced = estimate_performance(plan=p)
+    free = estimate_performance(plan=p, efficiency={"accelerators": {gpu: {"weight_only_gemv_extra_us": 0.0}}})
+    added = priced.decode_latency_ms_per_token - free.decode_latency_ms_per_token
+    assert added == pytest.approx(4 * layers * extra_us * 1e-3, rel=0.02)
+    assert priced.prefill_latency_ms == pytest.approx(free.prefill_latency_ms, rel=1e-9)
+    bf16 = {k: v for k, v in p.items() if k != "weights"}
+    assert estimate_performance(plan=bf16).decode_latency_ms_per_token == pytest.approx(
+        estimate_performance(plan=bf16, efficiency={"accelerators": {gpu: {"weight_only_gemv_extra_us": 0.0}}})
+        .decode_latency_ms_per_token, rel=1e-9)

@@ -125,7 +125,7 @@ class Kernel:
     small: bool = False  # weight-streaming GEMM with few tokens
     experts: bool = False  # grouped GEMM over routed experts
     mla: bool = False  # MLA decode attention over the latent (FlashMLA where the engine has it)
-    block_gemms: int = 0  # dense GEMMs over block-scaled fp8 weights this kernel stands for (a latency floor each)
+    block_gemms: int = 0  # dense weight GEMMs this kernel stands for (block-fp8 floor, weight-only de-quantization)
     memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
     floor_s: float = 0.0  # the kernel's published minimum time on this GPU at this size (0: none)
     speed_scale: float = 1.0  # below the kernel family's usual speed: narrow expert slices, an engine's MLA prefill
@@ -191,6 +191,8 @@ class CostModel:
         self.attention_tiles = attention_tiling()  # (benchmark's query tiles, queries per tile)
         self.mxfp4_experts = fmt == "mxfp4" and spec.is_moe
         self.block_fp8 = self.gemm_dtype == "fp8" and spec.fp8_block_scaled and fmt == "fp8"
+        # dense weights stored below 16 bits but multiplied in 16-bit: the kernel de-quantizes them (W4A16, W8A16)
+        self.weight_only = self.gemm_dtype in ("bf16", "fp16") and self.wb < 2.0
         upcast = format_info(fmt)["compute"] == "fp4" and not native(fmt, acc)  # 4-bit formats without FP4 cores
         self.expert_mem_eff = self.eff["fp4_upcast_expert_memory_efficiency"] if upcast else 0.0  # 0: no figure
         # grouped expert GEMMs: a figure for the weight format where one is known, else the generic one; block-fp8
@@ -255,6 +257,10 @@ class CostModel:
                 tm = max(tm, k.block_gemms * e["block_fp8_gemm_floor_us"] * 1e-6
                          + slow / (e["block_fp8_gemm_floor_gb_s"] * 1e9) + (k.bytes - slow) / bw)
                 both = max(both, tm)
+            if k.block_gemms and k.small and self.weight_only:
+                # a weight-only GEMM with few rows pays a fixed de-quantization cost per GEMM beyond the bytes
+                extra = k.block_gemms * e["weight_only_gemv_extra_us"] * 1e-6
+                tm, both = tm + extra, both + extra
             if k.floor_s > both:  # a published kernel time above the roofline's: the kernel's own floor
                 tm = max(tm, k.floor_s)
                 both = k.floor_s
