@@ -13,13 +13,14 @@ from pathlib import Path
 __all__ = ["NAMES", "load", "render", "system_prompt"]
 
 ROOT = Path(__file__).resolve().parent
-NAMES = ("system", "plan_deployment", "review_plan", "explain_violation")
+NAMES = ("system", "plan_deployment", "review_plan", "review_command", "explain_violation")
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
 
 
 @cache
 def load(name: str) -> str:
-    """The raw text of one prompt (``system``, ``plan_deployment``, ``review_plan``, ``explain_violation``)."""
+    """The raw text of one prompt (``system``, ``plan_deployment``, ``review_plan``, ``review_command``,
+    ``explain_violation``)."""
     if name not in NAMES:
         raise KeyError(f"unknown prompt {name!r}; known: {', '.join(NAMES)}")
     return (ROOT / f"{name}.md").read_text(encoding="utf-8")

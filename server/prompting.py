@@ -49,6 +49,23 @@ def register_prompts(server: MCPServer) -> None:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         return prompts.render("review_plan", plan_json=text)
 
+    @server.prompt(name="review_command", title="Review an engine launch command")
+    def review_command(
+        command: Annotated[str, Field(description="a 'vllm serve ...', 'python -m sglang.launch_server ...' or "
+                                                  "'trtllm-serve ...' line")],
+        gpu: Annotated[str, Field(description="accelerator preset id (see pdag://hardware)")] = "h100-sxm",
+        decode_command: Annotated[str, Field(description="disaggregated serving: the decode pool's command "
+                                                         "(command is then the prefill pool's)")] = "",
+    ) -> str:
+        """Review an existing deployment from its launch command: what it runs, what breaks, its estimate, one
+        validated improvement and its command."""
+        if not command.strip():
+            raise MCPError(code=INVALID_PARAMS, message="command is empty: paste the engine's launch command line")
+        decode = f"\nIts decode pool runs:\n\n```\n{decode_command.strip()}\n```\n" if decode_command.strip() else ""
+        decode_arg = ', `decode_command`: the decode pool\'s' if decode_command.strip() else ""
+        return prompts.render("review_command", command=command.strip(), gpu=gpu, decode=decode,
+                              decode_arg=decode_arg)
+
     @server.prompt(name="explain_violation", title="Explain a rule violation")
     def explain_violation(
         rule_id: Annotated[str, Field(description="a rule id from a violation, e.g. TP-HEADS-DIVISIBLE")],

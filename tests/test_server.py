@@ -212,12 +212,22 @@ async def test_missing_resource_is_not_found(client, uri):
 
 async def test_prompts(client):
     names = {p.name for p in (await client.list_prompts()).prompts}
-    assert names == {"plan_deployment", "review_plan", "explain_violation"}
+    assert names == {"plan_deployment", "review_plan", "review_command", "explain_violation"}
     p = await client.get_prompt("plan_deployment", {"model": "deepseek-v3", "gpus": "64", "gpu": "h200"})
     body = p.messages[0].content.text
     assert "deepseek-v3" in body and "64 x h200" in body and "<plan>" in body and "{{" not in body
     p = await client.get_prompt("review_plan", {"plan_json": json.dumps(SMALL)})
     assert "llama-3.1-8b" in p.messages[0].content.text
+    p = await client.get_prompt("review_command", {"command": "vllm serve Qwen/Qwen3-235B-A22B-FP8 -tp 8",
+                                                   "gpu": "h200"})
+    body = p.messages[0].content.text
+    assert "vllm serve Qwen/Qwen3-235B-A22B-FP8 -tp 8" in body and '"h200"' in body and "decode pool" not in body
+    assert body.index("`import_deployment`") < body.index("`export_plan`") and "{{" not in body
+    p = await client.get_prompt("review_command", {"command": "python -m sglang.launch_server --model-path m "
+                                                   "--disaggregation-mode prefill", "decode_command": "x --tp 4"})
+    assert "x --tp 4" in p.messages[0].content.text and "decode_command" in p.messages[0].content.text
+    with pytest.raises(MCPError):
+        await client.get_prompt("review_command", {"command": "  "})
     p = await client.get_prompt("explain_violation", {"rule_id": "ep-no-expert-tp"})
     assert "EP-NO-EXPERT-TP" in p.messages[0].content.text and "rationale" in p.messages[0].content.text
     with pytest.raises(MCPError):
