@@ -325,7 +325,7 @@ async def test_wrappers_shape_validate_autofix_search(fake_cores):
 async def test_malformed_dag_comes_back_as_schema_violations_with_paths(client):
     """A hand-drafted DAG is not refused at the argument level: the core reports where it is wrong."""
     dag = build_dag(SMALL).dag
-    bad = {**dag, "nodes": [{**dag["nodes"][0], "colour": "red"}, *dag["nodes"][1:]]}
+    bad = {**dag, "nodes": [{**dag["nodes"][0], "layer": "first"}, *dag["nodes"][1:]]}
     r = await client.call_tool("validate_dag", {"dag": bad})
     assert not r.is_error
     s = r.structured_content

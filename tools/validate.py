@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_working, estimated_node_count, gc_paused
 from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
+from tools.dialect import closest_types, translate
 from tools.errors import PdagInputError
 from tools.inputs import check_json_value
 from tools.layout import Layout
@@ -105,7 +106,12 @@ def _schema_errors(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             rule = "STRUCT-DEVICES-ASSIGNED" if missing == "devices" else "STRUCT-SCHEMA"
         else:
             rule = _schema_rule(path, str(err.validator))
-        out.append((rule, _json_path(path), err.message[:300]))
+        message = err.message
+        if rule == "STRUCT-KNOWN-TYPES" and path[:1] == ["nodes"]:
+            message = (f"node type {err.instance!r} is not one pdag knows; closest: "
+                       + ", ".join(closest_types(err.instance)) + " (knowledge/dag_vocabulary.json lists the other "
+                       "spellings pdag reads)")
+        out.append((rule, _json_path(path), message[:300]))
         if len(out) >= MAX_SCHEMA_ERRORS:
             break
     return out
@@ -149,6 +155,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if "nodes" not in dag and isinstance(dag.get("dag"), dict):  # a build_dag answer pasted whole
         claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
         dag = dag["dag"]
+    dag, read_as = translate(dag)
     if "nodes" not in dag:
         raise PdagInputError("dag.nodes", "missing: this is not a DAG",
                              "a DAG object with 'nodes' and 'edges' lists; a plan goes in the 'plan' argument")
@@ -158,6 +165,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if not isinstance(edges, list):
         raise PdagInputError("dag.edges", f"expected a list of edges, got {type(edges).__name__}", "a list")
     ctx = Context()
+    ctx.notes.extend(read_as)
     if len(nodes) > MAX_NODES or len(edges) > MAX_EDGES:
         ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "dag.nodes",
                                   f"the DAG has {len(nodes):,} nodes and {len(edges):,} edges; the limit is "

@@ -1,0 +1,182 @@
+"""Hand-drafted DAGs in another vocabulary are judged by their meaning: every rule fixture, rewritten the way
+other drafters spell a DAG (``from``/``to`` edges, ``name`` ids, ``"attention"`` or ``"All-Reduce"`` types, GPU
+ids as ``"cuda:3"`` or ``"gpu0-gpu3"``, nodes keyed by id, ``a -> b`` edge strings), gets the verdict its
+canonical spelling gets, and what cannot be read is named with the closest canonical spellings."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.generate import P_ADP, P_DIS, P_MOE, P_PP, P_SP, dag_of
+from tools import autofix_dag, validate_dag
+from tools.dag import NodeType
+from tools.dialect import _tables, _vocabulary, key, node_type, translate
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "rules").glob("*.json"))
+DAG_CASES = [(f.stem, side, json.loads(f.read_text())[side]["dag"]) for f in FIXTURES
+             for side in ("reject", "accept") if "dag" in json.loads(f.read_text())[side]]
+
+
+def _type_spellings(canon: str) -> list[str]:
+    """Other spellings of a node type that read back as it and imply no role or phase of their own."""
+    implied = set(_tables()["roles"]) | set(_tables()["phases"])
+    names = [n for n in _vocabulary()["node_types"].get(canon, []) if key(n) not in implied]
+    base = canon.removesuffix("Node")
+    names += [base.lower(), base + "_node", "-".join(base), f"{base}(drafted)"]
+    return [n for n in names if node_type(n) == canon]
+
+
+def _devices(devs: list[int], rng: random.Random) -> Any:
+    if len(devs) == 1:
+        return rng.choice([devs[0], f"cuda:{devs[0]}", f"gpu{devs[0]}", [f"GPU {devs[0]}"]])
+    if devs == list(range(devs[0], devs[-1] + 1)) and rng.random() < 0.5:
+        return f"gpu{devs[0]}-gpu{devs[-1]}"
+    return [f"cuda:{d}" for d in devs]
+
+
+def to_dialect(doc: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """``doc`` spelled the way a drafter with its own habits would spell it (same structure, same meaning)."""
+    id_key = rng.choice(["id", "name", "node_id"])
+    dev_key = rng.choice(["devices", "gpus", "device_ids", "placement"])
+    src, dst = rng.choice([("source", "target"), ("from", "to"), ("src", "dst"), ("u", "v")])
+    nodes = []
+    for n in doc["nodes"]:
+        m = {k: v for k, v in n.items() if k not in ("id", "type", "devices")}
+        spellings = _type_spellings(n["type"])
+        m[id_key] = n["id"]
+        m[rng.choice(["type", "kind", "op_type"])] = rng.choice(spellings) if spellings else n["type"]
+        m[dev_key] = _devices(n["devices"], rng) if n.get("devices") else n.get("devices", [])
+        if rng.random() < 0.2:
+            m["description"] = "drafted by hand"
+        nodes.append(m)
+    edges: list[Any] = []
+    for e in doc["edges"]:
+        style = rng.random()
+        if style < 0.25:
+            edges.append([e["source"], e["target"], e["type"]])
+        elif style < 0.4 and e["type"] == "data" and "->" not in e["source"] + e["target"]:
+            edges.append(f"{e['source']} -> {e['target']}")
+        else:
+            edges.append({src: e["source"], dst: e["target"], rng.choice(["type", "kind"]): e["type"]})
+    out = {k: v for k, v in doc.items() if k not in ("nodes", "edges")}
+    if rng.random() < 0.5 and id_key != "id":
+        out["nodes"] = {n.pop(id_key): n for n in nodes}
+    else:
+        out["nodes"] = nodes
+    out[rng.choice(["edges", "links"])] = edges
+    return out
+
+
+def _verdict(dag: dict[str, Any]) -> tuple[bool, list[str]]:
+    r = validate_dag(dag=copy.deepcopy(dag))
+    return r.valid, sorted({v.rule_id for v in r.violations if v.severity == "error"})
+
+
+@pytest.mark.parametrize(("rule", "side", "dag"), DAG_CASES, ids=[f"{r}-{s}" for r, s, _ in DAG_CASES])
+def test_every_rule_fixture_reads_the_same_in_another_vocabulary(rule: str, side: str, dag: dict[str, Any]) -> None:
+    drafted = to_dialect(dag, random.Random(rule + side))
+    assert _verdict(drafted) == _verdict(dag)
+    if side == "reject":
+        assert rule in _verdict(drafted)[1] or not _verdict(dag)[1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), which=st.sampled_from(range(5)))
+def test_any_drafted_spelling_of_a_built_dag_is_judged_as_the_canonical_one(seed: int, which: int) -> None:
+    dag = dag_of([P_MOE, P_PP, P_SP, P_ADP, P_DIS][which])
+    assert _verdict(to_dialect(dag, random.Random(seed))) == _verdict(dag)
+
+
+def test_a_canonical_document_is_read_unchanged_and_without_notes() -> None:
+    dag = dag_of(P_MOE)
+    out, notes = translate(copy.deepcopy(dag))
+    assert out == dag and notes == []
+
+
+def test_the_validator_says_what_it_read_how() -> None:
+    drafted = to_dialect(dag_of(P_PP), random.Random(7))
+    notes = validate_dag(dag=drafted).notes
+    assert any(n.startswith("read the draft's own vocabulary") for n in notes)
+
+
+def test_a_canonical_field_wins_over_an_alias_beside_it() -> None:
+    doc = {"nodes": [{"id": "a", "name": "b", "type": "AttentionNode", "kind": "FFNNode", "devices": [1], "gpu": 2}],
+           "edges": []}
+    out, _ = translate(doc)
+    node = out["nodes"][0]
+    assert (node["id"], node["type"], node["devices"]) == ("a", "AttentionNode", [1])
+    assert node["meta"] == {"name": "b", "kind": "FFNNode", "gpu": 2}
+
+
+@pytest.mark.parametrize(("spelling", "canon"), [
+    ("All-Reduce", "AllReduceNode"), ("AllReduce(TP)", "AllReduceNode"), ("all_reduce_tp", "AllReduceNode"),
+    ("reduce_scatter", "ReduceScatterNode"), ("self_attention", "AttentionNode"), ("MLP", "FFNNode"),
+    ("moe_dispatch", "AllToAllNode"), ("kv_cache_write", "KVCacheUpdateNode"), ("KV transfer", "KVTransferNode"),
+    ("gate_proj", "LinearNode"), ("gate", "RouterNode"), ("pipeline_stage", "PipelineStageNode"),
+    ("attention_node", "AttentionNode"), ("LMHead", "LMHeadNode"), ("p2p_send", "SendRecvNode"),
+])
+def test_type_spellings(spelling: str, canon: str) -> None:
+    assert node_type(spelling) == canon
+
+
+def test_every_alias_names_one_type_and_every_type_has_aliases() -> None:
+    vocab = _vocabulary()["node_types"]
+    assert set(vocab) == {t.value for t in NodeType}
+    for canon, names in vocab.items():
+        assert names, canon
+        for name in names:
+            assert node_type(name) is not None, name
+
+
+def test_a_role_or_phase_follows_from_the_spelling_only_where_the_draft_left_it_out() -> None:
+    doc = {"nodes": [{"id": "x", "type": "moe_combine", "devices": [0]},
+                     {"id": "y", "type": "combine", "role": "dispatch", "devices": [0]},
+                     {"id": "p", "type": "GenerationPhase", "devices": [0]}], "edges": []}
+    nodes = {n["id"]: n for n in translate(doc)[0]["nodes"]}
+    assert nodes["x"]["role"] == "combine" and nodes["y"]["role"] == "dispatch"
+    assert (nodes["p"]["type"], nodes["p"]["phase"]) == ("PhaseNode", "decode")
+
+
+def test_an_unreadable_type_names_the_closest_canonical_types() -> None:
+    dag = {"nodes": [{"id": "r", "type": "RequestNode", "devices": [0]},
+                     {"id": "q", "type": "AttentoinNode", "devices": [0]}], "edges": [["r", "q"]]}
+    r = validate_dag(dag=dag)
+    msg = next(v.message for v in r.violations if v.rule_id == "STRUCT-KNOWN-TYPES")
+    assert "AttentionNode" in msg and "AttentoinNode" in msg
+
+
+def test_metadata_claims_are_checked_against_the_drawing() -> None:
+    """A drafter who writes the GPU count as the product of every degree is caught through its metadata."""
+    dag = dag_of(P_PP)  # TP 2 x PP 2 on 4 GPUs
+    drafted = to_dialect(dag, random.Random(3))
+    drafted["metadata"] = {"model": "tiny", "degrees": {"tp": 2, "pp": 2, "dp": 2}, "num_gpus": 8}
+    assert not validate_dag(dag=drafted).valid
+    drafted["metadata"]["num_gpus"] = 4
+    assert _verdict(drafted) == _verdict(dag)
+
+
+def test_autofix_repairs_a_drafted_dag_as_it_repairs_the_canonical_one() -> None:
+    dag = json.loads((Path(__file__).parent / "fixtures" / "rules" / "COMM-EXPLICIT-COLLECTIVES.json")
+                     .read_text())["reject"]["dag"]
+    drafted = to_dialect(dag, random.Random(11))
+    fixed, plain = autofix_dag(dag=copy.deepcopy(drafted)), autofix_dag(dag=copy.deepcopy(dag))
+    assert fixed.valid == plain.valid
+    assert sorted(c.rule_id for c in fixed.changes) == sorted(c.rule_id for c in plain.changes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(doc=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                        max_leaves=20))
+def test_arbitrary_documents_never_crash_the_reader(doc: Any) -> None:
+    if isinstance(doc, dict):
+        out, notes = translate(doc)
+        assert isinstance(out, dict) and isinstance(notes, list)

@@ -1,0 +1,325 @@
+"""Reading a hand-drafted DAG written in another vocabulary into pdag's own, before it is judged.
+
+An agent that drafts a DAG by hand spells it its own way: ``{"from": .., "to": ..}`` edges, ``"name"`` for the
+id, ``"gpu": 3`` for the devices, ``"attention"`` or ``"AllReduce(TP)"`` for the node type, nodes keyed by id,
+edges as ``["a", "b"]`` pairs or ``"a -> b"`` strings, a ``metadata`` block beside the graph.  Judging such a
+draft by the published schema alone fails it on spelling before its meaning is looked at.  ``translate`` maps
+every spelling listed in ``knowledge/dag_vocabulary.json`` onto the canonical one and says what it read how, so
+that the checkers judge the structure.  What it cannot read (a node type no table names) is left as written and
+fails the schema with the closest canonical names offered.
+
+Translation never overrides: a canonical field present in the draft wins over any alias beside it.  Fields no
+table knows move into the node's ``meta`` (a drafter's ``label`` or ``description`` is not an error).  The result
+depends only on the draft, so the same draft always reads the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from functools import cache
+from typing import Any
+
+import knowledge
+from tools.dag import Edge, EdgeType, Node, NodeType
+
+_MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with a qualifier after it
+# What may follow a type's name ("allreducetp", "attentionlayer0", "ffnshard3"); anything else ("contextparallel")
+# is another word, not a qualified type.
+_QUALIFIER = re.compile(r"(?:tp|ep|sp|pp|dp|layer|op|block|shard|rank|node|kernel|sync|group|fused|phase|pool|branch"
+                        r"|\d+)*")
+_CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag"}
+_META_BLOCKS = ("metadata", "meta", "info", "config", "plan_summary", "deployment", "strategy")
+_GPU_CLAIMS = ("gpusused", "numgpus", "totalgpus", "gpucount", "worldsize", "gpus")
+
+
+def key(text: str) -> str:
+    """The comparison form of a spelling: lower case, letters and digits only."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+@cache
+def _vocabulary() -> dict[str, Any]:
+    return knowledge.load_json("dag_vocabulary.json")
+
+
+def _aliases(section: str) -> dict[str, str]:
+    """alias key -> canonical name of one section (the canonical names themselves included)."""
+    out: dict[str, str] = {}
+    for canon, names in _vocabulary()[section].items():
+        out[key(canon)] = canon
+        for name in names:
+            out.setdefault(key(name), canon)
+    return out
+
+
+@cache
+def _tables() -> dict[str, dict[str, str]]:
+    types = _aliases("node_types")
+    for t in NodeType:  # "AttentionNode" and "Attention" alike
+        types[key(t.value)] = t.value
+        types.setdefault(key(t.value.removesuffix("Node")), t.value)
+    return {"document": _aliases("document"), "node_fields": _aliases("node_fields"),
+            "edge_fields": _aliases("edge_fields"), "edge_types": _aliases("edge_types"),
+            "phases": _aliases("phases"), "node_types": types, "roles": _aliases("roles")}
+
+
+def node_type(text: str) -> str | None:
+    """The canonical node type a spelling names, or None.  Bracketed qualifiers are dropped; an alias of
+    ``_MIN_PREFIX`` characters or more also matches a spelling it begins when a qualifier follows
+    ("allreducetp", "attentionlayer3")."""
+    types = _tables()["node_types"]
+    k = key(re.sub(r"[(\[{].*?[)\]}]", "", text))
+    if k.endswith("node") and k[:-4] in types:
+        k = k[:-4]
+    if k in types:
+        return types[k]
+    starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _QUALIFIER.fullmatch(k[len(a):])]
+    return types[max(starts, key=lambda a: (len(a), a))] if starts else None
+
+
+def closest_types(text: str, n: int = 3) -> list[str]:
+    """Canonical node types nearest a spelling no table names, for the error message."""
+    names = [t.value for t in NodeType]
+    return difflib.get_close_matches(str(text), names, n=n, cutoff=0.0)
+
+
+def _device_list(value: Any) -> list[int] | None:
+    """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", a list of these, or an
+    object holding one of them under ``gpus`` / ``devices`` / ``ids`` / ``ranks``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [value] if value >= 0 else None
+    if isinstance(value, str):
+        nums = [int(x) for x in re.findall(r"\d+", value)]
+        if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", value) and nums[0] <= nums[1] \
+                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", value.lower()):
+            return list(range(nums[0], nums[1] + 1)) if nums[1] - nums[0] < 100_000 else None
+        return nums[-1:] if nums else None
+    if isinstance(value, list):
+        out: list[int] = []
+        for item in value:
+            got = _device_list(item)
+            if got is None:
+                return None
+            out += got
+        return out
+    if isinstance(value, dict):
+        for k in ("gpus", "devices", "ids", "ranks", "gpu_ids", "device_ids"):
+            if k in value:
+                return _device_list(value[k])
+    return None
+
+
+class _Notes:
+    """What the translation read how, counted so that a 500-node draft gets one line per kind of reading."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add(self, text: str) -> None:
+        self.counts[text] += 1
+
+    def lines(self) -> list[str]:
+        if not self.counts:
+            return []
+        parts = [f"{text} (x{n})" if n > 1 else text for text, n in sorted(self.counts.items())]
+        return ["read the draft's own vocabulary: " + "; ".join(parts[:12])
+                + (f"; and {len(parts) - 12} more" if len(parts) > 12 else "")]
+
+
+def _node_items(raw: Any, notes: _Notes) -> Any:
+    """Nodes as a list; a draft that keys its nodes by id (``{"attn0": {...}}``) gives each its key as id."""
+    if not isinstance(raw, dict) or not raw or not all(isinstance(b, dict | str) for b in raw.values()):
+        return raw
+    out = []
+    for nid, body in raw.items():
+        if isinstance(body, dict):
+            out.append({"id": str(nid), **body} if "id" not in body else body)
+        else:
+            out.append({"id": str(nid), "type": body})
+    notes.add("nodes keyed by id")
+    return out
+
+
+def _edge_items(raw: Any, notes: _Notes) -> Any:
+    """Edges as a list; an adjacency object (``{"a": ["b", "c"]}``) becomes one edge per successor."""
+    if not isinstance(raw, dict):
+        return raw
+    out: list[Any] = []
+    for u, succ in raw.items():
+        for v in succ if isinstance(succ, list) else [succ]:
+            out.append({"source": str(u), "target": v} if not isinstance(v, dict) else {"source": str(u), **v})
+    notes.add("edges as an adjacency object")
+    return out
+
+
+def _fields(raw: dict[str, Any], canonical: set[str], kind: str,
+            notes: _Notes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A node's or edge's fields under their canonical names, and the fields no table knows."""
+    aliases = _tables()[f"{kind}_fields"]
+    out: dict[str, Any] = {}
+    spare: dict[str, Any] = {}
+    for k, v in raw.items():
+        canon = k if k in canonical else aliases.get(key(k))
+        if canon == k:
+            out[k] = v
+        elif canon is not None and canon not in raw and canon not in out:
+            out[canon] = v
+            notes.add(f"{kind} field '{k}' as '{canon}'")
+        else:
+            spare[k] = v
+    return out, spare
+
+
+def _node(raw: Any, notes: _Notes) -> Any:
+    if not isinstance(raw, dict):
+        return raw
+    node, spare = _fields(raw, set(Node.model_fields), "node", notes)
+    _read_type(node, notes)
+    if _is_count(node.get("layers")) and node.get("type") != NodeType.STAGE.value and "repeat" not in node:
+        node["repeat"] = node.pop("layers")  # "layers": 80 on a layer's node: the layers it stands for
+        notes.add("node field 'layers' (a count) as 'repeat'")
+    _read_devices(node, notes)
+    _read_phase(node, notes)
+    if _is_int(node.get("id")):
+        node["id"] = str(node["id"])
+        notes.add("numeric node ids as text")
+    if spare:
+        meta = dict(node["meta"]) if isinstance(node.get("meta"), dict) else {}
+        for k, v in spare.items():
+            meta.setdefault(k, v)
+        node["meta"] = meta
+        notes.add("unknown node fields kept in meta: " + ", ".join(sorted(spare)[:4]))
+    return node
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _read_type(node: dict[str, Any], notes: _Notes) -> None:
+    raw = node.get("type")
+    if not isinstance(raw, str) or raw in NodeType.__members__.values():
+        return
+    canon = node_type(raw)
+    if canon is None:
+        return
+    node["type"] = canon
+    notes.add(f"type '{raw}' as {canon}")
+    k = key(re.sub(r"[(\[{].*?[)\]}]", "", raw))
+    role = _tables()["roles"].get(k)
+    if role and "role" not in node:
+        node["role"] = role
+    phase = _tables()["phases"].get(k) or _tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
+    if canon == NodeType.PHASE.value and phase and "phase" not in node:
+        node["phase"] = phase
+
+
+def _read_devices(node: dict[str, Any], notes: _Notes) -> None:
+    devs = node.get("devices")
+    if devs is None or (isinstance(devs, list) and all(_is_int(d) for d in devs)):
+        return
+    got = _device_list(devs)
+    if got is not None:
+        node["devices"] = sorted(set(got))
+        notes.add("a single GPU number as the devices list" if _is_int(devs) else "GPU ids written as text or ranges")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_phase(node: dict[str, Any], notes: _Notes) -> None:
+    p = node.get("phase")
+    if isinstance(p, str) and p not in ("prefill", "decode"):
+        canon = _tables()["phases"].get(key(p))
+        if canon:
+            node["phase"] = canon
+            notes.add(f"phase '{p}' as {canon}")
+
+
+_ARROW = re.compile(r"^\s*(.+?)\s*(?:->|→|=>|-->)\s*(.+?)\s*$")
+
+
+def _edge(raw: Any, notes: _Notes) -> Any:
+    t = _tables()
+    if isinstance(raw, str):
+        m = _ARROW.match(raw)
+        if not m:
+            return raw
+        notes.add("edges written 'a -> b'")
+        return {"source": m.group(1), "target": m.group(2)}
+    if isinstance(raw, list | tuple) and len(raw) in (2, 3) and all(isinstance(x, str | int) for x in raw[:2]):
+        notes.add("edges as [source, target] pairs")
+        edge = {"source": str(raw[0]), "target": str(raw[1])}
+        if len(raw) == 3 and isinstance(raw[2], str):
+            edge["type"] = raw[2]
+        raw = edge
+    if not isinstance(raw, dict):
+        return raw
+    edge, spare = _fields(raw, set(Edge.model_fields), "edge", notes)
+    for k in ("source", "target"):
+        if _is_int(edge.get(k)):
+            edge[k] = str(edge[k])
+    et = edge.get("type")
+    if isinstance(et, str) and et not in EdgeType.__members__.values():
+        canon = t["edge_types"].get(key(et))
+        if canon:
+            edge["type"] = canon
+            notes.add(f"edge type '{et}' as {canon}")
+    if spare:
+        notes.add("unknown edge fields dropped: " + ", ".join(sorted(spare)[:4]))
+    return edge
+
+
+def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
+    t = _tables()["document"]
+    out: dict[str, Any] = {}
+    dropped = []
+    for k, v in doc.items():
+        if k in _CANON_TOP:
+            out[k] = v
+            continue
+        canon = t.get(key(k))
+        if canon is not None and canon not in doc and canon not in out:
+            out[canon] = v
+            notes.add(f"'{k}' as '{canon}'")
+        elif k in _META_BLOCKS and isinstance(v, dict):
+            _claims_from(v, out, notes)
+        else:
+            dropped.append(k)
+    if dropped:
+        notes.add("top-level fields ignored: " + ", ".join(sorted(dropped)[:4]))
+    return out
+
+
+def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> None:
+    """A ``metadata`` block's model name and stated GPU count, which the checkers compare with the drawing."""
+    model = block.get("model") or block.get("model_name") or block.get("model_id")
+    if isinstance(model, str) and "model" not in out:
+        out["model"] = model
+        notes.add("metadata.model as the DAG's model")
+    hw = block.get("hardware") if isinstance(block.get("hardware"), dict) else {}
+    for k, v in [*block.items(), *hw.items()]:
+        if key(k) in _GPU_CLAIMS and _is_count(v) and "gpus_used" not in out:
+            out["gpus_used"] = v
+            notes.add(f"metadata.{k} as the DAG's claimed GPU count")
+
+
+def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
+    notes = _Notes()
+    if "nodes" not in doc and isinstance(doc.get("graph"), dict):
+        doc = {**{k: v for k, v in doc.items() if k != "graph"}, **doc["graph"]}
+        notes.add("the 'graph' wrapper")
+    out = _top_level(doc, notes)
+    if "nodes" in out:
+        nodes = _node_items(out["nodes"], notes)
+        out["nodes"] = [_node(n, notes) for n in nodes] if isinstance(nodes, list) else nodes
+    if "edges" in out:
+        edges = _edge_items(out["edges"], notes)
+        out["edges"] = [_edge(e, notes) for e in edges] if isinstance(edges, list) else edges
+    return out, notes.lines()
