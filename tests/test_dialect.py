@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.generate import P_ADP, P_DIS, P_MOE, P_PP, P_SP, dag_of
+from tests.fixtures.generate import P_ADP, P_DIS, P_MOE, P_PP, P_SP, bypass, dag_of
 from tools import autofix_dag, validate_dag
 from tools.dag import NodeType
 from tools.dialect import _tables, _vocabulary, key, node_type, translate
@@ -180,3 +180,51 @@ def test_arbitrary_documents_never_crash_the_reader(doc: Any) -> None:
     if isinstance(doc, dict):
         out, notes = translate(doc)
         assert isinstance(out, dict) and isinstance(notes, list)
+
+
+def seed_style(dag: dict[str, Any]) -> dict[str, Any]:
+    """A built DAG drawn with only what the seeds and the contract name: no PhaseNode, DecodeStepNode or
+    SendRecvNode (phases by attribute, stage hand-offs by pipeline edges), plain data edges for the KV cache and
+    between the phases, sync edges into the collectives ("AllReduce / Sync"), embedding and LM head as LinearNodes."""
+    d = copy.deepcopy(dag)
+    types = {n["id"]: n["type"] for n in d["nodes"]}
+    for kind in ("DecodeStepNode", "PhaseNode", "SendRecvNode"):
+        for nid in [n for n, t in types.items() if t == kind]:
+            bypass(d, nid)
+    types = {n["id"]: n["type"] for n in d["nodes"]}
+    comm = {"AllReduceNode", "AllGatherNode", "ReduceScatterNode", "AllToAllNode"}
+    for e in d["edges"]:
+        if e["type"] == "kv":
+            e["type"] = "data"
+        elif types[e["target"]] in comm and types[e["source"]] not in comm and e["type"] == "data":
+            e["type"] = "sync"
+    for n in d["nodes"]:
+        if n["type"] in ("LMHeadNode", "EmbeddingNode"):
+            n["role"] = "lm_head" if n["type"] == "LMHeadNode" else "embedding"
+            n["type"] = "LinearNode"
+    return d
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_a_dag_drawn_in_the_seeds_own_primitives_is_judged_as_pdags_drawing(which: int) -> None:
+    dag = dag_of([P_MOE, P_PP, P_SP][which])
+    drafted = seed_style(dag)
+    assert {n["type"] for n in drafted["nodes"]}.isdisjoint({"PhaseNode", "DecodeStepNode", "SendRecvNode"})
+    assert _verdict(drafted) == _verdict(dag) == (True, [])
+    notes = " ".join(validate_dag(dag=drafted).notes)
+    assert "PhaseNode" in notes and "DecodeStepNode" in notes
+
+
+def test_a_missing_hand_off_is_still_caught_where_the_draft_draws_hand_offs_elsewhere() -> None:
+    """The seed-style reading of pipeline edges applies to drafts that draw no SendRecvNode at all."""
+    dag = dag_of(P_PP)
+    one = next(n["id"] for n in dag["nodes"] if n["type"] == "SendRecvNode")
+    assert "COMM-NO-IMPLICIT" in _verdict(bypass(copy.deepcopy(dag), one))[1]
+
+
+def test_metadata_opt_ins_count_for_a_plan_less_draft() -> None:
+    drafted = seed_style(dag_of(P_DIS))
+    drafted.pop("plan")
+    assert "DISAGG-OPT-IN" in _verdict(drafted)[1]
+    drafted["metadata"] = {"disaggregated": True}
+    assert "DISAGG-OPT-IN" not in _verdict(drafted)[1]

@@ -122,3 +122,16 @@ def test_dead_end_shard_without_op_or_rank_is_still_a_shard():
     for n in removed["nodes"]:
         n.pop("op", None)
     assert "TP-REJOIN-BEFORE-NEXT-LAYER" in errors(removed)
+
+
+def test_decode_attention_must_append_to_a_kv_cache_node_of_its_own_step():
+    """A decode that reads the prefill's cache but never appends its token's K/V (found by the blind drafts)."""
+    d = dense()
+    for nid in [n["id"] for n in d["nodes"] if n["type"] == "KVCacheUpdateNode" and ".decode." in n["id"]]:
+        for e in [e for e in d["edges"] if e["target"] == nid and e["type"] == "kv"]:
+            for out in [o for o in d["edges"] if o["source"] == nid]:
+                add_edge(d, e["source"], out["target"], "kv")  # prefill's cache straight into decode attention
+        d["nodes"] = [n for n in d["nodes"] if n["id"] != nid]
+        d["edges"] = [e for e in d["edges"] if nid not in (e["source"], e["target"])]
+    assert "MEM-KV-ESTIMATED" in errors(d)
+    assert "MEM-KV-ESTIMATED" not in errors(dense())

@@ -658,3 +658,36 @@ def test_weight_only_gemms_pay_their_dequantization_per_gemm_in_decode(gpu: str,
     assert estimate_performance(plan=bf16).decode_latency_ms_per_token == pytest.approx(
         estimate_performance(plan=bf16, efficiency={"accelerators": {gpu: {"weight_only_gemv_extra_us": 0.0}}})
         .decode_latency_ms_per_token, rel=1e-9)
+
+
+def _attention_ms(est: object) -> float:
+    return sum(c.time_ms for c in est.prefill.critical_path if c.name == "attention")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("gpu", ["h200", "gb200"])
+def test_fp8_attention_math_runs_a_long_prefills_attention_at_the_fp8_peak(gpu: str) -> None:
+    """LMSYS's GB300 long-context post times an e4m3 Q/K/V FMHA at 277 ms for one 128K-token DeepSeek layer on
+    GB200, faster than 16-bit math allows: with ``attention_fp8_math`` and an FP8 cache, prefill attention runs at
+    the FP8 peak (twice the 16-bit one on Hopper and Blackwell); a 16-bit cache, decode and GPUs without FP8 tensor
+    cores are unchanged."""
+    p = plan("qwen3-30b-a3b", gpu, 1, i=65536, o=16)
+    p["kv_dtype"] = "fp8"
+    on = {"accelerators": {gpu: {"attention_fp8_math": 1}}}
+    base, fast = estimate_performance(plan=p), estimate_performance(plan=p, efficiency=on)
+    acc = load_accelerator(gpu)
+    ratio = acc.peak_flops("fp8") / acc.peak_flops("bf16")
+    assert ratio == pytest.approx(2.0, rel=0.05)
+    # the math halves; the kernel's loads and launch do not (roofline blend)
+    assert 0.85 * ratio < _attention_ms(base) / _attention_ms(fast) <= ratio
+    assert fast.decode_latency_ms_per_token == pytest.approx(base.decode_latency_ms_per_token, rel=1e-9)
+    bf16_cache = {**p, "kv_dtype": "bf16"}
+    assert estimate_performance(plan=bf16_cache, efficiency=on).prefill_latency_ms == pytest.approx(
+        estimate_performance(plan=bf16_cache).prefill_latency_ms, rel=1e-9)
+
+
+def test_fp8_attention_math_needs_fp8_tensor_cores() -> None:
+    p = plan("llama-3.1-8b", "a100-80gb", 1, i=32768, o=16)
+    p["kv_dtype"] = "fp8"
+    on = {"accelerators": {"a100-80gb": {"attention_fp8_math": 1}}}
+    assert estimate_performance(plan=p, efficiency=on).prefill_latency_ms == pytest.approx(
+        estimate_performance(plan=p).prefill_latency_ms, rel=1e-9)

@@ -22,14 +22,19 @@ from functools import cache
 from typing import Any
 
 import knowledge
-from tools.dag import Edge, EdgeType, Node, NodeType
+from tools.dag import CONTROL_TYPES, Edge, EdgeType, Node, NodeType
+from tools.plan import OPT_INS
 
 _MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with a qualifier after it
+_MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 # What may follow a type's name ("allreducetp", "attentionlayer0", "ffnshard3"); anything else ("contextparallel")
 # is another word, not a qualified type.
 _QUALIFIER = re.compile(r"(?:tp|ep|sp|pp|dp|layer|op|block|shard|rank|node|kernel|sync|group|fused|phase|pool|branch"
                         r"|\d+)*")
-_CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag"}
+_CONTROL = {t.value for t in CONTROL_TYPES}
+_ROLE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
+_CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag",
+              "options"}
 _META_BLOCKS = ("metadata", "meta", "info", "config", "plan_summary", "deployment", "strategy")
 _GPU_CLAIMS = ("gpusused", "numgpus", "totalgpus", "gpucount", "worldsize", "gpus")
 
@@ -68,7 +73,8 @@ def _tables() -> dict[str, dict[str, str]]:
 def node_type(text: str) -> str | None:
     """The canonical node type a spelling names, or None.  Bracketed qualifiers are dropped; an alias of
     ``_MIN_PREFIX`` characters or more also matches a spelling it begins when a qualifier follows
-    ("allreducetp", "attentionlayer3")."""
+    ("allreducetp", "attentionlayer3"), one of ``_MIN_SUFFIX`` or more a spelling it ends ("gqaattention"); the
+    longest match wins."""
     types = _tables()["node_types"]
     k = key(re.sub(r"[(\[{].*?[)\]}]", "", text))
     if k.endswith("node") and k[:-4] in types:
@@ -76,7 +82,9 @@ def node_type(text: str) -> str | None:
     if k in types:
         return types[k]
     starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _QUALIFIER.fullmatch(k[len(a):])]
-    return types[max(starts, key=lambda a: (len(a), a))] if starts else None
+    ends = [a for a in types if len(a) >= _MIN_SUFFIX and k.endswith(a)]  # "gqaattention", "postattnlayernorm"
+    found = starts + ends
+    return types[max(found, key=lambda a: (len(a), a))] if found else None
 
 
 def closest_types(text: str, n: int = 3) -> list[str]:
@@ -174,16 +182,32 @@ def _fields(raw: dict[str, Any], canonical: set[str], kind: str,
     return out, spare
 
 
-def _node(raw: Any, notes: _Notes) -> Any:
+def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
     if not isinstance(raw, dict):
         return raw
     node, spare = _fields(raw, set(Node.model_fields), "node", notes)
+    if "type" not in node and isinstance(node.get("op"), str) and node_type(node["op"]):
+        node["type"] = node.pop("op")  # "op": "attention" names the node's kind when nothing else does
+        notes.add("node field 'op' as 'type'")
     _read_type(node, notes)
+    _read_ranges(node, notes)
+    _read_counts(node, notes)
+    for k in [k for k in spare if key(k) in ("layerrange", "layerspan", "layersrange", "layerids")]:
+        span = spare[k] if isinstance(spare[k], list) and len(spare[k]) == 2 and all(_is_int(x) for x in spare[k]) \
+            else None
+        if span and span[1] > span[0] and "layer" not in node and node.get("type") != NodeType.STAGE.value:
+            node["layer"] = span[0]  # [first, end): the node is the first of the layers it stands for
+            node.setdefault("repeat", span[1] - span[0])
+            del spare[k]
+            notes.add(f"node field '{k}' [first, end) as the layer and its repeat count")
     if _is_count(node.get("layers")) and node.get("type") != NodeType.STAGE.value and "repeat" not in node:
         node["repeat"] = node.pop("layers")  # "layers": 80 on a layer's node: the layers it stands for
         notes.add("node field 'layers' (a count) as 'repeat'")
-    _read_devices(node, notes)
+    _read_devices(node, notes, gpus_per_node)
     _read_phase(node, notes)
+    if "devices" not in node and node.get("type") in _CONTROL:
+        node["devices"] = []  # a container's GPUs are those of what it holds (normalization fills them in)
+        notes.add("containers without devices: the GPUs of their contents")
     if _is_int(node.get("id")):
         node["id"] = str(node["id"])
         notes.add("numeric node ids as text")
@@ -218,9 +242,14 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
         node["phase"] = phase
 
 
-def _read_devices(node: dict[str, Any], notes: _Notes) -> None:
+def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int) -> None:
     devs = node.get("devices")
     if devs is None or (isinstance(devs, list) and all(_is_int(d) for d in devs)):
+        return
+    got = _node_local(devs, gpus_per_node)
+    if got is not None:
+        node["devices"] = got
+        notes.add("GPUs given as a machine and its local GPU ids")
         return
     got = _device_list(devs)
     if got is not None:
@@ -239,6 +268,75 @@ def _read_phase(node: dict[str, Any], notes: _Notes) -> None:
         if canon:
             node["phase"] = canon
             notes.add(f"phase '{p}' as {canon}")
+        else:  # "all", "both", "transfer": no one phase; the structure says where it belongs
+            node.setdefault("meta", {}).setdefault("phase", p)
+            del node["phase"]
+            notes.add(f"phase '{p}' as no phase of its own")
+    role = node.get("role")
+    if isinstance(role, str) and not _ROLE.fullmatch(role):  # a sentence, not a role: kept as a note
+        node.setdefault("meta", {}).setdefault("role", role)
+        del node["role"]
+        notes.add("free-text roles kept in meta")
+
+
+def _node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
+    """``{"node": 1, "local_gpus": [0, 1]}`` (a machine and its GPUs, or a list of such) as global GPU ids."""
+    if isinstance(devs, list) and devs and all(isinstance(d, dict) for d in devs):
+        parts = [_node_local(d, gpus_per_node) for d in devs]
+        return None if any(p is None for p in parts) else sorted({i for p in parts for i in p or []})
+    if not isinstance(devs, dict):
+        return None
+    machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if _is_int(devs.get(k))), None)
+    local = next((devs[k] for k in ("local_gpus", "local", "gpus", "local_ranks", "devices") if k in devs), None)
+    ids = _device_list(local) if local is not None else None
+    if machine is None or ids is None:
+        return None
+    return sorted({machine * gpus_per_node + i for i in ids})
+
+
+def _span(value: Any) -> tuple[int, int] | None:
+    """``"0-31"`` / ``"63..125"`` as (first, last), inclusive."""
+    if not isinstance(value, str):
+        return None
+    m = re.fullmatch(r"\s*[a-z_]*(\d+)\s*(?:-|\.\.|to|:)\s*[a-z_]*(\d+)\s*", value.lower())
+    if not m or int(m.group(1)) > int(m.group(2)):
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+_COUNTED = ("layer", "stage", "replica", "tp_rank", "sp_rank", "ep_rank", "attn_group", "heads", "kv_heads", "repeat")
+
+
+def _read_counts(node: dict[str, Any], notes: _Notes) -> None:
+    """Whole-number fields written as text: ``"tp0"``, ``"16 of 32"``, ``"3"``."""
+    for field in _COUNTED:
+        v = node.get(field)
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*[a-z_]*?(\d+)(?:\s*(?:of|/)\s*\d+)?\s*", v.lower())
+            if m:
+                node[field] = int(m.group(1))
+                notes.add(f"{field} written as text ('{v[:12]}')")
+
+
+def _read_ranges(node: dict[str, Any], notes: _Notes) -> None:
+    """Layer and expert spans written as text: a layer's node standing for layers "0-31", a stage holding
+    "63-125", an expert node holding experts "0-15"."""
+    for field in ("layer", "layers", "experts"):
+        span = _span(node.get(field))
+        if span is None:
+            continue
+        first, last = span
+        if field == "experts":
+            node["experts"] = list(range(first, last + 1))
+        elif field == "layers" or node.get("type") == NodeType.STAGE.value:
+            if field == "layer":
+                del node["layer"]
+            node["layers"] = [first, last + 1]
+        else:
+            node["layer"] = first
+            if last > first and "repeat" not in node:
+                node["repeat"] = last - first + 1
+        notes.add(f"{field} written as a span '{first}-{last}'")
 
 
 _ARROW = re.compile(r"^\s*(.+?)\s*(?:->|→|=>|-->)\s*(.+?)\s*$")
@@ -302,11 +400,33 @@ def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> N
     if isinstance(model, str) and "model" not in out:
         out["model"] = model
         notes.add("metadata.model as the DAG's model")
+    opts = block.get("options") if isinstance(block.get("options"), dict) else {}
+    for k in OPT_INS:
+        v = block.get(k, opts.get(k))
+        if isinstance(v, bool) and k not in out.get("options", {}):
+            out.setdefault("options", {})[k] = v
+            notes.add(f"metadata.{k} as the draft's opt-in")
     hw = block.get("hardware") if isinstance(block.get("hardware"), dict) else {}
     for k, v in [*block.items(), *hw.items()]:
         if key(k) in _GPU_CLAIMS and _is_count(v) and "gpus_used" not in out:
             out["gpus_used"] = v
             notes.add(f"metadata.{k} as the DAG's claimed GPU count")
+
+
+@cache
+def _plan_fields() -> frozenset[str]:
+    return frozenset(knowledge.load_json("schemas/plan.schema.json")["properties"])
+
+
+def _gpus_per_node(doc: dict[str, Any]) -> int:
+    """GPUs per machine, where a draft says it (its plan, hardware or metadata block), for machine-local GPU ids."""
+    blocks = [doc] + [doc[k] for k in ("plan", *_META_BLOCKS) if isinstance(doc.get(k), dict)]
+    for b in blocks:
+        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
+            v = hw.get("gpus_per_node")
+            if _is_count(v):
+                return int(v)
+    return 8
 
 
 def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -316,9 +436,22 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         doc = {**{k: v for k, v in doc.items() if k != "graph"}, **doc["graph"]}
         notes.add("the 'graph' wrapper")
     out = _top_level(doc, notes)
+    if isinstance(out.get("model"), dict):
+        model = out["model"]
+        name = next((model[k] for k in ("id", "name", "preset", "hf_id") if isinstance(model.get(k), str)), None)
+        out.pop("model")
+        if name:
+            out["model"] = name
+            notes.add("the model object by its name")
+    if isinstance(out.get("plan"), dict):
+        extra = sorted(k for k in out["plan"] if k not in _plan_fields())
+        if extra:  # a drafter's own notes beside the plan's fields
+            out["plan"] = {k: v for k, v in out["plan"].items() if k not in extra}
+            notes.add("plan fields ignored: " + ", ".join(extra[:4]))
+    gpn = _gpus_per_node(doc)
     if "nodes" in out:
         nodes = _node_items(out["nodes"], notes)
-        out["nodes"] = [_node(n, notes) for n in nodes] if isinstance(nodes, list) else nodes
+        out["nodes"] = [_node(n, notes, gpn) for n in nodes] if isinstance(nodes, list) else nodes
     if "edges" in out:
         edges = _edge_items(out["edges"], notes)
         out["edges"] = [_edge(e, notes) for e in edges] if isinstance(edges, list) else edges

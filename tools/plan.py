@@ -92,6 +92,10 @@ class Options(_Strict):
     overlap_comm: bool = Field(True, description="estimator: overlap TP all-reduce / EP all-to-all with compute")
 
 
+# The opt-ins a plan-less DAG may state about itself (its metadata), read by the checkers as the plan's would be.
+OPT_INS = ("disaggregated", "allow_attention_dp", "allow_expert_tp", "expert_imbalance_ok")
+
+
 class EngineOptions(_Strict):
     """Serving-engine settings the estimate depends on; unset ones take the engine profile's value."""
 

@@ -21,6 +21,7 @@ from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
 from tools.dialect import closest_types, translate
 from tools.errors import PdagInputError
+from tools.implicit import make_explicit
 from tools.inputs import check_json_value
 from tools.layout import Layout
 from tools.models import resolve_model
@@ -47,7 +48,7 @@ from tools.working import (
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
 SEVERITY_ORDER = {"error": 0, "warning": 1}
-CLAIM_KEYS = ("gpus_used", "estimate")
+CLAIM_KEYS = ("gpus_used", "estimate", "options")  # what a document states about itself, checked against it
 MAX_SCHEMA_ERRORS = 25
 
 
@@ -156,6 +157,8 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
         claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
         dag = dag["dag"]
     dag, read_as = translate(dag)
+    dag, drawn = make_explicit(dag)
+    read_as += drawn
     if "nodes" not in dag:
         raise PdagInputError("dag.nodes", "missing: this is not a DAG",
                              "a DAG object with 'nodes' and 'edges' lists; a plan goes in the 'plan' argument")

@@ -344,7 +344,7 @@ def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
     dec_ms, pre_ms = est.decode_latency_ms_per_token, est.prefill_latency_ms
     step = {k: dec[k] * sv.step_ms / dec_ms for k in PARTS}
     if pt["metric"] == "serving_tpot_ms":
-        return Prediction(sv.tpot_ms, step, "time")
+        return Prediction(sv.tpot_ms, {k: dec[k] * sv.tpot_ms / dec_ms for k in PARTS}, "time")
     if pt["metric"] == "serving_ttft_ms":
         waiting = sv.ttft_ms - sv.prefill_ms  # queue and shared steps, priced like decode steps
         return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * sv.prefill_ms / pre_ms for k in PARTS},

@@ -179,6 +179,9 @@ class CostModel:
         self.peak_gemm = acc.peak_flops(self.gemm_dtype)
         self.peak_expert = acc.peak_flops(expert_gemm_dtype(plan))  # experts-only checkpoints (gpt-oss MXFP4)
         self.peak_attn = acc.peak_flops("bf16" if acc.supports("bf16") else "fp16")
+        # an engine that multiplies an FP8 cache's Q, K and V in FP8 (e4m3 FMHA) runs prefill attention at FP8 peak
+        fp8_attn = e["attention_fp8_math"] >= 0.5 and self.kvb == 1 and acc.supports("fp8")
+        self.peak_attn_prefill = acc.peak_flops("fp8") if fp8_attn else self.peak_attn
         self.hbm = acc.memory_bandwidth_bytes_per_s
         wl = plan.workload
         self.input_len, self.output_len = wl.input_len, wl.output_len
@@ -234,9 +237,11 @@ class CostModel:
         for k in kernels:
             if k.mla and e["mla_decode_flash"] >= 0.5:
                 peak = self.peak_attn * e["compute_efficiency_attention_flashmla"]
+            elif k.attention and phase == "prefill":
+                peak = self.peak_attn_prefill * e["compute_efficiency_attention"] * k.speed_scale * \
+                    self.prefill_attention_scale[k.sliding]
             elif k.attention:
-                peak = self.peak_attn * e["compute_efficiency_attention"] * k.speed_scale * \
-                    (self.prefill_attention_scale[k.sliding] if phase == "prefill" else 1.0)
+                peak = self.peak_attn * e["compute_efficiency_attention"] * k.speed_scale
             elif k.experts:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5

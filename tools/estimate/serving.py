@@ -16,10 +16,13 @@ takes the longer of its GPU work and the host's launches of the prefill pass (``
 An engine that replays captured graphs up to a size (vLLM, ``prefill_graph_max_tokens``) runs such a step as a graph
 when the request's prompt fits that size (the decode tokens riding along are not counted).
 
-TPOT is one step.  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C`` tokens (the step's
-token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of waiting, plus the steps
-the scheduler has already prepared (``a`` = ``scheduler_ahead_steps``: 1 for an engine that schedules step n+1
-while step n runs, as vLLM's async and SGLang's and TensorRT-LLM's overlap schedulers do), plus
+TPOT is one step without the request's own replacement: the steps that decode a request carry the prompts of the
+other ``C - 1`` requests' replacements, ``(C - 1) / output_len`` per step, while its own prompt was paid in its TTFT
+and the prompt that replaces it comes after its last token (a lone client's TPOT is the bare decode step; the
+throughput still pays every prompt).  A new prompt is cut into chunks of at most ``prefill_chunk_tokens - C``
+tokens (the step's token budget minus the decode tokens), one chunk per step, so its TTFT is half a step of
+waiting, plus the steps the scheduler has already prepared (``a`` = ``scheduler_ahead_steps``: 1 for an engine that
+schedules step n+1 while step n runs, as vLLM's async and SGLang's and TensorRT-LLM's overlap schedulers do), plus
 ``ceil(input_len / chunk)`` steps, plus its own prefill work:
 
     ttft = (1/2 + a) * step + chunks * decode_step(C) + prefill_pass(1 request)
@@ -44,14 +47,14 @@ vary their lengths drift apart and measure about the spread end (InferenceMAX's
 median TTFT on dense models); fixed-length clients fall between the two or above the lockstep end (NIM 1.8's 70B
 rows near the spread end, its 8B rows near or above the lockstep end); an SLA says which to check (``Sla.arrivals``).
 
-Output tokens per second: ``C / step`` per replica, ``1 / step`` per user.  Disaggregated plans are not priced
+Output tokens per second: ``C / step`` per replica, ``1 / TPOT`` per user.  Disaggregated plans are not priced
 here: their pools do not share steps (see ``disagg.py``).
 
 The KV cache bounds what runs at once.  An engine that reserves room for the whole output before starting a
 request (TensorRT-LLM's default) runs at most ``B`` = the batch that fits at ``input_len + output_len`` tokens; one
 that takes pages on demand (vLLM, SGLang) holds on average the prompt and half the output, so about
 ``B * (input + output) / (input + output / 2)``.  With more clients than that, the rest wait in the queue: a
-closed loop of ``C`` clients over ``B`` slots that each take ``T = ttft(B) + (output_len - 1) * step(B)`` serves
+closed loop of ``C`` clients over ``B`` slots that each take ``T = ttft(B) + (output_len - 1) * tpot(B)`` serves
 ``B / T`` requests per second, so each waits ``(C / B - 1) * T`` before its prefill starts (Little's law), TPOT
 and throughput are those of ``B`` running requests, and TTFT adds the wait.
 
@@ -104,7 +107,8 @@ class Serving(BaseModel):
     ttft_ms: float = Field(description="time to first token of a new request under this load, arrivals spread")
     ttft_lockstep_ms: float = Field(description="mean time to first token when the clients' prompts arrive in one "
                                                 "burst (fixed-length closed-loop benchmarks); >= ttft_ms")
-    tpot_ms: float = Field(description="time per output token under this load (one mixed step)")
+    tpot_ms: float = Field(description="time per output token under this load: a mixed step carrying the other "
+                                       "requests' prompts")
     output_tokens_per_s: float = Field(description="whole deployment (all DP replicas)")
     output_tokens_per_s_per_gpu: float
     output_tokens_per_s_per_user: float
@@ -162,23 +166,30 @@ def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill: Pre
     chunk = max(1, int(eff["prefill_chunk_tokens"]) - running)
     prompts = running / wl.output_len  # prompts per step
     work = max(0.0, prefill.ms - prefill.wait_ms - pre_step - shared_ms)  # GPU work one prompt adds to a step
-    mixed = min(prompts, 1.0)  # share of steps that carry a prompt and so run eagerly
-    host_wait = mixed * max(0.0, prefill.host_ms - decode_ms - prompts / mixed * work) if prefill.host_ms else 0.0
-    step = decode_ms + prompts * work + host_wait
+    step = _mixed_step(decode_ms, prompts, work, prefill.host_ms)
+    tpot = _mixed_step(decode_ms, (running - 1) / wl.output_len, work, prefill.host_ms)
     chunks = math.ceil(wl.input_len / chunk)
     ahead = eff["scheduler_ahead_steps"]
     service_ttft = prefill.ms if concurrency == 1 else (0.5 + ahead) * step + chunks * decode_ms + prefill.ms
-    queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * step)
+    queue = (concurrency / running - 1) * (service_ttft + (wl.output_len - 1) * tpot)
     ttft = queue + service_ttft
     per_replica = running / (step / 1e3)
     sv = Serving(concurrency=concurrency, running=running, queue_ms=queue, prefill_ms=prefill.ms,
                  chunk_tokens=chunk, step_ms=step, ttft_ms=ttft,
                  ttft_lockstep_ms=queue + max(service_ttft, burst_ttft(plan, eff, running, prefill, shared_ms)),
-                 tpot_ms=step, output_tokens_per_s=per_replica * dp,
-                 output_tokens_per_s_per_gpu=per_replica * dp / gpus, output_tokens_per_s_per_user=1e3 / step)
+                 tpot_ms=tpot, output_tokens_per_s=per_replica * dp,
+                 output_tokens_per_s_per_gpu=per_replica * dp / gpus, output_tokens_per_s_per_user=1e3 / tpot)
     if sla:
         sv.meets_sla = sla.met(sv)
     return sv
+
+
+def _mixed_step(decode_ms: float, prompts: float, work: float, host_ms: float) -> float:
+    """A step that decodes every running request and carries ``prompts`` prompts' prefill work on average; an
+    eager engine's steps with a prompt take at least the host's launches of the prefill pass (``host_ms``)."""
+    mixed = min(prompts, 1.0)  # share of steps that carry a prompt and so run eagerly
+    host_wait = mixed * max(0.0, host_ms - decode_ms - prompts / mixed * work) if host_ms and mixed else 0.0
+    return decode_ms + prompts * work + host_wait
 
 
 def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill: Prefill, shared_ms: float) -> float:

@@ -106,7 +106,8 @@ def check_independent(ctx: Context) -> Iterator[Finding]:
 
 @checker("DP-NO-LAYER-SPLIT")
 def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
-    """Every replica holds every layer (in each phase it has)."""
+    """Every replica holds every layer (in each phase it has): the model's, or in a drawing that abbreviates the
+    model for every replica alike, the layers drawn."""
     layers: dict[Any, set[int]] = defaultdict(set)
     for n in ctx.of(NodeType.ATTENTION):
         r, ph, _ = ctx.rpl[n]
@@ -114,7 +115,11 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
     yield from _layer_split_by_groups(ctx)
     if not layers:
         return
-    full = set(range(ctx.spec.num_layers)) if ctx.spec is not None else set().union(*layers.values())
+    drawn = set().union(*layers.values())
+    model = set(range(ctx.spec.num_layers)) if ctx.spec is not None else drawn
+    # a drawing that abbreviates the model (no replica reaches its last layers, none states the rest as a fold)
+    # is held to the same layers in every replica, not to layers nobody drew
+    full = model if model <= drawn else drawn
     for (r, ph), got in sorted(layers.items(), key=str):
         missing = full - got
         if missing and (len({k[0] for k in layers}) > 1 or ctx.replica_count > 1):

@@ -231,6 +231,18 @@ def check_no_expert_tp(ctx: Context) -> Iterator[Finding]:
     if bad:
         yield Finding(f"{len(bad)} Expert node(s) are TP shards (e.g. {bad[0]}); TP inside experts needs "
                       "options.allow_expert_tp = true", bad, hint="set options.allow_expert_tp, or keep experts whole")
+        return
+    # drawn as one node per expert group: an Expert node on several GPUs whose output alone is reduced over them
+    # holds partial sums, i.e. its experts are TP-sharded (a combine all-reduce joins several Expert nodes)
+    reduce = (NodeType.ALL_REDUCE, NodeType.REDUCE_SCATTER)
+    split = [n for n in ctx.of(NodeType.EXPERT) if len(ctx.devices[n]) > 1 and any(
+        ctx.types[s] in reduce and [p for p in ctx.pred[s] if ctx.types[p] == NodeType.EXPERT] == [n]
+        for s in ctx.succ[n])]
+    if split:
+        yield Finding(f"{len(split)} Expert node(s) are reduced over their own GPUs (e.g. {split[0]} on "
+                      f"{len(ctx.devices[split[0]])} GPUs, then an all-reduce of it alone): each expert is TP-sharded "
+                      "over them; TP inside experts needs options.allow_expert_tp = true", split,
+                      hint="put each expert whole on one GPU (EP), or set options.allow_expert_tp")
 
 
 @checker("EP-NOT-REPLICATION")

@@ -276,13 +276,23 @@ def check_context_within_model(ctx: Context) -> Iterator[Finding]:
 
 @checker("MEM-KV-ESTIMATED")
 def check_kv_estimated(ctx: Context) -> Iterator[Finding]:
-    """The KV cache must be in the DAG (a KVCacheUpdateNode per prefill attention shard) to be estimated."""
+    """The KV cache must be in the DAG to be estimated: a KVCacheUpdateNode beside every prefill attention shard
+    (the prompt's K/V) and, in decode, one of the decode step's own beside every decode attention shard (the
+    token's K/V appended; the prefill's cache alone is read, not grown)."""
     a2k, _ = _attention_kv(ctx)
-    missing = [a for a in ctx.of(NodeType.ATTENTION) if ctx.inherited[a]["phase"] == "prefill" and a not in a2k]
+    phase = {n: ctx.inherited[n]["phase"] for n in ctx.of(NodeType.ATTENTION, NodeType.KV_CACHE)}
+    missing = [a for a in ctx.of(NodeType.ATTENTION) if phase[a] == "prefill" and a not in a2k]
     if missing:
         yield Finding(f"{len(missing)} prefill attention node(s) write no KVCacheUpdateNode (e.g. {missing[0]}); "
                       "the KV cache must be explicit so its bytes (total and per GPU) can be estimated", missing,
                       hint="add a KVCacheUpdateNode after each prefill attention shard, on the same GPU")
+    stale = [a for a in ctx.of(NodeType.ATTENTION)
+             if phase[a] == "decode" and not any(phase[k] == "decode" for k in a2k.get(a, []))]
+    if stale:
+        yield Finding(f"{len(stale)} decode attention node(s) append to no KVCacheUpdateNode of the decode step "
+                      f"(e.g. {stale[0]}); each generated token's K/V grows the cache, which must be explicit", stale,
+                      hint="add a decode KVCacheUpdateNode beside each decode attention shard (the prefill's cache "
+                           "feeds it through a kv edge)")
 
 
 @checker("KV-FORMULA-GQA")

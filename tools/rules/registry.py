@@ -262,9 +262,15 @@ class Context:
 
     @property
     def options(self) -> Any:
-        from tools.plan import Options
+        """The plan's options; without a plan, the opt-ins the draft states (``OPT_INS``), else the defaults."""
+        from tools.plan import OPT_INS, Options
 
-        return self.plan.options if self.plan is not None else Options()
+        if self.plan is not None:
+            return self.plan.options
+        stated = self.claims.get("options")  # a plan-less draft's own opt-ins (its metadata: tools/dialect.py)
+        flags = {k: v for k, v in stated.items() if k in OPT_INS and isinstance(v, bool)} \
+            if isinstance(stated, dict) else {}
+        return Options(**flags)
 
     @cached_property
     def gpus_used(self) -> int:
