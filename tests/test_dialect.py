@@ -228,3 +228,13 @@ def test_metadata_opt_ins_count_for_a_plan_less_draft() -> None:
     assert "DISAGG-OPT-IN" in _verdict(drafted)[1]
     drafted["metadata"] = {"disaggregated": True}
     assert "DISAGG-OPT-IN" not in _verdict(drafted)[1]
+
+
+def test_a_layer_wired_across_the_phases_is_not_read_as_a_link_between_them() -> None:
+    """Only the KV cache and the end-of-prefill -> start-of-decode edge are read as the phases' links; a prefill
+    layer's output wired into decode stays data and is judged."""
+    drafted = seed_style(dag_of(P_PP))
+    ffn = next(n["id"] for n in drafted["nodes"] if n["type"] == "FFNNode" and n.get("phase") == "prefill")
+    attn = next(n["id"] for n in drafted["nodes"] if n["type"] == "AttentionNode" and n.get("phase") == "decode")
+    drafted["edges"].append({"source": ffn, "target": attn, "type": "data"})
+    assert "PHASE-PREFILL-DECODE-SPLIT" in _verdict(drafted)[1]

@@ -8,7 +8,8 @@ faithfully say some things differently from pdag's drawings; each reading below 
 - **phases by attribute**: nodes that carry ``phase: prefill`` / ``decode`` with no PhaseNode above them get one
   PhaseNode per phase under the request (or replica) they hang from, and each phase's first nodes hang from it;
 - **edges between the phases**: an edge from a prefill node to a decode node is the KV cache when either end is a
-  KV cache node (``kv``), else the start signal (``sync``), the only two links the phases may have;
+  KV cache node (``kv``), and the start signal (``sync``) when it runs from the end of the prefill chain to the
+  start of the decode chain, the only two links the phases may have (any other stays as drawn, to be judged);
 - **sync edges into a collective**: a shard's edge into the collective that rejoins it carries its partial
   result (``data``), however the draft labelled it (the seeds draw the collective as "AllReduce / Sync");
 - **one RequestNode per replica**: RequestNodes below the root RequestNode are DP replicas (ReplicaNode);
@@ -126,13 +127,25 @@ def _collective_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, An
 
 
 def _cross_phase_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
+    """Prefill -> decode edges: the KV cache when a KV cache node is at either end; the start signal when it runs
+    from the end of the prefill chain to the start of the decode chain.  Any other such edge (a layer's output
+    wired into decode) stays data, for PHASE-PREFILL-DECODE-SPLIT to judge."""
+    phase_of = {i: n.get("phase") for i, n in by_id.items()}
+    succ_phases: dict[str, set[Any]] = {}
+    pred_phases: dict[str, set[Any]] = {}
+    for e in edges:
+        succ_phases.setdefault(e["source"], set()).add(phase_of.get(e["target"]))
+        pred_phases.setdefault(e["target"], set()).add(phase_of.get(e["source"]))
     for e in edges:
         u, v = by_id.get(e["source"], {}), by_id.get(e["target"], {})
         if u.get("phase") != "prefill" or v.get("phase") != "decode" or e.get("type") in ("kv", "sync"):
             continue
         kv = T.KV_CACHE.value in (u.get("type"), v.get("type"))
-        e["type"] = "kv" if kv else "sync"
-        done["an edge from prefill to decode as " + ("the KV cache (kv)" if kv else "the start signal (sync)")] += 1
+        start = "prefill" not in succ_phases.get(e["source"], set()) and \
+            "decode" not in pred_phases.get(e["target"], set())
+        if kv or start:
+            e["type"] = "kv" if kv else "sync"
+            done["an edge from prefill to decode as " + ("the KV cache (kv)" if kv else "the start signal (sync)")] += 1
 
 
 def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
