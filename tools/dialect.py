@@ -32,6 +32,10 @@ _MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 _QUALIFIER = re.compile(r"(?:tp|ep|sp|pp|dp|layer|op|block|shard|rank|node|kernel|sync|group|fused|phase|pool|branch"
                         r"|\d+)*")
 _CONTROL = {t.value for t in CONTROL_TYPES}
+_NODE_FIELDS = frozenset(Node.model_fields)
+_NODE_TYPES = frozenset(t.value for t in NodeType)
+_EDGE_FIELDS = frozenset(Edge.model_fields)
+_EDGE_TYPES = frozenset(t.value for t in EdgeType)
 _ROLE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 _CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag",
               "options"}
@@ -182,8 +186,18 @@ def _fields(raw: dict[str, Any], canonical: set[str], kind: str,
     return out, spare
 
 
+def _canonical_node(raw: dict[str, Any]) -> bool:
+    """Already in pdag's vocabulary (every node pdag builds): nothing to read, and the common case on large DAGs."""
+    if not raw.keys() <= _NODE_FIELDS or raw.get("type") not in _NODE_TYPES:
+        return False
+    devs, phase, role = raw.get("devices"), raw.get("phase"), raw.get("role")
+    return isinstance(devs, list) and all(type(d) is int for d in devs) and phase in (None, "prefill", "decode") \
+        and (role is None or (isinstance(role, str) and _ROLE.fullmatch(role) is not None)) \
+        and not any(isinstance(raw.get(f), str) for f in (*_COUNTED, "layers", "experts"))
+
+
 def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
-    if not isinstance(raw, dict):
+    if not isinstance(raw, dict) or _canonical_node(raw):
         return raw
     node, spare = _fields(raw, set(Node.model_fields), "node", notes)
     if "type" not in node and isinstance(node.get("op"), str) and node_type(node["op"]):
@@ -343,6 +357,9 @@ _ARROW = re.compile(r"^\s*(.+?)\s*(?:->|→|=>|-->)\s*(.+?)\s*$")
 
 
 def _edge(raw: Any, notes: _Notes) -> Any:
+    if isinstance(raw, dict) and raw.keys() <= _EDGE_FIELDS and isinstance(raw.get("source"), str) and \
+            isinstance(raw.get("target"), str) and raw.get("type", "data") in _EDGE_TYPES:
+        return raw
     t = _tables()
     if isinstance(raw, str):
         m = _ARROW.match(raw)

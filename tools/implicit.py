@@ -46,6 +46,9 @@ _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}
 _CONTROL = {t.value for t in CONTROL_TYPES}
 _COLLECTIVES = {t.value for t in COMM_TYPES} - {T.SEND_RECV.value, T.KV_TRANSFER.value}
 _PHASES = ("prefill", "decode")
+_KV, _KV_TRANSFER, _ATTENTION = T.KV_CACHE.value, T.KV_TRANSFER.value, T.ATTENTION.value
+_SEND_RECV, _EXPERT, _LINEAR = T.SEND_RECV.value, T.EXPERT.value, T.LINEAR.value
+_REQUEST, _PHASE = T.REQUEST.value, T.PHASE.value
 _ENDS = {T.EMBEDDING.value: ("embed", "embedding", "embeddings", "tokembed"),
          T.LM_HEAD.value: ("lmhead", "logits", "unembed", "outputhead")}  # an id that ends in one names the node
 
@@ -80,7 +83,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def _linear_roles(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
     for n in nodes:
-        if n.get("type") != T.LINEAR.value:
+        if n.get("type") != _LINEAR:
             continue
         words = [n.get("role"), re.split(r"[./:]", n["id"])[-1]]
         canon = next((c for w in words if isinstance(w, str)
@@ -100,7 +103,7 @@ def _graph(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> nx.DiGra
 
 def _nested_requests(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
                      done: Counter[str]) -> None:
-    requests = [n["id"] for n in nodes if n.get("type") == T.REQUEST.value]
+    requests = [n["id"] for n in nodes if n.get("type") == _REQUEST]
     if len(requests) < 2:
         return
     g = _graph(nodes, edges)
@@ -131,18 +134,21 @@ def _cross_phase_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, A
     from the end of the prefill chain to the start of the decode chain.  Any other such edge (a layer's output
     wired into decode) stays data, for PHASE-PREFILL-DECODE-SPLIT to judge."""
     phase_of = {i: n.get("phase") for i, n in by_id.items()}
-    succ_phases: dict[str, set[Any]] = {}
-    pred_phases: dict[str, set[Any]] = {}
+    cross = [e for e in edges if phase_of.get(e["source"]) == "prefill" and phase_of.get(e["target"]) == "decode"
+             and e.get("type") not in ("kv", "sync")]
+    if not cross:
+        return
+    ends = {e["source"] for e in cross} | {e["target"] for e in cross}
+    inner: set[tuple[str, str]] = set()  # (node, "out"/"in") with a neighbour in its own phase on that side
     for e in edges:
-        succ_phases.setdefault(e["source"], set()).add(phase_of.get(e["target"]))
-        pred_phases.setdefault(e["target"], set()).add(phase_of.get(e["source"]))
-    for e in edges:
-        u, v = by_id.get(e["source"], {}), by_id.get(e["target"], {})
-        if u.get("phase") != "prefill" or v.get("phase") != "decode" or e.get("type") in ("kv", "sync"):
-            continue
-        kv = T.KV_CACHE.value in (u.get("type"), v.get("type"))
-        start = "prefill" not in succ_phases.get(e["source"], set()) and \
-            "decode" not in pred_phases.get(e["target"], set())
+        u, v = e["source"], e["target"]
+        if u in ends and phase_of.get(v) == phase_of.get(u):
+            inner.add((u, "out"))
+        if v in ends and phase_of.get(u) == phase_of.get(v):
+            inner.add((v, "in"))
+    for e in cross:
+        kv = _KV in (by_id[e["source"]].get("type"), by_id[e["target"]].get("type"))
+        start = (e["source"], "out") not in inner and (e["target"], "in") not in inner
         if kv or start:
             e["type"] = "kv" if kv else "sync"
             done["an edge from prefill to decode as " + ("the KV cache (kv)" if kv else "the start signal (sync)")] += 1
@@ -151,7 +157,7 @@ def _cross_phase_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, A
 def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
                       done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """PhaseNodes for a draft that marks phases only by attribute (module doc)."""
-    if any(n.get("type") == T.PHASE.value for n in nodes):
+    if any(n.get("type") == _PHASE for n in nodes):
         return nodes, edges
     phased = {n["id"] for n in nodes if n.get("phase") in _PHASES}
     containers = [n["id"] for n in nodes if n.get("type") in _CONTAINERS]
@@ -189,15 +195,17 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
 
 
 def _kv_reads(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
+    kv_nodes = {i for i, n in by_id.items() if n.get("type") == _KV}
+    if not kv_nodes:
+        return
     for e in edges:
+        if e.get("type", "data") != "data" or not ({e["source"], e["target"]} & kv_nodes):
+            continue
         u, v = by_id.get(e["source"], {}), by_id.get(e["target"], {})
-        if e.get("type", "data") == "data" and {u.get("type"), v.get("type")} == {T.KV_CACHE.value,
-                                                                                   T.KV_TRANSFER.value}:
+        if {u.get("type"), v.get("type")} == {_KV, _KV_TRANSFER}:
             e["type"] = "kv"
             done["a KV cache node's edge to or from a KV transfer as the cache (kv)"] += 1
-            continue
-        if e.get("type", "data") == "data" and u.get("type") == T.KV_CACHE.value and \
-                v.get("type") == T.ATTENTION.value and u.get("phase") == v.get("phase") == "decode":
+        elif u.get("type") == _KV and v.get("type") == _ATTENTION and u.get("phase") == v.get("phase") == "decode":
             e["type"] = "kv"
             done["a decode KV cache node's edge into its attention as the cache read (kv)"] += 1
 
@@ -207,7 +215,7 @@ def _decode_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
     types = {n["id"]: n.get("type") for n in nodes}
     if T.DECODE_STEP.value in types.values():
         return nodes, edges
-    phases = [n["id"] for n in nodes if n.get("type") == T.PHASE.value and n.get("phase") == "decode"]
+    phases = [n["id"] for n in nodes if n.get("type") == _PHASE and n.get("phase") == "decode"]
     for ph in phases:
         sid = f"{ph}.step"
         while sid in types:
@@ -226,7 +234,7 @@ def _decode_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
 def _expert_ranges(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
     layers: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for n in nodes:
-        if n.get("type") == T.EXPERT.value:
+        if n.get("type") == _EXPERT:
             layers.setdefault((n.get("phase"), n.get("layer")), []).append(n)
     for group in layers.values():
         pairs = [n.get("experts") for n in group]
@@ -249,7 +257,7 @@ def _devices(n: dict[str, Any]) -> set[int]:
 
 def _stage_hand_offs(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
                      done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    if any(n.get("type") == T.SEND_RECV.value for n in nodes):
+    if any(n.get("type") == _SEND_RECV for n in nodes):
         return nodes, edges  # a draft that draws hand-offs elsewhere and not here has left one out
     out = []
     added = []
