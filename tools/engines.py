@@ -149,6 +149,9 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
         if norm in _ALIASES:
             pid = _ALIASES[norm]
             return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
+    if repo.startswith("$"):
+        raise PdagInputError("command.model", f"the model is the shell variable {repo!r}, which pdag cannot expand",
+                             "the command with its variables expanded (e.g. echo it from the shell that runs it)")
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
         "a Hugging Face repo of a preset (" + ", ".join(sorted(preset_ids())) + ") or pass the plan with hf_config",
@@ -837,7 +840,10 @@ def _int(flag: str, value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise PdagInputError(f"command.{flag}", f"expected an integer, got {value!r}", "an integer >= 1") from None
+        shell = value.startswith("$")  # $TP_SIZE, $((A * B)): left to the shell that runs the command
+        raise PdagInputError(f"command.{flag}", f"expected an integer, got {value!r}"
+                             + (", a shell variable or expression pdag cannot expand" if shell else ""),
+                             "the command with its variables expanded" if shell else "an integer >= 1") from None
     if n < 1:
         raise PdagInputError(f"command.{flag}", f"value {n} must be >= 1", "an integer >= 1")
     return n
