@@ -238,3 +238,27 @@ def test_a_layer_wired_across_the_phases_is_not_read_as_a_link_between_them() ->
     attn = next(n["id"] for n in drafted["nodes"] if n["type"] == "AttentionNode" and n.get("phase") == "decode")
     drafted["edges"].append({"source": ffn, "target": attn, "type": "data"})
     assert "PHASE-PREFILL-DECODE-SPLIT" in _verdict(drafted)[1]
+
+
+def test_edges_written_inside_the_nodes_and_phase_sections_read_as_the_graph() -> None:
+    """Two more drafting habits: each node lists what it waits for (``inputs`` / ``depends_on``), and the draft is
+    split into ``prefill`` and ``decode`` sections."""
+    dag = dag_of(P_PP)
+    preds: dict[str, list[dict[str, str]]] = {}
+    for e in dag["edges"]:
+        preds.setdefault(e["target"], []).append({"id": e["source"], "type": e["type"]})
+    nodes = [{**n, "inputs": preds[n["id"]]} if n["id"] in preds else dict(n) for n in dag["nodes"]]
+    drafted = {k: v for k, v in dag.items() if k not in ("nodes", "edges")}
+    drafted["nodes"] = [n for n in nodes if n.get("phase") is None]
+    for phase in ("prefill", "decode"):
+        drafted[phase] = {"nodes": [n for n in nodes if n.get("phase") == phase]}
+    assert _verdict(drafted) == _verdict(dag) == (True, [])
+
+
+@pytest.mark.parametrize(("text", "gpus"), [("cuda:0,cuda:1", [0, 1]), ("GPU0..GPU3", [0, 1, 2, 3]),
+                                            ("node1/gpu3", [11]), ("gpu[0, 3]", [0, 3]), ("gpu[0-7]", list(range(8))),
+                                            ("gpu0 gpu1", [0, 1]), ("cuda:3", [3])])
+def test_gpu_spellings(text: str, gpus: list[int]) -> None:
+    from tools.dialect import _device_list
+
+    assert _device_list(text, 8) == gpus

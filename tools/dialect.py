@@ -97,23 +97,37 @@ def closest_types(text: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(str(text), names, n=n, cutoff=0.0)
 
 
-def _device_list(value: Any) -> list[int] | None:
-    """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", a list of these, or an
-    object holding one of them under ``gpus`` / ``devices`` / ``ids`` / ``ranks``."""
+_MACHINE_GPU = re.compile(r"(?:node|host|machine|server|n)\s*(\d+)\s*[/:.,_-]?\s*"
+                          r"(?:gpu|cuda|g|device|dev|rank)\s*(\d+)")
+
+
+def _device_list(value: Any, gpus_per_node: int = 8) -> list[int] | None:
+    """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", "cuda:0,cuda:1",
+    "node1/gpu3" (a machine's local GPU, with ``gpus_per_node``), a list of these, or an object holding one of them
+    under ``gpus`` / ``devices`` / ``ids`` / ``ranks``."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return [value] if value >= 0 else None
     if isinstance(value, str):
-        nums = [int(x) for x in re.findall(r"\d+", value)]
-        if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", value) and nums[0] <= nums[1] \
-                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", value.lower()):
+        text = value.strip().lower()
+        parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
+        if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
+            return _device_list(parts, gpus_per_node)
+        local = _MACHINE_GPU.fullmatch(text)
+        if local:
+            return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
+        nums = [int(x) for x in re.findall(r"\d+", text)]
+        if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", text) and nums[0] <= nums[1] \
+                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", text):
             return list(range(nums[0], nums[1] + 1)) if nums[1] - nums[0] < 100_000 else None
+        if len(nums) > 1 and re.search(r"\d\s*[,;]\s*\D*\d", text):  # "gpu[0, 3]"
+            return nums
         return nums[-1:] if nums else None
     if isinstance(value, list):
         out: list[int] = []
         for item in value:
-            got = _device_list(item)
+            got = _device_list(item, gpus_per_node)
             if got is None:
                 return None
             out += got
@@ -121,7 +135,7 @@ def _device_list(value: Any) -> list[int] | None:
     if isinstance(value, dict):
         for k in ("gpus", "devices", "ids", "ranks", "gpu_ids", "device_ids"):
             if k in value:
-                return _device_list(value[k])
+                return _device_list(value[k], gpus_per_node)
     return None
 
 
@@ -206,6 +220,10 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
     _read_type(node, notes)
     _read_ranges(node, notes)
     _read_counts(node, notes)
+    for k in [k for k in spare if key(k) in ("numlayers", "layercount", "nlayers")]:
+        if _is_count(spare[k]) and "repeat" not in node and node.get("type") not in _CONTROL:
+            node["repeat"] = spare.pop(k)  # an operator's node standing for that many layers
+            notes.add(f"node field '{k}' on an operator as its repeat count")
     for k in [k for k in spare if key(k) in ("layerrange", "layerspan", "layersrange", "layerids")]:
         span = spare[k] if isinstance(spare[k], list) and len(spare[k]) == 2 and all(_is_int(x) for x in spare[k]) \
             else None
@@ -265,7 +283,7 @@ def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int) -> No
         node["devices"] = got
         notes.add("GPUs given as a machine and its local GPU ids")
         return
-    got = _device_list(devs)
+    got = _device_list(devs, gpus_per_node)
     if got is not None:
         node["devices"] = sorted(set(got))
         notes.add("a single GPU number as the devices list" if _is_int(devs) else "GPU ids written as text or ranges")
@@ -302,7 +320,7 @@ def _node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
         return None
     machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if _is_int(devs.get(k))), None)
     local = next((devs[k] for k in ("local_gpus", "local", "gpus", "local_ranks", "devices") if k in devs), None)
-    ids = _device_list(local) if local is not None else None
+    ids = _device_list(local, gpus_per_node) if local is not None else None
     if machine is None or ids is None:
         return None
     return sorted({machine * gpus_per_node + i for i in ids})
@@ -366,7 +384,14 @@ def _edge(raw: Any, notes: _Notes) -> Any:
         if not m:
             return raw
         notes.add("edges written 'a -> b'")
-        return {"source": m.group(1), "target": m.group(2)}
+        target, kind = m.group(2), None
+        tail = re.fullmatch(r"(.+?)\s*(?:\((\w+)\)|\[(\w+)\]|:\s*(\w+))", target)
+        if tail:  # "a -> b (pipeline)", "a -> b [kv]", "a -> b : sync"
+            target, kind = tail.group(1), next(g for g in tail.groups()[1:] if g)
+        edge = {"source": m.group(1), "target": target}
+        if kind:
+            edge["type"] = t["edge_types"].get(key(kind), kind)
+        return edge
     if isinstance(raw, list | tuple) and len(raw) in (2, 3) and all(isinstance(x, str | int) for x in raw[:2]):
         notes.add("edges as [source, target] pairs")
         edge = {"source": str(raw[0]), "target": str(raw[1])}
@@ -449,9 +474,11 @@ def _gpus_per_node(doc: dict[str, Any]) -> int:
 def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
     notes = _Notes()
-    if "nodes" not in doc and isinstance(doc.get("graph"), dict):
-        doc = {**{k: v for k, v in doc.items() if k != "graph"}, **doc["graph"]}
-        notes.add("the 'graph' wrapper")
+    for wrapper in ("graph", "dag"):
+        if "nodes" not in doc and isinstance(doc.get(wrapper), dict) and "nodes" in doc[wrapper]:
+            doc = {**{k: v for k, v in doc.items() if k != wrapper}, **doc[wrapper]}
+            notes.add(f"the '{wrapper}' wrapper")
+    doc = _phase_sections(doc, notes)
     out = _top_level(doc, notes)
     if isinstance(out.get("model"), dict):
         model = out["model"]
@@ -472,4 +499,67 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if "edges" in out:
         edges = _edge_items(out["edges"], notes)
         out["edges"] = [_edge(e, notes) for e in edges] if isinstance(edges, list) else edges
+    if isinstance(out.get("nodes"), list):
+        embedded = _embedded_edges(out["nodes"], notes)
+        if embedded:
+            out["edges"] = (out["edges"] if isinstance(out.get("edges"), list) else []) + embedded
     return out, notes.lines()
+
+
+_PREDECESSORS = ("inputs", "input", "dependson", "deps", "dependencies", "after", "parents", "predecessors",
+                 "prev", "upstream", "waitsfor", "from")
+_SUCCESSORS = ("next", "successors", "downstream", "feeds", "children", "to")
+
+
+def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
+    """Edges a draft writes inside its nodes (``"inputs": ["attn0"]``, ``"depends_on"``, ``"next"``), kept in
+    ``meta`` by the node reader: read as edges where every reference names a node of the draft (the node's entry in
+    ``nodes`` is replaced by a copy without those fields; the caller's document is never changed)."""
+    ids = {n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)}
+    out: list[dict[str, Any]] = []
+    for i, n in enumerate(nodes):
+        meta = n.get("meta") if isinstance(n, dict) else None
+        if not isinstance(meta, dict) or not isinstance(n.get("id"), str):
+            continue
+        kept = dict(meta)
+        for k in meta:
+            kk = key(k)
+            if kk not in _PREDECESSORS and kk not in _SUCCESSORS:
+                continue
+            refs = meta[k] if isinstance(meta[k], list) else [meta[k]]
+            found = []
+            for r in refs:
+                ref, kind = (r.get("id") or r.get("node") or r.get("source"), r.get("type")) if isinstance(r, dict) \
+                    else (r, None)
+                if isinstance(ref, str) and ref in ids:
+                    u, v = (ref, n["id"]) if kk in _PREDECESSORS else (n["id"], ref)
+                    found.append({"source": u, "target": v, **({"type": kind} if isinstance(kind, str) else {})})
+            if refs and len(found) == len(refs):
+                out += found
+                del kept[k]
+                notes.add(f"node field '{k}' as edges")
+        if len(kept) < len(meta):
+            nodes[i] = {**{f: v for f, v in n.items() if f != "meta"}, **({"meta": kept} if kept else {})}
+    return [_edge(e, notes) for e in out]
+
+
+def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
+    """A draft split into ``"prefill": {nodes, edges}`` and ``"decode": {...}`` sections (beside any top-level
+    nodes): one node and edge list, each section's nodes marked with its phase where they say none."""
+    phases = _tables()["phases"]
+    sections = {k: v for k, v in doc.items() if isinstance(v, dict) and "nodes" in v and phases.get(key(k))}
+    if not sections:
+        return doc
+    out = {k: v for k, v in doc.items() if k not in sections}
+    nodes: list[Any] = list(_node_items(out.get("nodes", []), notes) or [])
+    edges: list[Any] = list(_edge_items(out.get("edges", []), notes) or [])
+    for name, sec in sections.items():
+        sec_nodes = _node_items(sec["nodes"], notes)
+        phase = phases[key(name)]
+        for n in sec_nodes if isinstance(sec_nodes, list) else []:
+            nodes.append({**n, "phase": n.get("phase", phase)} if isinstance(n, dict) else n)
+        sec_edges = _edge_items(sec.get("edges", []), notes)
+        edges += sec_edges if isinstance(sec_edges, list) else []
+        notes.add(f"the '{name}' section as the {phase} phase's nodes")
+    out["nodes"], out["edges"] = nodes, edges
+    return out
