@@ -6,8 +6,8 @@ out or folded with ``repeat``; phases marked by attribute; sync edges into colle
 twelve carry one deliberate mistake each (``tests/data/blind_dags/index.json`` says which and quotes the seed).
 
 Before pdag read drafts through ``tools.dialect`` and ``tools.implicit`` it rejected all 24, the twelve valid ones
-on spelling.  Now seven of the twelve valid drafts pass, every mistaken draft is rejected, and nine of the twelve
-by the rule that names its mistake.  The five valid drafts still rejected are pinned below with the reason pdag
+on spelling.  Now eight of the twelve valid drafts pass, every mistaken draft is rejected, and nine of the twelve
+by the rule that names its mistake.  The four valid drafts still rejected are pinned below with the reason pdag
 gives, each a reading of the seeds the drafter and pdag do not share."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ INDEX = {e["file"]: e for e in json.loads((DATA / "index.json").read_text())}
 ACCEPTED = ("06_llama70b_tp8_canonical.json", "07_llama70b_dp2_tp4_nodemap.json",
             "15_qwen3_30b_a3b_tp4_ep4_ranks.json", "16_mixtral_tp8attn_ep8_ops.json",
             "17_llama405b_pp2_tp8_folded.json", "19_llama8b_dp4_pairs_repeat.json",
-            "24_pd_disagg_llama70b_pools.json")
+            "23_llama405b_tp8_pp2_source_target.json", "24_pd_disagg_llama70b_pools.json")
 # the mistake each draft carries, and the rule that names it
 CAUGHT = {"01_mixtral_tp8_ep4x2.json": "EP-NO-EXPERT-TP", "03_llama8b_dp4_camel.json": "MEM-KV-ESTIMATED",
           "04_qwen3_30b_a3b_tp4_ep4_gate.json": "EP-DISPATCH-COMBINE-ALLTOALL",
@@ -48,8 +48,6 @@ DISPUTED = {
     "14_pd_disagg_llama8b_l40s.json": "COMM-NO-IMPLICIT",
     # both sequence shards of attention sit on the same eight GPUs: that is one TP operator run twice, not SP
     "22_llama70b_tp8_sp2_prefill_only.json": "GPU-SHARDS-DISTINCT",
-    # each stage says it holds 63 layers but draws two, with no repeat count: the drawing contradicts the stage
-    "23_llama405b_tp8_pp2_source_target.json": "PP-CONTIGUOUS-LAYERS",
 }
 
 

@@ -22,6 +22,9 @@ faithfully say some things differently from pdag's drawings; each reading below 
   draws none, a stage's activations reach the next stage's GPUs along its explicit ``pipeline`` edge, so such an
   edge from an operator on other GPUs gets the SendRecvNode pdag draws there (a draft that draws SendRecvNodes
   elsewhere and omits one is judged as it stands);
+- **abbreviated stages**: where every PipelineStageNode states its layers ``[first, end)`` and draws the same
+  number of them, the first few, with no repeat count anywhere, each stage's last drawn layer stands for the rest
+  (a ``repeat``); a stage drawn in full, or one short of the others, is left for the layer rules to judge;
 - **expert ranges**: a layer whose Expert nodes each list two numbers that, read as half-open ranges
   ``[first, end)``, tile the experts from 0 without gap or overlap holds those ranges (read as ids, the shared
   ends would put one expert in two nodes).
@@ -48,7 +51,7 @@ _COLLECTIVES = {t.value for t in COMM_TYPES} - {T.SEND_RECV.value, T.KV_TRANSFER
 _PHASES = ("prefill", "decode")
 _KV, _KV_TRANSFER, _ATTENTION = T.KV_CACHE.value, T.KV_TRANSFER.value, T.ATTENTION.value
 _SEND_RECV, _EXPERT, _LINEAR = T.SEND_RECV.value, T.EXPERT.value, T.LINEAR.value
-_REQUEST, _PHASE = T.REQUEST.value, T.PHASE.value
+_REQUEST, _PHASE, _STAGE = T.REQUEST.value, T.PHASE.value, T.STAGE.value
 _ENDS = {T.EMBEDDING.value: ("embed", "embedding", "embeddings", "tokembed"),
          T.LM_HEAD.value: ("lmhead", "logits", "unembed", "outputhead")}  # an id that ends in one names the node
 
@@ -73,6 +76,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     _kv_reads(edges, by_id, done)
     _expert_ranges(nodes, done)
     nodes, edges = _stage_hand_offs(nodes, edges, by_id, done)
+    _abbreviated_stages(nodes, edges, by_id, done)
     nodes, edges = _phase_containers(nodes, edges, by_id, done)
     nodes, edges = _decode_steps(nodes, edges, done)
     if not done:
@@ -283,3 +287,31 @@ def _stage_hand_offs(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], b
         done["a pipeline edge to another stage's GPUs as the stage hand-off (SendRecvNode)"] += 1
     by_id.update((n["id"], n) for n in added)
     return nodes + added, out
+
+
+def _abbreviated_stages(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                        done: Counter[str]) -> None:
+    stages = [n["id"] for n in nodes if n.get("type") == _STAGE and isinstance(n.get("layers"), list)
+              and len(n["layers"]) == 2 and all(isinstance(x, int) for x in n["layers"])]
+    if not stages or any("repeat" in n for n in nodes):
+        return
+    g = _graph(nodes, edges)
+    below = {st: nx.descendants(g, st) for st in stages}
+    plans = []
+    for st in stages:
+        first, end = by_id[st]["layers"]
+        inner = set().union(*(below[o] | {o} for o in stages if o in below[st]))
+        members = [by_id[m] for m in below[st] - inner
+                   if isinstance(by_id[m].get("layer"), int) and first <= by_id[m]["layer"] < end]
+        drawn = sorted({m["layer"] for m in members})
+        if not drawn or drawn != list(range(first, first + len(drawn))) or first + len(drawn) >= end:
+            return  # a stage drawn in full, or not as a prefix of its layers: nothing is abbreviated
+        plans.append((members, drawn, first, end))
+    if len({len(drawn) for _, drawn, _, _ in plans}) != 1:
+        return  # an abbreviation draws every stage alike; one stage short of the others is missing layers
+    for members, drawn, first, end in plans:
+        last = drawn[-1]
+        for m in members:
+            if m["layer"] == last:
+                m["repeat"] = end - last
+        done[f"a stage drawing {len(drawn)} of its layers {first}-{end - 1}: the last stands for the rest"] += 1
