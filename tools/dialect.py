@@ -32,6 +32,7 @@ _MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 _QUALIFIER = re.compile(r"(?:tp|ep|sp|pp|dp|layer|op|block|shard|rank|node|kernel|sync|group|fused|phase|pool|branch"
                         r"|\d+)*")
 _CONTROL = {t.value for t in CONTROL_TYPES}
+_ROOTS = {NodeType.REQUEST.value, NodeType.REPLICA.value}  # above the phases: never one phase's own
 _NODE_FIELDS = frozenset(Node.model_fields)
 _NODE_TYPES = frozenset(t.value for t in NodeType)
 _EDGE_FIELDS = frozenset(Edge.model_fields)
@@ -237,9 +238,19 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
         notes.add("node field 'layers' (a count) as 'repeat'")
     _read_devices(node, notes, gpus_per_node)
     _read_phase(node, notes)
-    if "devices" not in node and node.get("type") in _CONTROL:
+    if "phase" not in node and isinstance(node.get("id"), str) and node.get("type") not in _CONTROL:
+        phases = _tables()["phases"]
+        named = {phases[t] for t in map(key, re.split(r"[./:_\-\s]+", node["id"])[:-1]) if t in phases}
+        if len(named) == 1:  # "pf.L0.attn", "decode/stage0/ffn": the phase its id names
+            node["phase"] = named.pop()
+            notes.add("phase from the node's id")
+    devs = node.get("devices", None)
+    if node.get("type") in _CONTROL and ("devices" not in node or isinstance(devs, dict) or (
+            isinstance(devs, str) and key(devs) in ("all", "any", "every", "allgpus"))):
+        if "devices" in node:
+            node.setdefault("meta", {}).setdefault("devices", node["devices"])
         node["devices"] = []  # a container's GPUs are those of what it holds (normalization fills them in)
-        notes.add("containers without devices: the GPUs of their contents")
+        notes.add("containers without GPU ids: the GPUs of their contents")
     if _is_int(node.get("id")):
         node["id"] = str(node["id"])
         notes.add("numeric node ids as text")
@@ -336,6 +347,7 @@ def _span(value: Any) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
+_INDEXES = ("layer", "stage", "replica", "tp_rank", "sp_rank", "ep_rank", "attn_group")
 _COUNTED = ("layer", "stage", "replica", "tp_rank", "sp_rank", "ep_rank", "attn_group", "heads", "kv_heads", "repeat")
 
 
@@ -345,14 +357,29 @@ def _read_counts(node: dict[str, Any], notes: _Notes) -> None:
         v = node.get(field)
         if isinstance(v, str):
             m = re.fullmatch(r"\s*[a-z_]*?(\d+)(?:\s*(?:of|/)\s*\d+)?\s*", v.lower())
+            nums = re.findall(r"\d+", v)
             if m:
                 node[field] = int(m.group(1))
                 notes.add(f"{field} written as text ('{v[:12]}')")
+            elif field in _INDEXES and len(nums) == 1 and re.search(r"\d+\s*$", v):  # "prefill.stage0"
+                node[field] = int(nums[0])
+                notes.add(f"{field} written as a name ('{v[:16]}')")
+            elif len(nums) > 1:  # a description ("q heads 0-15, kv heads 0-3"): kept, the structure says the rest
+                node.setdefault("meta", {}).setdefault(field, v)
+                del node[field]
+                notes.add(f"{field} written as a description, kept in meta")
 
 
 def _read_ranges(node: dict[str, Any], notes: _Notes) -> None:
     """Layer and expert spans written as text: a layer's node standing for layers "0-31", a stage holding
     "63-125", an expert node holding experts "0-15"."""
+    for field in ("layers", "repeat"):
+        v = node.get(field)
+        if isinstance(v, str) and re.fullmatch(r"\s*[x×*]\s*\d+\s*", v.lower()) and \
+                node.get("type") != NodeType.STAGE.value:
+            del node[field]
+            node["repeat"] = int(re.sub(r"\D", "", v))  # "x80": the node stands for 80 layers
+            notes.add(f"{field} '{v.strip()}' as the repeat count")
     for field in ("layer", "layers", "experts"):
         span = _span(node.get(field))
         if span is None:
@@ -475,7 +502,9 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
     notes = _Notes()
     for wrapper in ("graph", "dag"):
-        if "nodes" not in doc and isinstance(doc.get(wrapper), dict) and "nodes" in doc[wrapper]:
+        inner = doc.get(wrapper)
+        if "nodes" not in doc and isinstance(inner, dict) and ("nodes" in inner or any(
+                isinstance(v, dict) and "nodes" in v for v in inner.values())):
             doc = {**{k: v for k, v in doc.items() if k != wrapper}, **doc[wrapper]}
             notes.add(f"the '{wrapper}' wrapper")
     doc = _phase_sections(doc, notes)
@@ -498,12 +527,28 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         out["nodes"] = [_node(n, notes, gpn) for n in nodes] if isinstance(nodes, list) else nodes
     if "edges" in out:
         edges = _edge_items(out["edges"], notes)
-        out["edges"] = [_edge(e, notes) for e in edges] if isinstance(edges, list) else edges
+        out["edges"] = [x for e in edges for x in _fan_out(_edge(e, notes), notes)] if isinstance(edges, list) \
+            else edges
     if isinstance(out.get("nodes"), list):
         embedded = _embedded_edges(out["nodes"], notes)
         if embedded:
             out["edges"] = (out["edges"] if isinstance(out.get("edges"), list) else []) + embedded
     return out, notes.lines()
+
+
+def _fan_out(edge: Any, notes: _Notes) -> list[Any]:
+    """An edge whose source or target lists several nodes (``{"source": "a", "target": ["b", "c"]}``) is one edge
+    to each."""
+    if not isinstance(edge, dict):
+        return [edge]
+    src, dst = edge.get("source"), edge.get("target")
+    if not (isinstance(src, list) or isinstance(dst, list)):
+        return [edge]
+    srcs, dsts = src if isinstance(src, list) else [src], dst if isinstance(dst, list) else [dst]
+    if not all(isinstance(x, str) for x in srcs + dsts):
+        return [edge]
+    notes.add("an edge to several nodes as one edge each")
+    return [{**edge, "source": u, "target": v} for u in srcs for v in dsts]
 
 
 _PREDECESSORS = ("inputs", "input", "dependson", "deps", "dependencies", "after", "parents", "predecessors",
@@ -534,7 +579,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
                 if isinstance(ref, str) and ref in ids:
                     u, v = (ref, n["id"]) if kk in _PREDECESSORS else (n["id"], ref)
                     found.append({"source": u, "target": v, **({"type": kind} if isinstance(kind, str) else {})})
-            if refs and len(found) == len(refs):
+            if len(found) == len(refs):
                 out += found
                 del kept[k]
                 notes.add(f"node field '{k}' as edges")
@@ -547,19 +592,32 @@ def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
     """A draft split into ``"prefill": {nodes, edges}`` and ``"decode": {...}`` sections (beside any top-level
     nodes): one node and edge list, each section's nodes marked with its phase where they say none."""
     phases = _tables()["phases"]
-    sections = {k: v for k, v in doc.items() if isinstance(v, dict) and "nodes" in v and phases.get(key(k))}
+
+    def phase_of(name: str) -> str | None:
+        return phases.get(re.sub(r"(?:cluster|pool|section|subgraph|graph|phase|part|stage)+$", "", key(name))) \
+            or phases.get(key(name))
+
+    sections = {k: v for k, v in doc.items() if isinstance(v, dict) and "nodes" in v and phase_of(k)}
     if not sections:
         return doc
     out = {k: v for k, v in doc.items() if k not in sections}
     nodes: list[Any] = list(_node_items(out.get("nodes", []), notes) or [])
     edges: list[Any] = list(_edge_items(out.get("edges", []), notes) or [])
+    for k in [k for k, v in out.items() if isinstance(v, dict) and isinstance(v.get("id"), str)
+              and isinstance(v.get("type"), str) and node_type(v["type"])]:
+        nodes.append(out.pop(k))  # a lone node beside the sections ("request": {"id": ..., "type": ...})
+        notes.add(f"the top-level '{k}' as a node")
     for name, sec in sections.items():
         sec_nodes = _node_items(sec["nodes"], notes)
-        phase = phases[key(name)]
+        phase = phase_of(name)
         for n in sec_nodes if isinstance(sec_nodes, list) else []:
-            nodes.append({**n, "phase": n.get("phase", phase)} if isinstance(n, dict) else n)
+            control = isinstance(n, dict) and node_type(str(n.get("type") or n.get("kind") or "")) in _ROOTS
+            nodes.append({**n, "phase": n.get("phase", phase)} if isinstance(n, dict) and not control else n)
         sec_edges = _edge_items(sec.get("edges", []), notes)
         edges += sec_edges if isinstance(sec_edges, list) else []
         notes.add(f"the '{name}' section as the {phase} phase's nodes")
+    for k in [k for k in out if _tables()["document"].get(key(k)) == "edges" and isinstance(out[k], list)]:
+        edges += out.pop(k)  # "links" / "cross_edges" beside the sections: the edges between them
+        notes.add(f"'{k}' as edges between the sections")
     out["nodes"], out["edges"] = nodes, edges
     return out

@@ -25,6 +25,8 @@ faithfully say some things differently from pdag's drawings; each reading below 
 - **abbreviated stages**: where every PipelineStageNode states its layers ``[first, end)`` and draws the same
   number of them, the first few, with no repeat count anywhere, each stage's last drawn layer stands for the rest
   (a ``repeat``); a stage drawn in full, or one short of the others, is left for the layer rules to judge;
+- **one cache across the phases**: where the prefill's KV cache node feeds a decode attention directly and that
+  attention appends to a decode KV cache node, the decode node continues the prefill's cache (a ``kv`` edge);
 - **expert ranges**: a layer whose Expert nodes each list two numbers that, read as half-open ranges
   ``[first, end)``, tile the experts from 0 without gap or overlap holds those ranges (read as ids, the shared
   ends would put one expert in two nodes).
@@ -74,6 +76,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     _collective_edges(edges, by_id, done)
     _cross_phase_edges(edges, by_id, done)
     _kv_reads(edges, by_id, done)
+    edges = _cache_continuity(edges, by_id, done)
     _expert_ranges(nodes, done)
     nodes, edges = _stage_hand_offs(nodes, edges, by_id, done)
     _abbreviated_stages(nodes, edges, by_id, done)
@@ -163,7 +166,7 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
     """PhaseNodes for a draft that marks phases only by attribute (module doc)."""
     if any(n.get("type") == _PHASE for n in nodes):
         return nodes, edges
-    phased = {n["id"] for n in nodes if n.get("phase") in _PHASES}
+    phased = {n["id"] for n in nodes if n.get("phase") in _PHASES and n.get("type") not in _CONTAINERS}
     containers = [n["id"] for n in nodes if n.get("type") in _CONTAINERS]
     if not phased or not containers:
         return nodes, edges
@@ -176,9 +179,14 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
         if any(by_id[p].get("phase") == phase for p in preds):
             continue
         owners = [c for c in containers if c in nx.ancestors(g, nid)]
+        roots = [c for c in containers if by_id[c].get("type") == _REQUEST]
+        if not owners and len(roots) == 1 and len(containers) == 1:
+            owners = roots  # a phase drawn with no edge into it: it belongs to the one request there is
         if not owners:
             continue
         owner = max(owners, key=lambda c: (depth[c], c))
+        if owner in nx.descendants(g, nid):
+            continue  # the draft wires this node back into its container: hanging it there would close a cycle
         entries.setdefault((owner, phase), []).append(nid)
     if not entries:
         return nodes, edges
@@ -315,3 +323,26 @@ def _abbreviated_stages(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
             if m["layer"] == last:
                 m["repeat"] = end - last
         done[f"a stage drawing {len(drawn)} of its layers {first}-{end - 1}: the last stands for the rest"] += 1
+
+
+def _cache_continuity(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                      done: Counter[str]) -> list[dict[str, Any]]:
+    kv_nodes = {i for i, n in by_id.items() if n.get("type") == _KV}
+    if not kv_nodes:
+        return edges
+    phase = {i: by_id[i].get("phase") for i in kv_nodes}
+    fed = {e["target"] for e in edges if e["source"] in kv_nodes and phase[e["source"]] == "prefill"
+           and e["target"] in kv_nodes}
+    reads: dict[str, list[str]] = {}  # decode attention -> prefill KV nodes that feed it
+    for e in edges:
+        if e["source"] in kv_nodes and phase[e["source"]] == "prefill" and \
+                by_id.get(e["target"], {}).get("type") == _ATTENTION:
+            reads.setdefault(e["target"], []).append(e["source"])
+    added = []
+    for e in edges:
+        a, k = e["source"], e["target"]
+        if k in kv_nodes and phase[k] == "decode" and k not in fed and a in reads:
+            added += [{"source": p, "target": k, "type": "kv"} for p in reads[a]]
+            fed.add(k)
+            done["a decode KV cache node as the continuation of the prefill cache its attention reads (kv)"] += 1
+    return edges + added

@@ -247,11 +247,16 @@ def check_first_token(ctx: Context) -> Iterator[Finding]:
     if not steps or not any(_phase(ctx, n) == "prefill" for n in ctx.of(NodeType.LM_HEAD)):
         return
     def token_out(p: str) -> bool:
-        """The prefill's LM head, or the gather of its vocabulary slices (vocab-parallel LM head)."""
+        """The prefill's LM head, the gather of its vocabulary slices (vocab-parallel LM head), or a step after it
+        that ends the prefill (a drafted sampler): what the prefill's first token comes out of."""
         if _phase(ctx, p) != "prefill":
             return False
-        return ctx.types[p] == NodeType.LM_HEAD or (
-            ctx.types[p] == NodeType.ALL_GATHER and any(ctx.types[q] == NodeType.LM_HEAD for q in ctx.pred[p]))
+        if ctx.types[p] == NodeType.LM_HEAD or (
+                ctx.types[p] == NodeType.ALL_GATHER and any(ctx.types[q] == NodeType.LM_HEAD for q in ctx.pred[p])):
+            return True
+        ends_prefill = not any(_phase(ctx, q) == "prefill" for q in ctx.succ[p])
+        return ends_prefill and any(ctx.types[a] == NodeType.LM_HEAD and _phase(ctx, a) == "prefill"
+                                    for a in nx.ancestors(ctx.g, p))
 
     first = [s for s in steps if not any(ctx.types[p] == NodeType.DECODE_STEP for p in ctx.pred[s])]
     bad = [s for s in first if not any(token_out(p) for p in ctx.pred[s])]
