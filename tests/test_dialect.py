@@ -262,3 +262,13 @@ def test_gpu_spellings(text: str, gpus: list[int]) -> None:
     from tools.dialect import _device_list
 
     assert _device_list(text, 8) == gpus
+
+
+def test_edges_grouped_by_kind_keep_their_kind() -> None:
+    dag = dag_of(P_PP)
+    grouped: dict[str, list[list[str]]] = {}
+    for e in dag["edges"]:
+        grouped.setdefault(e["type"], []).append([e["source"], e["target"]])
+    drafted = {**{k: v for k, v in dag.items() if k != "edges"}, "edges": grouped}
+    assert set(grouped) == {"data", "kv", "sync", "pipeline"} or {"data", "kv", "sync"} <= set(grouped)
+    assert _verdict(drafted) == _verdict(dag) == (True, [])

@@ -172,9 +172,19 @@ def _node_items(raw: Any, notes: _Notes) -> Any:
 
 
 def _edge_items(raw: Any, notes: _Notes) -> Any:
-    """Edges as a list; an adjacency object (``{"a": ["b", "c"]}``) becomes one edge per successor."""
+    """Edges as a list; an adjacency object (``{"a": ["b", "c"]}``) becomes one edge per successor, and edges
+    grouped by kind (``{"data": [["a", "b"]], "sync": [...]}``) one edge of that kind per entry."""
     if not isinstance(raw, dict):
         return raw
+    kinds = {k: _tables()["edge_types"].get(key(k)) for k in raw}
+    if raw and all(kinds.values()) and all(isinstance(v, list) for v in raw.values()):
+        grouped: list[Any] = []
+        for k, items in raw.items():
+            for item in items:
+                edge = _edge(item, notes)
+                grouped.append({**edge, "type": kinds[k]} if isinstance(edge, dict) else edge)
+        notes.add("edges grouped by kind")
+        return grouped
     out: list[Any] = []
     for u, succ in raw.items():
         for v in succ if isinstance(succ, list) else [succ]:
