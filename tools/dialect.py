@@ -27,10 +27,6 @@ from tools.plan import OPT_INS
 
 _MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with a qualifier after it
 _MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
-# What may follow a type's name ("allreducetp", "attentionlayer0", "ffnshard3"); anything else ("contextparallel")
-# is another word, not a qualified type.
-_QUALIFIER = re.compile(r"(?:tp|ep|sp|pp|dp|layer|op|block|shard|rank|node|kernel|sync|group|fused|phase|pool|branch"
-                        r"|\d+)*")
 _CONTROL = {t.value for t in CONTROL_TYPES}
 _ROOTS = {NodeType.REQUEST.value, NodeType.REPLICA.value}  # above the phases: never one phase's own
 _NODE_FIELDS = frozenset(Node.model_fields)
@@ -40,8 +36,6 @@ _EDGE_TYPES = frozenset(t.value for t in EdgeType)
 _ROLE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 _CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag",
               "options"}
-_META_BLOCKS = ("metadata", "meta", "info", "config", "plan_summary", "deployment", "strategy")
-_GPU_CLAIMS = ("gpusused", "numgpus", "totalgpus", "gpucount", "worldsize", "gpus")
 
 
 def key(text: str) -> str:
@@ -52,6 +46,12 @@ def key(text: str) -> str:
 @cache
 def _vocabulary() -> dict[str, Any]:
     return knowledge.load_json("dag_vocabulary.json")
+
+
+@cache
+def words(name: str) -> frozenset[str]:
+    """One list of ``readings`` in the vocabulary, in key form."""
+    return frozenset(key(w) for w in _vocabulary()["readings"][name])
 
 
 def _aliases(section: str) -> dict[str, str]:
@@ -86,10 +86,17 @@ def node_type(text: str) -> str | None:
         k = k[:-4]
     if k in types:
         return types[k]
-    starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _QUALIFIER.fullmatch(k[len(a):])]
+    starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _qualifier().fullmatch(k[len(a):])]
     ends = [a for a in types if len(a) >= _MIN_SUFFIX and k.endswith(a)]  # "gqaattention", "postattnlayernorm"
     found = starts + ends
     return types[max(found, key=lambda a: (len(a), a))] if found else None
+
+
+@cache
+def _qualifier() -> re.Pattern[str]:
+    """What may follow a type's name ("allreducetp", "attentionlayer0", "ffnshard3"); anything else
+    ("contextparallel") is another word, not a qualified type."""
+    return re.compile("(?:" + "|".join(sorted(words("type_qualifiers"), key=len, reverse=True)) + r"|\d+)*")
 
 
 def closest_types(text: str, n: int = 3) -> list[str]:
@@ -193,7 +200,7 @@ def _edge_items(raw: Any, notes: _Notes) -> Any:
     return out
 
 
-def _fields(raw: dict[str, Any], canonical: set[str], kind: str,
+def _fields(raw: dict[str, Any], canonical: frozenset[str], kind: str,
             notes: _Notes) -> tuple[dict[str, Any], dict[str, Any]]:
     """A node's or edge's fields under their canonical names, and the fields no table knows."""
     aliases = _tables()[f"{kind}_fields"]
@@ -224,19 +231,19 @@ def _canonical_node(raw: dict[str, Any]) -> bool:
 def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
     if not isinstance(raw, dict) or _canonical_node(raw):
         return raw
-    node, spare = _fields(raw, set(Node.model_fields), "node", notes)
+    node, spare = _fields(raw, _NODE_FIELDS, "node", notes)
     if "type" not in node and isinstance(node.get("op"), str) and node_type(node["op"]):
         node["type"] = node.pop("op")  # "op": "attention" names the node's kind when nothing else does
         notes.add("node field 'op' as 'type'")
     _read_type(node, notes)
     _read_ranges(node, notes)
     _read_counts(node, notes)
-    for k in [k for k in spare if key(k) in ("numlayers", "layercount", "nlayers")]:
+    for k in [k for k in spare if key(k) in words("layer_count_fields")]:
         if _is_count(spare[k]) and "repeat" not in node and node.get("type") not in _CONTROL:
             node["repeat"] = spare.pop(k)  # an operator's node standing for that many layers
             notes.add(f"node field '{k}' on an operator as its repeat count")
-    for k in [k for k in spare if key(k) in ("layerrange", "layerspan", "layersrange", "layerids")]:
-        span = spare[k] if isinstance(spare[k], list) and len(spare[k]) == 2 and all(_is_int(x) for x in spare[k]) \
+    for k in [k for k in spare if key(k) in words("layer_range_fields")]:
+        span = spare[k] if isinstance(spare[k], list) and len(spare[k]) == 2 and all(is_int(x) for x in spare[k]) \
             else None
         if span and span[1] > span[0] and "layer" not in node and node.get("type") != NodeType.STAGE.value:
             node["layer"] = span[0]  # [first, end): the node is the first of the layers it stands for
@@ -256,12 +263,12 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
             notes.add("phase from the node's id")
     devs = node.get("devices", None)
     if node.get("type") in _CONTROL and ("devices" not in node or isinstance(devs, dict) or (
-            isinstance(devs, str) and key(devs) in ("all", "any", "every", "allgpus"))):
+            isinstance(devs, str) and key(devs) in words("all_gpus"))):
         if "devices" in node:
             node.setdefault("meta", {}).setdefault("devices", node["devices"])
         node["devices"] = []  # a container's GPUs are those of what it holds (normalization fills them in)
         notes.add("containers without GPU ids: the GPUs of their contents")
-    if _is_int(node.get("id")):
+    if is_int(node.get("id")):
         node["id"] = str(node["id"])
         notes.add("numeric node ids as text")
     if spare:
@@ -297,7 +304,7 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
 
 def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int) -> None:
     devs = node.get("devices")
-    if devs is None or (isinstance(devs, list) and all(_is_int(d) for d in devs)):
+    if devs is None or (isinstance(devs, list) and all(is_int(d) for d in devs)):
         return
     got = _node_local(devs, gpus_per_node)
     if got is not None:
@@ -307,10 +314,11 @@ def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int) -> No
     got = _device_list(devs, gpus_per_node)
     if got is not None:
         node["devices"] = sorted(set(got))
-        notes.add("a single GPU number as the devices list" if _is_int(devs) else "GPU ids written as text or ranges")
+        notes.add("a single GPU number as the devices list" if is_int(devs) else "GPU ids written as text or ranges")
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """A JSON integer (``True`` is not one)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -339,7 +347,7 @@ def _node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
         return None if any(p is None for p in parts) else sorted({i for p in parts for i in p or []})
     if not isinstance(devs, dict):
         return None
-    machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if _is_int(devs.get(k))), None)
+    machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if is_int(devs.get(k))), None)
     local = next((devs[k] for k in ("local_gpus", "local", "gpus", "local_ranks", "devices") if k in devs), None)
     ids = _device_list(local, gpus_per_node) if local is not None else None
     if machine is None or ids is None:
@@ -437,9 +445,9 @@ def _edge(raw: Any, notes: _Notes) -> Any:
         raw = edge
     if not isinstance(raw, dict):
         return raw
-    edge, spare = _fields(raw, set(Edge.model_fields), "edge", notes)
+    edge, spare = _fields(raw, _EDGE_FIELDS, "edge", notes)
     for k in ("source", "target"):
-        if _is_int(edge.get(k)):
+        if is_int(edge.get(k)):
             edge[k] = str(edge[k])
     et = edge.get("type")
     if isinstance(et, str) and et not in EdgeType.__members__.values():
@@ -464,7 +472,7 @@ def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
         if canon is not None and canon not in doc and canon not in out:
             out[canon] = v
             notes.add(f"'{k}' as '{canon}'")
-        elif k in _META_BLOCKS and isinstance(v, dict):
+        elif key(k) in words("metadata_blocks") and isinstance(v, dict):
             _claims_from(v, out, notes)
         else:
             dropped.append(k)
@@ -487,7 +495,7 @@ def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> N
             notes.add(f"metadata.{k} as the draft's opt-in")
     hw = block.get("hardware") if isinstance(block.get("hardware"), dict) else {}
     for k, v in [*block.items(), *hw.items()]:
-        if key(k) in _GPU_CLAIMS and _is_count(v) and "gpus_used" not in out:
+        if key(k) in words("gpu_count_fields") and _is_count(v) and "gpus_used" not in out:
             out["gpus_used"] = v
             notes.add(f"metadata.{k} as the DAG's claimed GPU count")
 
@@ -499,7 +507,8 @@ def _plan_fields() -> frozenset[str]:
 
 def _gpus_per_node(doc: dict[str, Any]) -> int:
     """GPUs per machine, where a draft says it (its plan, hardware or metadata block), for machine-local GPU ids."""
-    blocks = [doc] + [doc[k] for k in ("plan", *_META_BLOCKS) if isinstance(doc.get(k), dict)]
+    blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
+                      and isinstance(v, dict)]
     for b in blocks:
         for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
             v = hw.get("gpus_per_node")
@@ -561,11 +570,6 @@ def _fan_out(edge: Any, notes: _Notes) -> list[Any]:
     return [{**edge, "source": u, "target": v} for u in srcs for v in dsts]
 
 
-_PREDECESSORS = ("inputs", "input", "dependson", "deps", "dependencies", "after", "parents", "predecessors",
-                 "prev", "upstream", "waitsfor", "from")
-_SUCCESSORS = ("next", "successors", "downstream", "feeds", "children", "to")
-
-
 def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
     """Edges a draft writes inside its nodes (``"inputs": ["attn0"]``, ``"depends_on"``, ``"next"``), kept in
     ``meta`` by the node reader: read as edges where every reference names a node of the draft (the node's entry in
@@ -578,8 +582,8 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
             continue
         kept = dict(meta)
         for k in meta:
-            kk = key(k)
-            if kk not in _PREDECESSORS and kk not in _SUCCESSORS:
+            before = key(k) in words("predecessor_fields")
+            if not before and key(k) not in words("successor_fields"):
                 continue
             refs = meta[k] if isinstance(meta[k], list) else [meta[k]]
             found = []
@@ -587,7 +591,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
                 ref, kind = (r.get("id") or r.get("node") or r.get("source"), r.get("type")) if isinstance(r, dict) \
                     else (r, None)
                 if isinstance(ref, str) and ref in ids:
-                    u, v = (ref, n["id"]) if kk in _PREDECESSORS else (n["id"], ref)
+                    u, v = (ref, n["id"]) if before else (n["id"], ref)
                     found.append({"source": u, "target": v, **({"type": kind} if isinstance(kind, str) else {})})
             if len(found) == len(refs):
                 out += found
@@ -604,8 +608,8 @@ def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
     phases = _tables()["phases"]
 
     def phase_of(name: str) -> str | None:
-        return phases.get(re.sub(r"(?:cluster|pool|section|subgraph|graph|phase|part|stage)+$", "", key(name))) \
-            or phases.get(key(name))
+        suffixes = "|".join(sorted(words("section_suffixes"), key=len, reverse=True))
+        return phases.get(re.sub(f"(?:{suffixes})+$", "", key(name))) or phases.get(key(name))
 
     sections = {k: v for k, v in doc.items() if isinstance(v, dict) and "nodes" in v and phase_of(k)}
     if not sections:

@@ -54,8 +54,6 @@ _PHASES = ("prefill", "decode")
 _KV, _KV_TRANSFER, _ATTENTION = T.KV_CACHE.value, T.KV_TRANSFER.value, T.ATTENTION.value
 _SEND_RECV, _EXPERT, _LINEAR = T.SEND_RECV.value, T.EXPERT.value, T.LINEAR.value
 _REQUEST, _PHASE, _STAGE = T.REQUEST.value, T.PHASE.value, T.STAGE.value
-_ENDS = {T.EMBEDDING.value: ("embed", "embedding", "embeddings", "tokembed"),
-         T.LM_HEAD.value: ("lmhead", "logits", "unembed", "outputhead")}  # an id that ends in one names the node
 
 
 def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -92,10 +90,10 @@ def _linear_roles(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
     for n in nodes:
         if n.get("type") != _LINEAR:
             continue
-        words = [n.get("role"), re.split(r"[./:]", n["id"])[-1]]
-        canon = next((c for w in words if isinstance(w, str)
-                      for c in [node_type(w)] if c in (T.EMBEDDING.value, T.LM_HEAD.value)), None) or \
-            next((c for c, names in _ENDS.items() if key(n["id"]).endswith(names)), None)
+        # its role, the last part of its id, or its whole id ending in the type's name ("rep0_dec_lm_head")
+        names = [n.get("role"), re.split(r"[./:]", n["id"])[-1], n["id"]]
+        canon = next((c for w in names if isinstance(w, str)
+                      for c in [node_type(w)] if c in (T.EMBEDDING.value, T.LM_HEAD.value)), None)
         if canon:
             n["type"] = canon
             done[f"LinearNode named {key(str(n.get('role') or n['id']))[:16]!r} as {canon}"] += 1

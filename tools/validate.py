@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_working, estimated_node_count, gc_paused
 from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
-from tools.dialect import closest_types, translate
+from tools.dialect import closest_types, is_int, translate
 from tools.errors import PdagInputError
 from tools.implicit import make_explicit
 from tools.inputs import check_json_value
@@ -70,10 +70,6 @@ _INT_FIELDS = ("replica", "stage", "layer", "tp_rank", "sp_rank", "ep_rank", "at
 _STR_FIELDS = ("op", "role")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _schema_rule(path: list[Any], validator: str) -> str:
     last = [p for p in path if isinstance(p, str)]
     tail = last[-1] if last else ""
@@ -122,14 +118,14 @@ def _clean_node(raw: dict[str, Any]) -> dict[str, Any]:
     """Keep what is usable of a node: right-typed known fields; unknown fields move into meta."""
     node: dict[str, Any] = {"type": raw.get("type") if isinstance(raw.get("type"), str) else "?"}
     devs = raw.get("devices")
-    node["devices"] = sorted({d for d in devs if _is_int(d) and d >= 0}) if isinstance(devs, list) else []
+    node["devices"] = sorted({d for d in devs if is_int(d) and d >= 0}) if isinstance(devs, list) else []
     meta = dict(raw["meta"]) if isinstance(raw.get("meta"), dict) else {}
     known = set(Node.model_fields)
     for k, v in raw.items():
         if k in ("id", "type", "devices", "meta"):
             continue
         if k in _INT_FIELDS:
-            if _is_int(v) and v >= 0:
+            if is_int(v) and v >= 0:
                 node[k] = v
         elif k in _STR_FIELDS:
             if isinstance(v, str):
@@ -138,7 +134,7 @@ def _clean_node(raw: dict[str, Any]) -> dict[str, Any]:
             if v in ("prefill", "decode"):
                 node[k] = v
         elif k in ("layers", "experts"):
-            if isinstance(v, list) and all(_is_int(x) for x in v):
+            if isinstance(v, list) and all(is_int(x) for x in v):
                 node[k] = list(v)
         elif k not in known:
             meta[k] = v
