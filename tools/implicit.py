@@ -301,6 +301,9 @@ def _abbreviated_stages(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
               and len(n["layers"]) == 2 and all(isinstance(x, int) for x in n["layers"])]
     if not stages or any("repeat" in n for n in nodes):
         return
+    drawn_anywhere = {n["layer"] for n in nodes if isinstance(n.get("layer"), int)}
+    if all(set(range(*by_id[st]["layers"])) <= drawn_anywhere for st in stages):
+        return  # every layer a stage claims is drawn (any document pdag built): nothing is abbreviated
     g = _graph(nodes, edges)
     below = {st: nx.descendants(g, st) for st in stages}
     plans = []
