@@ -272,3 +272,72 @@ def test_edges_grouped_by_kind_keep_their_kind() -> None:
     drafted = {**{k: v for k, v in dag.items() if k != "edges"}, "edges": grouped}
     assert set(grouped) == {"data", "kv", "sync", "pipeline"} or {"data", "kv", "sync"} <= set(grouped)
     assert _verdict(drafted) == _verdict(dag) == (True, [])
+
+
+def test_gpus_placed_on_a_named_device_mesh() -> None:
+    """A draft that declares a device mesh and places each node by axis and coordinate (``{"mesh_axis": "tp",
+    "coord": 1}``; ``{"replicated_on": "mesh"}``) is judged as the same drawing with GPU lists."""
+    dag = dag_of(P_MOE)
+    every = sorted({d for n in dag["nodes"] for d in n.get("devices") or []})
+    mesh = {"devices": [f"gpu:{d}" for d in every], "axes": {"tp": {"size": len(every)}}}
+    nodes = []
+    for n in dag["nodes"]:
+        devs = n.get("devices") or []
+        place: Any = devs
+        if devs == every:
+            place = {"replicated_on": "mesh"}
+        elif devs:
+            place = {"mesh_axis": "tp", "coord": [every.index(d) for d in devs]}
+        nodes.append({**{k: v for k, v in n.items() if k != "devices"}, "placement": place})
+    drafted = {**{k: v for k, v in dag.items() if k != "nodes"}, "device_mesh": mesh, "nodes": nodes}
+    assert _verdict(drafted) == _verdict(dag) == (True, [])
+    wrong = copy.deepcopy(drafted)
+    wrong["device_mesh"]["axes"]["tp"] = {"devices": [f"gpu:{d}" for d in reversed(every)]}  # coords now differ
+    assert _verdict(wrong) == _verdict(dag)  # a permutation of the GPUs is the same deployment
+    short = copy.deepcopy(drafted)
+    short["device_mesh"] = {"devices": ["gpu:0"], "axes": {"tp": {"devices": ["gpu:0"]}}}
+    assert not _verdict(short)[0]  # coordinates beyond the axis are not read as GPUs
+
+
+def test_machines_named_in_hosts() -> None:
+    """``"pnode:gpu0-3"`` names a machine the draft lists in its hardware's ``hosts``: the second machine's GPU 1
+    is GPU ``gpus_per_node + 1``, not GPU 1 (which would put two pools on the same GPUs)."""
+    from tools.dialect import _device_list, _gpu_text, _hosts
+
+    hosts = _hosts({"hardware": {"hosts": ["pnode (prefill)", "dnode (decode)"], "gpus_per_node": 4}})
+    assert hosts == {"pnode": 0, "dnode": 1}
+    assert _device_list("dnode:gpu1", 4, hosts) == [5]
+    assert _device_list("pnode:gpu0-3", 4, hosts) == [0, 1, 2, 3]
+    assert _device_list("dnode:gpu0-3", 4, hosts) == [4, 5, 6, 7]
+    assert _device_list("gpu[0..3] -> gpu[0]", 8) == [0, 1, 2, 3]
+    assert _gpu_text("pf.L0.kv", 8, hosts) is None  # a node id is not a GPU
+    assert _gpu_text("xnode:gpu1", 8, hosts) is None  # a machine the draft does not name
+
+
+def test_layers_named_in_ids_and_phases_by_p_and_d() -> None:
+    doc = {"nodes": [{"id": "P.L39.attn", "type": "attention", "devices": [0]},
+                     {"id": "D/blk3/ffn", "type": "ffn", "devices": [0]},
+                     {"id": "L7", "type": "ffn", "devices": [0]}], "edges": []}
+    out, _ = translate(doc)
+    got = {n["id"]: (n.get("layer"), n.get("phase")) for n in out["nodes"]}
+    assert got == {"P.L39.attn": (39, "prefill"), "D/blk3/ffn": (3, "decode"), "L7": (None, None)}
+    alone, _ = translate({"nodes": [{"id": "P.L0.attn", "type": "attention", "devices": [0]}], "edges": []})
+    assert "phase" not in alone["nodes"][0]  # a lone "P" could stand for anything
+
+
+def test_successors_grouped_by_kind_and_nodes_as_table_rows() -> None:
+    """Two more habits: a node lists its consumers by edge kind (``"next": {"data": [...], "sync": [...]}``), and
+    a draft writes its nodes as rows under ``node_columns``."""
+    dag = dag_of(P_PP)
+    succ: dict[str, dict[str, list[str]]] = {}
+    for e in dag["edges"]:
+        succ.setdefault(e["source"], {}).setdefault(e["type"], []).append(e["target"])
+    nodes = [{**n, "next": succ[n["id"]]} if n["id"] in succ else dict(n) for n in dag["nodes"]]
+    drafted = {**{k: v for k, v in dag.items() if k not in ("nodes", "edges")}, "nodes": nodes}
+    assert _verdict(drafted) == _verdict(dag) == (True, [])
+    columns = sorted({k for n in dag["nodes"] for k in n})
+    table = {**{k: v for k, v in dag.items() if k != "nodes"}, "node_columns": columns,
+             "nodes": [[n.get(c, "") for c in columns] for n in dag["nodes"]]}
+    assert _verdict(table) == _verdict(dag)
+    table["node_columns"] = columns[:-1]  # rows that do not fit the header stay unread
+    assert not _verdict(table)[0]

@@ -28,6 +28,8 @@ from tools.plan import OPT_INS
 _MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with a qualifier after it
 _MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 _CONTROL = {t.value for t in CONTROL_TYPES}
+_LAYERLESS = _CONTROL - {NodeType.MOE.value, NodeType.ATTN_DP_GROUP.value}  # containers above the layers
+_CONTAINERS_ABOVE = {NodeType.REQUEST.value, NodeType.REPLICA.value, NodeType.PHASE.value}
 _ROOTS = {NodeType.REQUEST.value, NodeType.REPLICA.value}  # above the phases: never one phase's own
 _NODE_FIELDS = frozenset(Node.model_fields)
 _NODE_TYPES = frozenset(t.value for t in NodeType)
@@ -109,19 +111,35 @@ _MACHINE_GPU = re.compile(r"(?:node|host|machine|server|n)\s*(\d+)\s*[/:.,_-]?\s
                           r"(?:gpu|cuda|g|device|dev|rank)\s*(\d+)")
 
 
-def _device_list(value: Any, gpus_per_node: int = 8) -> list[int] | None:
+_HOST_GPU = re.compile(r"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:gpu|cuda|g|device|dev|rank)?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?")
+
+
+def _device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None = None) -> list[int] | None:
     """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", "cuda:0,cuda:1",
-    "node1/gpu3" (a machine's local GPU, with ``gpus_per_node``), a list of these, or an object holding one of them
-    under ``gpus`` / ``devices`` / ``ids`` / ``ranks``."""
+    "node1/gpu3" (a machine's local GPU, with ``gpus_per_node``), "pnode:gpu0-3" (a machine the draft names in its
+    hardware's ``hosts``, by position), a list of these, or an object holding one of them under ``gpus`` /
+    ``devices`` / ``ids`` / ``ranks``."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return [value] if value >= 0 else None
     if isinstance(value, str):
         text = value.strip().lower()
+        ends = re.split(r"\s*(?:->|=>|\u2192)\s*", text)
+        if len(ends) == 2 and all(ends):  # "gpu[0..3] -> gpu[0]": a collective's sources and destination
+            got = [_device_list(e, gpus_per_node, hosts) for e in ends]
+            return None if None in got else sorted({i for g in got for i in g or []})
         parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
         if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
-            return _device_list(parts, gpus_per_node)
+            return _device_list(parts, gpus_per_node, hosts)
+        named = _HOST_GPU.fullmatch(text) if hosts else None
+        if named and hosts and named.group(1) in hosts:
+            base = hosts[named.group(1)] * gpus_per_node
+            lo = int(named.group(2))
+            hi = int(named.group(3)) if named.group(3) else lo
+            return [base + i for i in range(lo, hi + 1)] if lo <= hi < gpus_per_node else None
+        if named and not re.fullmatch(r"gpus?|cuda|hip|dev(ice)?s?|ranks?|g", named.group(1)):
+            return None  # a machine the draft's hosts do not name: which GPUs is unknown
         local = _MACHINE_GPU.fullmatch(text)
         if local:
             return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
@@ -135,7 +153,7 @@ def _device_list(value: Any, gpus_per_node: int = 8) -> list[int] | None:
     if isinstance(value, list):
         out: list[int] = []
         for item in value:
-            got = _device_list(item, gpus_per_node)
+            got = _device_list(item, gpus_per_node, hosts)
             if got is None:
                 return None
             out += got
@@ -143,7 +161,7 @@ def _device_list(value: Any, gpus_per_node: int = 8) -> list[int] | None:
     if isinstance(value, dict):
         for k in ("gpus", "devices", "ids", "ranks", "gpu_ids", "device_ids"):
             if k in value:
-                return _device_list(value[k], gpus_per_node)
+                return _device_list(value[k], gpus_per_node, hosts)
     return None
 
 
@@ -162,6 +180,25 @@ class _Notes:
         parts = [f"{text} (x{n})" if n > 1 else text for text, n in sorted(self.counts.items())]
         return ["read the draft's own vocabulary: " + "; ".join(parts[:12])
                 + (f"; and {len(parts) - 12} more" if len(parts) > 12 else "")]
+
+
+def _columns(doc: dict[str, Any], part: str) -> list[str] | None:
+    """The column names of a tabular ``nodes`` / ``edges`` list (``"node_columns": ["id", "type", "devices"]``)."""
+    singular = part.removesuffix("s")
+    for k, v in doc.items():
+        if key(k) in (f"{singular}columns", f"{part}columns", f"{singular}fields", f"{singular}header") \
+                and isinstance(v, list) and v and all(isinstance(c, str) for c in v):
+            return v
+    return None
+
+
+def _rows(raw: Any, columns: list[str] | None, part: str, notes: _Notes) -> Any:
+    """Rows of a table (``[["attn0", "attention", "cuda:0-7"], ...]`` under its column names) as objects."""
+    if not columns or not isinstance(raw, list) or not raw or \
+            not all(isinstance(r, list) and len(r) == len(columns) for r in raw):
+        return raw
+    notes.add(f"{part} as rows of a table with columns {', '.join(columns[:4])}")
+    return [{c: v for c, v in zip(columns, r, strict=True) if v not in ("", None)} for r in raw]
 
 
 def _node_items(raw: Any, notes: _Notes) -> Any:
@@ -228,7 +265,8 @@ def _canonical_node(raw: dict[str, Any]) -> bool:
         and not any(isinstance(raw.get(f), str) for f in (*_COUNTED, "layers", "experts"))
 
 
-def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
+def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = None,
+          hosts: dict[str, int] | None = None) -> Any:
     if not isinstance(raw, dict) or _canonical_node(raw):
         return raw
     node, spare = _fields(raw, _NODE_FIELDS, "node", notes)
@@ -253,7 +291,18 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
     if _is_count(node.get("layers")) and node.get("type") != NodeType.STAGE.value and "repeat" not in node:
         node["repeat"] = node.pop("layers")  # "layers": 80 on a layer's node: the layers it stands for
         notes.add("node field 'layers' (a count) as 'repeat'")
-    _read_devices(node, notes, gpus_per_node)
+    _read_devices(node, notes, gpus_per_node, mesh or {}, hosts or {})
+    if node.get("type") in (NodeType.MOE.value, NodeType.ROUTER.value) and _is_count(node.get("experts")):
+        node.setdefault("meta", {}).setdefault("num_experts", node.pop("experts"))  # how many, not which
+        notes.add("a MoE layer's expert count kept in meta")
+    if "devices" not in node and node.get("type") in (NodeType.KV_TRANSFER.value, NodeType.SEND_RECV.value):
+        ends = {k: v for k, v in spare.items() if key(k) in words("endpoint_fields")}
+        got = [_gpu_text(v, gpus_per_node, hosts or {}) for v in ends.values()]
+        if ends and all(g is not None for g in got):
+            node["devices"] = sorted({i for g in got for i in g or []})
+            for k in ends:
+                spare.pop(k)
+            notes.add("a transfer's GPU endpoints ('from' / 'to') as its devices")
     _read_phase(node, notes)
     if "phase" not in node and isinstance(node.get("id"), str) and node.get("type") not in _CONTROL:
         phases = _tables()["phases"]
@@ -261,6 +310,14 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8) -> Any:
         if len(named) == 1:  # "pf.L0.attn", "decode/stage0/ffn": the phase its id names
             node["phase"] = named.pop()
             notes.add("phase from the node's id")
+    if "layer" not in node and "repeat" not in node and isinstance(node.get("id"), str) \
+            and node.get("type") not in _LAYERLESS:
+        named_layers = {int(m.group(2)) for t in re.split(r"[./:_\-\s]+", node["id"])[:-1]
+                        for m in [re.fullmatch(r"([a-z]+)(\d+)", t.lower())]
+                        if m and m.group(1) in words("layer_id_prefixes")}
+        if len(named_layers) == 1:  # "prefill.s0.L39.attn.tp0": the layer its id names
+            node["layer"] = named_layers.pop()
+            notes.add("layer from the node's id")
     devs = node.get("devices", None)
     if node.get("type") in _CONTROL and ("devices" not in node or isinstance(devs, dict) or (
             isinstance(devs, str) and key(devs) in words("all_gpus"))):
@@ -302,19 +359,37 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
         node["phase"] = phase
 
 
-def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int) -> None:
+def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int, mesh: Mesh,
+                  hosts: dict[str, int]) -> None:
     devs = node.get("devices")
     if devs is None or (isinstance(devs, list) and all(is_int(d) for d in devs)):
+        return
+    got = _mesh_place(devs, mesh)
+    if got is not None:
+        node["devices"] = sorted(set(got))
+        notes.add("GPUs named by the draft's device mesh (axis and coordinate)")
         return
     got = _node_local(devs, gpus_per_node)
     if got is not None:
         node["devices"] = got
         notes.add("GPUs given as a machine and its local GPU ids")
         return
-    got = _device_list(devs, gpus_per_node)
+    got = _device_list(devs, gpus_per_node, hosts)
     if got is not None:
         node["devices"] = sorted(set(got))
         notes.add("a single GPU number as the devices list" if is_int(devs) else "GPU ids written as text or ranges")
+
+
+def _gpu_text(value: Any, gpus_per_node: int, hosts: dict[str, int]) -> list[int] | None:
+    """GPU ids only where the text says GPUs ("gpu0-3", "cuda:1", "node1/gpu2", a named host's "pnode:gpu0-3"),
+    so that a field holding node ids ("pf.L0.kv") is never read as GPU 0."""
+    items = value if isinstance(value, list) else [value]
+    for v in items:
+        if not (is_int(v) or (isinstance(v, str) and (
+                re.search(r"gpu|cuda|device|rank", v.lower()) or _MACHINE_GPU.fullmatch(v.lower())
+                or ((m := _HOST_GPU.fullmatch(v.strip().lower())) and m.group(1) in hosts)))):
+            return None
+    return _device_list(value, gpus_per_node, hosts)
 
 
 def is_int(x: Any) -> bool:
@@ -338,6 +413,51 @@ def _read_phase(node: dict[str, Any], notes: _Notes) -> None:
         node.setdefault("meta", {}).setdefault("role", role)
         del node["role"]
         notes.add("free-text roles kept in meta")
+
+
+Mesh = dict[str, list[int]]  # "" -> every GPU of a draft's device mesh, axis name (key form) -> that axis's GPUs
+
+
+def _mesh(doc: dict[str, Any], gpus_per_node: int) -> Mesh:
+    """A draft's named device mesh (``"mesh": {"devices": [...], "axes": {"tp": {"devices": [...]}}}``), by axis."""
+    block = next((v for k, v in doc.items() if key(k) in words("mesh_blocks") and isinstance(v, dict)), None)
+    if block is None:
+        return {}
+    out: Mesh = {}
+    every = _device_list(block.get("devices"), gpus_per_node) if "devices" in block else None
+    axes = block.get("axes") if isinstance(block.get("axes"), dict) else {}
+    for name, axis in axes.items():
+        got = _device_list(axis.get("devices") if isinstance(axis, dict) else None, gpus_per_node)
+        if got is None and every is not None:
+            got = every  # an axis given by its size only spans the mesh
+        if got is not None:
+            out[key(name)] = got
+    if every is None and out:
+        every = sorted({g for ids in out.values() for g in ids})
+    if every is not None:
+        out[""] = every
+    return out
+
+
+def _mesh_place(devs: Any, mesh: Mesh) -> list[int] | None:
+    """A placement on the mesh: ``{"mesh_axis": "tp", "coord": 1}`` is the axis's second GPU, without a coordinate
+    every GPU of the axis; ``{"replicated_on": "mesh"}`` every GPU of the mesh."""
+    if not mesh or not isinstance(devs, dict):
+        return None
+    fields = {key(k): v for k, v in devs.items()}
+    if any(f in fields for f in words("mesh_everywhere_fields")):
+        return mesh.get("")
+    axis = next((fields[f] for f in words("mesh_axis_fields") if isinstance(fields.get(f), str)), None)
+    if axis is None or key(axis) not in mesh:
+        return None
+    ids = mesh[key(axis)]
+    coord = next((fields[f] for f in words("mesh_coord_fields") if f in fields), None)
+    if coord is None:
+        return list(ids)
+    picks = coord if isinstance(coord, list) else [coord]
+    if not all(is_int(c) and 0 <= c < len(ids) for c in picks):
+        return None
+    return [ids[c] for c in picks]
 
 
 def _node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
@@ -517,6 +637,21 @@ def _gpus_per_node(doc: dict[str, Any]) -> int:
     return 8
 
 
+def _hosts(doc: dict[str, Any]) -> dict[str, int]:
+    """Machines a draft names (``"hardware": {"hosts": ["pnode (prefill)", "dnode"]}``), by position: "pnode:gpu2"
+    is then machine 0's third GPU."""
+    blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
+                      and isinstance(v, dict)]
+    for b in blocks:
+        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
+            names = hw.get("hosts") or hw.get("machines")
+            if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+                firsts = [re.split(r"[\s(]", n.strip().lower(), maxsplit=1)[0] for n in names]
+                if len(set(firsts)) == len(firsts):
+                    return {n: i for i, n in enumerate(firsts)}
+    return {}
+
+
 def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
     notes = _Notes()
@@ -541,9 +676,15 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             out["plan"] = {k: v for k, v in out["plan"].items() if k not in extra}
             notes.add("plan fields ignored: " + ", ".join(extra[:4]))
     gpn = _gpus_per_node(doc)
+    for part in ("nodes", "edges"):
+        if part in out:
+            out[part] = _rows(out[part], _columns(doc, part), part, notes)
     if "nodes" in out:
         nodes = _node_items(out["nodes"], notes)
-        out["nodes"] = [_node(n, notes, gpn) for n in nodes] if isinstance(nodes, list) else nodes
+        mesh, hosts = _mesh(doc, gpn), _hosts(doc)
+        out["nodes"] = [_node(n, notes, gpn, mesh, hosts) for n in nodes] if isinstance(nodes, list) else nodes
+    if isinstance(out.get("nodes"), list):
+        _letter_phases(out["nodes"], notes)
     if "edges" in out:
         edges = _edge_items(out["edges"], notes)
         out["edges"] = [x for e in edges for x in _fan_out(_edge(e, notes), notes)] if isinstance(edges, list) \
@@ -553,6 +694,23 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if embedded:
             out["edges"] = (out["edges"] if isinstance(out.get("edges"), list) else []) + embedded
     return out, notes.lines()
+
+
+def _letter_phases(nodes: list[Any], notes: _Notes) -> None:
+    """Ids that open with a lone "P" or "D" ("P.L0.attn", "D/L0/ffn") name the phase, where the draft marks no
+    phase otherwise and both letters occur (one letter alone could be anything)."""
+    ops = [n for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str) and n.get("type") not in _CONTROL]
+    if not ops or any(n.get("phase") for n in ops):
+        return
+    first = {n["id"]: re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower() for n in ops}
+    letters = {"p": "prefill", "d": "decode"}
+    if {"p", "d"} <= set(first.values()):
+        for n in nodes:
+            if isinstance(n, dict) and isinstance(n.get("id"), str) and n.get("type") not in _CONTAINERS_ABOVE \
+                    and re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower() in letters \
+                    and "phase" not in n and len(re.split(r"[./:_\-\s]+", n["id"])) > 1:
+                n["phase"] = letters[re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower()]
+                notes.add("phase from the id's leading P or D")
 
 
 def _fan_out(edge: Any, notes: _Notes) -> list[Any]:
@@ -586,6 +744,11 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
             if not before and key(k) not in words("successor_fields"):
                 continue
             refs = meta[k] if isinstance(meta[k], list) else [meta[k]]
+            typed = meta[k] if isinstance(meta[k], dict) else None
+            kinds = {t: _tables()["edge_types"].get(key(t)) for t in typed} if typed else {}
+            if typed and kinds and all(kinds.values()):  # {"data": ["b"], "sync": ["ar"]}: the edges by kind
+                refs = [{"id": r, "type": kinds[t]} for t, rs in typed.items()
+                        for r in (rs if isinstance(rs, list) else [rs])]
             found = []
             for r in refs:
                 ref, kind = (r.get("id") or r.get("node") or r.get("source"), r.get("type")) if isinstance(r, dict) \

@@ -9,24 +9,32 @@ faithfully say some things differently from pdag's drawings; each reading below 
   PhaseNode per phase under the request (or replica) they hang from, and each phase's first nodes hang from it;
 - **edges between the phases**: an edge from a prefill node to a decode node is the KV cache when either end is a
   KV cache node (``kv``), and the start signal (``sync``) when it runs from the end of the prefill chain to the
-  start of the decode chain, the only two links the phases may have (any other stays as drawn, to be judged);
+  start of the decode chain (a container's edges to what it holds do not count as the chain) or from the prefill's
+  last stage container to the decode's first, the only two links the phases may have (any other stays as drawn, to
+  be judged); a start signal drawn into a node inside the decode step starts the step;
+- **a gathered cache**: a collective fed only by prefill KV cache nodes that feeds only decode moves the cache onto
+  the decode GPUs: a KV re-shard (a KVTransferNode), its edges ``kv``;
 - **sync edges into a collective**: a shard's edge into the collective that rejoins it carries its partial
   result (``data``), however the draft labelled it (the seeds draw the collective as "AllReduce / Sync");
 - **one RequestNode per replica**: RequestNodes below the root RequestNode are DP replicas (ReplicaNode);
+- **a container's shortcut**: a request wired both to its first stage and to the embedding inside it reaches the
+  embedding through the phase; the direct edge is dropped;
 - **embedding and LM head as LinearNodes**: a LinearNode whose role (or id) says embedding or LM head is one;
 - **the decode step**: a decode phase drawn without pdag's DecodeStepNode (the seeds' "a Decode DAG represents
   execution of a single token") gets one between the phase and its first nodes;
 - **KV reads in decode**: a decode KV cache node's edge into the attention beside it is the cache read (``kv``),
-  and so is an edge between a KV cache node and a KV transfer;
+  and so are an edge between a KV cache node and a KV transfer and a KV transfer's edge into a decode attention;
 - **pipeline edges as the stage hand-off**: the seeds' DAG primitives have no send/receive node; in a draft that
   draws none, a stage's activations reach the next stage's GPUs along its explicit ``pipeline`` edge, so such an
   edge from an operator on other GPUs gets the SendRecvNode pdag draws there (a draft that draws SendRecvNodes
   elsewhere and omits one is judged as it stands);
 - **abbreviated stages**: where every PipelineStageNode states its layers ``[first, end)`` and draws the same
-  number of them, the first few, with no repeat count anywhere, each stage's last drawn layer stands for the rest
-  (a ``repeat``); a stage drawn in full, or one short of the others, is left for the layer rules to judge;
-- **one cache across the phases**: where the prefill's KV cache node feeds a decode attention directly and that
-  attention appends to a decode KV cache node, the decode node continues the prefill's cache (a ``kv`` edge);
+  number of them, the first few (and, in some drafts, its last one too), with no repeat count anywhere, each
+  stage's last drawn layer of the first few stands for the ones not drawn (a ``repeat``); a stage drawn in full,
+  or one short of the others, is left for the layer rules to judge;
+- **one cache across the phases**: where the prefill's KV cache node (or the transfer that carries it to another
+  pool) feeds a decode attention directly and that attention appends to a decode KV cache node, the decode node
+  continues the prefill's cache (a ``kv`` edge);
 - **expert ranges**: a layer whose Expert nodes each list two numbers that, read as half-open ranges
   ``[first, end)``, tile the experts from 0 without gap or overlap holds those ranges (read as ids, the shared
   ends would put one expert in two nodes).
@@ -73,6 +81,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     _nested_requests(nodes, edges, by_id, done)
     _collective_edges(edges, by_id, done)
     _cross_phase_edges(edges, by_id, done)
+    _kv_gathers(edges, by_id, done)
     _kv_reads(edges, by_id, done)
     edges = _cache_continuity(edges, by_id, done)
     _expert_ranges(nodes, done)
@@ -147,13 +156,16 @@ def _cross_phase_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, A
     inner: set[tuple[str, str]] = set()  # (node, "out"/"in") with a neighbour in its own phase on that side
     for e in edges:
         u, v = e["source"], e["target"]
+        if by_id.get(u, {}).get("type") in _CONTROL or by_id.get(v, {}).get("type") in _CONTROL:
+            continue  # a container's edge to what it holds carries no data: it neither feeds nor drains a chain
         if u in ends and phase_of.get(v) == phase_of.get(u):
             inner.add((u, "out"))
         if v in ends and phase_of.get(u) == phase_of.get(v):
             inner.add((v, "in"))
     for e in cross:
         kv = _KV in (by_id[e["source"]].get("type"), by_id[e["target"]].get("type"))
-        start = (e["source"], "out") not in inner and (e["target"], "in") not in inner
+        start = ((e["source"], "out") not in inner and (e["target"], "in") not in inner) or (
+            by_id[e["source"]].get("type") == _STAGE and by_id[e["target"]].get("type") == _STAGE)
         if kv or start:
             e["type"] = "kv" if kv else "sync"
             done["an edge from prefill to decode as " + ("the KV cache (kv)" if kv else "the start signal (sync)")] += 1
@@ -191,7 +203,15 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
     taken = set(by_id)
     new_nodes = list(nodes)
     hung = {f for firsts in entries.values() for f in firsts}
-    new_edges = [e for e in edges if not (e["source"] in containers and e["target"] in hung)]
+    below_hung = set().union(*(nx.descendants(g, f) for f in hung))
+    # the container's edge straight to a node its phase's first nodes already lead to (a request wired to the first
+    # stage and to the embedding inside it) is a shortcut the PhaseNode replaces
+    shortcut = {(e["source"], e["target"]) for e in edges if e["source"] in containers and e["target"] in phased
+                and e["target"] not in hung and e["target"] in below_hung}
+    if shortcut:
+        done["a container's edge past its phase's first nodes, dropped"] += len(shortcut)
+    new_edges = [e for e in edges if not (e["source"] in containers and e["target"] in hung)
+                 and (e["source"], e["target"]) not in shortcut]
     for (owner, phase), firsts in sorted(entries.items()):
         pid = f"{owner}.{phase}"
         while pid in taken:
@@ -204,14 +224,38 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
     return new_nodes, new_edges
 
 
+def _kv_gathers(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
+    """A collective fed only by prefill KV cache nodes that feeds only decode (a sequence-parallel prefill's cache
+    gathered onto the decode GPUs) moves the cache, not activations: a KV re-shard (KVTransferNode), its edges kv."""
+    ins: dict[str, list[dict[str, Any]]] = {}
+    outs: dict[str, list[dict[str, Any]]] = {}
+    for e in edges:
+        ins.setdefault(e["target"], []).append(e)
+        outs.setdefault(e["source"], []).append(e)
+    for i, n in by_id.items():
+        if n.get("type") not in _COLLECTIVES or not ins.get(i) or not outs.get(i):
+            continue
+        if all(by_id.get(e["source"], {}).get("type") == _KV and by_id[e["source"]].get("phase") == "prefill"
+               for e in ins[i]) and all(by_id.get(e["target"], {}).get("phase") == "decode" for e in outs[i]):
+            n["type"], n["role"] = _KV_TRANSFER, "kv_reshard"
+            n.pop("phase", None)
+            for e in ins[i] + outs[i]:
+                e["type"] = "kv"
+            done["a collective that gathers the prefill's KV cache for decode as a KV re-shard (kv)"] += 1
+
+
 def _kv_reads(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
-    kv_nodes = {i for i, n in by_id.items() if n.get("type") == _KV}
+    kv_nodes = {i for i, n in by_id.items() if n.get("type") in (_KV, _KV_TRANSFER)}
     if not kv_nodes:
         return
     for e in edges:
         if e.get("type", "data") != "data" or not ({e["source"], e["target"]} & kv_nodes):
             continue
         u, v = by_id.get(e["source"], {}), by_id.get(e["target"], {})
+        if u.get("type") == _KV_TRANSFER and v.get("type") == _ATTENTION and v.get("phase") == "decode":
+            e["type"] = "kv"
+            done["a KV transfer's edge into a decode attention as the cache it reads (kv)"] += 1
+            continue
         if {u.get("type"), v.get("type")} == {_KV, _KV_TRANSFER}:
             e["type"] = "kv"
             done["a KV cache node's edge to or from a KV transfer as the cache (kv)"] += 1
@@ -232,10 +276,12 @@ def _decode_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
             sid += "_"
         types[sid] = T.DECODE_STEP.value
         nodes = [*nodes, {"id": sid, "type": T.DECODE_STEP.value, "devices": []}]
-        firsts = {e["target"] for e in edges if e["source"] == ph}
+        inside = nx.descendants(_graph(nodes, edges), ph)
+        phase_of = {n["id"]: n.get("phase") for n in nodes}
         # the start signal from prefill (its first token) starts the step, not one node inside it
         edges = [{**e, "source": sid} if e["source"] == ph else
-                 {**e, "target": sid} if e["target"] in firsts and e.get("type") == "sync" else e for e in edges]
+                 {**e, "target": sid} if e["target"] in inside and e.get("type") == "sync"
+                 and phase_of.get(e["source"]) == "prefill" else e for e in edges]
         edges.append({"source": ph, "target": sid, "type": "data"})
         done["a DecodeStepNode for the decode phase's single token"] += 1
     return nodes, edges
@@ -313,17 +359,20 @@ def _abbreviated_stages(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
         members = [by_id[m] for m in below[st] - inner
                    if isinstance(by_id[m].get("layer"), int) and first <= by_id[m]["layer"] < end]
         drawn = sorted({m["layer"] for m in members})
-        if not drawn or drawn != list(range(first, first + len(drawn))) or first + len(drawn) >= end:
-            return  # a stage drawn in full, or not as a prefix of its layers: nothing is abbreviated
-        plans.append((members, drawn, first, end))
-    if len({len(drawn) for _, drawn, _, _ in plans}) != 1:
+        closing = len(drawn) >= 2 and drawn[-1] == end - 1 and drawn[-2] < end - 2  # the stage's last layer too
+        prefix = drawn[:-1] if closing else drawn
+        if not prefix or prefix != list(range(first, first + len(prefix))) or first + len(drawn) >= end:
+            return  # a stage drawn in full, or not as a prefix of its layers (and its last): nothing is abbreviated
+        plans.append((members, prefix, closing, first, end))
+    if len({(len(prefix), closing) for _, prefix, closing, _, _ in plans}) != 1:
         return  # an abbreviation draws every stage alike; one stage short of the others is missing layers
-    for members, drawn, first, end in plans:
-        last = drawn[-1]
+    for members, prefix, closing, first, end in plans:
+        last = prefix[-1]
         for m in members:
             if m["layer"] == last:
-                m["repeat"] = end - last
-        done[f"a stage drawing {len(drawn)} of its layers {first}-{end - 1}: the last stands for the rest"] += 1
+                m["repeat"] = end - last - (1 if closing else 0)
+        shown = f"{len(prefix)} of its layers {first}-{end - 1}" + (" and its last" if closing else "")
+        done[f"a stage drawing {shown}: the last of the first ones stands for the rest"] += 1
 
 
 def _cache_continuity(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
@@ -332,12 +381,13 @@ def _cache_continuity(edges: list[dict[str, Any]], by_id: dict[str, dict[str, An
     if not kv_nodes:
         return edges
     phase = {i: by_id[i].get("phase") for i in kv_nodes}
-    fed = {e["target"] for e in edges if e["source"] in kv_nodes and phase[e["source"]] == "prefill"
-           and e["target"] in kv_nodes}
-    reads: dict[str, list[str]] = {}  # decode attention -> prefill KV nodes that feed it
+    # what brings the prefill's cache: its KV cache nodes, or the transfers that carry it to a decode pool
+    carriers = {i for i in kv_nodes if phase[i] == "prefill"} | \
+        {i for i, n in by_id.items() if n.get("type") == _KV_TRANSFER}
+    fed = {e["target"] for e in edges if e["source"] in carriers and e["target"] in kv_nodes}
+    reads: dict[str, list[str]] = {}  # decode attention -> prefill KV nodes (or transfers) that feed it
     for e in edges:
-        if e["source"] in kv_nodes and phase[e["source"]] == "prefill" and \
-                by_id.get(e["target"], {}).get("type") == _ATTENTION:
+        if e["source"] in carriers and by_id.get(e["target"], {}).get("type") == _ATTENTION:
             reads.setdefault(e["target"], []).append(e["source"])
     added = []
     for e in edges:

@@ -254,7 +254,8 @@ def check_first_token(ctx: Context) -> Iterator[Finding]:
         if ctx.types[p] == NodeType.LM_HEAD or (
                 ctx.types[p] == NodeType.ALL_GATHER and any(ctx.types[q] == NodeType.LM_HEAD for q in ctx.pred[p])):
             return True
-        ends_prefill = not any(_phase(ctx, q) == "prefill" for q in ctx.succ[p])
+        ends_prefill = not any(_phase(ctx, q) == "prefill" and ctx.types[q] != NodeType.KV_TRANSFER
+                               for q in ctx.succ[p])  # a transfer carries the cache out; it is no prefill step
         return ends_prefill and any(ctx.types[a] == NodeType.LM_HEAD and _phase(ctx, a) == "prefill"
                                     for a in nx.ancestors(ctx.g, p))
 
