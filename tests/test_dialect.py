@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from tests.fixtures.generate import P_ADP, P_DIS, P_MOE, P_PP, P_SP, bypass, dag_of
 from tools import autofix_dag, validate_dag
 from tools.dag import NodeType
-from tools.dialect import _tables, _vocabulary, key, node_type, translate
+from tools.dialect import translate
+from tools.vocabulary import key, node_type, tables, vocabulary
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "rules").glob("*.json"))
 DAG_CASES = [(f.stem, side, json.loads(f.read_text())[side]["dag"]) for f in FIXTURES
@@ -27,8 +28,8 @@ DAG_CASES = [(f.stem, side, json.loads(f.read_text())[side]["dag"]) for f in FIX
 
 def _type_spellings(canon: str) -> list[str]:
     """Other spellings of a node type that read back as it and imply no role or phase of their own."""
-    implied = set(_tables()["roles"]) | set(_tables()["phases"])
-    names = [n for n in _vocabulary()["node_types"].get(canon, []) if key(n) not in implied]
+    implied = set(tables()["roles"]) | set(tables()["phases"])
+    names = [n for n in vocabulary()["node_types"].get(canon, []) if key(n) not in implied]
     base = canon.removesuffix("Node")
     names += [base.lower(), base + "_node", "-".join(base), f"{base}(drafted)"]
     return [n for n in names if node_type(n) == canon]
@@ -128,7 +129,7 @@ def test_type_spellings(spelling: str, canon: str) -> None:
 
 
 def test_every_alias_names_one_type_and_every_type_has_aliases() -> None:
-    vocab = _vocabulary()["node_types"]
+    vocab = vocabulary()["node_types"]
     assert set(vocab) == {t.value for t in NodeType}
     for canon, names in vocab.items():
         assert names, canon
@@ -259,9 +260,9 @@ def test_edges_written_inside_the_nodes_and_phase_sections_read_as_the_graph() -
                                             ("node1/gpu3", [11]), ("gpu[0, 3]", [0, 3]), ("gpu[0-7]", list(range(8))),
                                             ("gpu0 gpu1", [0, 1]), ("cuda:3", [3])])
 def test_gpu_spellings(text: str, gpus: list[int]) -> None:
-    from tools.dialect import _device_list
+    from tools.draft_gpus import device_list
 
-    assert _device_list(text, 8) == gpus
+    assert device_list(text, 8) == gpus
 
 
 def test_edges_grouped_by_kind_keep_their_kind() -> None:
@@ -302,16 +303,16 @@ def test_gpus_placed_on_a_named_device_mesh() -> None:
 def test_machines_named_in_hosts() -> None:
     """``"pnode:gpu0-3"`` names a machine the draft lists in its hardware's ``hosts``: the second machine's GPU 1
     is GPU ``gpus_per_node + 1``, not GPU 1 (which would put two pools on the same GPUs)."""
-    from tools.dialect import _device_list, _gpu_text, _hosts
+    from tools.draft_gpus import device_list, gpu_text, hosts_of
 
-    hosts = _hosts({"hardware": {"hosts": ["pnode (prefill)", "dnode (decode)"], "gpus_per_node": 4}})
+    hosts = hosts_of({"hardware": {"hosts": ["pnode (prefill)", "dnode (decode)"], "gpus_per_node": 4}})
     assert hosts == {"pnode": 0, "dnode": 1}
-    assert _device_list("dnode:gpu1", 4, hosts) == [5]
-    assert _device_list("pnode:gpu0-3", 4, hosts) == [0, 1, 2, 3]
-    assert _device_list("dnode:gpu0-3", 4, hosts) == [4, 5, 6, 7]
-    assert _device_list("gpu[0..3] -> gpu[0]", 8) == [0, 1, 2, 3]
-    assert _gpu_text("pf.L0.kv", 8, hosts) is None  # a node id is not a GPU
-    assert _gpu_text("xnode:gpu1", 8, hosts) is None  # a machine the draft does not name
+    assert device_list("dnode:gpu1", 4, hosts) == [5]
+    assert device_list("pnode:gpu0-3", 4, hosts) == [0, 1, 2, 3]
+    assert device_list("dnode:gpu0-3", 4, hosts) == [4, 5, 6, 7]
+    assert device_list("gpu[0..3] -> gpu[0]", 8) == [0, 1, 2, 3]
+    assert gpu_text("pf.L0.kv", 8, hosts) is None  # a node id is not a GPU
+    assert gpu_text("xnode:gpu1", 8, hosts) is None  # a machine the draft does not name
 
 
 def test_layers_named_in_ids_and_phases_by_p_and_d() -> None:

@@ -15,7 +15,6 @@ depends only on the draft, so the same draft always reads the same way.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections import Counter
 from functools import cache
@@ -23,10 +22,10 @@ from typing import Any
 
 import knowledge
 from tools.dag import CONTROL_TYPES, Edge, EdgeType, Node, NodeType
+from tools.draft_gpus import Mesh, device_list, gpu_text, gpus_per_node_of, hosts_of, mesh_of, mesh_place, node_local
 from tools.plan import OPT_INS
+from tools.vocabulary import is_int, key, node_type, tables, words
 
-_MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with a qualifier after it
-_MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 _CONTROL = {t.value for t in CONTROL_TYPES}
 _LAYERLESS = _CONTROL - {NodeType.MOE.value, NodeType.ATTN_DP_GROUP.value}  # containers above the layers
 _CONTAINERS_ABOVE = {NodeType.REQUEST.value, NodeType.REPLICA.value, NodeType.PHASE.value}
@@ -38,131 +37,6 @@ _EDGE_TYPES = frozenset(t.value for t in EdgeType)
 _ROLE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 _CANON_TOP = {"format", "version", "model", "plan", "nodes", "edges", "folds", "gpus_used", "estimate", "dag",
               "options"}
-
-
-def key(text: str) -> str:
-    """The comparison form of a spelling: lower case, letters and digits only."""
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-@cache
-def _vocabulary() -> dict[str, Any]:
-    return knowledge.load_json("dag_vocabulary.json")
-
-
-@cache
-def words(name: str) -> frozenset[str]:
-    """One list of ``readings`` in the vocabulary, in key form."""
-    return frozenset(key(w) for w in _vocabulary()["readings"][name])
-
-
-def _aliases(section: str) -> dict[str, str]:
-    """alias key -> canonical name of one section (the canonical names themselves included)."""
-    out: dict[str, str] = {}
-    for canon, names in _vocabulary()[section].items():
-        out[key(canon)] = canon
-        for name in names:
-            out.setdefault(key(name), canon)
-    return out
-
-
-@cache
-def _tables() -> dict[str, dict[str, str]]:
-    types = _aliases("node_types")
-    for t in NodeType:  # "AttentionNode" and "Attention" alike
-        types[key(t.value)] = t.value
-        types.setdefault(key(t.value.removesuffix("Node")), t.value)
-    return {"document": _aliases("document"), "node_fields": _aliases("node_fields"),
-            "edge_fields": _aliases("edge_fields"), "edge_types": _aliases("edge_types"),
-            "phases": _aliases("phases"), "node_types": types, "roles": _aliases("roles")}
-
-
-def node_type(text: str) -> str | None:
-    """The canonical node type a spelling names, or None.  Bracketed qualifiers are dropped; an alias of
-    ``_MIN_PREFIX`` characters or more also matches a spelling it begins when a qualifier follows
-    ("allreducetp", "attentionlayer3"), one of ``_MIN_SUFFIX`` or more a spelling it ends ("gqaattention"); the
-    longest match wins."""
-    types = _tables()["node_types"]
-    k = key(re.sub(r"[(\[{].*?[)\]}]", "", text))
-    if k.endswith("node") and k[:-4] in types:
-        k = k[:-4]
-    if k in types:
-        return types[k]
-    starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _qualifier().fullmatch(k[len(a):])]
-    ends = [a for a in types if len(a) >= _MIN_SUFFIX and k.endswith(a)]  # "gqaattention", "postattnlayernorm"
-    found = starts + ends
-    return types[max(found, key=lambda a: (len(a), a))] if found else None
-
-
-@cache
-def _qualifier() -> re.Pattern[str]:
-    """What may follow a type's name ("allreducetp", "attentionlayer0", "ffnshard3"); anything else
-    ("contextparallel") is another word, not a qualified type."""
-    return re.compile("(?:" + "|".join(sorted(words("type_qualifiers"), key=len, reverse=True)) + r"|\d+)*")
-
-
-def closest_types(text: str, n: int = 3) -> list[str]:
-    """Canonical node types nearest a spelling no table names, for the error message."""
-    names = [t.value for t in NodeType]
-    return difflib.get_close_matches(str(text), names, n=n, cutoff=0.0)
-
-
-_MACHINE_GPU = re.compile(r"(?:node|host|machine|server|n)\s*(\d+)\s*[/:.,_-]?\s*"
-                          r"(?:gpu|cuda|g|device|dev|rank)\s*(\d+)")
-
-
-_HOST_GPU = re.compile(r"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:gpu|cuda|g|device|dev|rank)?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?")
-
-
-def _device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None = None) -> list[int] | None:
-    """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", "cuda:0,cuda:1",
-    "node1/gpu3" (a machine's local GPU, with ``gpus_per_node``), "pnode:gpu0-3" (a machine the draft names in its
-    hardware's ``hosts``, by position), a list of these, or an object holding one of them under ``gpus`` /
-    ``devices`` / ``ids`` / ``ranks``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return [value] if value >= 0 else None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        ends = re.split(r"\s*(?:->|=>|\u2192)\s*", text)
-        if len(ends) == 2 and all(ends):  # "gpu[0..3] -> gpu[0]": a collective's sources and destination
-            got = [_device_list(e, gpus_per_node, hosts) for e in ends]
-            return None if None in got else sorted({i for g in got for i in g or []})
-        parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
-        if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
-            return _device_list(parts, gpus_per_node, hosts)
-        named = _HOST_GPU.fullmatch(text) if hosts else None
-        if named and hosts and named.group(1) in hosts:
-            base = hosts[named.group(1)] * gpus_per_node
-            lo = int(named.group(2))
-            hi = int(named.group(3)) if named.group(3) else lo
-            return [base + i for i in range(lo, hi + 1)] if lo <= hi < gpus_per_node else None
-        if named and not re.fullmatch(r"gpus?|cuda|hip|dev(ice)?s?|ranks?|g", named.group(1)):
-            return None  # a machine the draft's hosts do not name: which GPUs is unknown
-        local = _MACHINE_GPU.fullmatch(text)
-        if local:
-            return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
-        nums = [int(x) for x in re.findall(r"\d+", text)]
-        if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", text) and nums[0] <= nums[1] \
-                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", text):
-            return list(range(nums[0], nums[1] + 1)) if nums[1] - nums[0] < 100_000 else None
-        if len(nums) > 1 and re.search(r"\d\s*[,;]\s*\D*\d", text):  # "gpu[0, 3]"
-            return nums
-        return nums[-1:] if nums else None
-    if isinstance(value, list):
-        out: list[int] = []
-        for item in value:
-            got = _device_list(item, gpus_per_node, hosts)
-            if got is None:
-                return None
-            out += got
-        return out
-    if isinstance(value, dict):
-        for k in ("gpus", "devices", "ids", "ranks", "gpu_ids", "device_ids"):
-            if k in value:
-                return _device_list(value[k], gpus_per_node, hosts)
-    return None
 
 
 class _Notes:
@@ -220,7 +94,7 @@ def _edge_items(raw: Any, notes: _Notes) -> Any:
     grouped by kind (``{"data": [["a", "b"]], "sync": [...]}``) one edge of that kind per entry."""
     if not isinstance(raw, dict):
         return raw
-    kinds = {k: _tables()["edge_types"].get(key(k)) for k in raw}
+    kinds = {k: tables()["edge_types"].get(key(k)) for k in raw}
     if raw and all(kinds.values()) and all(isinstance(v, list) for v in raw.values()):
         grouped: list[Any] = []
         for k, items in raw.items():
@@ -240,7 +114,7 @@ def _edge_items(raw: Any, notes: _Notes) -> Any:
 def _fields(raw: dict[str, Any], canonical: frozenset[str], kind: str,
             notes: _Notes) -> tuple[dict[str, Any], dict[str, Any]]:
     """A node's or edge's fields under their canonical names, and the fields no table knows."""
-    aliases = _tables()[f"{kind}_fields"]
+    aliases = tables()[f"{kind}_fields"]
     out: dict[str, Any] = {}
     spare: dict[str, Any] = {}
     for k, v in raw.items():
@@ -297,7 +171,7 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
         notes.add("a MoE layer's expert count kept in meta")
     if "devices" not in node and node.get("type") in (NodeType.KV_TRANSFER.value, NodeType.SEND_RECV.value):
         ends = {k: v for k, v in spare.items() if key(k) in words("endpoint_fields")}
-        got = [_gpu_text(v, gpus_per_node, hosts or {}) for v in ends.values()]
+        got = [gpu_text(v, gpus_per_node, hosts or {}) for v in ends.values()]
         if ends and all(g is not None for g in got):
             node["devices"] = sorted({i for g in got for i in g or []})
             for k in ends:
@@ -305,7 +179,7 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
             notes.add("a transfer's GPU endpoints ('from' / 'to') as its devices")
     _read_phase(node, notes)
     if "phase" not in node and isinstance(node.get("id"), str) and node.get("type") not in _CONTROL:
-        phases = _tables()["phases"]
+        phases = tables()["phases"]
         named = {phases[t] for t in map(key, re.split(r"[./:_\-\s]+", node["id"])[:-1]) if t in phases}
         if len(named) == 1:  # "pf.L0.attn", "decode/stage0/ffn": the phase its id names
             node["phase"] = named.pop()
@@ -351,10 +225,10 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
     node["type"] = canon
     notes.add(f"type '{raw}' as {canon}")
     k = key(re.sub(r"[(\[{].*?[)\]}]", "", raw))
-    role = _tables()["roles"].get(k)
+    role = tables()["roles"].get(k)
     if role and "role" not in node:
         node["role"] = role
-    phase = _tables()["phases"].get(k) or _tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
+    phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
     if canon == NodeType.PHASE.value and phase and "phase" not in node:
         node["phase"] = phase
 
@@ -364,43 +238,26 @@ def _read_devices(node: dict[str, Any], notes: _Notes, gpus_per_node: int, mesh:
     devs = node.get("devices")
     if devs is None or (isinstance(devs, list) and all(is_int(d) for d in devs)):
         return
-    got = _mesh_place(devs, mesh)
+    got = mesh_place(devs, mesh)
     if got is not None:
         node["devices"] = sorted(set(got))
         notes.add("GPUs named by the draft's device mesh (axis and coordinate)")
         return
-    got = _node_local(devs, gpus_per_node)
+    got = node_local(devs, gpus_per_node)
     if got is not None:
         node["devices"] = got
         notes.add("GPUs given as a machine and its local GPU ids")
         return
-    got = _device_list(devs, gpus_per_node, hosts)
+    got = device_list(devs, gpus_per_node, hosts)
     if got is not None:
         node["devices"] = sorted(set(got))
         notes.add("a single GPU number as the devices list" if is_int(devs) else "GPU ids written as text or ranges")
 
 
-def _gpu_text(value: Any, gpus_per_node: int, hosts: dict[str, int]) -> list[int] | None:
-    """GPU ids only where the text says GPUs ("gpu0-3", "cuda:1", "node1/gpu2", a named host's "pnode:gpu0-3"),
-    so that a field holding node ids ("pf.L0.kv") is never read as GPU 0."""
-    items = value if isinstance(value, list) else [value]
-    for v in items:
-        if not (is_int(v) or (isinstance(v, str) and (
-                re.search(r"gpu|cuda|device|rank", v.lower()) or _MACHINE_GPU.fullmatch(v.lower())
-                or ((m := _HOST_GPU.fullmatch(v.strip().lower())) and m.group(1) in hosts)))):
-            return None
-    return _device_list(value, gpus_per_node, hosts)
-
-
-def is_int(x: Any) -> bool:
-    """A JSON integer (``True`` is not one)."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _read_phase(node: dict[str, Any], notes: _Notes) -> None:
     p = node.get("phase")
     if isinstance(p, str) and p not in ("prefill", "decode"):
-        canon = _tables()["phases"].get(key(p))
+        canon = tables()["phases"].get(key(p))
         if canon:
             node["phase"] = canon
             notes.add(f"phase '{p}' as {canon}")
@@ -413,66 +270,6 @@ def _read_phase(node: dict[str, Any], notes: _Notes) -> None:
         node.setdefault("meta", {}).setdefault("role", role)
         del node["role"]
         notes.add("free-text roles kept in meta")
-
-
-Mesh = dict[str, list[int]]  # "" -> every GPU of a draft's device mesh, axis name (key form) -> that axis's GPUs
-
-
-def _mesh(doc: dict[str, Any], gpus_per_node: int) -> Mesh:
-    """A draft's named device mesh (``"mesh": {"devices": [...], "axes": {"tp": {"devices": [...]}}}``), by axis."""
-    block = next((v for k, v in doc.items() if key(k) in words("mesh_blocks") and isinstance(v, dict)), None)
-    if block is None:
-        return {}
-    out: Mesh = {}
-    every = _device_list(block.get("devices"), gpus_per_node) if "devices" in block else None
-    axes = block.get("axes") if isinstance(block.get("axes"), dict) else {}
-    for name, axis in axes.items():
-        got = _device_list(axis.get("devices") if isinstance(axis, dict) else None, gpus_per_node)
-        if got is None and every is not None:
-            got = every  # an axis given by its size only spans the mesh
-        if got is not None:
-            out[key(name)] = got
-    if every is None and out:
-        every = sorted({g for ids in out.values() for g in ids})
-    if every is not None:
-        out[""] = every
-    return out
-
-
-def _mesh_place(devs: Any, mesh: Mesh) -> list[int] | None:
-    """A placement on the mesh: ``{"mesh_axis": "tp", "coord": 1}`` is the axis's second GPU, without a coordinate
-    every GPU of the axis; ``{"replicated_on": "mesh"}`` every GPU of the mesh."""
-    if not mesh or not isinstance(devs, dict):
-        return None
-    fields = {key(k): v for k, v in devs.items()}
-    if any(f in fields for f in words("mesh_everywhere_fields")):
-        return mesh.get("")
-    axis = next((fields[f] for f in words("mesh_axis_fields") if isinstance(fields.get(f), str)), None)
-    if axis is None or key(axis) not in mesh:
-        return None
-    ids = mesh[key(axis)]
-    coord = next((fields[f] for f in words("mesh_coord_fields") if f in fields), None)
-    if coord is None:
-        return list(ids)
-    picks = coord if isinstance(coord, list) else [coord]
-    if not all(is_int(c) and 0 <= c < len(ids) for c in picks):
-        return None
-    return [ids[c] for c in picks]
-
-
-def _node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
-    """``{"node": 1, "local_gpus": [0, 1]}`` (a machine and its GPUs, or a list of such) as global GPU ids."""
-    if isinstance(devs, list) and devs and all(isinstance(d, dict) for d in devs):
-        parts = [_node_local(d, gpus_per_node) for d in devs]
-        return None if any(p is None for p in parts) else sorted({i for p in parts for i in p or []})
-    if not isinstance(devs, dict):
-        return None
-    machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if is_int(devs.get(k))), None)
-    local = next((devs[k] for k in ("local_gpus", "local", "gpus", "local_ranks", "devices") if k in devs), None)
-    ids = _device_list(local, gpus_per_node) if local is not None else None
-    if machine is None or ids is None:
-        return None
-    return sorted({machine * gpus_per_node + i for i in ids})
 
 
 def _span(value: Any) -> tuple[int, int] | None:
@@ -543,7 +340,7 @@ def _edge(raw: Any, notes: _Notes) -> Any:
     if isinstance(raw, dict) and raw.keys() <= _EDGE_FIELDS and isinstance(raw.get("source"), str) and \
             isinstance(raw.get("target"), str) and raw.get("type", "data") in _EDGE_TYPES:
         return raw
-    t = _tables()
+    t = tables()
     if isinstance(raw, str):
         m = _ARROW.match(raw)
         if not m:
@@ -581,7 +378,7 @@ def _edge(raw: Any, notes: _Notes) -> Any:
 
 
 def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
-    t = _tables()["document"]
+    t = tables()["document"]
     out: dict[str, Any] = {}
     dropped = []
     for k, v in doc.items():
@@ -625,33 +422,6 @@ def _plan_fields() -> frozenset[str]:
     return frozenset(knowledge.load_json("schemas/plan.schema.json")["properties"])
 
 
-def _gpus_per_node(doc: dict[str, Any]) -> int:
-    """GPUs per machine, where a draft says it (its plan, hardware or metadata block), for machine-local GPU ids."""
-    blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
-                      and isinstance(v, dict)]
-    for b in blocks:
-        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
-            v = hw.get("gpus_per_node")
-            if _is_count(v):
-                return int(v)
-    return 8
-
-
-def _hosts(doc: dict[str, Any]) -> dict[str, int]:
-    """Machines a draft names (``"hardware": {"hosts": ["pnode (prefill)", "dnode"]}``), by position: "pnode:gpu2"
-    is then machine 0's third GPU."""
-    blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
-                      and isinstance(v, dict)]
-    for b in blocks:
-        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
-            names = hw.get("hosts") or hw.get("machines")
-            if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-                firsts = [re.split(r"[\s(]", n.strip().lower(), maxsplit=1)[0] for n in names]
-                if len(set(firsts)) == len(firsts):
-                    return {n: i for i, n in enumerate(firsts)}
-    return {}
-
-
 def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
     notes = _Notes()
@@ -675,13 +445,13 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if extra:  # a drafter's own notes beside the plan's fields
             out["plan"] = {k: v for k, v in out["plan"].items() if k not in extra}
             notes.add("plan fields ignored: " + ", ".join(extra[:4]))
-    gpn = _gpus_per_node(doc)
+    gpn = gpus_per_node_of(doc)
     for part in ("nodes", "edges"):
         if part in out:
             out[part] = _rows(out[part], _columns(doc, part), part, notes)
     if "nodes" in out:
         nodes = _node_items(out["nodes"], notes)
-        mesh, hosts = _mesh(doc, gpn), _hosts(doc)
+        mesh, hosts = mesh_of(doc, gpn), hosts_of(doc)
         out["nodes"] = [_node(n, notes, gpn, mesh, hosts) for n in nodes] if isinstance(nodes, list) else nodes
     if isinstance(out.get("nodes"), list):
         _letter_phases(out["nodes"], notes)
@@ -745,7 +515,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
                 continue
             refs = meta[k] if isinstance(meta[k], list) else [meta[k]]
             typed = meta[k] if isinstance(meta[k], dict) else None
-            kinds = {t: _tables()["edge_types"].get(key(t)) for t in typed} if typed else {}
+            kinds = {t: tables()["edge_types"].get(key(t)) for t in typed} if typed else {}
             if typed and kinds and all(kinds.values()):  # {"data": ["b"], "sync": ["ar"]}: the edges by kind
                 refs = [{"id": r, "type": kinds[t]} for t, rs in typed.items()
                         for r in (rs if isinstance(rs, list) else [rs])]
@@ -768,7 +538,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
 def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
     """A draft split into ``"prefill": {nodes, edges}`` and ``"decode": {...}`` sections (beside any top-level
     nodes): one node and edge list, each section's nodes marked with its phase where they say none."""
-    phases = _tables()["phases"]
+    phases = tables()["phases"]
 
     def phase_of(name: str) -> str | None:
         suffixes = "|".join(sorted(words("section_suffixes"), key=len, reverse=True))
@@ -793,7 +563,7 @@ def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
         sec_edges = _edge_items(sec.get("edges", []), notes)
         edges += sec_edges if isinstance(sec_edges, list) else []
         notes.add(f"the '{name}' section as the {phase} phase's nodes")
-    for k in [k for k in out if _tables()["document"].get(key(k)) == "edges" and isinstance(out[k], list)]:
+    for k in [k for k in out if tables()["document"].get(key(k)) == "edges" and isinstance(out[k], list)]:
         edges += out.pop(k)  # "links" / "cross_edges" beside the sections: the edges between them
         notes.add(f"'{k}' as edges between the sections")
     out["nodes"], out["edges"] = nodes, edges

@@ -52,7 +52,7 @@ from typing import Any
 import networkx as nx
 
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.dialect import key, node_type
+from tools.vocabulary import key, node_type
 
 T = NodeType
 _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}

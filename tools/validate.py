@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_working, estimated_node_count, gc_paused
 from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
-from tools.dialect import closest_types, is_int, translate
+from tools.dialect import translate
 from tools.errors import PdagInputError
 from tools.implicit import make_explicit
 from tools.inputs import check_json_value
@@ -34,6 +34,7 @@ from tools.rules.registry import (
     load_all,
     run_checkers,
 )
+from tools.vocabulary import closest_types, is_int
 from tools.working import (
     WorkingDag,
     apply_layer_folds,
