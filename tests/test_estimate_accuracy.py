@@ -235,6 +235,9 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
     assert d["breakdown"]["catalog"]["regime: MoE"]["points"] == 0
     assert "leave-one-source-out" in rep.text() and "no published measurement" in rep.text()
     assert {point_engine(p) for p in pts} == {"gpt-fast", "trtllm-cpp"}  # NIM runs TensorRT-LLM engines from C++
+    assert "per GPU and engine" in rep.text()
+    pooled = accuracy_report(pts, leave_one_out=True, pooled_fit=True)
+    assert "per GPU, over every engine's points" in pooled.text()
 
 
 def test_held_out_figures_meet_the_estimator_targets() -> None:
