@@ -425,9 +425,12 @@ def _plan_fields() -> frozenset[str]:
 def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
     notes = _Notes()
+    def holds_nodes(block: dict[str, Any]) -> bool:
+        return any(tables()["document"].get(key(k)) == "nodes" for k in block)
+
     for wrapper in ("graph", "dag"):
         inner = doc.get(wrapper)
-        if "nodes" not in doc and isinstance(inner, dict) and ("nodes" in inner or any(
+        if "nodes" not in doc and isinstance(inner, dict) and (holds_nodes(inner) or any(
                 isinstance(v, dict) and "nodes" in v for v in inner.values())):
             doc = {**{k: v for k, v in doc.items() if k != wrapper}, **doc[wrapper]}
             notes.add(f"the '{wrapper}' wrapper")

@@ -35,6 +35,8 @@ faithfully say some things differently from pdag's drawings; each reading below 
 - **one cache across the phases**: where the prefill's KV cache node (or the transfer that carries it to another
   pool) feeds a decode attention directly and that attention appends to a decode KV cache node, the decode node
   continues the prefill's cache (a ``kv`` edge);
+- **elided layers**: a placeholder node whose type says "repeat" and which names the layers it stands for, drawn
+  in the chain after the layer before them, makes that layer's nodes stand for the elided ones too (a ``repeat``);
 - **expert ranges**: a layer whose Expert nodes each list two numbers that, read as half-open ranges
   ``[first, end)``, tile the experts from 0 without gap or overlap holds those ranges (read as ids, the shared
   ends would put one expert in two nodes).
@@ -77,6 +79,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     edges = [dict(e) for e in edges]
     done: Counter[str] = Counter()
     by_id = {n["id"]: n for n in nodes}
+    nodes, edges = _elided_layers(nodes, edges, by_id, done)
     _linear_roles(nodes, done)
     _nested_requests(nodes, edges, by_id, done)
     _collective_edges(edges, by_id, done)
@@ -93,6 +96,69 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return doc, []
     text = "; ".join(f"{what} (x{n})" if n > 1 else what for what, n in sorted(done.items()))
     return {**doc, "nodes": nodes, "edges": edges}, [f"made the draft's implicit structure explicit: {text}"]
+
+
+_SPAN = re.compile(r"(?:layers?|blocks?|l)?\s*(\d+)\s*(?:\.\.|-|to|\u2013)\s*(\d+)", re.IGNORECASE)
+
+
+def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
+    """The layers ``[first, last]`` a placeholder node says it stands for: a ``[first, last]`` pair or a
+    ``"first-last"`` text in its fields, or in its id."""
+    def search(v: Any) -> tuple[int, int] | None:
+        if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            return (v[0], v[1]) if v[0] <= v[1] else None
+        if isinstance(v, str):
+            m = _SPAN.search(v)
+            return (int(m.group(1)), int(m.group(2))) if m and int(m.group(1)) <= int(m.group(2)) else None
+        if isinstance(v, dict):
+            for k in sorted(v, key=lambda k: "layer" not in k and "block" not in k):  # a field naming layers first
+                got = search(v[k])
+                if got:
+                    return got
+        return None
+    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or search(n["id"])
+
+
+def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                   done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A placeholder node whose type says "repeat" (``RepeatNode``, ``LayerRepeat``, ``repeat_block``) and which
+    names the layers it stands for (``first..last``), drawn in the chain between the layer before them and the one
+    after: the layers it elides run like the layer before them, so that layer's nodes in the same phase and branch
+    stand for ``last - first + 2`` layers (a ``repeat``), and the placeholder's place in the chain is an edge from
+    its predecessors to its successors."""
+    holders = [n for n in nodes if isinstance(n.get("type"), str) and "repeat" in key(n["type"])
+               and n["type"] not in T.__members__.values()]
+    if not holders:
+        return nodes, edges
+    g = _graph(nodes, edges)
+    gone: set[str] = set()
+    for h in holders:
+        span = _elided_span(h)
+        preds = [p for p in g.predecessors(h["id"]) if p not in gone]
+        if span is None or not preds:
+            continue
+        first, last = span
+        phases = {by_id[p].get("phase") for p in preds} - {None}
+        phase = h.get("phase") or (phases.pop() if len(phases) == 1 else None)
+        template = [by_id[a] for a in nx.ancestors(g, h["id"]) if by_id[a].get("layer") == first - 1
+                    and by_id[a].get("phase") == phase and "repeat" not in by_id[a]]
+        if not template:
+            continue
+        for t in template:
+            t["repeat"] = last - first + 2
+        gone.add(h["id"])
+        done[f"a placeholder for layers {first}-{last} as repeats of layer {first - 1}"] += 1
+    if not gone:
+        return nodes, edges
+    kept = [e for e in edges if e["source"] not in gone and e["target"] not in gone]
+    for h in gone:
+        ins = [e for e in edges if e["target"] == h and e["source"] not in gone and e.get("type", "data") != "kv"]
+        outs = [e for e in edges if e["source"] == h and e["target"] not in gone and e.get("type", "data") != "kv"]
+        kept += [{"source": i["source"], "target": o["target"], "type": o.get("type", "data")}
+                 for i in ins for o in outs]
+    for h in gone:
+        by_id.pop(h, None)
+    return [n for n in nodes if n["id"] not in gone], kept
 
 
 def _linear_roles(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
