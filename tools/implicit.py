@@ -19,7 +19,12 @@ faithfully say some things differently from pdag's drawings; each reading below 
 - **one RequestNode per replica**: RequestNodes below the root RequestNode are DP replicas (ReplicaNode);
 - **a container's shortcut**: a request wired both to its first stage and to the embedding inside it reaches the
   embedding through the phase; the direct edge is dropped;
-- **embedding and LM head as LinearNodes**: a LinearNode whose role (or id) says embedding or LM head is one;
+- **embedding and LM head as LinearNodes**: a LinearNode whose role (or id) says embedding or LM head is one, and a
+  sampler drawn after the LM head is the head's end;
+- **replicas by index**: operators marked only with a ``replica`` index under one RequestNode hang from one
+  ReplicaNode per index;
+- **the cache written from the projection**: a prefill KV cache node fed by the QKV projection drawn apart from its
+  attention is that attention's cache write;
 - **the decode step**: a decode phase drawn without pdag's DecodeStepNode (the seeds' "a Decode DAG represents
   execution of a single token") gets one between the phase and its first nodes;
 - **KV reads in decode**: a decode KV cache node's edge into the attention beside it is the cache read (``kv``),
@@ -81,15 +86,18 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     by_id = {n["id"]: n for n in nodes}
     nodes, edges = _elided_layers(nodes, edges, by_id, done)
     _linear_roles(nodes, done)
+    nodes, edges = _samplers(nodes, edges, by_id, done)
     _nested_requests(nodes, edges, by_id, done)
     _collective_edges(edges, by_id, done)
     _cross_phase_edges(edges, by_id, done)
     _kv_gathers(edges, by_id, done)
+    _kv_from_projection(edges, by_id, done)
     _kv_reads(edges, by_id, done)
     edges = _cache_continuity(edges, by_id, done)
     _expert_ranges(nodes, done)
     nodes, edges = _stage_hand_offs(nodes, edges, by_id, done)
     _abbreviated_stages(nodes, edges, by_id, done)
+    nodes, edges = _replicas_by_attribute(nodes, edges, by_id, done)
     nodes, edges = _phase_containers(nodes, edges, by_id, done)
     nodes, edges = _decode_steps(nodes, edges, done)
     if not done:
@@ -159,6 +167,26 @@ def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_
     for h in gone:
         by_id.pop(h, None)
     return [n for n in nodes if n["id"] not in gone], kept
+
+
+def _samplers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+              done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A sampler drawn as a node of its own after the LM head (both read as LM heads: "sampler" is one of the
+    head's spellings) is the end of that head: one output per branch, its edges leaving from the head."""
+    head = T.LM_HEAD.value
+    outs: dict[str, list[str]] = {}
+    for e in edges:
+        outs.setdefault(e["source"], []).append(e["target"])
+    merged = {v: u for u, vs in outs.items() if by_id.get(u, {}).get("type") == head and len(vs) == 1
+              for v in vs if by_id.get(v, {}).get("type") == head and by_id[v].get("phase") == by_id[u].get("phase")}
+    merged = {v: u for v, u in merged.items() if u not in merged}
+    if not merged:
+        return nodes, edges
+    done["a sampler drawn after the LM head as the head's end"] += len(merged)
+    kept = [{**e, "source": merged.get(e["source"], e["source"])} for e in edges if e["target"] not in merged]
+    for v in merged:
+        by_id.pop(v, None)
+    return [n for n in nodes if n["id"] not in merged], kept
 
 
 def _linear_roles(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
@@ -237,6 +265,38 @@ def _cross_phase_edges(edges: list[dict[str, Any]], by_id: dict[str, dict[str, A
             done["an edge from prefill to decode as " + ("the KV cache (kv)" if kv else "the start signal (sync)")] += 1
 
 
+def _replicas_by_attribute(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
+                           by_id: dict[str, dict[str, Any]], done: Counter[str]
+                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """DP replicas a draft marks only by a ``replica`` index on its operators, under one RequestNode: one
+    ReplicaNode per index, holding the operators of that index that nothing of their own replica precedes."""
+    if any(n.get("type") in (T.REPLICA.value, _PHASE) for n in nodes):
+        return nodes, edges
+    roots = [n["id"] for n in nodes if n.get("type") == _REQUEST]
+    ops = [n for n in nodes if n.get("type") not in _CONTROL]
+    index = {n["id"]: n.get("replica") for n in ops}
+    if len(roots) != 1 or not ops or any(not isinstance(i, int) or isinstance(i, bool) for i in index.values()) \
+            or len(set(index.values())) < 2:
+        return nodes, edges
+    root = roots[0]
+    preds: dict[str, set[str]] = {}
+    for e in edges:
+        preds.setdefault(e["target"], set()).add(e["source"])
+    heads = {i for i in index if not any(index.get(p) == index[i] for p in preds.get(i, ()))}
+    new_nodes = list(nodes)
+    new_edges = [e for e in edges if not (e["source"] == root and e["target"] in heads)]
+    for r in sorted(set(index.values())):
+        rid = f"{root}.replica{r}"
+        while rid in by_id:
+            rid += "_"
+        by_id[rid] = {"id": rid, "type": T.REPLICA.value, "replica": r, "devices": []}
+        new_nodes.append(by_id[rid])
+        new_edges.append({"source": root, "target": rid, "type": "data"})
+        new_edges += [{"source": rid, "target": h, "type": "data"} for h in sorted(heads) if index[h] == r]
+        done["a ReplicaNode for the operators marked with one replica index"] += 1
+    return new_nodes, new_edges
+
+
 def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
                       done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """PhaseNodes for a draft that marks phases only by attribute (module doc)."""
@@ -288,6 +348,23 @@ def _phase_containers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], 
         new_edges.extend({"source": pid, "target": f, "type": "data"} for f in firsts)
         done[f"a PhaseNode for the {phase} nodes under {owner[:24]!r}"] += 1
     return new_nodes, new_edges
+
+
+def _kv_from_projection(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
+    """A prefill KV cache node written from the QKV projection drawn apart from its attention (the projection feeds
+    the attention and the cache) is that attention's cache write: pdag's AttentionNode holds its projections."""
+    feeds: dict[str, list[str]] = {}
+    for e in edges:
+        feeds.setdefault(e["source"], []).append(e["target"])
+    for e in edges:
+        u, k = by_id.get(e["source"], {}), by_id.get(e["target"], {})
+        if u.get("type") != _LINEAR or k.get("type") != _KV or k.get("phase") != "prefill":
+            continue
+        attns = [a for a in feeds.get(e["source"], []) if by_id.get(a, {}).get("type") == _ATTENTION
+                 and by_id[a].get("phase") == "prefill"]
+        if len(attns) == 1 and attns[0] not in feeds.get(e["target"], []):
+            e["source"] = attns[0]
+            done["a prefill KV cache written from the QKV projection as its attention's write"] += 1
 
 
 def _kv_gathers(edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]], done: Counter[str]) -> None:
@@ -458,6 +535,8 @@ def _cache_continuity(edges: list[dict[str, Any]], by_id: dict[str, dict[str, An
     added = []
     for e in edges:
         a, k = e["source"], e["target"]
+        if a in kv_nodes and phase[a] == "decode" and k in reads:  # the decode cache drawn feeding its attention
+            a, k = k, a
         if k in kv_nodes and phase[k] == "decode" and k not in fed and a in reads:
             added += [{"source": p, "target": k, "type": "kv"} for p in reads[a]]
             fed.add(k)

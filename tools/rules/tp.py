@@ -53,9 +53,13 @@ def _chained(ctx: Context, s: str, v: str) -> bool:
     """``v`` continues shard ``s`` on its own GPUs inside one logical operator: the Megatron split of attention
     (QKV linear shard -> attention shard -> output-projection shard, one AllReduce at the end), which seed 001
     section 3.1 allows (TP on the Linear nodes of one compute node)."""
-    return (ctx.attr(v, "tp_rank") is not None and ctx.attr(v, "tp_rank") == ctx.attr(s, "tp_rank")
-            and ctx.types[v] in TP_OK_TYPES - {NodeType.KV_CACHE} and ctx.devices[v] <= ctx.devices[s]
-            and ctx.key(v, "layer") == ctx.key(s, "layer"))
+    if ctx.types[v] not in TP_OK_TYPES - {NodeType.KV_CACHE} or ctx.key(v, "layer") != ctx.key(s, "layer"):
+        return False
+    if ctx.attr(v, "tp_rank") is None and ctx.attr(s, "tp_rank") is None:
+        # the same split drawn one node per operator over the whole TP group (QKV -> attention -> output
+        # projection, each over the same GPUs): still one operator's shards, joined after the last
+        return len(ctx.devices[s]) > 1 and ctx.devices[v] == ctx.devices[s]
+    return ctx.attr(v, "tp_rank") == ctx.attr(s, "tp_rank") and ctx.devices[v] <= ctx.devices[s]
 
 
 _REDUCING = (NodeType.ALL_REDUCE, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)
