@@ -332,3 +332,14 @@ def test_an_expert_tp_combine_is_named_for_the_all_reduce_it_is_priced_as() -> N
     assert "ep combine (all-reduce)" in names and not any("all-to-all" in n for n in names)
     adp = estimate_performance(_dsv3(ADP8_EP8, 4))
     assert "ep combine (all-to-all)" in {c.name for c in adp.decode.critical_path}
+
+
+def test_an_unfit_moe_plan_says_how_to_spread_its_experts() -> None:
+    """TP 8 with ep 1 and no expert-TP opt-in puts every expert on one GPU; the estimate's warning, like MEM-FITS's
+    hint, names both ways out (an agent importing `--tp 8` by hand falls into this)."""
+    plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8}, "dtype": "fp8"}
+    est = estimate_performance(plan=plan)
+    (warning,) = [w for w in est.warnings if "does not fit" in w]
+    assert "ep 8" in warning and "allow_expert_tp" in warning
+    fixed = estimate_performance(plan={**plan, "parallel": {"tp": 8, "ep": 8}})
+    assert not any("does not fit" in w for w in fixed.warnings)

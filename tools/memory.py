@@ -151,6 +151,18 @@ class _Terms:
         return self.weights + self.kv(batch, context) + self.act(batch, prompt, chunk) + self.comm(batch, prompt, chunk)
 
 
+def unfit_hint(plan: Plan, layout: Layout | None) -> str:
+    """What to change when a plan does not fit: a MoE layout whose experts sit whole on fewer GPUs than the TP group
+    that could share them first says how to spread them."""
+    if plan.spec.is_moe and layout is not None:
+        width = max(p.tp * p.attn_dp for p in layout.phases.values())
+        ep = max(p.ep for p in layout.phases.values())
+        if ep < width and not plan.options.allow_expert_tp:
+            return (f"spread the experts: ep {width} (or options.allow_expert_tp to shard them over the {width} TP "
+                    "ranks, as vLLM and SGLang do without EP); then pp, or shrink the batch/context")
+    return "raise tp (within a node), then pp, or shrink the batch/context"
+
+
 def _attention_split(plan: Plan) -> tuple[int, int]:
     """(replicated, sharded) attention parameters per layer under TP."""
     spec = plan.spec

@@ -44,7 +44,7 @@ from tools.estimate.efficiency import Overlay, efficiency_source, load_overlay, 
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 from tools.layout import Layout
-from tools.memory import MemoryReport, memory_report
+from tools.memory import MemoryReport, memory_report, unfit_hint
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.quantization import expert_gemm_dtype, experts_only, storage
 
@@ -614,7 +614,8 @@ def estimate_performance(
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
     warnings = []
     if not mem.fits:
-        warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message)
+        warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
+                        + "; to fit: " + unfit_hint(full, layout))
     if figures.gpus > full.hardware.num_gpus:
         warnings.append(f"the DAG uses {figures.gpus} GPUs but hardware.num_gpus is {full.hardware.num_gpus}")
     if figures.pool_balance is not None and not 0.5 <= figures.pool_balance <= 2:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tools.dag import NodeType
 from tools.layout import Layout
-from tools.memory import MemoryReport, memory_report
+from tools.memory import MemoryReport, memory_report, unfit_hint
 from tools.plan import Plan
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
@@ -201,14 +201,7 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
     if not r.fits:
         plan = ctx.plan
         assert plan is not None
-        hint = "raise tp (within a node), then pp, or shrink the batch/context"
-        spec = plan.spec
-        if spec.is_moe and ctx.layout is not None:
-            width = max(p.tp * p.attn_dp for p in ctx.layout.phases.values())
-            ep = max(p.ep for p in ctx.layout.phases.values())
-            if ep < width and not plan.options.allow_expert_tp:  # the experts sit whole on GPUs that could share them
-                hint = (f"spread the experts: ep {width} (or options.allow_expert_tp to shard them over the {width} TP "
-                        "ranks, as vLLM and SGLang do without EP); then pp, or shrink the batch/context")
+        hint = unfit_hint(plan, ctx.layout)
         parts = (f"weights {r.weights_bytes / GB:.1f} GB + KV cache {r.kv_cache_bytes / GB:.1f} GB + activations "
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
                  "reserve "
