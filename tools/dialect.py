@@ -475,15 +475,17 @@ def _letter_phases(nodes: list[Any], notes: _Notes) -> None:
     ops = [n for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str) and n.get("type") not in _CONTROL]
     if not ops or any(n.get("phase") for n in ops):
         return
-    first = {n["id"]: re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower() for n in ops}
+    parts = {n["id"]: re.split(r"[./:_\-\s]+", n["id"]) for n in nodes if isinstance(n, dict)
+             and isinstance(n.get("id"), str)}
     letters = {"p": "prefill", "d": "decode"}
-    if {"p", "d"} <= set(first.values()):
-        for n in nodes:
-            if isinstance(n, dict) and isinstance(n.get("id"), str) and n.get("type") not in _CONTAINERS_ABOVE \
-                    and re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower() in letters \
-                    and "phase" not in n and len(re.split(r"[./:_\-\s]+", n["id"])) > 1:
-                n["phase"] = letters[re.split(r"[./:_\-\s]+", n["id"], maxsplit=1)[0].lower()]
-                notes.add("phase from the id's leading P or D")
+    if not {"p", "d"} <= {parts[n["id"]][0].lower() for n in ops}:
+        return
+    for n in nodes:
+        words_of = parts.get(n.get("id")) if isinstance(n, dict) else None
+        if words_of and len(words_of) > 1 and words_of[0].lower() in letters and "phase" not in n \
+                and n.get("type") not in _CONTAINERS_ABOVE:
+            n["phase"] = letters[words_of[0].lower()]
+            notes.add("phase from the id's leading P or D")
 
 
 def _fan_out(edge: Any, notes: _Notes) -> list[Any]:

@@ -5,15 +5,22 @@ coordinate).  ``tools.dialect`` reads a draft's devices through these."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 from tools.vocabulary import is_int, key, words
 
-_MACHINE_GPU = re.compile(r"(?:node|host|machine|server|n)\s*(\d+)\s*[/:.,_-]?\s*"
-                          r"(?:gpu|cuda|g|device|dev|rank)\s*(\d+)")
 
-
-_HOST_GPU = re.compile(r"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:gpu|cuda|g|device|dev|rank)?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?")
+@cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """Machine-local ids ("node1/gpu3"), named-host ids ("pnode:gpu0-3") and a GPU word inside a text, from the
+    vocabulary's words for a GPU and for a machine."""
+    gpu = "|".join(sorted(words("gpu_words"), key=len, reverse=True))
+    machine = "|".join(sorted(words("machine_words"), key=len, reverse=True))
+    return (re.compile(rf"(?:{machine})\s*(\d+)\s*[/:.,_-]?\s*(?:{gpu})\s*(\d+)"),
+            re.compile(rf"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:{gpu})?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?"),
+            re.compile("|".join(sorted(words("gpu_words") - {"g"}, key=len, reverse=True))))
 
 
 def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None = None) -> list[int] | None:
@@ -34,15 +41,16 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
         parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
         if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
             return device_list(parts, gpus_per_node, hosts)
-        named = _HOST_GPU.fullmatch(text) if hosts else None
+        machine_gpu, host_gpu, _ = _patterns()
+        named = host_gpu.fullmatch(text) if hosts else None
         if named and hosts and named.group(1) in hosts:
             base = hosts[named.group(1)] * gpus_per_node
             lo = int(named.group(2))
             hi = int(named.group(3)) if named.group(3) else lo
             return [base + i for i in range(lo, hi + 1)] if lo <= hi < gpus_per_node else None
-        if named and not re.fullmatch(r"gpus?|cuda|hip|dev(ice)?s?|ranks?|g", named.group(1)):
+        if named and named.group(1) not in words("gpu_words"):
             return None  # a machine the draft's hosts do not name: which GPUs is unknown
-        local = _MACHINE_GPU.fullmatch(text)
+        local = machine_gpu.fullmatch(text)
         if local:
             return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
         nums = [int(x) for x in re.findall(r"\d+", text)]
@@ -70,11 +78,13 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
 def gpu_text(value: Any, gpus_per_node: int, hosts: dict[str, int]) -> list[int] | None:
     """GPU ids only where the text says GPUs ("gpu0-3", "cuda:1", "node1/gpu2", a named host's "pnode:gpu0-3"),
     so that a field holding node ids ("pf.L0.kv") is never read as GPU 0."""
+    machine_gpu, host_gpu, gpu = _patterns()
     items = value if isinstance(value, list) else [value]
     for v in items:
-        if not (is_int(v) or (isinstance(v, str) and (
-                re.search(r"gpu|cuda|device|rank", v.lower()) or _MACHINE_GPU.fullmatch(v.lower())
-                or ((m := _HOST_GPU.fullmatch(v.strip().lower())) and m.group(1) in hosts)))):
+        text = v.strip().lower() if isinstance(v, str) else None
+        if not (is_int(v) or (text is not None and (
+                gpu.search(text) or machine_gpu.fullmatch(text)
+                or ((m := host_gpu.fullmatch(text)) and m.group(1) in hosts)))):
             return None
     return device_list(value, gpus_per_node, hosts)
 
@@ -139,28 +149,32 @@ def node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
     return sorted({machine * gpus_per_node + i for i in ids})
 
 
-def gpus_per_node_of(doc: dict[str, Any]) -> int:
-    """GPUs per machine, where a draft says it (its plan, hardware or metadata block), for machine-local GPU ids."""
+def _hardware_blocks(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Where a draft states its machines: the document, its plan and metadata blocks, and their ``hardware``."""
     blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
                       and isinstance(v, dict)]
     for b in blocks:
-        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
-            v = hw.get("gpus_per_node")
-            if is_int(v) and v >= 1:
-                return int(v)
+        yield b
+        if isinstance(b.get("hardware"), dict):
+            yield b["hardware"]
+
+
+def gpus_per_node_of(doc: dict[str, Any]) -> int:
+    """GPUs per machine, where a draft says it (its plan, hardware or metadata block), for machine-local GPU ids."""
+    for hw in _hardware_blocks(doc):
+        v = hw.get("gpus_per_node")
+        if is_int(v) and v >= 1:
+            return int(v)
     return 8
 
 
 def hosts_of(doc: dict[str, Any]) -> dict[str, int]:
     """Machines a draft names (``"hardware": {"hosts": ["pnode (prefill)", "dnode"]}``), by position: "pnode:gpu2"
     is then machine 0's third GPU."""
-    blocks = [doc] + [v for k, v in doc.items() if (k == "plan" or key(k) in words("metadata_blocks"))
-                      and isinstance(v, dict)]
-    for b in blocks:
-        for hw in (b, b.get("hardware") if isinstance(b.get("hardware"), dict) else {}):
-            names = hw.get("hosts") or hw.get("machines")
-            if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-                firsts = [re.split(r"[\s(]", n.strip().lower(), maxsplit=1)[0] for n in names]
-                if len(set(firsts)) == len(firsts):
-                    return {n: i for i, n in enumerate(firsts)}
+    for hw in _hardware_blocks(doc):
+        names = next((v for k, v in hw.items() if key(k) in words("host_list_fields")), None)
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+            firsts = [re.split(r"[\s(]", n.strip().lower(), maxsplit=1)[0] for n in names]
+            if len(set(firsts)) == len(firsts):
+                return {n: i for i, n in enumerate(firsts)}
     return {}

@@ -413,6 +413,7 @@ def _decode_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
     if T.DECODE_STEP.value in types.values():
         return nodes, edges
     phases = [n["id"] for n in nodes if n.get("type") == _PHASE and n.get("phase") == "decode"]
+    phase_of = {n["id"]: n.get("phase") for n in nodes}
     for ph in phases:
         sid = f"{ph}.step"
         while sid in types:
@@ -420,7 +421,6 @@ def _decode_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]],
         types[sid] = T.DECODE_STEP.value
         nodes = [*nodes, {"id": sid, "type": T.DECODE_STEP.value, "devices": []}]
         inside = nx.descendants(_graph(nodes, edges), ph)
-        phase_of = {n["id"]: n.get("phase") for n in nodes}
         # the start signal from prefill (its first token) starts the step, not one node inside it
         edges = [{**e, "source": sid} if e["source"] == ph else
                  {**e, "target": sid} if e["target"] in inside and e.get("type") == "sync"
