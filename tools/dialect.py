@@ -22,6 +22,7 @@ from typing import Any
 
 import knowledge
 from tools.dag import CONTROL_TYPES, Edge, EdgeType, Node, NodeType
+from tools.doc_shape import find_graph
 from tools.draft_gpus import Mesh, device_list, gpu_text, gpus_per_node_of, hosts_of, mesh_of, mesh_place, node_local
 from tools.plan import OPT_INS
 from tools.vocabulary import is_int, key, node_type, tables, words
@@ -435,6 +436,11 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             doc = {**{k: v for k, v in doc.items() if k != wrapper}, **doc[wrapper]}
             notes.add(f"the '{wrapper}' wrapper")
     doc = _phase_sections(doc, notes)
+    if not any(k == "nodes" or tables()["document"].get(key(k)) == "nodes" for k in doc):
+        found = find_graph(doc, notes)  # the graph somewhere else in the document, or a DOT text
+        if found:
+            graph, used = found
+            doc = {**{k: v for k, v in doc.items() if k not in used}, **graph}
     out = _top_level(doc, notes)
     if isinstance(out.get("model"), dict):
         model = out["model"]
