@@ -195,7 +195,7 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
             notes.add("layer from the node's id")
     devs = node.get("devices", None)
     if node.get("type") in _CONTROL and ("devices" not in node or isinstance(devs, dict) or (
-            isinstance(devs, str) and key(devs) in words("all_gpus"))):
+            isinstance(devs, str) and key(devs) in words("all_gpus") | words("no_gpus"))):
         if "devices" in node:
             node.setdefault("meta", {}).setdefault("devices", node["devices"])
         node["devices"] = []  # a container's GPUs are those of what it holds (normalization fills them in)
@@ -203,6 +203,9 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
     if is_int(node.get("id")):
         node["id"] = str(node["id"])
         notes.add("numeric node ids as text")
+    for k in [k for k in spare if key(k) in words("shard_detail_fields")]:
+        node.setdefault("meta", {}).setdefault("shard_detail", {})[k] = spare.pop(k)  # prose per GPU, no dimension
+        notes.add(f"per-GPU shard descriptions ('{k}') kept in meta")
     if spare:
         meta = dict(node["meta"]) if isinstance(node.get("meta"), dict) else {}
         for k, v in spare.items():

@@ -391,6 +391,10 @@ def _nodes_out(found: list[_Found], notes: Notes) -> list[dict[str, Any]]:
             if k != "id" and str(body[k]) in (f.nid, f.body.get("__local__")):
                 del body[k]
         node = {"id": f.nid, **{k: v for k, v in body.items() if k != "id"}}
+        if not any(_field_is(k, "type") for k in node):  # the operator field is the node's kind here
+            op = next(k for k in node if key(k) in words("operator_fields") and isinstance(node[k], str))
+            node["type"] = node.pop(op)
+            notes.add(f"node field '{op}' as 'type'")
         kind = node_type(_type_of(body) or "")
         for canon in ("phase", "stage", "replica"):
             if canon in f.inherited and kind not in _ROOTS and not any(_field_is(k, canon) for k in node):
