@@ -23,7 +23,17 @@ from typing import Any
 import knowledge
 from tools.dag import CONTROL_TYPES, Edge, EdgeType, Node, NodeType
 from tools.doc_shape import find_graph
-from tools.draft_gpus import Mesh, device_list, gpu_text, gpus_per_node_of, hosts_of, mesh_of, mesh_place, node_local
+from tools.draft_gpus import (
+    Mesh,
+    device_list,
+    gpu_text,
+    gpus_per_node_of,
+    hosts_in_ids,
+    hosts_of,
+    mesh_of,
+    mesh_place,
+    node_local,
+)
 from tools.plan import OPT_INS
 from tools.vocabulary import is_int, key, node_type, tables, words
 
@@ -443,6 +453,9 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         found = find_graph(doc, notes)  # the graph somewhere else in the document, or a DOT text
         if found:
             graph, used = found
+            if isinstance(doc.get("format"), str) and doc["format"] != "pdag.dag":  # the draft's own format name
+                used.add("format")
+                notes.add(f"the draft's format name '{doc['format'][:40]}' dropped")
             doc = {**{k: v for k, v in doc.items() if k not in used}, **graph}
     out = _top_level(doc, notes)
     if isinstance(out.get("model"), dict):
@@ -452,6 +465,9 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if name:
             out["model"] = name
             notes.add("the model object by its name")
+    if isinstance(out.get("plan"), str):  # a sentence describing the plan, not the plan object
+        out.pop("plan")
+        notes.add("a 'plan' written as prose ignored")
     if isinstance(out.get("plan"), dict):
         extra = sorted(k for k in out["plan"] if k not in _plan_fields())
         if extra:  # a drafter's own notes beside the plan's fields
@@ -464,6 +480,11 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if "nodes" in out:
         nodes = _node_items(out["nodes"], notes)
         mesh, hosts = mesh_of(doc, gpn), hosts_of(doc)
+        if not hosts and isinstance(nodes, list):
+            hosts = hosts_in_ids(nodes)
+            if hosts:
+                notes.add("machines named in the GPU ids (" + ", ".join(list(hosts)[:3])
+                          + ") numbered in order of first appearance")
         out["nodes"] = [_node(n, notes, gpn, mesh, hosts) for n in nodes] if isinstance(nodes, list) else nodes
     if isinstance(out.get("nodes"), list):
         _letter_phases(out["nodes"], notes)

@@ -19,7 +19,7 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
     gpu = "|".join(sorted(words("gpu_words"), key=len, reverse=True))
     machine = "|".join(sorted(words("machine_words"), key=len, reverse=True))
     return (re.compile(rf"(?:{machine})\s*(\d+)\s*[/:.,_-]?\s*(?:{gpu})\s*(\d+)"),
-            re.compile(rf"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:{gpu})?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?"),
+            re.compile(rf"([a-z][a-z0-9_]*?)\s*[:/]\s*(?:(?:{gpu})\s*:?)?\s*(\d+)(?:\s*(?:-|\.\.)\s*(\d+))?"),
             re.compile("|".join(sorted(words("gpu_words") - {"g"}, key=len, reverse=True))))
 
 
@@ -178,3 +178,22 @@ def hosts_of(doc: dict[str, Any]) -> dict[str, int]:
             if len(set(firsts)) == len(firsts):
                 return {n: i for i, n in enumerate(firsts)}
     return {}
+
+
+def hosts_in_ids(nodes: Any) -> dict[str, int]:
+    """Machines a draft names only inside its GPU ids ("nodeA:cuda:3", "nodeB:cuda:0-7"), numbered in the order
+    they first appear (a draft lists its first machine first); none when an id names a machine by number."""
+    machine_gpu, host_gpu, _ = _patterns()
+    names: dict[str, int] = {}
+
+    def scan(v: Any) -> None:
+        for item in v if isinstance(v, list) else [v]:
+            text = item.strip().lower() if isinstance(item, str) else ""
+            m = host_gpu.fullmatch(text)
+            if m and not machine_gpu.fullmatch(text) and m.group(1) not in words("gpu_words"):
+                names.setdefault(m.group(1), len(names))
+
+    for n in nodes if isinstance(nodes, list) else []:
+        for v in n.values() if isinstance(n, dict) else []:
+            scan(v)
+    return names
