@@ -142,7 +142,7 @@ class _Walk:
                 if k not in body:
                     self.walk(v, path, ctx, depth + 1)
             return True
-        if _keyed_nodes(obj):
+        if path and _keyed_nodes(obj):  # the document itself is never a map of nodes
             for nid, v in obj.items():
                 body = {k: x for k, x in v.items() if not _holds_nodes(x)}
                 self.nodes.append(_Found(_id_of(v) or str(nid), body, path, ctx))

@@ -1,0 +1,216 @@
+"""Documents that keep their graph outside ``nodes`` / ``edges`` (``tools.doc_shape``, ``tools.dot``): each
+reading on a small document written here, and random DOT / graph-shaped inputs that must read or be refused with a
+``PdagInputError``, never crash."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tools import validate_dag
+from tools.dialect import translate
+from tools.dot import looks_like_dot, parse_dot
+from tools.errors import PdagInputError
+
+
+def _edges(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(e["source"], e["target"], e.get("type", "data")) for e in doc["edges"]}
+
+
+def _ids(doc: dict[str, Any]) -> set[str]:
+    return {n["id"] for n in doc["nodes"]}
+
+
+# -- DOT parser
+
+
+def test_dot_chains_attributes_and_quoted_ids() -> None:
+    g = parse_dot('digraph g { "a b" -> c -> d [type=sync]; c [type=Attention, gpus="0-3"]; // note\n}')
+    assert list(g.nodes) == ["a b", "c", "d"]
+    assert g.edges == [("a b", "c", {"type": "sync"}), ("c", "d", {"type": "sync"})]
+    assert g.nodes["c"] == {"type": "Attention", "gpus": "0-3"}
+
+
+def test_dot_defaults_subgraphs_ports_and_comments() -> None:
+    g = parse_dot("""/* head */ strict digraph {
+        node [shape=box, role=x];
+        subgraph cluster_decode { label="DECODE"; stage=1; a; b [role=y] }
+        {a b} -> c:n:s;
+# a comment line
+
+        e [label=<<b>html</b>>]
+    }""")
+    assert g.nodes["a"]["role"] == "x" and g.nodes["b"]["role"] == "y"
+    assert ("a", "c", {}) in g.edges and ("b", "c", {}) in g.edges
+    names = [n for n, _ in g.groups["a"]]
+    assert "cluster_decode" in names and dict(g.groups["a"][0][1]) == {"label": "DECODE", "stage": "1"}
+    assert g.nodes["e"]["label"] == "<b>html</b>"
+
+
+@pytest.mark.parametrize("text", ["digraph { a -> }", "digraph { a [x=] }", "digraph { a -> b", "digraph {} x",
+                                  "graph { <a", "digraph { a @ b }", "{ a -> b }"])
+def test_dot_refuses_malformed_text_with_an_input_error(text: str) -> None:
+    with pytest.raises(PdagInputError) as e:
+        parse_dot(text, "dag.dot")
+    assert e.value.field == "dag.dot" and "DOT text" in e.value.problem
+
+
+def test_dot_nesting_is_bounded() -> None:
+    with pytest.raises(PdagInputError, match="nested deeper"):
+        parse_dot("digraph {" + "{" * 200 + "}" * 200 + "}")
+
+
+def test_looks_like_dot() -> None:
+    assert looks_like_dot("// c\n digraph name {") and looks_like_dot("strict graph {")
+    assert not looks_like_dot("a digraph of the model") and not looks_like_dot(3)
+
+
+# -- readings of a document's shape
+
+_DOT_DOC = {"format": "my-dot", "dot": """digraph {
+    request [type=RequestNode, gpus="host"];
+    subgraph cluster_prefill { label="PREFILL";
+        emb [type=EmbeddingNode, gpus="0-1", color=red]; attn [type=Attention, gpus="0-1", layer=0]; }
+    request -> emb -> attn [type=data, label=activations];
+}"""}
+
+
+def test_a_dot_string_is_read_as_the_graph() -> None:
+    out, notes = translate(_DOT_DOC)
+    assert _ids(out) == {"request", "emb", "attn"}
+    assert ("emb", "attn", "data") in _edges(out)
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["attn"]["phase"] == "prefill" and by["attn"]["layer"] == 0 and by["attn"]["devices"] == [0, 1]
+    assert "phase" not in by["request"] and by["request"]["devices"] == []
+    assert "color" not in str(by["emb"]) and "format" not in out
+    assert any("Graphviz DOT text in 'dot'" in n and "cluster" in n for n in notes)
+
+
+def test_two_dot_strings_are_refused() -> None:
+    with pytest.raises(PdagInputError, match="two Graphviz DOT texts"):
+        translate({"a": "digraph { x -> y }", "b": "digraph { y -> z }"})
+
+
+def test_node_objects_anywhere_with_successor_fields() -> None:
+    doc = {"request": {"id": "req", "is": "Request", "next": ["r0/emb"], "fan_out": [
+        {"replica": 0, "prefill": [{"id": "r0/emb", "is": "Embed", "devices": "0-1", "next": ["r0/attn [sync]"]},
+                                   {"id": "r0/attn", "is": "Attention", "devices": "0-1"}]}]}}
+    out, notes = translate(doc)
+    assert _ids(out) == {"req", "r0/emb", "r0/attn"}
+    assert _edges(out) == {("req", "r0/emb", "data"), ("r0/emb", "r0/attn", "sync")}
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["r0/attn"]["phase"] == "prefill" and by["r0/attn"]["replica"] == 0
+    assert "replica" not in by["req"] and "fan_out" not in str(by["req"])
+    assert any("node objects found in request" in n for n in notes)
+
+
+def test_id_keyed_maps_under_phase_sections_share_ids() -> None:
+    doc = {"entry": {"REQ": {"op": "Request", "feeds": "prefill:embed"}},
+           "phases": {"prefill": {"embed": {"op": "Embed", "on": "0-1", "inputs": ["REQ"]},
+                                  "kv": {"op": "KVWrite", "on": "0-1", "inputs": [{"from": "embed", "as": "sync"}]}},
+                      "decode": {"embed": {"op": "Embed", "on": "0-1",
+                                           "inputs": [{"from": "prefill:kv", "as": "kv"}]}}}}
+    out, notes = translate(doc)
+    assert _ids(out) == {"REQ", "prefill:embed", "kv", "decode:embed"}  # only the shared id is qualified
+    assert _edges(out) == {("REQ", "prefill:embed", "data"), ("prefill:embed", "kv", "sync"),
+                           ("kv", "decode:embed", "kv")}
+    assert any("qualified by their section" in n for n in notes)
+
+
+def test_one_id_for_two_nodes_in_one_section_is_refused() -> None:
+    doc = {"note": "x", "g": [{"id": "a", "type": "Attention"}, {"id": "a", "type": "FFN"}]}
+    with pytest.raises(PdagInputError, match="names 2 different nodes"):
+        translate(doc)
+
+
+def test_torch_fx_list_with_args_kwargs_and_meta() -> None:
+    doc = {"graph": [
+        {"name": "%req", "op": "placeholder", "node_type": "RequestNode", "args": [], "device": []},
+        {"name": "%kv", "op": "call_module", "node_type": "KVCacheUpdateNode", "args": ["%req"],
+         "device": ["cuda:0"], "meta": {"phase": "prefill", "layer_idx": 0, "desc": "write"}},
+        {"name": "%attn", "op": "call_module", "node_type": "AttentionNode", "args": ["%req"],
+         "kwargs": {"past_key_values": ["%kv"]}, "device": ["cuda:0"], "meta": {"phase": "decode"}}]}
+    out, _ = translate(doc)
+    assert _edges(out) == {("%req", "%kv", "data"), ("%req", "%attn", "data"), ("%kv", "%attn", "kv")}
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["%kv"]["type"] == "KVCacheUpdateNode" and by["%kv"]["layer"] == 0 and by["%kv"]["phase"] == "prefill"
+    assert by["%attn"]["phase"] == "decode" and by["%kv"]["meta"]["desc"] == "write"
+
+
+def test_stage_containers_and_a_flow_of_typed_arrows() -> None:
+    doc = {"glue": [{"id": "req", "op": "request"}],
+           "phases": {"prefill": {"stages": [{"stage": 1, "ops": [{"id": "a", "op": "attention", "on": "hA:cuda:0"},
+                                                                   {"id": "b", "op": "ffn", "on": "hB:cuda:0"}]}]}},
+           "flow": ["req --data--> a", "a --sync--> b"]}
+    out, notes = translate(doc)
+    assert _edges(out) == {("req", "a", "data"), ("a", "b", "sync")}
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["a"]["stage"] == 1 and by["a"]["phase"] == "prefill"
+    assert by["a"]["devices"] == [0] and by["b"]["devices"] == [8]  # machines named in ids, in order
+    assert any("'flow' as the edge list" in n for n in notes)
+    assert any("machines named in the GPU ids" in n for n in notes)
+
+
+def test_an_edge_list_naming_other_things_is_not_read_as_edges() -> None:
+    doc = {"g": [{"id": "a", "type": "Attention"}, {"id": "b", "type": "FFN"}],
+           "pairs": [["x", "y"], ["y", "z"]]}
+    out, _ = translate(doc)
+    assert out.get("edges", []) == []
+
+
+def test_documented_nodes_win_and_nothing_else_is_searched() -> None:
+    doc = {"nodes": [{"id": "a", "type": "AttentionNode", "devices": [0]}], "edges": [],
+           "elsewhere": [{"id": "b", "type": "FFN"}, {"id": "c", "type": "FFN"}]}
+    out, _ = translate(doc)
+    assert _ids(out) == {"a"}
+
+
+def test_a_document_without_node_objects_is_still_not_a_dag() -> None:
+    with pytest.raises(PdagInputError, match="dag.nodes"):
+        validate_dag(dag={"model": {"id": "llama", "shape": {"layers": 2}}, "request": {"prompt": 3}})
+
+
+def test_table_rows_under_node_rows() -> None:
+    doc = {"node_columns": ["id", "type", "ranks"], "node_rows": [["a", "AttentionNode", "r0-r1"], ["b", "FFN", "-"]],
+           "edge_columns": ["from", "to"], "edge_rows": [["a", "b"]]}
+    out, _ = translate(doc)
+    assert {n["id"]: n.get("devices") for n in out["nodes"]}["a"] == [0, 1]
+    assert _edges(out) == {("a", "b", "data")}
+
+
+# -- random inputs never crash
+
+_NAME = st.text(alphabet="abcxyz019_ /:-\"\\", min_size=0, max_size=6)
+_TOKEN = st.sampled_from(["digraph", "graph", "subgraph", "node", "edge", "strict", "{", "}", "[", "]", "=", ";",
+                          ",", "->", "--", ":", "<", ">", '"', "/*", "*/", "//", "#", "\n", "a", "b", "type",
+                          "Attention", "0-3"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(_TOKEN, _NAME), max_size=40))
+def test_random_dot_text_reads_or_is_refused(tokens: list[str]) -> None:
+    text = "digraph { " + " ".join(tokens) + " }"
+    with contextlib.suppress(PdagInputError):
+        parse_dot(text)
+    with contextlib.suppress(PdagInputError):
+        validate_dag(dag={"dot": text})
+
+
+_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-3, 20), _NAME,
+                    st.sampled_from(["Attention", "FFN", "AllReduce", "Request", "prefill", "decode", "a [sync]",
+                                     "a -> b", "x --kv--> y", "0-3", "cuda:1", "hA:cuda:0"]))
+_KEYS = st.sampled_from(["id", "name", "type", "op", "is", "next", "inputs", "args", "on", "devices", "prefill",
+                         "decode", "stage", "replica", "meta", "flow", "graph", "from", "to", "as", "dot", "x"])
+_DOC = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                     st.dictionaries(_KEYS, inner, max_size=5)), max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_KEYS, _DOC, max_size=5))
+def test_random_graph_shaped_documents_read_or_are_refused(doc: dict[str, Any]) -> None:
+    with contextlib.suppress(PdagInputError):
+        validate_dag(dag=doc)
