@@ -14,6 +14,7 @@ from tools.memory import memory_report
 from tools.plan import parse_plan
 from tools.quantization import (
     FORMATS,
+    attention_unquantized,
     expert_gemm_dtype,
     format_info,
     format_of_config,
@@ -154,6 +155,28 @@ def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_and_attention_stays_16_
     decode = {**on_b200, "workload": {"input_len": 1024, "output_len": 256, "batch_size": 8}}
     assert estimate_performance(plan=decode).decode_latency_ms_per_token < \
         estimate_performance(plan={**decode, "weights": "bf16"}).decode_latency_ms_per_token  # 4-bit bytes
+
+
+def test_meta_fp8_405b_keeps_attention_in_bf16():
+    """Meta's FP8 Llama 3.1 405B quantizes its FFN layers only (Llama 3 paper, section 6.2): its attention weights
+    cost two bytes per parameter in memory and in every decode step, and run in 16-bit math; other FP8 checkpoints
+    of the same model (AMD's, Neural Magic's) quantize attention too."""
+    base = {**_plan("llama-3.1-405b", "h100-sxm", 8), "dtype": "fp8"}
+    meta = {**base, "checkpoint": "meta-llama/Llama-3.1-405B-Instruct-FP8"}
+    amd = {**base, "checkpoint": "amd/Llama-3.1-405B-Instruct-FP8-KV"}
+    assert attention_unquantized(parse_plan(meta)) and not attention_unquantized(parse_plan(amd))
+    assert weight_bytes(parse_plan(meta), "attention") == 2 and weight_bytes(parse_plan(meta), "dense") == 1
+    spec = parse_plan(meta).spec
+    h, d = spec.hidden_size, spec.head_dim
+    attn_params = spec.num_layers * h * d * (2 * spec.num_heads + 2 * spec.num_kv_heads)
+    extra = memory_report(parse_plan(meta)).per_gpu[0].weights_bytes - \
+        memory_report(parse_plan(amd)).per_gpu[0].weights_bytes
+    assert extra == pytest.approx(attn_params / 8, rel=1e-6)  # one more byte per attention weight, TP 8
+    step = {**base, "workload": {"input_len": 128, "output_len": 128, "batch_size": 1}}
+    t_meta = estimate_performance(plan={**step, "checkpoint": meta["checkpoint"]}).decode_latency_ms_per_token
+    t_amd = estimate_performance(plan={**step, "checkpoint": amd["checkpoint"]}).decode_latency_ms_per_token
+    assert 1.08 < t_meta / t_amd < 1.25  # batch-1 decode streams the weights: 18 % more bytes, plus fixed costs
+    assert not attention_unquantized(parse_plan(_plan("llama-3.1-70b", "h100-sxm")))  # 16-bit: nothing quantized
 
 
 def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_format():

@@ -194,7 +194,8 @@ def _kv_elems_local(plan: Plan, pl: PhaseLayout) -> float:
 def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str, float]) -> list[_Terms]:
     """One entry per GPU of replica 0 of ``pool``, which runs ``phases`` (both in aggregated serving)."""
     spec = plan.spec
-    wb = weight_bytes(plan, "dense")  # storage of attention and dense FFN weights (tools/quantization.py)
+    wb = weight_bytes(plan, "dense")  # storage of dense FFN weights (tools/quantization.py)
+    wba = weight_bytes(plan, "attention")  # attention projections: 16-bit where the checkpoint leaves them so
     xb = weight_bytes(plan, "expert")
     hb = max(DTYPE_BYTES[plan.dtype], 2.0)  # embedding, LM head, norms, router
     kvb = DTYPE_BYTES[plan.effective_kv_dtype]
@@ -244,7 +245,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             attn_gpu = j < attn_width
             if attn_gpu:
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
-                weights += len(layers) * ((rep_attn + shard_attn / shards) * wb + spec.layer_norm_params() * hb)
+                weights += len(layers) * ((rep_attn + shard_attn / shards) * wba + spec.layer_norm_params() * hb)
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks

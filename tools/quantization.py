@@ -84,13 +84,38 @@ def experts_only(plan: Plan) -> bool:
     return any("attn" in m for m in spec.unquantized_modules)
 
 
-def weight_bytes(plan: Plan, component: Literal["dense", "expert"]) -> float:
-    """Bytes per parameter of the linear weights of ``component`` (dense: attention, dense and shared FFN)."""
+def attention_unquantized(plan: Plan) -> bool:
+    """The served checkpoint keeps its attention projections in 16 bits although its other linear weights are
+    quantized: experts-only checkpoints (gpt-oss), a config whose modules_to_not_convert names the attention, or a
+    checkpoint family published that way (``attention_unquantized`` in quantization.json: Meta's FP8 Llama 3.1
+    405B quantizes its feed-forward layers only)."""
+    fmt = storage(plan)
+    if fmt in ("bf16", "fp16"):
+        return False
+    if experts_only(plan):
+        return True
+    spec = plan.spec
+    repo = (plan.checkpoint or spec.hf_repo or "").lower()
+    family = (_data().get("attention_unquantized") or {}).get("repo_prefixes") or ()
+    if any(repo.startswith(p) for p in family):
+        return True
+    return spec.checkpoint_format == fmt and any("attn" in m for m in spec.unquantized_modules)
+
+
+def _sixteen(plan: Plan) -> float:
+    return DTYPE_BYTES[plan.dtype] if plan.dtype in ("bf16", "fp16") else DTYPE_BYTES["bf16"]
+
+
+def weight_bytes(plan: Plan, component: Literal["attention", "dense", "expert"]) -> float:
+    """Bytes per parameter of the linear weights of ``component`` (attention projections; dense and shared FFN;
+    routed experts)."""
+    if component == "attention" and attention_unquantized(plan):
+        return _sixteen(plan)
     fmt = storage(plan)
     if weights_of(plan) is None:
         return DTYPE_BYTES[fmt]
     if component == "dense" and experts_only(plan):
-        return DTYPE_BYTES["bf16"] if plan.dtype not in ("bf16", "fp16") else DTYPE_BYTES[plan.dtype]
+        return _sixteen(plan)
     return float(format_info(fmt)["bytes_per_param"])
 
 

@@ -48,7 +48,15 @@ from tools.estimate.efficiency import attention_length_scale, attention_tiling
 from tools.hardware import DTYPE_BYTES, Link
 from tools.layout import Layout
 from tools.plan import Plan
-from tools.quantization import expert_gemm_dtype, format_info, gemm_dtype, native, storage, weight_bytes
+from tools.quantization import (
+    attention_unquantized,
+    expert_gemm_dtype,
+    format_info,
+    gemm_dtype,
+    native,
+    storage,
+    weight_bytes,
+)
 
 T = NodeType
 
@@ -129,6 +137,7 @@ class Kernel:
     memory_efficiency: float = 0.0  # the kernel's own published share of HBM bandwidth (0: the catalog's)
     floor_s: float = 0.0  # the kernel's published minimum time on this GPU at this size (0: none)
     speed_scale: float = 1.0  # below the kernel family's usual speed: narrow expert slices, an engine's MLA prefill
+    sixteen: bool = False  # a 16-bit GEMM in a plan whose other GEMMs run in fp8/int8 (unquantized attention)
 
 
 def expert_load(tokens: float, k: int, num_experts: int, held: int, ranks: int) -> tuple[float, float, float, float]:
@@ -160,11 +169,14 @@ class CostModel:
         plan, acc = self.plan, self.plan.accelerator
         self.spec = plan.spec
         self.wb = weight_bytes(plan, "dense")  # storage, not compute (tools/quantization.py)
+        self.wba = weight_bytes(plan, "attention")  # 16-bit where the checkpoint leaves attention unquantized
         self.xb = weight_bytes(plan, "expert")
         self.hb = max(DTYPE_BYTES[plan.dtype], 2.0)
         self.kvb = DTYPE_BYTES[plan.effective_kv_dtype]
         self.ab = self.eff["activation_bytes"]
         self.gemm_dtype = self.gemm_compute_dtype()
+        # attention projections kept in 16 bits by a checkpoint whose other GEMMs run in fp8/int8 (Meta's FP8 405B)
+        self.attn16 = attention_unquantized(plan) and self.gemm_dtype not in ("bf16", "fp16")
         e = self.eff
         fmt = storage(plan)
         # 4-bit weights on FP4 tensor cores (their GEMMs priced at the stand-in peak), not upcast to 16-bit
@@ -246,6 +258,8 @@ class CostModel:
                 # grouped expert GEMMs use the low-precision tensor cores only where the engine has such kernels
                 low = e["experts_low_precision_math"] >= 0.5
                 peak = (self.peak_expert if low else self.peak_attn) * self.expert_compute_eff * k.speed_scale
+            elif k.sixteen:
+                peak = self.peak_attn * e["compute_efficiency_gemm"] * k.speed_scale
             else:
                 peak = self.peak_gemm * self.eff_gemm * k.speed_scale
             if k.memory_efficiency:  # a kernel with its own published streaming rate
@@ -398,9 +412,19 @@ class CostModel:
             return float(spec.kv_elements_per_token_per_layer(0))
         return 2.0 * (attrs.get("kv_heads") or spec.num_kv_heads) * spec.head_dim
 
+    def _sixteen_bit(self, kernels: list[Kernel]) -> list[Kernel]:
+        """The attention node's projection GEMMs in 16-bit math where the checkpoint keeps them unquantized (no
+        block-scaled or weight-only path: their weights are plain bf16)."""
+        if not self.attn16:
+            return kernels
+        for k in kernels:
+            if not k.attention:
+                k.sixteen, k.block_gemms = True, 0
+        return kernels
+
     def attention(self, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any],
                   sliding: bool) -> NodeCost:
-        spec, ab, wb = self.spec, self.ab, self.wb
+        spec, ab, wb = self.spec, self.ab, self.wba
         h = spec.hidden_size
         sp = max(1, int(meta.get("seq_shards", 1) or 1))
         hq = attrs.get("heads") or spec.num_heads
@@ -437,7 +461,7 @@ class CostModel:
                                       small=True))
             kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1,
                                   speed_scale=self.gemm_speed(h, hq * vd)))
-            return self.run(phase, kernels)
+            return self.run(phase, self._sixteen_bit(kernels))
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
         qkv_w = h * (hq + 2 * hkv) * d
@@ -454,7 +478,7 @@ class CostModel:
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
         kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1,
                               speed_scale=self.gemm_speed(h, hq * d)))
-        return self.run(phase, kernels)
+        return self.run(phase, self._sixteen_bit(kernels))
 
     def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
         spec = self.spec
