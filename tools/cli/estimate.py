@@ -51,8 +51,9 @@ def accuracy_args(p: argparse.ArgumentParser) -> None:
                         "evals/measurements/)")
     p.add_argument("--efficiency", help="efficiency overlay JSON to score instead of the catalog factors")
     p.add_argument("--no-loo", action="store_true", help="skip the leave-one-group-out fitted score (faster)")
-    p.add_argument("--pooled-fit", action="store_true",
-                   help="fit the held-out scales per GPU over every engine's points, instead of per GPU and engine")
+    p.add_argument("--fit-key", choices=("generation", "engine", "gpu"), default="generation",
+                   help="what the held-out scales are fitted per: GPU, engine and engine generation (default), GPU "
+                        "and engine, or GPU over every engine's points")
     p.add_argument("--rows", default="20", type=_rows,
                    help="how many points to list, largest errors first, or 'all' for every point (default 20)")
     p.add_argument("--json", action="store_true")
@@ -77,7 +78,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     from tools.estimate.accuracy import accuracy_report, load_measurements
 
     report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
-                             leave_one_out=not args.no_loo, pooled_fit=args.pooled_fit)
+                             leave_one_out=not args.no_loo, fit_key=args.fit_key)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(rows=args.rows))
     if args.write_track_record:
         from tools.estimate.track_record import write_track_record

@@ -46,7 +46,9 @@ profile (``gpu_and_engine``): fixed overheads and collective floors belong to th
 so does the fraction of peak its kernels reach on a GPU (the profiles carry per-GPU attention and expert
 efficiencies), so a scale fitted on one engine's points would carry its quirks to another's: the 2023-2024
 TensorRT-LLM C++ runs on H200 are 10-20 % slower than the catalog, the 2025 vLLM/SGLang/TensorRT-LLM runs are not
-(``--pooled-fit`` reproduces the per-GPU fit over all engines).  ``calibrate`` (one user's own measurements,
+(``--fit-key gpu`` reproduces the per-GPU fit over all engines).  Points that state an ``engine_generation``
+(vLLM's V0 engine, before 0.8) are fitted apart from the current generation's (``gpu_engine_generation``, the
+default key; ``--fit-key engine`` pools them).  ``calibrate`` (one user's own measurements,
 one engine) fits all four where its points measure them (below).
 
 Two guards keep a fit from resting on one publication: every publication weighs the same in the loss (each of its
@@ -220,7 +222,7 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
         "workload": {"input_len": pt["input_len"], "output_len": pt["output_len"], "batch_size": pt["batch_size"]},
         "dtype": pt.get("dtype", "bf16"),
     }
-    for key in ("kv_dtype", "weights"):
+    for key in ("kv_dtype", "weights", "checkpoint"):
         if pt.get(key):
             plan[key] = pt[key]
     plan["engine"] = point_engine(pt)
@@ -472,8 +474,25 @@ def gpu_and_engine(pt: dict[str, Any]) -> str:
     return f"{pt['gpu']}/{point_engine(pt)}"
 
 
+def gpu_engine_generation(pt: dict[str, Any]) -> str:
+    """``gpu_and_engine``, split once more where a point states its engine's generation (``engine_generation``,
+    e.g. ``v0`` for vLLM before its V1 engine became the default in 0.8): an engine rewritten a year later runs
+    other kernels and another scheduler on the same GPU, so a scale fitted on one generation's runs is not carried
+    to the other's.  The profiles describe the current generation; an older one's points are scored against them
+    and fitted among themselves."""
+    gen = pt.get("engine_generation")
+    return gpu_and_engine(pt) + (f"/{gen}" if gen else "")
+
+
 def gpu_only(pt: dict[str, Any]) -> str:
     return str(pt["gpu"])
+
+
+FIT_KEYS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
+    "gpu": (gpu_only, "GPU, over every engine's points"),
+    "engine": (gpu_and_engine, "GPU and engine"),
+    "generation": (gpu_engine_generation, "GPU, engine and engine generation"),
+}
 
 
 def fit_scales(points: list[dict[str, Any]], rounds: int = 3, min_sources: int = 1,
@@ -510,7 +529,7 @@ def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, d
 
 
 def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: set[int],
-              key: Callable[[dict[str, Any]], str] = gpu_and_engine) -> dict[int, float]:
+              key: Callable[[dict[str, Any]], str] = gpu_engine_generation) -> dict[int, float]:
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``'s static-batch
     points: a serving figure also holds the engine's scheduling and front-end time, which says nothing about the
     GPU's compute or memory speed."""
@@ -597,7 +616,7 @@ class AccuracyReport:
     spearman: dict[str, float] = field(default_factory=dict)
     loo_note: str = ""
     choices: list[Choice] = field(default_factory=list)
-    fit: str = "GPU and engine"  # what a held-out fit pools points under
+    fit: str = "GPU, engine and engine generation"  # what a held-out fit pools points under
 
     def stats(self, attr: str = "predicted") -> tuple[float, float]:
         errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
@@ -704,9 +723,12 @@ def _mean(xs: list[float]) -> float:
 
 
 def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, Any] | None = None,
-                    leave_one_out: bool = True, pooled_fit: bool = False) -> AccuracyReport:
+                    leave_one_out: bool = True, fit_key: str = "generation") -> AccuracyReport:
     """Scores of the catalog (or ``efficiency``) and, with ``leave_one_out``, held-out scores whose scales are
-    fitted per GPU and engine (``pooled_fit``: per GPU over every engine's points, the older and looser fit)."""
+    fitted per ``fit_key`` (``FIT_KEYS``: per GPU, engine and engine generation by default; ``engine`` and ``gpu``
+    are the older, looser fits)."""
+    if fit_key not in FIT_KEYS:
+        raise PdagInputError("fit_key", f"unknown fit key {fit_key!r}", ", ".join(FIT_KEYS))
     rows = []
     gpus = [point_gpus(pt) for pt in points]
     for pt, n in zip(points, gpus, strict=True):
@@ -723,15 +745,14 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
         if len(rs) >= 3:
             report.spearman[key] = spearman([r.predicted for r in rs], [r.measured for r in rs])
     if leave_one_out:
-        key = gpu_only if pooled_fit else gpu_and_engine
+        key, report.fit = FIT_KEYS[fit_key]
         groups = sorted({_group(pt) for pt in points})
         for g in groups:
             test = {i for i, pt in enumerate(points) if _group(pt) == g}
             for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key).items():
                 rows[i].loo = v
-        report.fit = "GPU, over every engine's points" if pooled_fit else "GPU and engine"
         report.loo_note = (f"{len(groups)} model@GPU groups; each held out in turn, efficiency scales fitted per "
-                           f"{report.fit} on the remaining groups (a GPU and engine seen in fewer than two other "
+                           f"{report.fit} on the remaining groups (a key seen in fewer than two other "
                            "publications keeps catalog factors)")
         for src in sorted({r.source for r in rows}):
             test = {i for i, r in enumerate(rows) if r.source == src}
