@@ -154,12 +154,18 @@ def _roots3(name: str) -> tuple[bool, set[str]]:
 # a Graphviz DOT string, section-qualified ids, successor/predecessor fields with edge kinds, typed arrow lists,
 # node_rows tables, machines named inside GPU ids): 15 of the 16 documents read as graphs (dag02's positional rows
 # with a prose legend do not), 2 of the 8 valid drafts pass (dag07, dag09), and three mistakes read now are named
-# by their rule.  Still refused: dag03 and dag15 spell the sampler 'Sample' (read as a LinearNode named by its id
-# elsewhere, so not aliased), dag03's prefill cache is written from the SP all-gather, dag11 sends the first token
-# back through a SendRecv node drawn between the phases.
+# by their rule.  Then a sampler read as the sampler it is, however the vocabulary spells it (roles 'sampler':
+# 'Sample', 'token sampler', ... as an LMHeadNode with that role, or a LinearNode so named): drawn after the LM head
+# or the gather of its logits it is the end of the head's output, never a second head (round 3's draft 02 names a
+# LinearNode 'decode.sample' after the logits gather); and the first token sent back to the first pipeline stage
+# through a SendRecv node drawn between the phases, fed only by the prefill's logits and feeding only the start of
+# the decode chain, is the start signal (a transfer fed by a layer's output is still judged as drawn).  dag15 and
+# dag11 pass: 4 of 8 valid drafts.  Still refused: dag03, whose prefill cache is written from the SP all-gather
+# (MEM-KV-ESTIMATED, its only root once 'Sample' is read).
 DATA4 = Path(__file__).parent / "data" / "blind_dags4"
 INDEX4 = {e["file"]: e for e in json.loads((DATA4 / "index.json").read_text())}
-ACCEPTED4 = ("dag07_llama-3.1-8b_l40s.json", "dag09_deepseek-v3_h200.json")
+ACCEPTED4 = ("dag07_llama-3.1-8b_l40s.json", "dag09_deepseek-v3_h200.json", "dag11_llama-3.1-405b_h100.json",
+             "dag15_gpt-oss-120b_b200.json")
 CAUGHT4 = {"dag04_qwen3-30b-a3b_h100.json": "EP-DISPATCH-COMBINE-ALLTOALL",
            "dag06_mixtral-8x22b_h200.json": "GPU-FROM-DEVICES",
            "dag10_qwen2.5-72b_a100.json": "DP-NO-LAYER-SPLIT"}
@@ -220,3 +226,19 @@ def test_round_four_dot_and_nested_tree_readings_are_noted() -> None:
     assert any("Graphviz DOT text in 'dot'" in n for n in dot.notes)
     tree = validate_dag(dag=json.loads((DATA4 / "dag15_gpt-oss-120b_b200.json").read_text()))
     assert any("node objects found in request" in n for n in tree.notes)
+
+
+def test_round_four_samplers_and_the_token_sent_back_are_read() -> None:
+    """dag15 spells its sampler 'Sample' (four of them, after each LM head); dag11 sends the first token from the
+    last stage back to the first through 'tok_xfer', a SendRecv drawn between the phases."""
+    tree = validate_dag(dag=json.loads((DATA4 / "dag15_gpt-oss-120b_b200.json").read_text()))
+    assert tree.valid and tree.gpus_used == 8
+    assert any("a sampler drawn after the LM head (or the gather of its logits) as the end of the head's output (x4)"
+               in n for n in tree.notes)
+    stages = validate_dag(dag=json.loads((DATA4 / "dag11_llama-3.1-405b_h100.json").read_text()))
+    assert stages.valid and stages.gpus_used == 16
+    assert any("a transfer of the first token drawn between the phases as the start signal (sync)" in n
+               for n in stages.notes)
+    sp = validate_dag(dag=json.loads((DATA4 / "dag03_llama-3.1-70b_h200.json").read_text()))
+    roots = {v.rule_id for v in sp.violations if v.severity == "error" and v.caused_by is None}
+    assert not sp.valid and roots == {"MEM-KV-ESTIMATED"}, roots

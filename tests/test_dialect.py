@@ -342,3 +342,134 @@ def test_successors_grouped_by_kind_and_nodes_as_table_rows() -> None:
     assert _verdict(table) == _verdict(dag)
     table["node_columns"] = columns[:-1]  # rows that do not fit the header stay unread
     assert not _verdict(table)[0]
+
+
+@pytest.mark.parametrize(("spelling", "sampler"), [
+    ("Sample", True), ("sampler", True), ("Sampling", True), ("token sampler", True), ("decode.sample", True),
+    ("rep0_dec_sample", True), ("Sampler(greedy)", True), ("argmax", True), ("next_token", True),
+    ("lm_head + sampling", False), ("final norm + lm_head + sample (replicated)", False), ("LMHead", False),
+    ("logits", False), ("all_gather", False),
+])
+def test_sampler_spellings(spelling: str, sampler: bool) -> None:
+    from tools.vocabulary import names_sampler
+
+    assert names_sampler(spelling) is sampler
+    if sampler:
+        assert node_type(spelling) == "LMHeadNode"  # read at the LM head's end, never as a type of its own
+
+
+def _logits_ends(dag: dict[str, Any]) -> list[str]:
+    """Where each LM head's logits leave it: the head, or the collective gathering its vocabulary slices."""
+    types = {n["id"]: n["type"] for n in dag["nodes"]}
+    ends = []
+    for h in [n["id"] for n in dag["nodes"] if n["type"] == "LMHeadNode" or n.get("role") == "lm_head"]:
+        gathers = [e["target"] for e in dag["edges"] if e["source"] == h and types[e["target"]] == "AllGatherNode"]
+        ends.append(gathers[0] if gathers else h)
+    return ends
+
+
+def _with_samplers(dag: dict[str, Any], spelling: str) -> dict[str, Any]:
+    """``dag`` with a sampler node drawn after each LM head's logits, taking over their consumers (the prefill's
+    start signal to decode; none in decode, where the sampler ends the step)."""
+    d = copy.deepcopy(dag)
+    by_id = {n["id"]: n for n in d["nodes"]}
+    for end in _logits_ends(d):
+        sid = f"{end}.sampling_node"
+        d["nodes"].append({"id": sid, "type": spelling, "devices": list(by_id[end]["devices"]),
+                           **{k: by_id[end][k] for k in ("phase", "replica", "stage") if k in by_id[end]}})
+        for e in d["edges"]:
+            if e["source"] == end:
+                e["source"] = sid
+        d["edges"].append({"source": end, "target": sid, "type": "data"})
+    return d
+
+
+@pytest.mark.parametrize("spelling", ["Sample", "sampler", "token_sampler", "SamplingNode", "argmax"])
+@pytest.mark.parametrize("which", range(2))
+def test_a_sampler_after_the_lm_head_is_the_end_of_the_heads_output(spelling: str, which: int) -> None:
+    """However the vocabulary spells it, a sampler drawn after the LM head (P_PP3) or after the gather of a
+    vocabulary-parallel head's logits (P_PP) is read as the end of that head: no second LM head, no unknown type,
+    the prefill's first token still reaching decode."""
+    from tests.fixtures.generate import P_PP3
+
+    dag = dag_of([P_PP3, P_PP][which])
+    drafted = _with_samplers(dag, spelling)
+    assert _verdict(drafted) == _verdict(dag) == (True, [])
+    r = validate_dag(dag=copy.deepcopy(drafted))
+    assert any("a sampler drawn after the LM head (or the gather of its logits)" in n for n in r.notes)
+
+
+def test_a_sampler_with_no_lm_head_before_it_stands_for_the_head() -> None:
+    """A draft that ends each branch in a sampler and draws no LM head: the sampler computes the logits it samples
+    from, so it is the head (one per branch), as 'sampler' always read."""
+    from tests.fixtures.generate import P_PP3
+
+    dag = dag_of(P_PP3)
+    drafted = copy.deepcopy(dag)
+    for n in drafted["nodes"]:
+        if n["type"] == "LMHeadNode":
+            n["type"] = "Sample"
+    r = validate_dag(dag=drafted)
+    assert r.valid, [v.rule_id for v in r.violations if v.severity == "error"]
+    assert any("a sampler with no LM head drawn before it as the LM head" in n for n in r.notes)
+
+
+def test_a_linear_node_named_as_a_sampler_is_no_second_lm_head() -> None:
+    """The seeds draw the LM head as a LinearNode; a LinearNode named 'sample' after it (round 3's draft 02) is a
+    sampler, not a second head: two heads in a branch would be refused (PERF-CRITICAL-PATH's one head per branch)."""
+    drafted = _with_samplers(seed_style(dag_of(P_PP)), "linear")
+    for n in drafted["nodes"]:
+        if n["id"].endswith(".sampling_node"):
+            n["id"] = n["id"].removesuffix(".sampling_node") + ".sample"
+    for e in drafted["edges"]:
+        for f in ("source", "target"):
+            e[f] = e[f].replace(".sampling_node", ".sample")
+    assert _verdict(drafted) == (True, [])
+    twice = copy.deepcopy(drafted)  # the same draft with the sampler spelled as a second LM head is refused
+    for n in twice["nodes"]:
+        if n["id"].endswith(".sample"):
+            n["type"] = "LMHeadNode"
+    assert not _verdict(twice)[0]
+
+
+def _token_sent_back(through: str | None = None, phase: str | None = None) -> dict[str, Any]:
+    """A seed-style PP draft whose first token goes back to the first stage through a SendRecv node drawn between
+    the phases (no phase of its own, or in the section of ``phase``), fed by the prefill's logits gather (or by
+    ``through``) and feeding the decode embedding."""
+    d = seed_style(dag_of(P_PP))
+    types = {n["id"]: n for n in d["nodes"]}
+    gather = next(e for e in _logits_ends(d) if types[e].get("phase") == "prefill")
+    end = through or gather
+    embed = next(i for i, n in types.items() if n.get("role") == "embedding" and n.get("phase") == "decode")
+    d["edges"] = [e for e in d["edges"] if e["source"] != gather or types[e["target"]].get("phase") != "decode"]
+    d["nodes"].append({"id": "token_return", "type": "SendRecv", "devices": [0, 1, 2, 3],
+                       **({"phase": phase} if phase else {})})
+    d["edges"] += [{"source": end, "target": "token_return", "type": "pipeline"},
+                   {"source": "token_return", "target": embed, "type": "pipeline"}]
+    return d
+
+
+@pytest.mark.parametrize("phase", [None, "prefill", "decode"])
+def test_the_first_token_sent_back_between_the_phases_is_the_start_signal(phase: str | None) -> None:
+    drafted = _token_sent_back(phase=phase)
+    r = validate_dag(dag=copy.deepcopy(drafted))
+    assert r.valid, [v.rule_id for v in r.violations if v.severity == "error"]
+    assert any("a transfer of the first token drawn between the phases as the start signal (sync)" in n
+               for n in r.notes)
+
+
+def test_a_transfer_of_hidden_states_between_the_phases_is_still_refused() -> None:
+    """Only the token may cross: the same transfer fed by a prefill layer's output is judged as drawn."""
+    d = seed_style(dag_of(P_PP))
+    ffn = next(n["id"] for n in d["nodes"] if n["type"] == "AllReduceNode" and n.get("phase") == "prefill")
+    assert "PHASE-PREFILL-DECODE-SPLIT" in _verdict(_token_sent_back(through=ffn))[1]
+
+
+def test_the_token_sent_into_the_middle_of_decode_is_still_refused() -> None:
+    """The start signal reaches where decode starts; a token wired into a decode layer is judged as drawn."""
+    d = _token_sent_back()
+    attn = next(n["id"] for n in d["nodes"] if n["type"] == "AttentionNode" and n.get("phase") == "decode")
+    for e in d["edges"]:
+        if e["source"] == "token_return":
+            e["target"] = attn
+    assert "PHASE-PREFILL-DECODE-SPLIT" in _verdict(d)[1]

@@ -35,7 +35,7 @@ from tools.draft_gpus import (
     node_local,
 )
 from tools.plan import OPT_INS
-from tools.vocabulary import is_int, key, node_type, tables, words
+from tools.vocabulary import SAMPLER, is_int, key, names_sampler, node_type, tables, words
 
 _CONTROL = {t.value for t in CONTROL_TYPES}
 _LAYERLESS = _CONTROL - {NodeType.MOE.value, NodeType.ATTN_DP_GROUP.value}  # containers above the layers
@@ -237,11 +237,15 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
     if canon is None:
         return
     node["type"] = canon
-    notes.add(f"type '{raw}' as {canon}")
     k = key(re.sub(r"[(\[{].*?[)\]}]", "", raw))
-    role = tables()["roles"].get(k)
+    role = SAMPLER if canon == NodeType.LM_HEAD.value and names_sampler(raw) else tables()["roles"].get(k)
+    if role == SAMPLER and isinstance(node.get("role"), str) and not _ROLE.fullmatch(node["role"]):
+        node.setdefault("meta", {}).setdefault("role", node.pop("role"))  # a sentence about the sampling
     if role and "role" not in node:
         node["role"] = role
+    # a sampler is read as the LM head's end (tools/implicit.py), or as the head where none is drawn before it
+    notes.add(f"type '{raw}' as a sampler ({canon}, role '{SAMPLER}')" if node.get("role") == SAMPLER
+              else f"type '{raw}' as {canon}")
     phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
     if canon == NodeType.PHASE.value and phase and "phase" not in node:
         node["phase"] = phase

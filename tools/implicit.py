@@ -19,8 +19,12 @@ faithfully say some things differently from pdag's drawings; each reading below 
 - **one RequestNode per replica**: RequestNodes below the root RequestNode are DP replicas (ReplicaNode);
 - **a container's shortcut**: a request wired both to its first stage and to the embedding inside it reaches the
   embedding through the phase; the direct edge is dropped;
-- **embedding and LM head as LinearNodes**: a LinearNode whose role (or id) says embedding or LM head is one, and a
-  sampler drawn after the LM head is the head's end;
+- **embedding and LM head as LinearNodes**: a LinearNode whose role (or id) says embedding or LM head is one;
+- **samplers**: a node spelled as a sampler (``Sample``, ``token_sampler``: an LMHeadNode with role ``sampler``, or a
+  LinearNode so named) drawn after the LM head or the gather of its logits is the end of the head's output, never a
+  second head; one with no LM head before it stands for the head;
+- **the first token sent back**: a SendRecvNode fed only by the prefill's logits and feeding only the start of the
+  decode chain (the last pipeline stage returning the token to the first) is the start signal (``sync``);
 - **replicas by index**: operators marked only with a ``replica`` index under one RequestNode hang from one
   ReplicaNode per index;
 - **the cache written from the projection**: a prefill KV cache node fed by the QKV projection drawn apart from its
@@ -59,7 +63,7 @@ from typing import Any
 import networkx as nx
 
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.vocabulary import key, node_type
+from tools.vocabulary import SAMPLER, key, names_sampler, node_type
 
 T = NodeType
 _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}
@@ -87,6 +91,7 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     nodes, edges = _elided_layers(nodes, edges, by_id, done)
     _linear_roles(nodes, done)
     nodes, edges = _samplers(nodes, edges, by_id, done)
+    nodes, edges = _token_returns(nodes, edges, by_id, done)
     _nested_requests(nodes, edges, by_id, done)
     _collective_edges(edges, by_id, done)
     _cross_phase_edges(edges, by_id, done)
@@ -171,8 +176,55 @@ def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_
 
 def _samplers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
               done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A sampler drawn as a node of its own after the LM head (both read as LM heads: "sampler" is one of the
-    head's spellings) is the end of that head: one output per branch, its edges leaving from the head."""
+    """A sampler turns the LM head's logits into the next token: a node spelled as one (``Sample``, ``sampler``,
+    ``token_sampler``: the sampler role's spellings, read as an LMHeadNode with role ``sampler``, or a LinearNode
+    named so) drawn after the LM head, or after the collective that gathers the head's vocabulary slices, is the
+    end of that head's output: it is taken out and its edges leave from what fed it the logits (the token is what
+    the head's branch ends in, so a decode step may end at it and the next phase may wait for it).  Its other
+    inputs go with it.  A sampler with no LM head drawn before it stands for the head (it computes the logits it
+    samples from) and stays one; a LinearNode so named stays as drawn.  No sampler becomes a second head."""
+    samplers = {n["id"] for n in nodes if _is_sampler(n)}
+    if not samplers:
+        return nodes, edges
+    gone: set[str] = set()
+    changed = True
+    while changed:  # a sampler drawn after another one ends the same head
+        changed = False
+        preds: dict[str, list[str]] = {}
+        for e in edges:
+            preds.setdefault(e["target"], []).append(e["source"])
+        for sid in sorted(samplers - gone):
+            logits = [u for u in preds.get(sid, []) if _gives_logits(u, sid, by_id, preds, samplers - gone)]
+            if not logits:
+                continue
+            have = {(e["source"], e["target"]) for e in edges}
+            outs = [e for e in edges if e["source"] == sid]
+            edges = [e for e in edges if sid not in (e["source"], e["target"])]
+            for e in outs:
+                for u in logits:
+                    if (u, e["target"]) not in have and u != e["target"]:
+                        edges.append({**e, "source": u})
+                        have.add((u, e["target"]))
+            gone.add(sid)
+            changed = True
+            done["a sampler drawn after the LM head (or the gather of its logits) as the end of the head's output"] \
+                += 1
+    for sid in samplers - gone:
+        n = by_id[sid]
+        if n.get("role") == SAMPLER:
+            del n["role"]
+        if n.get("type") == T.LM_HEAD.value:
+            done["a sampler with no LM head drawn before it as the LM head"] += 1
+    for sid in gone:
+        by_id.pop(sid, None)
+    return _heads_in_two_steps([n for n in nodes if n["id"] not in gone], edges, by_id, done)
+
+
+def _heads_in_two_steps(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                        done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """An LM head drawn as the only consumer of another in the same phase (``lm_head`` then ``logits``, or two
+    samplers where no head is drawn) is that head's second step: one output per branch, its edges leaving from
+    the first."""
     head = T.LM_HEAD.value
     outs: dict[str, list[str]] = {}
     for e in edges:
@@ -182,24 +234,104 @@ def _samplers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: d
     merged = {v: u for v, u in merged.items() if u not in merged}
     if not merged:
         return nodes, edges
-    done["a sampler drawn after the LM head as the head's end"] += len(merged)
+    done["an LM head drawn after the LM head as its second step"] += len(merged)
     kept = [{**e, "source": merged.get(e["source"], e["source"])} for e in edges if e["target"] not in merged]
     for v in merged:
         by_id.pop(v, None)
     return [n for n in nodes if n["id"] not in merged], kept
 
 
+def _token_returns(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                   done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A transfer drawn between the phases that carries the first token: a SendRecvNode whose every input is what
+    the prefill's first token comes out of (its LM head, or the collective gathering the head's logits) and whose
+    every output starts the decode chain (under pipeline parallelism the last stage sends the token back to the first
+    one, where decode embeds it).  It is the path of the start signal, which is the only thing that crosses: the
+    node is taken out and its inputs signal its outputs (``sync``).  A transfer fed by anything else, hidden
+    states from a layer included, stays as drawn for PHASE-PREFILL-DECODE-SPLIT to judge."""
+    sends = {n["id"] for n in nodes if n.get("type") == _SEND_RECV}
+    fed = {e["target"] for e in edges if e["target"] in sends and by_id.get(e["source"], {}).get("phase") == "prefill"}
+    sends = {e["source"] for e in edges if e["source"] in fed and by_id.get(e["target"], {}).get("phase") == "decode"}
+    if not sends:  # pdag's own stage transfers stay inside one phase
+        return nodes, edges
+    preds: dict[str, list[str]] = {}
+    succs: dict[str, list[str]] = {}
+    for e in edges:
+        preds.setdefault(e["target"], []).append(e["source"])
+        succs.setdefault(e["source"], []).append(e["target"])
+
+    def token_out(u: str) -> bool:
+        a = by_id.get(u, {})
+        return a.get("phase") == "prefill" and (a.get("type") == T.LM_HEAD.value or (
+            a.get("type") in _COLLECTIVES and any(by_id.get(p, {}).get("type") == T.LM_HEAD.value
+                                                  for p in preds.get(u, []))))
+
+    def starts_decode(v: str, t: str) -> bool:  # a decode node nothing else of decode feeds but containers
+        return by_id.get(v, {}).get("phase") == "decode" and not any(
+            p != t and by_id.get(p, {}).get("phase") == "decode" and by_id[p].get("type") not in _CONTROL
+            for p in preds.get(v, []))
+
+    def carried(t: str) -> list[str]:  # what the transfer is fed (a container's edge to it carries nothing)
+        return [u for u in preds.get(t, []) if by_id.get(u, {}).get("type") not in _CONTROL]
+
+    gone = {t for t in sorted(sends) if carried(t) and succs.get(t) and all(token_out(u) for u in carried(t))
+            and all(starts_decode(v, t) for v in succs[t])}
+    if not gone:
+        return nodes, edges
+    kept = [e for e in edges if e["source"] not in gone and e["target"] not in gone]
+    have = {(e["source"], e["target"]) for e in kept}
+    for t in sorted(gone):
+        for u in carried(t):
+            for v in succs[t]:
+                if (u, v) not in have:
+                    kept.append({"source": u, "target": v, "type": "sync"})
+                    have.add((u, v))
+        by_id.pop(t, None)
+        done["a transfer of the first token drawn between the phases as the start signal (sync)"] += 1
+    return [n for n in nodes if n["id"] not in gone], kept
+
+
+def _is_sampler(n: dict[str, Any]) -> bool:
+    """A node read as a sampler (its type's spelling said so), or a LinearNode whose role or id names one."""
+    if n.get("type") == T.LM_HEAD.value:
+        return n.get("role") == SAMPLER
+    if n.get("type") != _LINEAR:
+        return False
+    named = _linear_name(n)
+    return named is not None and names_sampler(named)
+
+
+def _gives_logits(u: str, sid: str, by_id: dict[str, dict[str, Any]], preds: dict[str, list[str]],
+                  samplers: set[str]) -> bool:
+    """``u`` hands sampler ``sid`` the LM head's logits: the head itself (not a sampler read as one) in the same
+    phase, or a collective of that phase fed by the head (the gather of a vocabulary-parallel head's slices)."""
+    a = by_id.get(u, {})
+    if u in samplers or a.get("phase") != by_id[sid].get("phase"):
+        return False
+    if a.get("type") == T.LM_HEAD.value:
+        return True
+    return a.get("type") in _COLLECTIVES and any(
+        by_id.get(p, {}).get("type") == T.LM_HEAD.value and p not in samplers for p in preds.get(u, []))
+
+
+def _linear_name(n: dict[str, Any]) -> str | None:
+    """What names a LinearNode as an embedding or an LM head (or a sampler): its role, the last part of its id, or
+    its whole id ending in the type's name ("rep0_dec_lm_head"), the first that names one of them."""
+    names = [n.get("role"), re.split(r"[./:]", n["id"])[-1], n["id"]]
+    return next((w for w in names if isinstance(w, str) and node_type(w) in (T.EMBEDDING.value, T.LM_HEAD.value)),
+                None)
+
+
 def _linear_roles(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
     for n in nodes:
         if n.get("type") != _LINEAR:
             continue
-        # its role, the last part of its id, or its whole id ending in the type's name ("rep0_dec_lm_head")
-        names = [n.get("role"), re.split(r"[./:]", n["id"])[-1], n["id"]]
-        canon = next((c for w in names if isinstance(w, str)
-                      for c in [node_type(w)] if c in (T.EMBEDDING.value, T.LM_HEAD.value)), None)
-        if canon:
-            n["type"] = canon
-            done[f"LinearNode named {key(str(n.get('role') or n['id']))[:16]!r} as {canon}"] += 1
+        named = _linear_name(n)
+        if named is None or names_sampler(named):  # a sampler is no LM head (``_samplers`` reads it)
+            continue
+        canon = node_type(named)
+        n["type"] = canon
+        done[f"LinearNode named {key(str(n.get('role') or n['id']))[:16]!r} as {canon}"] += 1
 
 
 def _graph(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> nx.DiGraph:

@@ -16,6 +16,8 @@ _MIN_PREFIX = 4  # an alias this long or longer also matches a type spelled with
 
 _MIN_SUFFIX = 5  # and one this long a type spelled with a word before it
 
+SAMPLER = "sampler"  # the role of a node that turns the LM head's logits into the next token
+
 
 def key(text: str) -> str:
     """The comparison form of a spelling: lower case, letters and digits only."""
@@ -49,9 +51,12 @@ def tables() -> dict[str, dict[str, str]]:
     for t in NodeType:  # "AttentionNode" and "Attention" alike
         types[key(t.value)] = t.value
         types.setdefault(key(t.value.removesuffix("Node")), t.value)
+    roles = _aliases("roles")
+    for spelling in [k for k, r in roles.items() if r == SAMPLER]:  # a sampler is read at the LM head's end
+        types.setdefault(spelling, NodeType.LM_HEAD.value)
     return {"document": _aliases("document"), "node_fields": _aliases("node_fields"),
             "edge_fields": _aliases("edge_fields"), "edge_types": _aliases("edge_types"),
-            "phases": _aliases("phases"), "node_types": types, "roles": _aliases("roles")}
+            "phases": _aliases("phases"), "node_types": types, "roles": roles}
 
 
 def node_type(text: str) -> str | None:
@@ -59,16 +64,34 @@ def node_type(text: str) -> str | None:
     ``_MIN_PREFIX`` characters or more also matches a spelling it begins when a qualifier follows
     ("allreducetp", "attentionlayer3"), one of ``_MIN_SUFFIX`` or more a spelling it ends ("gqaattention"); the
     longest match wins."""
+    alias = _type_alias(text)
+    return tables()["node_types"][alias] if alias is not None else None
+
+
+def names_sampler(text: str) -> bool:
+    """Whether a spelling names a sampler (``Sample``, ``token_sampler``, ``decode_sample``): the alias it is read
+    by, matched as ``node_type`` matches, is one of the sampler role's spellings, and what comes before that alias
+    does not name the LM head (``lm_head + sampling`` is the head that samples)."""
+    alias = _type_alias(text)
+    if alias is None or tables()["roles"].get(alias) != SAMPLER:
+        return False
+    k = key(re.sub(r"[(\[{].*?[)\]}]", "", text))
+    rest = k[:k.rfind(alias)] if k.endswith(alias) else ""
+    return not rest or node_type(rest) != NodeType.LM_HEAD.value
+
+
+def _type_alias(text: str) -> str | None:
+    """The alias (key form) a node type spelling is read by: itself, or the longest alias it begins or ends."""
     types = tables()["node_types"]
     k = key(re.sub(r"[(\[{].*?[)\]}]", "", text))
     if k.endswith("node") and k[:-4] in types:
         k = k[:-4]
     if k in types:
-        return types[k]
+        return k
     starts = [a for a in types if len(a) >= _MIN_PREFIX and k.startswith(a) and _qualifier().fullmatch(k[len(a):])]
     ends = [a for a in types if len(a) >= _MIN_SUFFIX and k.endswith(a)]  # "gqaattention", "postattnlayernorm"
     found = starts + ends
-    return types[max(found, key=lambda a: (len(a), a))] if found else None
+    return max(found, key=lambda a: (len(a), a)) if found else None
 
 
 @cache
