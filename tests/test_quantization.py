@@ -177,6 +177,9 @@ def test_meta_fp8_405b_keeps_attention_in_bf16():
     t_amd = estimate_performance(plan={**step, "checkpoint": amd["checkpoint"]}).decode_latency_ms_per_token
     assert 1.08 < t_meta / t_amd < 1.25  # batch-1 decode streams the weights: 18 % more bytes, plus fixed costs
     assert not attention_unquantized(parse_plan(_plan("llama-3.1-70b", "h100-sxm")))  # 16-bit: nothing quantized
+    said = estimate_performance(plan={**step, "checkpoint": meta["checkpoint"]}).assumptions
+    assert any("keeps attention in 16-bit" in n for n in said)
+    assert not any("keeps attention" in n for n in estimate_performance(plan={**step, **amd}).assumptions)
 
 
 def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_format():

@@ -46,7 +46,7 @@ from tools.estimate.track_record import TrackRecord, track_record, track_record_
 from tools.layout import Layout
 from tools.memory import MemoryReport, memory_report, unfit_hint
 from tools.plan import Plan, parse_plan, validation_error_to_input_error
-from tools.quantization import expert_gemm_dtype, experts_only, storage
+from tools.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
 
 __all__ = ["Estimate", "PhasePath", "estimate_performance", "replica_graph"]
 
@@ -873,7 +873,7 @@ def node_costs(plan: Plan | dict[str, Any], batch: int | None = None) -> dict[st
 def _weights_note(plan: Plan, gemm_dtype: str) -> str | None:
     """How the stored weight format computes: on its own tensor cores, or de-quantised into 16-bit math."""
     fmt = storage(plan)
-    if fmt in ("bf16", "fp16") or fmt == plan.dtype == gemm_dtype:
+    if fmt in ("bf16", "fp16") or (fmt == plan.dtype == gemm_dtype and not attention_unquantized(plan)):
         return None
 
     def how(dt: str) -> str:
@@ -883,5 +883,7 @@ def _weights_note(plan: Plan, gemm_dtype: str) -> str | None:
 
     if experts_only(plan):
         return f"{fmt} experts: GEMMs {how(expert_gemm_dtype(plan))}; the other layers in {gemm_dtype}"
+    if attention_unquantized(plan):
+        return f"{fmt} weights: GEMMs {how(gemm_dtype)}; the checkpoint keeps attention in 16-bit (2 bytes per weight)"
     return f"{fmt} weights: GEMMs {how(gemm_dtype)}"
 
