@@ -63,7 +63,7 @@ from typing import Any
 import networkx as nx
 
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.vocabulary import SAMPLER, key, names_sampler, node_type
+from tools.vocabulary import SAMPLER, key, names_sampler, node_type, words
 
 T = NodeType
 _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}
@@ -132,6 +132,26 @@ def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
     return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or search(n["id"])
 
 
+def _is_placeholder(n: dict[str, Any]) -> bool:
+    """A node whose type is no pdag type and says it stands for what is left out (``RepeatNode``,
+    ``ElidedLayers``, ``OmittedBlocks``: the vocabulary's placeholder words)."""
+    t = n.get("type")
+    return isinstance(t, str) and t not in T.__members__.values() and \
+        any(w in key(t) for w in words("placeholder_type_words"))
+
+
+def _later_steps(h: dict[str, Any], g: nx.DiGraph, by_id: dict[str, dict[str, Any]],
+                 edges: list[dict[str, Any]]) -> bool:
+    """A placeholder whose type names decode steps (``ElidedDecodeSteps``), in the decode phase, drawn at the end
+    of the chain (nothing waits for it but through kv edges): the later steps repeat the drawn one, which a
+    decode phase already stands for."""
+    t = key(h["type"])
+    if "layer" in t or not any(w in t for w in words("later_step_words")):
+        return False
+    phases = {h.get("phase")} | {by_id[p].get("phase") for p in g.predecessors(h["id"]) if p in by_id}
+    return "decode" in phases and not any(e["source"] == h["id"] and e.get("type", "data") != "kv" for e in edges)
+
+
 def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
                    done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A placeholder node whose type says "repeat" (``RepeatNode``, ``LayerRepeat``, ``repeat_block``) and which
@@ -139,13 +159,16 @@ def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_
     after: the layers it elides run like the layer before them, so that layer's nodes in the same phase and branch
     stand for ``last - first + 2`` layers (a ``repeat``), and the placeholder's place in the chain is an edge from
     its predecessors to its successors."""
-    holders = [n for n in nodes if isinstance(n.get("type"), str) and "repeat" in key(n["type"])
-               and n["type"] not in T.__members__.values()]
+    holders = [n for n in nodes if _is_placeholder(n)]
     if not holders:
         return nodes, edges
     g = _graph(nodes, edges)
     gone: set[str] = set()
     for h in holders:
+        if _later_steps(h, g, by_id, edges):
+            gone.add(h["id"])
+            done["a placeholder for the decode steps after the drawn one, which stands for them"] += 1
+            continue
         span = _elided_span(h)
         preds = [p for p in g.predecessors(h["id"]) if p not in gone]
         if span is None or not preds:
