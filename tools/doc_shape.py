@@ -62,7 +62,21 @@ def _id_of(d: dict[str, Any]) -> str | None:
         v = d[k]
         if _field_is(k, "id") and (isinstance(v, str) and v.strip() or is_int(v)):
             return str(v)
+    # else an operator field naming no node type, beside a type field that names one (``{"op": "prefill.embed",
+    # "kind": "EmbeddingNode"}``) or a placeholder flag (``"elided": true``): the op is the node's name
+    kinds = {node_type(v) for k, v in d.items() if _field_is(k, "type") and isinstance(v, str)} - {None}
+    if placeholder_flag(d) or len(kinds) == 1:
+        for k, v in d.items():
+            if key(k) in words("operator_fields") and isinstance(v, str) and v.strip() and \
+                    tables()["node_types"].get(key(v)) in kinds | {None}:  # not another kind
+                return v
     return None
+
+
+def placeholder_flag(d: dict[str, Any]) -> str | None:
+    """A field among the vocabulary's placeholder words set true (``"elided": true``): the object stands for
+    what the draft leaves out, and the field names its kind."""
+    return next((k for k, v in d.items() if v is True and key(k) in words("placeholder_type_words")), None)
 
 
 def _type_of(d: dict[str, Any]) -> str | None:
@@ -72,7 +86,7 @@ def _type_of(d: dict[str, Any]) -> str | None:
         for k, v in d.items():
             if isinstance(v, str) and v.strip() and fits(k):
                 return v
-    return None
+    return placeholder_flag(d)
 
 
 def _edge_ends(d: dict[str, Any]) -> bool:
@@ -119,7 +133,7 @@ def _context_of(container: dict[str, Any]) -> dict[str, Any]:
     """The ``stage`` / ``replica`` index a container states for what it holds."""
     out: dict[str, Any] = {}
     for k, v in container.items():
-        for canon in ("stage", "replica"):
+        for canon in ("stage", "replica", "layer"):
             if is_int(v) and _field_is(k, canon):
                 out.setdefault(canon, v)
     return out
@@ -390,13 +404,22 @@ def _nodes_out(found: list[_Found], notes: Notes) -> list[dict[str, Any]]:
         for k in id_keys:
             if k != "id" and str(body[k]) in (f.nid, f.body.get("__local__")):
                 del body[k]
+        if not id_keys:  # the operator field that named the node
+            for k in [k for k in body if key(k) in words("operator_fields")]:
+                if str(body[k]) in (f.nid, f.body.get("__local__")):
+                    del body[k]
+                    notes.add(f"node field '{k}' as the node's id")
+        if (flag := placeholder_flag(body)) and not any(_field_is(k, "type") for k in body):
+            body["type"] = flag
+            del body[flag]
+            notes.add(f"an object flagged '{flag}' as a placeholder node")
         node = {"id": f.nid, **{k: v for k, v in body.items() if k != "id"}}
         if not any(_field_is(k, "type") for k in node):  # the operator field is the node's kind here
             op = next(k for k in node if key(k) in words("operator_fields") and isinstance(node[k], str))
             node["type"] = node.pop(op)
             notes.add(f"node field '{op}' as 'type'")
         kind = node_type(_type_of(body) or "")
-        for canon in ("phase", "stage", "replica"):
+        for canon in ("phase", "stage", "replica", "layer"):
             if canon in f.inherited and kind not in _ROOTS and not any(_field_is(k, canon) for k in node):
                 node[canon] = f.inherited[canon]
                 notes.add(f"{canon} from the section that holds the node")

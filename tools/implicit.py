@@ -63,7 +63,7 @@ from typing import Any
 import networkx as nx
 
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.vocabulary import SAMPLER, key, names_sampler, node_type, words
+from tools.vocabulary import SAMPLER, is_int, key, names_sampler, node_type, words
 
 T = NodeType
 _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}
@@ -116,7 +116,7 @@ _SPAN = re.compile(r"(?:layers?|blocks?|l)?\s*(\d+)\s*(?:\.\.|-|to|\u2013)\s*(\d
 
 def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
     """The layers ``[first, last]`` a placeholder node says it stands for: a ``[first, last]`` pair or a
-    ``"first-last"`` text in its fields, or in its id."""
+    ``"first-last"`` text in its fields, its first ``layer`` and a ``repeat`` count, or a span in its id."""
     def search(v: Any) -> tuple[int, int] | None:
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             return (v[0], v[1]) if v[0] <= v[1] else None
@@ -129,7 +129,9 @@ def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
                 if got:
                     return got
         return None
-    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or search(n["id"])
+    first, count = n.get("layer"), n.get("repeat")
+    counted = (first, first + count - 1) if is_int(first) and is_int(count) and count > 0 else None
+    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or counted or search(n["id"])
 
 
 def _is_placeholder(n: dict[str, Any]) -> bool:
