@@ -173,12 +173,15 @@ def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_
             continue
         span = _elided_span(h)
         preds = [p for p in g.predecessors(h["id"]) if p not in gone]
-        if span is None or not preds:
+        alone = g.degree(h["id"]) == 0  # drawn beside the chain, which goes from the layer before to the one after
+        if span is None or not (preds or alone and h.get("phase")):
             continue
         first, last = span
         phases = {by_id[p].get("phase") for p in preds} - {None}
         phase = h.get("phase") or (phases.pop() if len(phases) == 1 else None)
-        template = [by_id[a] for a in nx.ancestors(g, h["id"]) if by_id[a].get("layer") == first - 1
+        near = nx.ancestors(g, h["id"]) if preds else \
+            {n["id"] for n in nodes if all(n.get(f) == h.get(f) for f in ("stage", "replica") if f in h)}
+        template = [by_id[a] for a in near if by_id[a].get("layer") == first - 1
                     and by_id[a].get("phase") == phase and "repeat" not in by_id[a]]
         if not template:
             continue
