@@ -310,7 +310,8 @@ def _edges_inside(found: list[_Found], res: _Resolver, notes: Notes) -> list[dic
     out: list[dict[str, Any]] = []
     for f in found:
         for k in list(f.body):
-            before = key(k) in words("predecessor_fields")
+            kv = key(k) in words("kv_source_fields")  # "reads_kv": the cache a decode attention reads
+            before = kv or key(k) in words("predecessor_fields")
             if not before and key(k) not in words("successor_fields"):
                 continue
             raw = f.body[k]
@@ -328,7 +329,8 @@ def _edges_inside(found: list[_Found], res: _Resolver, notes: Notes) -> list[dic
             for g in got:
                 assert g is not None
                 u, v = (g[0], f.nid) if before else (f.nid, g[0])
-                out.append({"source": u, "target": v, **({"type": g[1]} if g[1] else {})})
+                kind = g[1] or ("kv" if kv else None)
+                out.append({"source": u, "target": v, **({"type": kind} if kind else {})})
             del f.body[k]
             notes.add(f"node field '{k}' as edges")
     return out
@@ -373,10 +375,15 @@ def _lift_attributes(body: dict[str, Any], notes: Notes) -> dict[str, Any]:
     state them itself."""
     out = dict(body)
     for k, block in body.items():
-        if key(k) not in words("node_attribute_blocks") or not isinstance(block, dict):
+        if not isinstance(block, dict):
             continue
-        known = {f for f in block if isinstance(f, str) and (
-            f in ("phase", "role", "layer", "repeat") or tables()["node_fields"].get(key(f)))}
+        if key(k) in words("parallel_blocks"):  # "tp": {"degree": 8, "gpus": [...]}: the GPUs it is sharded over
+            known = {f for f in block if isinstance(f, str) and tables()["node_fields"].get(key(f), f) == "devices"}
+        elif key(k) in words("node_attribute_blocks"):
+            known = {f for f in block if isinstance(f, str) and (
+                f in ("phase", "role", "layer", "repeat") or tables()["node_fields"].get(key(f)))}
+        else:
+            continue
         lifted = [f for f in known if _scalar(block[f]) and f not in out
                   and tables()["node_fields"].get(key(f), f) not in out]
         for f in lifted:
