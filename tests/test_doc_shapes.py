@@ -214,3 +214,103 @@ _DOC = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4)
 def test_random_graph_shaped_documents_read_or_are_refused(doc: dict[str, Any]) -> None:
     with contextlib.suppress(PdagInputError):
         validate_dag(dag=doc)
+
+
+# -- round-5 habits: placeholder spellings, operator names, parallelism blocks, kv-source fields
+
+
+def _chain(phase: str, extra: list[dict[str, Any]], tail: list[str]) -> tuple[list[Any], list[Any]]:
+    """One layer 0 (attention -> FFN) in ``phase``, then ``tail`` ids chained after its FFN."""
+    nodes = [{"id": f"{phase}.L0.attn", "type": "AttentionNode", "phase": phase, "layer": 0, "devices": [0]},
+             {"id": f"{phase}.L0.ffn", "type": "FFNNode", "phase": phase, "layer": 0, "devices": [0]}, *extra]
+    ids = [f"{phase}.L0.attn", f"{phase}.L0.ffn", *tail]
+    return nodes, [{"source": a, "target": b} for a, b in zip(ids, ids[1:], strict=False)]
+
+
+@pytest.mark.parametrize("spelling", ["ElidedLayers", "OmittedBlocks", "skipped_layers", "LayerRepeat"])
+def test_placeholder_types_under_any_placeholder_word(spelling: str) -> None:
+    from tools.implicit import make_explicit
+
+    hold = {"id": "p.mid", "type": spelling, "phase": "prefill", "layers": [1, 6], "devices": [0]}
+    last = {"id": "p.L7.attn", "type": "AttentionNode", "phase": "prefill", "layer": 7, "devices": [0]}
+    nodes, edges = _chain("prefill", [hold, last], ["p.mid", "p.L7.attn"])
+    out, notes = make_explicit({"nodes": nodes, "edges": edges})
+    by = {n["id"]: n for n in out["nodes"]}
+    assert "p.mid" not in by and by["prefill.L0.ffn"]["repeat"] == 7
+    assert ("prefill.L0.ffn", "p.L7.attn", "data") in _edges(out)
+    assert any("placeholder for layers 1-6 as repeats of layer 0" in n for n in notes)
+
+
+def test_a_type_without_a_placeholder_word_is_not_a_placeholder() -> None:
+    from tools.implicit import make_explicit
+
+    odd = {"id": "p.mid", "type": "MysteryLayers", "phase": "prefill", "layers": [1, 6], "devices": [0]}
+    nodes, edges = _chain("prefill", [odd], ["p.mid"])
+    out, _ = make_explicit({"nodes": nodes, "edges": edges})
+    assert "p.mid" in _ids(out) and all("repeat" not in n for n in out["nodes"])
+
+
+def test_a_placeholder_for_later_decode_steps_at_the_chain_end() -> None:
+    from tools.implicit import make_explicit
+
+    later = {"id": "steps", "type": "ElidedDecodeSteps", "phase": "decode", "devices": [0]}
+    nodes, edges = _chain("decode", [later], ["steps"])
+    out, notes = make_explicit({"nodes": nodes, "edges": [*edges, {"source": "decode.L0.attn", "target": "steps",
+                                                                     "type": "kv"}]})
+    assert "steps" not in _ids(out)
+    assert any("decode steps after the drawn one" in n for n in notes)
+    # in prefill, or with a data successor, it is no later decode step: it stays to be reported
+    for phase, tail in (("prefill", ["steps"]), ("decode", ["steps", "decode.L0.more"])):
+        moved = {**later, "phase": phase}
+        more = {"id": "decode.L0.more", "type": "NormNode", "phase": "decode", "devices": [0]}
+        nodes, edges = _chain(phase, [moved, more], tail)
+        assert "steps" in _ids(make_explicit({"nodes": nodes, "edges": edges})[0])
+
+
+def test_a_placeholder_drawn_beside_the_chain() -> None:
+    """No edges of its own: the chain runs from the layer before it to the one after; the layer before, in its
+    phase and stage, stands for the elided ones."""
+    from tools.implicit import make_explicit
+
+    hold = {"id": "mid", "type": "ElidedLayers", "phase": "prefill", "layer": 1, "repeat": 3, "devices": [0]}
+    nodes, edges = _chain("prefill", [hold], [])
+    out, notes = make_explicit({"nodes": nodes, "edges": edges})
+    assert "mid" not in _ids(out) and all(n.get("repeat") == 4 for n in out["nodes"])
+    assert any("placeholder for layers 1-3 as repeats of layer 0" in n for n in notes)
+
+
+def test_operator_field_as_name_beside_a_type_field() -> None:
+    doc = {"root": {"op": "request", "kind": "RequestNode"},
+           "phases": [{"name": "prefill", "layers": [
+               {"layer": 0, "ops": [
+                   {"op": "prefill.0.attn", "kind": "AttentionNode", "gpus": [0], "after": ["request"]},
+                   {"op": "prefill.0.kv_write", "kind": "KVCacheUpdateNode", "gpus": [0],
+                    "after": ["prefill.0.attn"]}]},
+               {"layer": "1-4", "elided": True, "op": "prefill.rest", "repeat": 4, "after": ["prefill.0.attn"]}]}]}
+    out, notes = translate(doc)
+    by = {n["id"]: n for n in out["nodes"]}
+    assert set(by) == {"request", "prefill.0.attn", "prefill.0.kv_write", "prefill.rest"}
+    assert by["prefill.0.attn"]["type"] == "AttentionNode" and "op" not in by["prefill.0.attn"]
+    assert by["prefill.0.kv_write"]["layer"] == 0  # from the layer block that holds it
+    assert by["prefill.rest"]["type"] == "elided"
+    assert ("prefill.0.attn", "prefill.0.kv_write", "data") in _edges(out)
+    assert any("node field 'op' as the node's id" in n for n in notes)
+    assert any("flagged 'elided' as a placeholder node" in n for n in notes)
+    # an operator field that names another kind is no name
+    with pytest.raises(PdagInputError):
+        validate_dag(dag={"x": [{"op": "AllReduce", "kind": "FFNNode"}, {"op": "Attention", "kind": "NormNode"}]})
+
+
+def test_parallelism_block_devices_and_kv_source_fields() -> None:
+    doc = {"graph": [
+        {"id": "p.attn", "type": "AttentionNode", "phase": "prefill", "tp": {"degree": 2, "gpus": [0, 1]}},
+        {"id": "p.kv", "type": "KVCacheUpdateNode", "phase": "prefill", "gpus": [0, 1], "inputs": ["p.attn"]},
+        {"id": "d.attn", "type": "AttentionNode", "phase": "decode", "gpus": [0, 1], "reads_kv": "p.kv"}]}
+    out, notes = translate(doc)
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["p.attn"]["devices"] == [0, 1]
+    assert ("p.kv", "d.attn", "kv") in _edges(out)
+    assert any("node field 'reads_kv' as edges" in n for n in notes)
+    # a block that is no parallelism block gives no devices
+    plain, _ = translate({"graph": [{**doc["graph"][0], "tp": None, "misc": {"gpus": [0, 1]}}, doc["graph"][1]]})
+    assert "devices" not in {n["id"]: n for n in plain["nodes"]}["p.attn"]
