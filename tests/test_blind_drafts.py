@@ -255,8 +255,8 @@ def test_round_four_samplers_and_the_token_sent_back_are_read() -> None:
 # figures stay as they were.  After readings of the common habits (placeholder types under any placeholder word and
 # objects flagged `elided`, a placeholder for the later decode steps, one drawn beside the chain, an operator field
 # naming the node beside its type field, layer blocks handing their layer to their ops, a parallelism block's GPU
-# list as devices, `reads_kv` as a kv edge): 2 of 8 valid drafts pass (dag_01, dag_03), 1 of 16 documents is not
-# read as a graph (dag_04), and every mistaken draft is still refused.
+# list as devices, `reads_kv` as a kv edge, short keys explained in a legend with edges as "src>dst" text): 2 of 8
+# valid drafts pass (dag_01, dag_03), every document is read as a graph, and every mistaken draft is still refused.
 DATA5 = Path(__file__).parent / "data" / "blind_dags5"
 INDEX5 = {e["file"]: e for e in json.loads((DATA5 / "index.json").read_text())}
 ACCEPTED5 = {"dag_01.json", "dag_03.json"}
@@ -282,6 +282,9 @@ def test_round_five_placeholders_and_operator_names_are_noted() -> None:
     assert tree.gpus_used == 8
     assert any("node field 'op' as the node's id" in n for n in tree.notes)
     assert any("a placeholder for layers 1-78 as repeats of layer 0" in n for n in tree.notes)
+    legend = validate_dag(dag=json.loads((DATA5 / "dag_04.json").read_text()))
+    assert not legend.valid
+    assert any("short keys explained in the 'legend' block" in n for n in legend.notes)
 
 
 @pytest.mark.parametrize("name", sorted(f for f, e in INDEX5.items() if e["expected"] == "invalid"))
@@ -305,4 +308,4 @@ def test_round_five_documents_are_mostly_read_as_graphs() -> None:
         except PdagInputError:
             unread.append(name)
     assert len(unread) <= 2, unread
-    assert unread == ["dag_04.json"]
+    assert unread == []

@@ -314,3 +314,24 @@ def test_parallelism_block_devices_and_kv_source_fields() -> None:
     # a block that is no parallelism block gives no devices
     plain, _ = translate({"graph": [{**doc["graph"][0], "tp": None, "misc": {"gpus": [0, 1]}}, doc["graph"][1]]})
     assert "devices" not in {n["id"]: n for n in plain["nodes"]}["p.attn"]
+
+
+def test_short_keys_explained_in_a_legend() -> None:
+    from tools.dialect import read_legend
+
+    doc = {"legend": {"n": "nodes: i=id, t=type, g=GPU ids, x=repeat count", "e": "edges 'src>dst'"},
+           "dag": {"n": [{"i": "a", "t": "AttentionNode", "g": [0, 1]}, {"i": "b", "t": "FFNNode", "g": [0, 1]}],
+                   "e": ["a>b"]}}
+    out, notes = read_legend(doc)
+    assert "legend" not in out
+    assert out["dag"]["nodes"] == [{"id": "a", "type": "AttentionNode", "devices": [0, 1]},
+                                   {"id": "b", "type": "FFNNode", "devices": [0, 1]}]
+    assert out["dag"]["edges"] == [{"source": "a", "target": "b"}]
+    assert any("short keys explained in the 'legend' block" in n for n in notes)
+    # without a legend, or with an arrow the legend does not show, nothing is renamed or split
+    assert read_legend(doc["dag"]) == (doc["dag"], [])
+    other, _ = read_legend({**doc, "legend": {**doc["legend"], "e": "edges"}})
+    assert other["dag"]["edges"] == ["a>b"]
+    # a code whose description names no field stays as written
+    kept, _ = read_legend({"legend": {"n": "nodes: q=quality"}, "dag": {"n": [{"q": 1}]}})
+    assert kept["dag"]["nodes"] == [{"q": 1}]
