@@ -404,7 +404,12 @@ def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
             out[k] = v
             continue
         canon = t.get(key(k))
-        if canon is not None and canon not in doc and canon not in out:
+        if canon == "edges" and key(k) in words("predecessor_fields") and isinstance(v, dict) and v and all(
+                isinstance(ps, list) and all(isinstance(p, str) for p in ps) for ps in v.values()) \
+                and canon not in doc and canon not in out:  # deps[x] = what x waits for: edges into x
+            out[canon] = [{"source": p, "target": str(x)} for x, ps in v.items() for p in ps]
+            notes.add(f"'{k}' as each node's predecessors (edges into it)")
+        elif canon is not None and canon not in doc and canon not in out:
             out[canon] = v
             notes.add(f"'{k}' as '{canon}'")
         elif key(k) in words("metadata_blocks") and isinstance(v, dict):
