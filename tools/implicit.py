@@ -114,6 +114,9 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 _SPAN = re.compile(r"(?:layers?|blocks?|l)?\s*(\d+)\s*(?:\.\.|-|to|\u2013)\s*(\d+)", re.IGNORECASE)
 
 
+_ID_SPAN = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?|l)_?(\d+)_(\d+)(?:$|[^0-9])", re.IGNORECASE)
+
+
 def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
     """The layers ``[first, last]`` a placeholder node says it stands for: a ``[first, last]`` pair or a
     ``"first-last"`` text in its fields, its first ``layer`` and a ``repeat`` count, or a span in its id."""
@@ -131,7 +134,10 @@ def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
         return None
     first, count = n.get("layer"), n.get("repeat")
     counted = (first, first + count - 1) if is_int(first) and is_int(count) and count > 0 else None
-    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or counted or search(n["id"])
+    m = _ID_SPAN.search(n["id"])  # "P_L1_78": an underscore between the numbers, after a layer prefix
+    in_id = (int(m.group(1)), int(m.group(2))) if m and int(m.group(1)) <= int(m.group(2)) else None
+    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or counted \
+        or search(n["id"]) or in_id
 
 
 def _is_placeholder(n: dict[str, Any]) -> bool:
