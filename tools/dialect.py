@@ -366,7 +366,8 @@ def _edge(raw: Any, notes: _Notes) -> Any:
         notes.add("edges written 'a -> b'")
         target, kind = m.group(2), None
         tail = re.fullmatch(r"(.+?)\s*(?:\((\w+)\)|\[(\w+)\]|:\s*(\w+))", target)
-        if tail:  # "a -> b (pipeline)", "a -> b [kv]", "a -> b : sync"
+        if tail and not (tail.group(4) and key(tail.group(4)) not in t["edge_types"]):
+            # "a -> b (pipeline)", "a -> b [kv]", "a -> b : sync"; not "a -> prefill:lm_head", a section's id
             target, kind = tail.group(1), next(g for g in tail.groups()[1:] if g)
         edge = {"source": m.group(1), "target": target}
         if kind:
