@@ -335,3 +335,22 @@ def test_short_keys_explained_in_a_legend() -> None:
     # a code whose description names no field stays as written
     kept, _ = read_legend({"legend": {"n": "nodes: q=quality"}, "dag": {"n": [{"q": 1}]}})
     assert kept["dag"]["nodes"] == [{"q": 1}]
+
+
+def test_predecessor_maps_section_ids_in_edge_text_and_more_placeholder_spans() -> None:
+    from tools.implicit import _elided_span
+    from tools.vocabulary import node_type
+
+    out, notes = translate({"ops": [{"id": "a", "type": "AttentionNode", "devices": [0]},
+                                    {"id": "b", "type": "FFNNode", "devices": [0]}], "deps": {"a": [], "b": ["a"]}})
+    assert _edges(out) == {("a", "b", "data")}
+    assert any("'deps' as each node's predecessors" in n for n in notes)
+    # a successor map under an edge word stays a successor map
+    succ, _ = translate({"ops": out["nodes"], "links": {"a": ["b"]}})
+    assert _edges(succ) == {("a", "b", "data")}
+    edges, _ = translate({"nodes": out["nodes"], "edges": ["x:L0 -> prefill:lm_head", "a -> b : sync"]})
+    assert {(e["source"], e["target"], e.get("type", "data")) for e in edges["edges"]} == {
+        ("x:L0", "prefill:lm_head", "data"), ("a", "b", "sync")}
+    assert _elided_span({"id": "P_L1_78", "type": "ElidedLayers", "count": 78}) == (1, 78)
+    assert _elided_span({"id": "dec1_l00_attn", "type": "ElidedLayers"}) is None
+    assert node_type("AttentionNode.SeqShard") == "AttentionNode"

@@ -150,11 +150,11 @@ def _is_placeholder(n: dict[str, Any]) -> bool:
 
 def _later_steps(h: dict[str, Any], g: nx.DiGraph, by_id: dict[str, dict[str, Any]],
                  edges: list[dict[str, Any]]) -> bool:
-    """A placeholder whose type names decode steps (``ElidedDecodeSteps``), in the decode phase, drawn at the end
-    of the chain (nothing waits for it but through kv edges): the later steps repeat the drawn one, which a
-    decode phase already stands for."""
-    t = key(h["type"])
-    if "layer" in t or not any(w in t for w in words("later_step_words")):
+    """A placeholder whose type or id names decode steps (``ElidedDecodeSteps``, ``decode_steps_2_to_N``), in the
+    decode phase, drawn at the end of the chain (nothing waits for it but through kv edges): the later steps repeat
+    the drawn one, which a decode phase already stands for."""
+    t, name = key(h["type"]), key(h["id"])
+    if "layer" in t + name or not any(w in t or w in name for w in words("later_step_words")):
         return False
     phases = {h.get("phase")} | {by_id[p].get("phase") for p in g.predecessors(h["id"]) if p in by_id}
     return "decode" in phases and not any(e["source"] == h["id"] and e.get("type", "data") != "kv" for e in edges)
