@@ -25,6 +25,7 @@ input errors that name the fields.  Every reading is a note.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -479,6 +480,7 @@ def is_int_text(v: Any) -> bool:
 def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[str]] | None:
     """The graph a document holds outside ``nodes`` / ``edges``: ``({"nodes": [...], "edges": [...]}, the
     top-level fields it was read from)``, or None when there is none to find."""
+    doc = ordered_steps(doc, notes)
     w = _Walk()
     w.walk(doc, (), {})
     dots = _dot_fields(doc)
@@ -499,3 +501,140 @@ def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[s
     notes.add(f"{len(w.nodes)} node objects found in {', '.join(roots[:4])} as the graph's nodes")
     used = set(w.tops) | {p[0] for p, _ in w.edge_lists if p}
     return {"nodes": _nodes_out(w.nodes, notes), "edges": edges}, used
+
+
+def _step_kind(item: dict[str, Any]) -> str | None:
+    """The node type an anonymous step names: a field whose value is exactly a node type's spelling."""
+    for v in item.values():
+        if isinstance(v, str) and tables()["node_types"].get(key(v)):
+            return v
+    return None
+
+
+def _ordered(item: Any) -> tuple[str, list[Any]] | None:
+    """The ordered list of steps an object holds (``"sequence": [...]``, ``"steps": [...]``), if any."""
+    if not isinstance(item, dict):
+        return None
+    for k, v in item.items():
+        if key(k) in words("ordered_step_fields") and isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return k, v
+    return None
+
+
+def ordered_steps(doc: Any, notes: Notes) -> Any:
+    """A tree whose phases list their steps in order instead of edges (``{"phase": "prefill", "sequence": [{"node":
+    "EmbeddingNode"}, {"layer": 0, "steps": [...]}, ...]}``): each step becomes a node named by its path
+    (``replica0/prefill/layer0/AttentionNode``, a second one of a type ``...#2``) that runs ``after`` the step
+    before it; a step that says it is a ``branch_of`` an earlier one hangs off that one instead; a group's
+    ``layer`` goes to its steps; an object in the list named by a placeholder word (``"elided_layers": "1-34"``)
+    is a placeholder node; the first step of a list hangs under the node that holds it."""
+    def walk(obj: Any, path: list[str], owner: str | None, phase: str | None) -> Any:
+        if isinstance(obj, list):
+            return [walk(x, path, owner, phase) for x in obj]
+        if not isinstance(obj, dict):
+            return obj
+        me = _id_of(obj) if _node_like(obj) else None
+        here = phase or next((p for k, v in obj.items() if _field_is(k, "phase") and isinstance(v, str)
+                              and (p := phase_named(v))), None)
+        seq = _ordered(obj)
+        if seq is None or me is not None:
+            out = {}
+            for k, v in obj.items():
+                kids = walk(v, [me] if me else path, me or owner, here)
+                if me and key(k) in words("successor_fields") and isinstance(kids, list):
+                    for c in kids:
+                        if isinstance(c, dict) and _node_like(c) and not any(
+                                key(f) in words("predecessor_fields") for f in c):
+                            c["after"] = [me]
+                    _phases_in_order(kids)
+                out[k] = kids
+            return out
+        name = next((v for k, v in obj.items() if _field_is(k, "phase") and isinstance(v, str)), None)
+        steps, ends = _chain(seq[1], [*path, *([name] if name else [])], owner, here, None)
+        notes.add(f"steps listed in order ('{seq[0]}') as a chain of nodes")
+        return {**{k: v for k, v in obj.items() if k != seq[0]}, seq[0]: steps, "__ends__": ends}
+
+    def _phases_in_order(kids: list[Any]) -> None:
+        """A prefill section and a decode section under one node: decode starts after prefill's last step."""
+        made = {}
+        for c in kids:
+            if isinstance(c, dict) and "__ends__" in c:
+                ph = next((phase_named(v) for k, v in c.items() if _field_is(k, "phase") and isinstance(v, str)), None)
+                made[ph] = c
+        for c in kids:
+            if isinstance(c, dict):
+                ends = c.pop("__ends__", None)
+                if c is made.get("decode") and "prefill" in made and ends is not None:
+                    first = c[_ordered(c)[0]][0]  # type: ignore[index]
+                    first["after"] = [*made["prefill"].get("__done__", []), *first.get("after", [])]
+                if c is made.get("prefill") and ends is not None:
+                    c["__done__"] = ends
+        for c in kids:
+            if isinstance(c, dict):
+                c.pop("__done__", None)
+        if "prefill" in made and "decode" in made:
+            notes.add("a decode section after the prefill section beside it")
+
+    def _chain(items: list[Any], path: list[str], before: str | None, phase: str | None,
+               layer: Any) -> tuple[list[Any], list[str]]:
+        out: list[Any] = []
+        last = [before] if before else []
+        seen: dict[str, str] = {}  # a type -> its first step here, for branch_of
+        count: Counter[str] = Counter()
+        for item in items:
+            group = _ordered(item)
+            if group is not None:
+                lay = next((v for k, v in item.items() if _field_is(k, "layer")), layer)
+                sub = [*path, f"layer{lay}" if is_int(lay) else str(len(out))]
+                inner, ends = _chain(group[1], sub, None, phase, lay)
+                if inner and last:
+                    inner[0]["after"] = [*inner[0].get("after", []), *last]
+                out += inner
+                last = ends or last
+                continue
+            kind = _step_kind(item)
+            hold = next((k for k in item if any(w in key(k) for w in words("placeholder_type_words"))), None)
+            if kind is None and hold is None:
+                out.append(item)
+                continue
+            base = kind or hold or ""
+            own = next((str(v) for k, v in item.items() if _field_is(k, "id") and isinstance(v, str)), None)
+            sid = "/".join(str(p) for p in [*path, own or base])
+            count[sid] += 1
+            sid = sid if count[sid] == 1 else f"{sid}#{count[sid]}"
+            node = {k: v for k, v in item.items() if not _field_is(k, "id")}
+            node["id"], node["type"] = sid, base
+            for k in [k for k, v in item.items() if v == kind and k != "type" and not _field_is(k, "type")]:
+                del node[k]
+            for k in [k for k in item if key(k) in words("shard_detail_fields")]:
+                gpus = [x.get(g) for x in item[k] if isinstance(x, dict)
+                        for g in x if tables()["node_fields"].get(key(g)) == "devices"] \
+                    if isinstance(item[k], list) else []
+                if gpus and all(is_int(g) for g in gpus) and not any(
+                        tables()["node_fields"].get(key(f), f) == "devices" for f in item):
+                    node["devices"] = sorted(set(gpus))
+                    notes.add(f"the GPUs of a step's per-GPU shards ('{k}') as its devices")
+            if phase:
+                node.setdefault("phase", phase)
+            if is_int(layer):
+                node.setdefault("layer", layer)
+            branch = next((v for k, v in item.items() if key(k) in words("branch_fields")), None)
+            if isinstance(branch, str) and branch in seen:
+                node["after"] = [seen[branch]]
+                node.pop(next(k for k in item if key(k) in words("branch_fields")))
+            else:
+                node["after"] = list(last)
+                last = [sid]
+            seen.setdefault(base, sid)
+            out.append(node)
+        return out, last
+
+    def has_steps(obj: Any, depth: int = 0) -> bool:
+        if depth > _MAX_WALK:
+            return False
+        if isinstance(obj, dict):
+            return _ordered(obj) is not None and any(_step_kind(x) for x in _ordered(obj)[1]) or any(  # type: ignore[index]
+                has_steps(v, depth + 1) for v in obj.values())
+        return isinstance(obj, list) and any(has_steps(x, depth + 1) for x in obj)
+
+    return walk(doc, [], None, None) if has_steps(doc) else doc
