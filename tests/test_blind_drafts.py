@@ -256,11 +256,12 @@ def test_round_four_samplers_and_the_token_sent_back_are_read() -> None:
 # objects flagged `elided`, a placeholder for the later decode steps, one drawn beside the chain, an operator field
 # naming the node beside its type field, layer blocks handing their layer to their ops, a parallelism block's GPU
 # list as devices, `reads_kv` as a kv edge, short keys explained in a legend with edges as "src>dst" text, a `deps`
-# map of predecessors, `a -> prefill:lm_head` keeping its section prefix): 3 of 8 valid drafts pass (dag_01, dag_03,
-# dag_07), every document is read as a graph, and every mistaken draft is still refused.
+# map of predecessors, `a -> prefill:lm_head` keeping its section prefix, steps listed in order in a tree with no
+# edges): 4 of 8 valid drafts pass (dag_01, dag_03, dag_07, dag_13), every document is read as a graph, and every
+# mistaken draft is still refused.
 DATA5 = Path(__file__).parent / "data" / "blind_dags5"
 INDEX5 = {e["file"]: e for e in json.loads((DATA5 / "index.json").read_text())}
-ACCEPTED5 = {"dag_01.json", "dag_03.json", "dag_07.json"}
+ACCEPTED5 = {"dag_01.json", "dag_03.json", "dag_07.json", "dag_13.json"}
 
 
 @pytest.mark.parametrize("name", sorted(f for f, e in INDEX5.items() if e["expected"] == "valid"))
@@ -283,6 +284,9 @@ def test_round_five_placeholders_and_operator_names_are_noted() -> None:
     assert tree.gpus_used == 8
     assert any("node field 'op' as the node's id" in n for n in tree.notes)
     assert any("a placeholder for layers 1-78 as repeats of layer 0" in n for n in tree.notes)
+    steps = validate_dag(dag=json.loads((DATA5 / "dag_13.json").read_text()))
+    assert steps.gpus_used == 4
+    assert any("steps listed in order ('sequence') as a chain of nodes (x4)" in n for n in steps.notes)
     legend = validate_dag(dag=json.loads((DATA5 / "dag_04.json").read_text()))
     assert not legend.valid
     assert any("short keys explained in the 'legend' block" in n for n in legend.notes)

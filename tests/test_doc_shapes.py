@@ -354,3 +354,38 @@ def test_predecessor_maps_section_ids_in_edge_text_and_more_placeholder_spans() 
     assert _elided_span({"id": "P_L1_78", "type": "ElidedLayers", "count": 78}) == (1, 78)
     assert _elided_span({"id": "dec1_l00_attn", "type": "ElidedLayers"}) is None
     assert node_type("AttentionNode.SeqShard") == "AttentionNode"
+
+
+def _steps_tree(decode: bool = True) -> dict[str, Any]:
+    layer = {"layer": 0, "steps": [{"node": "AttentionNode", "tp_shards": [{"gpu": 0}, {"gpu": 1}]},
+                                   {"node": "KVCacheUpdateNode", "gpus": [0, 1], "branch_of": "AttentionNode"},
+                                   {"node": "AllReduceNode", "gpus": [0, 1]}]}
+    phases = [{"phase": "prefill", "sequence": [{"node": "EmbeddingNode", "gpus": [0, 1]}, layer,
+                                                 {"elided_layers": "1-2"}, {"node": "SampleNode", "gpus": [0]}]}]
+    if decode:
+        phases.append({"phase": "decode", "sequence": [{"node": "EmbeddingNode", "gpus": [0, 1]}]})
+    return {"root": {"id": "req", "type": "RequestNode", "children": [
+        {"id": "r0", "type": "ReplicaNode", "gpus": [0, 1], "children": phases}]}}
+
+
+def test_steps_listed_in_order_as_a_chain() -> None:
+    out, notes = translate(_steps_tree())
+    by = {n["id"]: n for n in out["nodes"]}
+    attn, kv, ar = "r0/prefill/layer0/AttentionNode", "r0/prefill/layer0/KVCacheUpdateNode", \
+        "r0/prefill/layer0/AllReduceNode"
+    assert {attn, kv, ar, "r0/prefill/EmbeddingNode", "r0/prefill/elided_layers", "r0/prefill/SampleNode",
+            "r0/decode/EmbeddingNode"} <= set(by)
+    assert by[attn]["devices"] == [0, 1] and by[attn]["layer"] == 0 and by[attn]["phase"] == "prefill"
+    e = _edges(out)
+    assert {("req", "r0", "data"), ("r0", "r0/prefill/EmbeddingNode", "data"),
+            ("r0/prefill/EmbeddingNode", attn, "data"), (attn, kv, "data"), (attn, ar, "data"),
+            (ar, "r0/prefill/elided_layers", "data"), ("r0/prefill/elided_layers", "r0/prefill/SampleNode", "data"),
+            ("r0/prefill/SampleNode", "r0/decode/EmbeddingNode", "data")} <= e
+    assert (kv, ar, "data") not in e  # the side branch is no link of the chain
+    assert any("steps listed in order ('sequence') as a chain of nodes" in n for n in notes)
+    assert any("a decode section after the prefill section beside it" in n for n in notes)
+    # without a decode section nothing is linked across; a list of objects naming no node type is no chain
+    alone, notes2 = translate(_steps_tree(decode=False))
+    assert not any("decode section" in n for n in notes2) and "r0/decode/EmbeddingNode" not in _ids(alone)
+    with pytest.raises(PdagInputError):
+        validate_dag(dag={"plan": {"steps": [{"what": "buy"}, {"what": "sell"}]}})

@@ -505,8 +505,9 @@ def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[s
 
 def _step_kind(item: dict[str, Any]) -> str | None:
     """The node type an anonymous step names: a field whose value is exactly a node type's spelling."""
+    types = tables()["node_types"]
     for v in item.values():
-        if isinstance(v, str) and tables()["node_types"].get(key(v)):
+        if isinstance(v, str) and (key(v) in types or key(v).endswith("node") and key(v)[:-4] in types):
             return v
     return None
 
