@@ -389,3 +389,17 @@ def test_steps_listed_in_order_as_a_chain() -> None:
     assert not any("decode section" in n for n in notes2) and "r0/decode/EmbeddingNode" not in _ids(alone)
     with pytest.raises(PdagInputError):
         validate_dag(dag={"plan": {"steps": [{"what": "buy"}, {"what": "sell"}]}})
+
+
+def test_a_request_the_steps_wait_for_is_drawn_as_the_root() -> None:
+    ops = [{"name": "embed", "op": "EmbeddingNode", "gpus": [0], "depends_on": ["request"]},
+           {"name": "attn", "op": "AttentionNode", "gpus": [0], "depends_on": ["embed"]}]
+    out, notes = translate({"prefill_pool": {"ops": ops}, "decode_pool": {"ops": []}})
+    assert {"id": "request", "type": "RequestNode", "devices": []} in out["nodes"]
+    assert ("request", "embed", "data") in _edges(out)
+    assert any("the RequestNode 'request' the steps wait for drawn as the root" in n for n in notes)
+    # a name that spells no request, or a request already drawn, draws nothing
+    other, _ = translate({"prefill_pool": {"ops": [{**ops[0], "depends_on": ["start"]}, ops[1]]}})
+    assert all(n.get("type") != "RequestNode" for n in other["nodes"])
+    drawn, _ = translate({"prefill_pool": {"ops": [{"name": "req", "op": "RequestNode"}, *ops]}})
+    assert [n["id"] for n in drawn["nodes"] if n.get("type") == "RequestNode"] == ["req"]

@@ -494,6 +494,7 @@ def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[s
         return _from_dot(parse_dot(text, f"dag.{where}"), where, notes), {where.split(".")[0]}
     if dots:
         notes.add(f"the DOT text in '{dots[0][0]}' not read: the node objects in the document are the graph")
+    _request_named(w, notes)
     _unique_ids(w.nodes, notes)
     res = _Resolver(w.nodes)
     edges = _edges_inside(w.nodes, res, notes) + _listed_edges(w.edge_lists, res, notes)
@@ -639,3 +640,17 @@ def ordered_steps(doc: Any, notes: Notes) -> Any:
         return isinstance(obj, list) and any(has_steps(x, depth + 1) for x in obj)
 
     return walk(doc, [], None, None) if has_steps(doc) else doc
+
+
+def _request_named(w: _Walk, notes: Notes) -> None:
+    """No RequestNode drawn, but steps wait for one by a name that spells it (``"depends_on": ["request"]``):
+    the root they name is drawn."""
+    if any(node_type(_type_of(f.body) or "") == NodeType.REQUEST.value for f in w.nodes):
+        return
+    ids = {f.nid for f in w.nodes}
+    named = sorted({r for f in w.nodes for k, v in f.body.items() if key(k) in words("predecessor_fields")
+                    for r in (v if isinstance(v, list) else [v]) if isinstance(r, str) and r not in ids
+                    and node_type(r) == NodeType.REQUEST.value})
+    if len(named) == 1:
+        w.nodes.insert(0, _Found(named[0], {"id": named[0], "type": NodeType.REQUEST.value}, ()))
+        notes.add(f"the RequestNode '{named[0]}' the steps wait for drawn as the root")
