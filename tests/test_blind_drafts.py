@@ -251,9 +251,45 @@ def test_round_four_samplers_and_the_token_sent_back_are_read() -> None:
 # 2 of 16 documents were not found to hold a graph (was 8 of 16 in round 4), and every mistaken draft was refused,
 # two by the rule that names the mistake (EP-DISPATCH-COMBINE-ALLTOALL, DP-ROOT-ONLY).  The valid drafts fail on
 # spellings (elided-layer placeholders named `ElidedLayers`), on structure read from nesting (several roots), and
-# on pipeline and disaggregation details: the honest figure for styles nobody here has seen.
+# on pipeline and disaggregation details: the honest figure for styles nobody here has seen.  Those first-scored
+# figures stay as they were.  After readings of the common habits (placeholder types under any placeholder word and
+# objects flagged `elided`, a placeholder for the later decode steps, one drawn beside the chain, an operator field
+# naming the node beside its type field, layer blocks handing their layer to their ops, a parallelism block's GPU
+# list as devices, `reads_kv` as a kv edge, short keys explained in a legend with edges as "src>dst" text, a `deps`
+# map of predecessors, `a -> prefill:lm_head` keeping its section prefix, steps listed in order in a tree with no
+# edges): 4 of 8 valid drafts pass (dag_01, dag_03, dag_07, dag_13), every document is read as a graph, and every
+# mistaken draft is still refused.
 DATA5 = Path(__file__).parent / "data" / "blind_dags5"
 INDEX5 = {e["file"]: e for e in json.loads((DATA5 / "index.json").read_text())}
+ACCEPTED5 = {"dag_01.json", "dag_03.json", "dag_07.json", "dag_13.json"}
+
+
+@pytest.mark.parametrize("name", sorted(f for f, e in INDEX5.items() if e["expected"] == "valid"))
+def test_round_five_valid_drafts(name: str) -> None:
+    from tools.errors import PdagInputError
+
+    try:
+        r = validate_dag(dag=json.loads((DATA5 / name).read_text()))
+    except PdagInputError:
+        assert name not in ACCEPTED5
+        return
+    assert r.valid == (name in ACCEPTED5), [v.rule_id for v in r.violations if v.severity == "error"]
+
+
+def test_round_five_placeholders_and_operator_names_are_noted() -> None:
+    flat = validate_dag(dag=json.loads((DATA5 / "dag_01.json").read_text()))
+    assert any("a placeholder for layers 1-30 as repeats of layer 0 (x2)" in n for n in flat.notes)
+    assert any("a placeholder for the decode steps after the drawn one" in n for n in flat.notes)
+    tree = validate_dag(dag=json.loads((DATA5 / "dag_03.json").read_text()))
+    assert tree.gpus_used == 8
+    assert any("node field 'op' as the node's id" in n for n in tree.notes)
+    assert any("a placeholder for layers 1-78 as repeats of layer 0" in n for n in tree.notes)
+    steps = validate_dag(dag=json.loads((DATA5 / "dag_13.json").read_text()))
+    assert steps.gpus_used == 4
+    assert any("steps listed in order ('sequence') as a chain of nodes (x4)" in n for n in steps.notes)
+    legend = validate_dag(dag=json.loads((DATA5 / "dag_04.json").read_text()))
+    assert not legend.valid
+    assert any("short keys explained in the 'legend' block" in n for n in legend.notes)
 
 
 @pytest.mark.parametrize("name", sorted(f for f, e in INDEX5.items() if e["expected"] == "invalid"))
@@ -277,3 +313,4 @@ def test_round_five_documents_are_mostly_read_as_graphs() -> None:
         except PdagInputError:
             unread.append(name)
     assert len(unread) <= 2, unread
+    assert unread == []

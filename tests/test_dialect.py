@@ -473,3 +473,12 @@ def test_the_token_sent_into_the_middle_of_decode_is_still_refused() -> None:
         if e["source"] == "token_return":
             e["target"] = attn
     assert "PHASE-PREFILL-DECODE-SPLIT" in _verdict(d)[1]
+
+
+def test_vertex_ids_and_kv_read_edges() -> None:
+    """Graph-library habits: a vertex's id as ``vid``, an edge of kind ``kv_read``."""
+    out, _ = translate({"vertices": [{"vid": "a", "kind": "KVCacheUpdateNode", "devices": [0]},
+                                     {"vid": "b", "kind": "AttentionNode", "devices": [0]}],
+                        "arcs": [{"src": "a", "dst": "b", "kind": "kv_read"}]})
+    assert [n["id"] for n in out["nodes"]] == ["a", "b"]
+    assert out["edges"] == [{"source": "a", "target": "b", "type": "kv"}]

@@ -214,3 +214,192 @@ _DOC = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4)
 def test_random_graph_shaped_documents_read_or_are_refused(doc: dict[str, Any]) -> None:
     with contextlib.suppress(PdagInputError):
         validate_dag(dag=doc)
+
+
+# -- round-5 habits: placeholder spellings, operator names, parallelism blocks, kv-source fields
+
+
+def _chain(phase: str, extra: list[dict[str, Any]], tail: list[str]) -> tuple[list[Any], list[Any]]:
+    """One layer 0 (attention -> FFN) in ``phase``, then ``tail`` ids chained after its FFN."""
+    nodes = [{"id": f"{phase}.L0.attn", "type": "AttentionNode", "phase": phase, "layer": 0, "devices": [0]},
+             {"id": f"{phase}.L0.ffn", "type": "FFNNode", "phase": phase, "layer": 0, "devices": [0]}, *extra]
+    ids = [f"{phase}.L0.attn", f"{phase}.L0.ffn", *tail]
+    return nodes, [{"source": a, "target": b} for a, b in zip(ids, ids[1:], strict=False)]
+
+
+@pytest.mark.parametrize("spelling", ["ElidedLayers", "OmittedBlocks", "skipped_layers", "LayerRepeat"])
+def test_placeholder_types_under_any_placeholder_word(spelling: str) -> None:
+    from tools.implicit import make_explicit
+
+    hold = {"id": "p.mid", "type": spelling, "phase": "prefill", "layers": [1, 6], "devices": [0]}
+    last = {"id": "p.L7.attn", "type": "AttentionNode", "phase": "prefill", "layer": 7, "devices": [0]}
+    nodes, edges = _chain("prefill", [hold, last], ["p.mid", "p.L7.attn"])
+    out, notes = make_explicit({"nodes": nodes, "edges": edges})
+    by = {n["id"]: n for n in out["nodes"]}
+    assert "p.mid" not in by and by["prefill.L0.ffn"]["repeat"] == 7
+    assert ("prefill.L0.ffn", "p.L7.attn", "data") in _edges(out)
+    assert any("placeholder for layers 1-6 as repeats of layer 0" in n for n in notes)
+
+
+def test_a_type_without_a_placeholder_word_is_not_a_placeholder() -> None:
+    from tools.implicit import make_explicit
+
+    odd = {"id": "p.mid", "type": "MysteryLayers", "phase": "prefill", "layers": [1, 6], "devices": [0]}
+    nodes, edges = _chain("prefill", [odd], ["p.mid"])
+    out, _ = make_explicit({"nodes": nodes, "edges": edges})
+    assert "p.mid" in _ids(out) and all("repeat" not in n for n in out["nodes"])
+
+
+def test_a_placeholder_for_later_decode_steps_at_the_chain_end() -> None:
+    from tools.implicit import make_explicit
+
+    later = {"id": "steps", "type": "ElidedDecodeSteps", "phase": "decode", "devices": [0]}
+    nodes, edges = _chain("decode", [later], ["steps"])
+    out, notes = make_explicit({"nodes": nodes, "edges": [*edges, {"source": "decode.L0.attn", "target": "steps",
+                                                                     "type": "kv"}]})
+    assert "steps" not in _ids(out)
+    assert any("decode steps after the drawn one" in n for n in notes)
+    # in prefill, or with a data successor, it is no later decode step: it stays to be reported
+    for phase, tail in (("prefill", ["steps"]), ("decode", ["steps", "decode.L0.more"])):
+        moved = {**later, "phase": phase}
+        more = {"id": "decode.L0.more", "type": "NormNode", "phase": "decode", "devices": [0]}
+        nodes, edges = _chain(phase, [moved, more], tail)
+        assert "steps" in _ids(make_explicit({"nodes": nodes, "edges": edges})[0])
+
+
+def test_a_placeholder_drawn_beside_the_chain() -> None:
+    """No edges of its own: the chain runs from the layer before it to the one after; the layer before, in its
+    phase and stage, stands for the elided ones."""
+    from tools.implicit import make_explicit
+
+    hold = {"id": "mid", "type": "ElidedLayers", "phase": "prefill", "layer": 1, "repeat": 3, "devices": [0]}
+    nodes, edges = _chain("prefill", [hold], [])
+    out, notes = make_explicit({"nodes": nodes, "edges": edges})
+    assert "mid" not in _ids(out) and all(n.get("repeat") == 4 for n in out["nodes"])
+    assert any("placeholder for layers 1-3 as repeats of layer 0" in n for n in notes)
+
+
+def test_operator_field_as_name_beside_a_type_field() -> None:
+    doc = {"root": {"op": "request", "kind": "RequestNode"},
+           "phases": [{"name": "prefill", "layers": [
+               {"layer": 0, "ops": [
+                   {"op": "prefill.0.attn", "kind": "AttentionNode", "gpus": [0], "after": ["request"]},
+                   {"op": "prefill.0.kv_write", "kind": "KVCacheUpdateNode", "gpus": [0],
+                    "after": ["prefill.0.attn"]}]},
+               {"layer": "1-4", "elided": True, "op": "prefill.rest", "repeat": 4, "after": ["prefill.0.attn"]}]}]}
+    out, notes = translate(doc)
+    by = {n["id"]: n for n in out["nodes"]}
+    assert set(by) == {"request", "prefill.0.attn", "prefill.0.kv_write", "prefill.rest"}
+    assert by["prefill.0.attn"]["type"] == "AttentionNode" and "op" not in by["prefill.0.attn"]
+    assert by["prefill.0.kv_write"]["layer"] == 0  # from the layer block that holds it
+    assert by["prefill.rest"]["type"] == "elided"
+    assert ("prefill.0.attn", "prefill.0.kv_write", "data") in _edges(out)
+    assert any("node field 'op' as the node's id" in n for n in notes)
+    assert any("flagged 'elided' as a placeholder node" in n for n in notes)
+    # an operator field that names another kind is no name
+    with pytest.raises(PdagInputError):
+        validate_dag(dag={"x": [{"op": "AllReduce", "kind": "FFNNode"}, {"op": "Attention", "kind": "NormNode"}]})
+
+
+def test_parallelism_block_devices_and_kv_source_fields() -> None:
+    doc = {"graph": [
+        {"id": "p.attn", "type": "AttentionNode", "phase": "prefill", "tp": {"degree": 2, "gpus": [0, 1]}},
+        {"id": "p.kv", "type": "KVCacheUpdateNode", "phase": "prefill", "gpus": [0, 1], "inputs": ["p.attn"]},
+        {"id": "d.attn", "type": "AttentionNode", "phase": "decode", "gpus": [0, 1], "reads_kv": "p.kv"}]}
+    out, notes = translate(doc)
+    by = {n["id"]: n for n in out["nodes"]}
+    assert by["p.attn"]["devices"] == [0, 1]
+    assert ("p.kv", "d.attn", "kv") in _edges(out)
+    assert any("node field 'reads_kv' as edges" in n for n in notes)
+    # a block that is no parallelism block gives no devices
+    plain, _ = translate({"graph": [{**doc["graph"][0], "tp": None, "misc": {"gpus": [0, 1]}}, doc["graph"][1]]})
+    assert "devices" not in {n["id"]: n for n in plain["nodes"]}["p.attn"]
+
+
+def test_short_keys_explained_in_a_legend() -> None:
+    from tools.dialect import read_legend
+
+    doc = {"legend": {"n": "nodes: i=id, t=type, g=GPU ids, x=repeat count", "e": "edges 'src>dst'"},
+           "dag": {"n": [{"i": "a", "t": "AttentionNode", "g": [0, 1]}, {"i": "b", "t": "FFNNode", "g": [0, 1]}],
+                   "e": ["a>b"]}}
+    out, notes = read_legend(doc)
+    assert "legend" not in out
+    assert out["dag"]["nodes"] == [{"id": "a", "type": "AttentionNode", "devices": [0, 1]},
+                                   {"id": "b", "type": "FFNNode", "devices": [0, 1]}]
+    assert out["dag"]["edges"] == [{"source": "a", "target": "b"}]
+    assert any("short keys explained in the 'legend' block" in n for n in notes)
+    # without a legend, or with an arrow the legend does not show, nothing is renamed or split
+    assert read_legend(doc["dag"]) == (doc["dag"], [])
+    other, _ = read_legend({**doc, "legend": {**doc["legend"], "e": "edges"}})
+    assert other["dag"]["edges"] == ["a>b"]
+    # a code whose description names no field stays as written
+    kept, _ = read_legend({"legend": {"n": "nodes: q=quality"}, "dag": {"n": [{"q": 1}]}})
+    assert kept["dag"]["nodes"] == [{"q": 1}]
+
+
+def test_predecessor_maps_section_ids_in_edge_text_and_more_placeholder_spans() -> None:
+    from tools.implicit import _elided_span
+    from tools.vocabulary import node_type
+
+    out, notes = translate({"ops": [{"id": "a", "type": "AttentionNode", "devices": [0]},
+                                    {"id": "b", "type": "FFNNode", "devices": [0]}], "deps": {"a": [], "b": ["a"]}})
+    assert _edges(out) == {("a", "b", "data")}
+    assert any("'deps' as each node's predecessors" in n for n in notes)
+    # a successor map under an edge word stays a successor map
+    succ, _ = translate({"ops": out["nodes"], "links": {"a": ["b"]}})
+    assert _edges(succ) == {("a", "b", "data")}
+    edges, _ = translate({"nodes": out["nodes"], "edges": ["x:L0 -> prefill:lm_head", "a -> b : sync"]})
+    assert {(e["source"], e["target"], e.get("type", "data")) for e in edges["edges"]} == {
+        ("x:L0", "prefill:lm_head", "data"), ("a", "b", "sync")}
+    assert _elided_span({"id": "P_L1_78", "type": "ElidedLayers", "count": 78}) == (1, 78)
+    assert _elided_span({"id": "dec1_l00_attn", "type": "ElidedLayers"}) is None
+    assert node_type("AttentionNode.SeqShard") == "AttentionNode"
+
+
+def _steps_tree(decode: bool = True) -> dict[str, Any]:
+    layer = {"layer": 0, "steps": [{"node": "AttentionNode", "tp_shards": [{"gpu": 0}, {"gpu": 1}]},
+                                   {"node": "KVCacheUpdateNode", "gpus": [0, 1], "branch_of": "AttentionNode"},
+                                   {"node": "AllReduceNode", "gpus": [0, 1]}]}
+    phases = [{"phase": "prefill", "sequence": [{"node": "EmbeddingNode", "gpus": [0, 1]}, layer,
+                                                 {"elided_layers": "1-2"}, {"node": "SampleNode", "gpus": [0]}]}]
+    if decode:
+        phases.append({"phase": "decode", "sequence": [{"node": "EmbeddingNode", "gpus": [0, 1]}]})
+    return {"root": {"id": "req", "type": "RequestNode", "children": [
+        {"id": "r0", "type": "ReplicaNode", "gpus": [0, 1], "children": phases}]}}
+
+
+def test_steps_listed_in_order_as_a_chain() -> None:
+    out, notes = translate(_steps_tree())
+    by = {n["id"]: n for n in out["nodes"]}
+    attn, kv, ar = "r0/prefill/layer0/AttentionNode", "r0/prefill/layer0/KVCacheUpdateNode", \
+        "r0/prefill/layer0/AllReduceNode"
+    assert {attn, kv, ar, "r0/prefill/EmbeddingNode", "r0/prefill/elided_layers", "r0/prefill/SampleNode",
+            "r0/decode/EmbeddingNode"} <= set(by)
+    assert by[attn]["devices"] == [0, 1] and by[attn]["layer"] == 0 and by[attn]["phase"] == "prefill"
+    e = _edges(out)
+    assert {("req", "r0", "data"), ("r0", "r0/prefill/EmbeddingNode", "data"),
+            ("r0/prefill/EmbeddingNode", attn, "data"), (attn, kv, "data"), (attn, ar, "data"),
+            (ar, "r0/prefill/elided_layers", "data"), ("r0/prefill/elided_layers", "r0/prefill/SampleNode", "data"),
+            ("r0/prefill/SampleNode", "r0/decode/EmbeddingNode", "data")} <= e
+    assert (kv, ar, "data") not in e  # the side branch is no link of the chain
+    assert any("steps listed in order ('sequence') as a chain of nodes" in n for n in notes)
+    assert any("a decode section after the prefill section beside it" in n for n in notes)
+    # without a decode section nothing is linked across; a list of objects naming no node type is no chain
+    alone, notes2 = translate(_steps_tree(decode=False))
+    assert not any("decode section" in n for n in notes2) and "r0/decode/EmbeddingNode" not in _ids(alone)
+    with pytest.raises(PdagInputError):
+        validate_dag(dag={"plan": {"steps": [{"what": "buy"}, {"what": "sell"}]}})
+
+
+def test_a_request_the_steps_wait_for_is_drawn_as_the_root() -> None:
+    ops = [{"name": "embed", "op": "EmbeddingNode", "gpus": [0], "depends_on": ["request"]},
+           {"name": "attn", "op": "AttentionNode", "gpus": [0], "depends_on": ["embed"]}]
+    out, notes = translate({"prefill_pool": {"ops": ops}, "decode_pool": {"ops": []}})
+    assert {"id": "request", "type": "RequestNode", "devices": []} in out["nodes"]
+    assert ("request", "embed", "data") in _edges(out)
+    assert any("the RequestNode 'request' the steps wait for drawn as the root" in n for n in notes)
+    # a name that spells no request, or a request already drawn, draws nothing
+    other, _ = translate({"prefill_pool": {"ops": [{**ops[0], "depends_on": ["start"]}, ops[1]]}})
+    assert all(n.get("type") != "RequestNode" for n in other["nodes"])
+    drawn, _ = translate({"prefill_pool": {"ops": [{"name": "req", "op": "RequestNode"}, *ops]}})
+    assert [n["id"] for n in drawn["nodes"] if n.get("type") == "RequestNode"] == ["req"]

@@ -366,7 +366,8 @@ def _edge(raw: Any, notes: _Notes) -> Any:
         notes.add("edges written 'a -> b'")
         target, kind = m.group(2), None
         tail = re.fullmatch(r"(.+?)\s*(?:\((\w+)\)|\[(\w+)\]|:\s*(\w+))", target)
-        if tail:  # "a -> b (pipeline)", "a -> b [kv]", "a -> b : sync"
+        if tail and not (tail.group(4) and key(tail.group(4)) not in t["edge_types"]):
+            # "a -> b (pipeline)", "a -> b [kv]", "a -> b : sync"; not "a -> prefill:lm_head", a section's id
             target, kind = tail.group(1), next(g for g in tail.groups()[1:] if g)
         edge = {"source": m.group(1), "target": target}
         if kind:
@@ -404,7 +405,12 @@ def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
             out[k] = v
             continue
         canon = t.get(key(k))
-        if canon is not None and canon not in doc and canon not in out:
+        if canon == "edges" and key(k) in words("predecessor_fields") and isinstance(v, dict) and v and all(
+                isinstance(ps, list) and all(isinstance(p, str) for p in ps) for ps in v.values()) \
+                and canon not in doc and canon not in out:  # deps[x] = what x waits for: edges into x
+            out[canon] = [{"source": p, "target": str(x)} for x, ps in v.items() for p in ps]
+            notes.add(f"'{k}' as each node's predecessors (edges into it)")
+        elif canon is not None and canon not in doc and canon not in out:
             out[canon] = v
             notes.add(f"'{k}' as '{canon}'")
         elif key(k) in words("metadata_blocks") and isinstance(v, dict):
@@ -607,3 +613,65 @@ def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
         notes.add(f"'{k}' as edges between the sections")
     out["nodes"], out["edges"] = nodes, edges
     return out
+
+
+_LEGEND_PAIR = re.compile(r"\b(\w{1,4})\s*[=:]\s*([A-Za-z][\w\s\-]*?)\s*(?=[,;)]|$|\b\w{1,4}\s*[=:])")
+_LEGEND_ARROW = re.compile(r"\b([A-Za-z]+)\s*(->|-->|=>|>|→|\||,|:)\s*([A-Za-z]+)\b")
+
+
+def _legend_field(text: str) -> str | None:
+    """The field or section a legend's description names: the whole text, else its first two words, else its
+    first word ("GPU ids" -> devices, "repeat count" -> repeat, "nodes: ..." -> nodes)."""
+    ws = re.findall(r"[A-Za-z_]+", text)
+    for cand in (text, " ".join(ws[:2]), ws[0] if ws else ""):
+        k = key(cand)
+        if k in ("id", "type", "nodes", "edges", "phase", "layer", "repeat", "devices", "source", "target"):
+            return k
+        for table in ("document", "node_fields", "edge_fields"):
+            if k and k in tables()[table]:
+                return tables()[table][k]
+    return None
+
+
+def read_legend(doc: Any) -> tuple[Any, list[str]]:
+    """A document whose keys are short codes explained in a legend block (``"legend": {"n": "nodes: i=id,
+    t=type, g=GPU ids"}``): each code renamed to the field its description names, wherever it is a key, and edges
+    written as text in the form the legend shows (``"edges 'src>dst'"``) split there into source and target."""
+    if not isinstance(doc, dict):
+        return doc, []
+    blocks = [k for k, v in doc.items() if key(k) in words("legend_blocks") and isinstance(v, dict)]
+    if len(blocks) != 1:
+        return doc, []
+    legend = doc[blocks[0]]
+    renames: dict[str, str] = {}
+    arrow: str | None = None
+    endpoints = words("endpoint_fields")
+    for code, text in legend.items():
+        if not isinstance(text, str):
+            continue
+        head = re.split(r"[:(\s]", text.strip(), maxsplit=1)[0]
+        if (f := _legend_field(head)) in ("nodes", "edges"):
+            renames[code] = f
+            if f == "edges":
+                arrow = next((m.group(2) for m in _LEGEND_ARROW.finditer(text)
+                              if key(m.group(1)) in endpoints and key(m.group(3)) in endpoints), arrow)
+        for short, what in _LEGEND_PAIR.findall(text.split(":", 1)[1] if ":" in text else ""):
+            if (f := _legend_field(what)) and short not in renames:
+                renames[short] = f
+    if not renames:
+        return doc, []
+    notes = [f"short keys explained in the '{blocks[0]}' block read as the fields they stand for ("
+             + ", ".join(f"{a}={b}" for a, b in sorted(renames.items())[:8]) + ")"]
+
+    def rename(v: Any, under: str | None = None) -> Any:
+        if isinstance(v, dict):
+            return {(renames[k] if k in renames and renames[k] not in v else k): rename(x, renames.get(k, k))
+                    for k, x in v.items()}
+        if isinstance(v, list):
+            if under == "edges" and arrow and v and all(isinstance(x, str) and x.count(arrow) == 1 for x in v):
+                return [dict(zip(("source", "target"), (p.strip() for p in x.split(arrow)), strict=True)) for x in v]
+            return [rename(x) for x in v]
+        return v
+    if arrow:
+        notes.append(f"edges written as 'source{arrow}target' text, as the legend shows")
+    return {k: rename(v) for k, v in doc.items() if k != blocks[0]}, notes

@@ -25,6 +25,7 @@ input errors that name the fields.  Every reading is a note.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,7 +63,21 @@ def _id_of(d: dict[str, Any]) -> str | None:
         v = d[k]
         if _field_is(k, "id") and (isinstance(v, str) and v.strip() or is_int(v)):
             return str(v)
+    # else an operator field naming no node type, beside a type field that names one (``{"op": "prefill.embed",
+    # "kind": "EmbeddingNode"}``) or a placeholder flag (``"elided": true``): the op is the node's name
+    kinds = {node_type(v) for k, v in d.items() if _field_is(k, "type") and isinstance(v, str)} - {None}
+    if placeholder_flag(d) or len(kinds) == 1:
+        for k, v in d.items():
+            if key(k) in words("operator_fields") and isinstance(v, str) and v.strip() and \
+                    tables()["node_types"].get(key(v)) in kinds | {None}:  # not another kind
+                return v
     return None
+
+
+def placeholder_flag(d: dict[str, Any]) -> str | None:
+    """A field among the vocabulary's placeholder words set true (``"elided": true``): the object stands for
+    what the draft leaves out, and the field names its kind."""
+    return next((k for k, v in d.items() if v is True and key(k) in words("placeholder_type_words")), None)
 
 
 def _type_of(d: dict[str, Any]) -> str | None:
@@ -72,7 +87,7 @@ def _type_of(d: dict[str, Any]) -> str | None:
         for k, v in d.items():
             if isinstance(v, str) and v.strip() and fits(k):
                 return v
-    return None
+    return placeholder_flag(d)
 
 
 def _edge_ends(d: dict[str, Any]) -> bool:
@@ -119,7 +134,7 @@ def _context_of(container: dict[str, Any]) -> dict[str, Any]:
     """The ``stage`` / ``replica`` index a container states for what it holds."""
     out: dict[str, Any] = {}
     for k, v in container.items():
-        for canon in ("stage", "replica"):
+        for canon in ("stage", "replica", "layer"):
             if is_int(v) and _field_is(k, canon):
                 out.setdefault(canon, v)
     return out
@@ -296,7 +311,8 @@ def _edges_inside(found: list[_Found], res: _Resolver, notes: Notes) -> list[dic
     out: list[dict[str, Any]] = []
     for f in found:
         for k in list(f.body):
-            before = key(k) in words("predecessor_fields")
+            kv = key(k) in words("kv_source_fields")  # "reads_kv": the cache a decode attention reads
+            before = kv or key(k) in words("predecessor_fields")
             if not before and key(k) not in words("successor_fields"):
                 continue
             raw = f.body[k]
@@ -314,7 +330,8 @@ def _edges_inside(found: list[_Found], res: _Resolver, notes: Notes) -> list[dic
             for g in got:
                 assert g is not None
                 u, v = (g[0], f.nid) if before else (f.nid, g[0])
-                out.append({"source": u, "target": v, **({"type": g[1]} if g[1] else {})})
+                kind = g[1] or ("kv" if kv else None)
+                out.append({"source": u, "target": v, **({"type": kind} if kind else {})})
             del f.body[k]
             notes.add(f"node field '{k}' as edges")
     return out
@@ -359,10 +376,15 @@ def _lift_attributes(body: dict[str, Any], notes: Notes) -> dict[str, Any]:
     state them itself."""
     out = dict(body)
     for k, block in body.items():
-        if key(k) not in words("node_attribute_blocks") or not isinstance(block, dict):
+        if not isinstance(block, dict):
             continue
-        known = {f for f in block if isinstance(f, str) and (
-            f in ("phase", "role", "layer", "repeat") or tables()["node_fields"].get(key(f)))}
+        if key(k) in words("parallel_blocks"):  # "tp": {"degree": 8, "gpus": [...]}: the GPUs it is sharded over
+            known = {f for f in block if isinstance(f, str) and tables()["node_fields"].get(key(f), f) == "devices"}
+        elif key(k) in words("node_attribute_blocks"):
+            known = {f for f in block if isinstance(f, str) and (
+                f in ("phase", "role", "layer", "repeat") or tables()["node_fields"].get(key(f)))}
+        else:
+            continue
         lifted = [f for f in known if _scalar(block[f]) and f not in out
                   and tables()["node_fields"].get(key(f), f) not in out]
         for f in lifted:
@@ -390,13 +412,22 @@ def _nodes_out(found: list[_Found], notes: Notes) -> list[dict[str, Any]]:
         for k in id_keys:
             if k != "id" and str(body[k]) in (f.nid, f.body.get("__local__")):
                 del body[k]
+        if not id_keys:  # the operator field that named the node
+            for k in [k for k in body if key(k) in words("operator_fields")]:
+                if str(body[k]) in (f.nid, f.body.get("__local__")):
+                    del body[k]
+                    notes.add(f"node field '{k}' as the node's id")
+        if (flag := placeholder_flag(body)) and not any(_field_is(k, "type") for k in body):
+            body["type"] = flag
+            del body[flag]
+            notes.add(f"an object flagged '{flag}' as a placeholder node")
         node = {"id": f.nid, **{k: v for k, v in body.items() if k != "id"}}
         if not any(_field_is(k, "type") for k in node):  # the operator field is the node's kind here
             op = next(k for k in node if key(k) in words("operator_fields") and isinstance(node[k], str))
             node["type"] = node.pop(op)
             notes.add(f"node field '{op}' as 'type'")
         kind = node_type(_type_of(body) or "")
-        for canon in ("phase", "stage", "replica"):
+        for canon in ("phase", "stage", "replica", "layer"):
             if canon in f.inherited and kind not in _ROOTS and not any(_field_is(k, canon) for k in node):
                 node[canon] = f.inherited[canon]
                 notes.add(f"{canon} from the section that holds the node")
@@ -449,6 +480,7 @@ def is_int_text(v: Any) -> bool:
 def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[str]] | None:
     """The graph a document holds outside ``nodes`` / ``edges``: ``({"nodes": [...], "edges": [...]}, the
     top-level fields it was read from)``, or None when there is none to find."""
+    doc = ordered_steps(doc, notes)
     w = _Walk()
     w.walk(doc, (), {})
     dots = _dot_fields(doc)
@@ -462,6 +494,7 @@ def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[s
         return _from_dot(parse_dot(text, f"dag.{where}"), where, notes), {where.split(".")[0]}
     if dots:
         notes.add(f"the DOT text in '{dots[0][0]}' not read: the node objects in the document are the graph")
+    _request_named(w, notes)
     _unique_ids(w.nodes, notes)
     res = _Resolver(w.nodes)
     edges = _edges_inside(w.nodes, res, notes) + _listed_edges(w.edge_lists, res, notes)
@@ -469,3 +502,155 @@ def find_graph(doc: dict[str, Any], notes: Notes) -> tuple[dict[str, Any], set[s
     notes.add(f"{len(w.nodes)} node objects found in {', '.join(roots[:4])} as the graph's nodes")
     used = set(w.tops) | {p[0] for p, _ in w.edge_lists if p}
     return {"nodes": _nodes_out(w.nodes, notes), "edges": edges}, used
+
+
+def _step_kind(item: dict[str, Any]) -> str | None:
+    """The node type an anonymous step names: a field whose value is exactly a node type's spelling."""
+    types = tables()["node_types"]
+    for v in item.values():
+        if isinstance(v, str) and (key(v) in types or key(v).endswith("node") and key(v)[:-4] in types):
+            return v
+    return None
+
+
+def _ordered(item: Any) -> tuple[str, list[Any]] | None:
+    """The ordered list of steps an object holds (``"sequence": [...]``, ``"steps": [...]``), if any."""
+    if not isinstance(item, dict):
+        return None
+    for k, v in item.items():
+        if key(k) in words("ordered_step_fields") and isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return k, v
+    return None
+
+
+def ordered_steps(doc: Any, notes: Notes) -> Any:
+    """A tree whose phases list their steps in order instead of edges (``{"phase": "prefill", "sequence": [{"node":
+    "EmbeddingNode"}, {"layer": 0, "steps": [...]}, ...]}``): each step becomes a node named by its path
+    (``replica0/prefill/layer0/AttentionNode``, a second one of a type ``...#2``) that runs ``after`` the step
+    before it; a step that says it is a ``branch_of`` an earlier one hangs off that one instead; a group's
+    ``layer`` goes to its steps; an object in the list named by a placeholder word (``"elided_layers": "1-34"``)
+    is a placeholder node; the first step of a list hangs under the node that holds it."""
+    def walk(obj: Any, path: list[str], owner: str | None, phase: str | None) -> Any:
+        if isinstance(obj, list):
+            return [walk(x, path, owner, phase) for x in obj]
+        if not isinstance(obj, dict):
+            return obj
+        me = _id_of(obj) if _node_like(obj) else None
+        here = phase or next((p for k, v in obj.items() if _field_is(k, "phase") and isinstance(v, str)
+                              and (p := phase_named(v))), None)
+        seq = _ordered(obj)
+        if seq is None or me is not None:
+            out = {}
+            for k, v in obj.items():
+                kids = walk(v, [me] if me else path, me or owner, here)
+                if me and key(k) in words("successor_fields") and isinstance(kids, list):
+                    for c in kids:
+                        if isinstance(c, dict) and _node_like(c) and not any(
+                                key(f) in words("predecessor_fields") for f in c):
+                            c["after"] = [me]
+                    _phases_in_order(kids)
+                out[k] = kids
+            return out
+        name = next((v for k, v in obj.items() if _field_is(k, "phase") and isinstance(v, str)), None)
+        steps, ends = _chain(seq[1], [*path, *([name] if name else [])], owner, here, None)
+        notes.add(f"steps listed in order ('{seq[0]}') as a chain of nodes")
+        return {**{k: v for k, v in obj.items() if k != seq[0]}, seq[0]: steps, "__ends__": ends}
+
+    def _phases_in_order(kids: list[Any]) -> None:
+        """A prefill section and a decode section under one node: decode starts after prefill's last step."""
+        made = {}
+        for c in kids:
+            if isinstance(c, dict) and "__ends__" in c:
+                ph = next((phase_named(v) for k, v in c.items() if _field_is(k, "phase") and isinstance(v, str)), None)
+                made[ph] = c
+        for c in kids:
+            if isinstance(c, dict):
+                ends = c.pop("__ends__", None)
+                if c is made.get("decode") and "prefill" in made and ends is not None:
+                    first = c[_ordered(c)[0]][0]  # type: ignore[index]
+                    first["after"] = [*made["prefill"].get("__done__", []), *first.get("after", [])]
+                if c is made.get("prefill") and ends is not None:
+                    c["__done__"] = ends
+        for c in kids:
+            if isinstance(c, dict):
+                c.pop("__done__", None)
+        if "prefill" in made and "decode" in made:
+            notes.add("a decode section after the prefill section beside it")
+
+    def _chain(items: list[Any], path: list[str], before: str | None, phase: str | None,
+               layer: Any) -> tuple[list[Any], list[str]]:
+        out: list[Any] = []
+        last = [before] if before else []
+        seen: dict[str, str] = {}  # a type -> its first step here, for branch_of
+        count: Counter[str] = Counter()
+        for item in items:
+            group = _ordered(item)
+            if group is not None:
+                lay = next((v for k, v in item.items() if _field_is(k, "layer")), layer)
+                sub = [*path, f"layer{lay}" if is_int(lay) else str(len(out))]
+                inner, ends = _chain(group[1], sub, None, phase, lay)
+                if inner and last:
+                    inner[0]["after"] = [*inner[0].get("after", []), *last]
+                out += inner
+                last = ends or last
+                continue
+            kind = _step_kind(item)
+            hold = next((k for k in item if any(w in key(k) for w in words("placeholder_type_words"))), None)
+            if kind is None and hold is None:
+                out.append(item)
+                continue
+            base = kind or hold or ""
+            own = next((str(v) for k, v in item.items() if _field_is(k, "id") and isinstance(v, str)), None)
+            sid = "/".join(str(p) for p in [*path, own or base])
+            count[sid] += 1
+            sid = sid if count[sid] == 1 else f"{sid}#{count[sid]}"
+            node = {k: v for k, v in item.items() if not _field_is(k, "id")}
+            node["id"], node["type"] = sid, base
+            for k in [k for k, v in item.items() if v == kind and k != "type" and not _field_is(k, "type")]:
+                del node[k]
+            for k in [k for k in item if key(k) in words("shard_detail_fields")]:
+                gpus = [x.get(g) for x in item[k] if isinstance(x, dict)
+                        for g in x if tables()["node_fields"].get(key(g)) == "devices"] \
+                    if isinstance(item[k], list) else []
+                if gpus and all(is_int(g) for g in gpus) and not any(
+                        tables()["node_fields"].get(key(f), f) == "devices" for f in item):
+                    node["devices"] = sorted(set(gpus))
+                    notes.add(f"the GPUs of a step's per-GPU shards ('{k}') as its devices")
+            if phase:
+                node.setdefault("phase", phase)
+            if is_int(layer):
+                node.setdefault("layer", layer)
+            branch = next((v for k, v in item.items() if key(k) in words("branch_fields")), None)
+            if isinstance(branch, str) and branch in seen:
+                node["after"] = [seen[branch]]
+                node.pop(next(k for k in item if key(k) in words("branch_fields")))
+            else:
+                node["after"] = list(last)
+                last = [sid]
+            seen.setdefault(base, sid)
+            out.append(node)
+        return out, last
+
+    def has_steps(obj: Any, depth: int = 0) -> bool:
+        if depth > _MAX_WALK:
+            return False
+        if isinstance(obj, dict):
+            return _ordered(obj) is not None and any(_step_kind(x) for x in _ordered(obj)[1]) or any(  # type: ignore[index]
+                has_steps(v, depth + 1) for v in obj.values())
+        return isinstance(obj, list) and any(has_steps(x, depth + 1) for x in obj)
+
+    return walk(doc, [], None, None) if has_steps(doc) else doc
+
+
+def _request_named(w: _Walk, notes: Notes) -> None:
+    """No RequestNode drawn, but steps wait for one by a name that spells it (``"depends_on": ["request"]``):
+    the root they name is drawn."""
+    if any(node_type(_type_of(f.body) or "") == NodeType.REQUEST.value for f in w.nodes):
+        return
+    ids = {f.nid for f in w.nodes}
+    named = sorted({r for f in w.nodes for k, v in f.body.items() if key(k) in words("predecessor_fields")
+                    for r in (v if isinstance(v, list) else [v]) if isinstance(r, str) and r not in ids
+                    and node_type(r) == NodeType.REQUEST.value})
+    if len(named) == 1:
+        w.nodes.insert(0, _Found(named[0], {"id": named[0], "type": NodeType.REQUEST.value}, ()))
+        notes.add(f"the RequestNode '{named[0]}' the steps wait for drawn as the root")

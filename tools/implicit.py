@@ -63,7 +63,7 @@ from typing import Any
 import networkx as nx
 
 from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.vocabulary import SAMPLER, key, names_sampler, node_type
+from tools.vocabulary import SAMPLER, is_int, key, names_sampler, node_type, words
 
 T = NodeType
 _CONTAINERS = {T.REQUEST.value, T.REPLICA.value}
@@ -114,9 +114,12 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 _SPAN = re.compile(r"(?:layers?|blocks?|l)?\s*(\d+)\s*(?:\.\.|-|to|\u2013)\s*(\d+)", re.IGNORECASE)
 
 
+_ID_SPAN = re.compile(r"(?:^|[^a-z])(?:layers?|blocks?|l)_?(\d+)_(\d+)(?:$|[^0-9])", re.IGNORECASE)
+
+
 def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
     """The layers ``[first, last]`` a placeholder node says it stands for: a ``[first, last]`` pair or a
-    ``"first-last"`` text in its fields, or in its id."""
+    ``"first-last"`` text in its fields, its first ``layer`` and a ``repeat`` count, or a span in its id."""
     def search(v: Any) -> tuple[int, int] | None:
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             return (v[0], v[1]) if v[0] <= v[1] else None
@@ -129,7 +132,32 @@ def _elided_span(n: dict[str, Any]) -> tuple[int, int] | None:
                 if got:
                     return got
         return None
-    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or search(n["id"])
+    first, count = n.get("layer"), n.get("repeat")
+    counted = (first, first + count - 1) if is_int(first) and is_int(count) and count > 0 else None
+    m = _ID_SPAN.search(n["id"])  # "P_L1_78": an underscore between the numbers, after a layer prefix
+    in_id = (int(m.group(1)), int(m.group(2))) if m and int(m.group(1)) <= int(m.group(2)) else None
+    return search({k: v for k, v in n.items() if k not in ("id", "devices", "type")}) or counted \
+        or search(n["id"]) or in_id
+
+
+def _is_placeholder(n: dict[str, Any]) -> bool:
+    """A node whose type is no pdag type and says it stands for what is left out (``RepeatNode``,
+    ``ElidedLayers``, ``OmittedBlocks``: the vocabulary's placeholder words)."""
+    t = n.get("type")
+    return isinstance(t, str) and t not in T.__members__.values() and \
+        any(w in key(t) for w in words("placeholder_type_words"))
+
+
+def _later_steps(h: dict[str, Any], g: nx.DiGraph, by_id: dict[str, dict[str, Any]],
+                 edges: list[dict[str, Any]]) -> bool:
+    """A placeholder whose type or id names decode steps (``ElidedDecodeSteps``, ``decode_steps_2_to_N``), in the
+    decode phase, drawn at the end of the chain (nothing waits for it but through kv edges): the later steps repeat
+    the drawn one, which a decode phase already stands for."""
+    t, name = key(h["type"]), key(h["id"])
+    if "layer" in t + name or not any(w in t or w in name for w in words("later_step_words")):
+        return False
+    phases = {h.get("phase")} | {by_id[p].get("phase") for p in g.predecessors(h["id"]) if p in by_id}
+    return "decode" in phases and not any(e["source"] == h["id"] and e.get("type", "data") != "kv" for e in edges)
 
 
 def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
@@ -139,21 +167,27 @@ def _elided_layers(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_
     after: the layers it elides run like the layer before them, so that layer's nodes in the same phase and branch
     stand for ``last - first + 2`` layers (a ``repeat``), and the placeholder's place in the chain is an edge from
     its predecessors to its successors."""
-    holders = [n for n in nodes if isinstance(n.get("type"), str) and "repeat" in key(n["type"])
-               and n["type"] not in T.__members__.values()]
+    holders = [n for n in nodes if _is_placeholder(n)]
     if not holders:
         return nodes, edges
     g = _graph(nodes, edges)
     gone: set[str] = set()
     for h in holders:
+        if _later_steps(h, g, by_id, edges):
+            gone.add(h["id"])
+            done["a placeholder for the decode steps after the drawn one, which stands for them"] += 1
+            continue
         span = _elided_span(h)
         preds = [p for p in g.predecessors(h["id"]) if p not in gone]
-        if span is None or not preds:
+        alone = g.degree(h["id"]) == 0  # drawn beside the chain, which goes from the layer before to the one after
+        if span is None or not (preds or alone and h.get("phase")):
             continue
         first, last = span
         phases = {by_id[p].get("phase") for p in preds} - {None}
         phase = h.get("phase") or (phases.pop() if len(phases) == 1 else None)
-        template = [by_id[a] for a in nx.ancestors(g, h["id"]) if by_id[a].get("layer") == first - 1
+        near = nx.ancestors(g, h["id"]) if preds else \
+            {n["id"] for n in nodes if all(n.get(f) == h.get(f) for f in ("stage", "replica") if f in h)}
+        template = [by_id[a] for a in near if by_id[a].get("layer") == first - 1
                     and by_id[a].get("phase") == phase and "repeat" not in by_id[a]]
         if not template:
             continue

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tools.build import build_working, estimated_node_count, gc_paused
 from tools.causes import group_causes
 from tools.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
-from tools.dialect import translate
+from tools.dialect import read_legend, translate
 from tools.errors import PdagInputError
 from tools.implicit import make_explicit
 from tools.inputs import check_json_value
@@ -150,12 +150,13 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
         raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}",
                              "an object with 'nodes' and 'edges' (see the published DAG JSON Schema)")
     claims: dict[str, Any] = {}
+    dag, legend_read = read_legend(dag)  # short keys explained in a legend, wherever the graph sits
     if "nodes" not in dag and isinstance(dag.get("dag"), dict):  # a build_dag answer pasted whole
         claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
         dag = dag["dag"]
     dag, read_as = translate(dag)
     dag, drawn = make_explicit(dag)
-    read_as += drawn
+    read_as = legend_read + read_as + drawn
     if "nodes" not in dag:
         raise PdagInputError("dag.nodes", "missing: this is not a DAG",
                              "a DAG object with 'nodes' and 'edges' lists; a plan goes in the 'plan' argument")
