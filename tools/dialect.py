@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any
 
 import knowledge
-from tools.dag import CONTROL_TYPES, Edge, EdgeType, Node, NodeType
+from tools.dag import CONTROL_TYPES, Dag, Edge, EdgeType, Node, NodeType
 from tools.doc_shape import find_graph
 from tools.draft_gpus import (
     Mesh,
@@ -615,6 +615,7 @@ def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
     return out
 
 
+_CANONICAL_FIELDS = frozenset(Node.model_fields) | frozenset(Edge.model_fields) | frozenset(Dag.model_fields)
 _LEGEND_PAIR = re.compile(r"\b(\w{1,4})\s*[=:]\s*([A-Za-z][\w\s\-]*?)\s*(?=[,;)]|$|\b\w{1,4}\s*[=:])")
 _LEGEND_ARROW = re.compile(r"\b([A-Za-z]+)\s*(->|-->|=>|>|→|\||,|:)\s*([A-Za-z]+)\b")
 
@@ -625,7 +626,7 @@ def _legend_field(text: str) -> str | None:
     ws = re.findall(r"[A-Za-z_]+", text)
     for cand in (text, " ".join(ws[:2]), ws[0] if ws else ""):
         k = key(cand)
-        if k in ("id", "type", "nodes", "edges", "phase", "layer", "repeat", "devices", "source", "target"):
+        if k in _CANONICAL_FIELDS:
             return k
         for table in ("document", "node_fields", "edge_fields"):
             if k and k in tables()[table]:

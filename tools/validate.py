@@ -150,7 +150,8 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
         raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}",
                              "an object with 'nodes' and 'edges' (see the published DAG JSON Schema)")
     claims: dict[str, Any] = {}
-    dag, legend_read = read_legend(dag)  # short keys explained in a legend, wherever the graph sits
+    # short keys explained in a legend, read before a pasted "dag" block is unwrapped: the legend sits beside it
+    dag, legend_read = read_legend(dag)
     if "nodes" not in dag and isinstance(dag.get("dag"), dict):  # a build_dag answer pasted whole
         claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
         dag = dag["dag"]

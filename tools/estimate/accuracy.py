@@ -616,7 +616,7 @@ class AccuracyReport:
     spearman: dict[str, float] = field(default_factory=dict)
     loo_note: str = ""
     choices: list[Choice] = field(default_factory=list)
-    fit: str = "GPU, engine and engine generation"  # what a held-out fit pools points under
+    fit: str = FIT_KEYS["generation"][1]  # what a held-out fit pools points under
 
     def stats(self, attr: str = "predicted") -> tuple[float, float]:
         errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
