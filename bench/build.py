@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tools.build import build_dag
+from tools.core.build import build_dag
 
 CASES = {
     "deepseek-v3 / 64x h200 (dp4 pp2 tp8 ep8)": {

@@ -47,8 +47,8 @@ def main(repeats: int = 7) -> None:
         print(f"{name}: cold median {statistics.median(cold):.1f} ms (min {min(cold):.1f}), "
               f"warm median {statistics.median(warm):.1f} ms over {repeats} runs "
               f"(TTFT {est.prefill_latency_ms:.1f} ms, TPOT {est.decode_latency_ms_per_token:.2f} ms)")
+    from tools.core.plan import parse_plan
     from tools.estimate.fast import FastEstimator
-    from tools.plan import parse_plan
 
     for name, plan in CASES.items():
         parsed = parse_plan(plan)

@@ -7,7 +7,7 @@ import statistics
 import time
 from typing import Any
 
-from tools.search import search_strategies
+from tools.search.strategies import search_strategies
 
 CASES: dict[str, tuple[dict[str, Any], float]] = {
     "llama-3.1-70b / 8x h100-sxm / latency": (

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tools import autofix_dag, validate_dag
-from tools.build import build_dag
+from tools.core.build import build_dag
 
 PLAN: dict[str, Any] = {
     "model": "deepseek-v3",

@@ -102,7 +102,7 @@ def reported_rules(records: list[dict[str, Any]]) -> set[str]:
 
 def _canonical(plan: dict[str, Any]) -> str | None:
     try:
-        from tools.plan import parse_plan
+        from tools.core.plan import parse_plan
 
         return json.dumps(parse_plan(plan).model_dump(mode="json"), sort_keys=True)
     except Exception:  # noqa: BLE001 - an unparsable plan has no canonical form

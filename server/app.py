@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from server.prompting import register_prompts
 from server.resources import register_resources
 from server.tools import argument_error_text, available_tools, input_error_text
-from tools.errors import PdagInputError
-from tools.inputs import check_json_value
+from tools.core.errors import PdagInputError
+from tools.core.inputs import check_json_value
 
 logger = logging.getLogger("pdag.server")
 

@@ -1,7 +1,7 @@
 """Streamable HTTP for pdag: the SDK's app behind a body limit and an optional bearer token, both answering
 in JSON-RPC, with idle sessions expiring and one start-up line that gives the URL.
 
-The body limit fits the largest DAG the server itself builds (tools.dag.MAX_NODES nodes as node-link JSON,
+The body limit fits the largest DAG the server itself builds (tools.core.dag.MAX_NODES nodes as node-link JSON,
 about 400 bytes per node with its edges), so a full DAG from build_dag can always be sent back to
 validate_dag. The SDK's own limit answers in plain text; this one answers a JSON-RPC error a client can parse.
 """
@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INVALID_REQUEST
 
-from tools.dag import MAX_NODES
+from tools.core.dag import MAX_NODES
 
 logger = logging.getLogger("pdag.server")
 

@@ -11,10 +11,10 @@ from mcp.types import INVALID_PARAMS
 from pydantic import Field
 
 import prompts
-from tools.errors import PdagInputError
-from tools.inputs import load_json_text
-from tools.lookup import lookup_rule
-from tools.plan import Workload
+from tools.core.errors import PdagInputError
+from tools.core.inputs import load_json_text
+from tools.core.plan import Workload
+from tools.rules.lookup import lookup_rule
 
 _WORKLOAD = Workload()  # the one default workload of CLI, plan files and MCP
 

@@ -16,11 +16,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 import knowledge
-from tools.dag import dag_json_schema
-from tools.errors import PdagInputError
-from tools.hardware import accelerator_ids, load_accelerator
-from tools.lookup import catalog, lookup_rule
-from tools.models import load_preset, preset_index
+from tools.core.dag import dag_json_schema
+from tools.core.errors import PdagInputError
+from tools.core.hardware import accelerator_ids, load_accelerator
+from tools.core.models import load_preset, preset_index
+from tools.rules.lookup import catalog, lookup_rule
 from tools.schemas import plan_json_schema
 
 JSON = "application/json"

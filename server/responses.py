@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 
 from server.paging import PAGE_CHARS as PAGE_CHARS
 from server.paging import paginate, parse_cursor
-from tools.lookup import LookupResult
-from tools.render import FoldedDag
+from tools.core.render import FoldedDag
+from tools.rules.lookup import LookupResult
 
 if TYPE_CHECKING:
-    from tools.build import BuildResult
+    from tools.core.build import BuildResult
 
 Detail = Literal["summary", "full"]
 
@@ -455,8 +455,8 @@ def trim(data: Any, path: str = "") -> tuple[Any, str]:
 
 def fold_dag_json(dag: Mapping[str, Any]) -> FoldedDag:
     """Fold a node-link DAG document (e.g. autofix's fixed DAG) for a summary."""
-    from tools.dag import Dag, json_to_graph
-    from tools.render import fold
+    from tools.core.dag import Dag, json_to_graph
+    from tools.core.render import fold
 
     return fold(json_to_graph(Dag.model_validate(dag)))
 

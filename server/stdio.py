@@ -21,8 +21,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
-from tools.errors import PdagInputError
-from tools.inputs import MAX_INT_DIGITS, check_json_value
+from tools.core.errors import PdagInputError
+from tools.core.inputs import MAX_INT_DIGITS, check_json_value
 
 MAX_LINE_BYTES = 256 * 1024 * 1024  # above the largest DAG the server builds (see server.http.MAX_BODY_BYTES)
 

@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import tools
 from server import responses as R
 from server.schemas import compact
-from tools.dag import NodeType
-from tools.errors import PdagInputError
-from tools.estimate.engine_profile import EngineId
+from tools.core.dag import NodeType
+from tools.core.engine_profile import EngineId
+from tools.core.errors import PdagInputError
+from tools.core.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
 from tools.estimate.serving import Arrivals, Sla
-from tools.lookup import LEVELS, MAX_QUERY, STRATEGIES
-from tools.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
+from tools.rules.lookup import LEVELS, MAX_QUERY, STRATEGIES
 
 logger = logging.getLogger("pdag.server")
 
@@ -332,9 +332,9 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
                        lambda: R.shape_estimate(fn(**kwargs, sla=sla), detail))
     if render:
         from server.pictures import plan_images
-        from tools.estimate.core import _resolve_plan
+        from tools.estimate.core import resolve_plan
 
-        result = plan_images(result, _resolve_plan(kwargs.get("plan"), kwargs.get("dag")))
+        result = plan_images(result, resolve_plan(kwargs.get("plan"), kwargs.get("dag")))
     return result  # type: ignore[return-value]
 
 

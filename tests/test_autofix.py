@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools import autofix_dag, build_dag, validate_dag
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 CORPUS = sorted((Path(__file__).resolve().parent / "fixtures" / "corpus").glob("*.json"))
 

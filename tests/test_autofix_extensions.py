@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from tests.contracts import assert_fix_contract
 from tests.fixtures.generate import ADP_DSV3, DIS_70B, P_ADP, P_DIS, TINY, TINY_MOE, without
 from tools import autofix_dag, validate_dag
-from tools.layout import Layout
-from tools.plan import parse_plan
+from tools.core.layout import Layout
+from tools.core.plan import parse_plan
 
 
 def gpus(plan: dict) -> int:

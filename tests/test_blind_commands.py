@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tools import validate_dag
-from tools.engines import import_deployment
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
+from tools.engines.launch import import_deployment
 
 DOC = json.loads((Path(__file__).parent / "data" / "blind_commands.json").read_text())
 SHELL_ARITHMETIC = {"llmd-wide-ep-dsr1-0528-dep16-pd"}

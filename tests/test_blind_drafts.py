@@ -5,9 +5,9 @@ output (2026-11-26), each in its own vocabulary (``name``/``label`` ids, ``kind`
 out or folded with ``repeat``; phases marked by attribute; sync edges into collectives).  Twelve are meant valid and
 twelve carry one deliberate mistake each (``tests/data/blind_dags/index.json`` says which and quotes the seed).
 
-Before pdag read drafts through ``tools.dialect`` and ``tools.implicit`` it rejected all 24, the twelve valid ones
-on spelling.  Now eight of the twelve valid drafts pass, every mistaken draft is rejected, and nine of the twelve
-by the rule that names its mistake.  The four valid drafts still rejected are pinned below with the reason pdag
+Before pdag read drafts through ``tools.drafts.dialect`` and ``tools.drafts.implicit`` it rejected all 24, the twelve
+valid ones on spelling.  Now eight of the twelve valid drafts pass, every mistaken draft is rejected, and nine of the
+twelve by the rule that names its mistake.  The four valid drafts still rejected are pinned below with the reason pdag
 gives, each a reading of the seeds the drafter and pdag do not share."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tools import validate_dag
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 
 def _read(data: Path, name: str):  # noqa: ANN202 - a ValidationResult, or None when not read as a DAG at all
@@ -162,7 +162,8 @@ def _roots3(name: str) -> tuple[bool, set[str]]:
 # whole TP group (QKV projection -> attention -> output projection, one all-reduce after), the prefill cache written
 # from the QKV projection, DP replicas marked only by a replica index, a sampler node after the LM head.  With them
 # that draft (dag07) passes; the other seven valid ones do not (four are not read as graphs at all).
-# Then the document-shape readings (tools/doc_shape.py, tools/dot.py: node objects found anywhere in the document,
+# Then the document-shape readings (tools/drafts/doc_shape.py, tools/drafts/dot.py: node objects found anywhere in the
+# document,
 # a Graphviz DOT string, section-qualified ids, successor/predecessor fields with edge kinds, typed arrow lists,
 # node_rows tables, machines named inside GPU ids): 15 of the 16 documents read as graphs (dag02's positional rows
 # with a prose legend do not), 2 of the 8 valid drafts pass (dag07, dag09), and three mistakes read now are named

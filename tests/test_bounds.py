@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tools import autofix_dag, build_dag, estimate_performance, lookup_rule, search_strategies, validate_dag
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 from tools.estimate.disagg import _fewest
 
 # A guard against work that grows faster than the input (a quadratic check, a hang), not a speed target: the
@@ -125,8 +125,8 @@ def test_every_plan_search_returns_on_1024_gpus_validates_and_estimates():
 
 
 def test_the_largest_document_accepted_is_judged_within_budget():
-    from tools.build import build_full_dag
-    from tools.dag import MAX_NODES
+    from tools.core.build import build_full_dag
+    from tools.core.dag import MAX_NODES
 
     plan = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 128},
             "parallel": {"dp": 2, "tp": 8, "ep": 64}}

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import build_dag
-from tools.build import build_full_dag, build_graph, devices_used
-from tools.dag import COMM_TYPES, Dag, NodeType, dag_json_schema, json_to_graph
-from tools.errors import PdagInputError
-from tools.plan import parse_plan
-from tools.render import fold, to_dot, to_mermaid
+from tools.core.build import build_full_dag, build_graph, devices_used
+from tools.core.dag import COMM_TYPES, Dag, NodeType, dag_json_schema, json_to_graph
+from tools.core.errors import PdagInputError
+from tools.core.plan import parse_plan
+from tools.core.render import fold, to_dot, to_mermaid
 
 
 def graph_of(plan: dict) -> nx.DiGraph:

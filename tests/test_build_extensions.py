@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tools.build import build_graph, devices_used
-from tools.dag import NodeType
-from tools.plan import parse_plan
+from tools.core.build import build_graph, devices_used
+from tools.core.dag import NodeType
+from tools.core.plan import parse_plan
 
 ADP = {
     "model": "deepseek-v3",

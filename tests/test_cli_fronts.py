@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tools.calibration.accuracy import load_measurements
 from tools.cli import main
-from tools.estimate.accuracy import load_measurements
-from tools.lookup import lookup_rule
+from tools.rules.lookup import lookup_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -143,8 +143,8 @@ def test_reader_accepts_unicode_with_a_bom(tmp_path, capsys, encoding):
 
 
 def test_reader_size_cap(tmp_path):
-    from tools.errors import PdagInputError
-    from tools.inputs import read_text_file
+    from tools.core.errors import PdagInputError
+    from tools.core.inputs import read_text_file
 
     (tmp_path / "big.json").write_text("1" * 2000)
     with pytest.raises(PdagInputError, match="at most 1,000 bytes"):

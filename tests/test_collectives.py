@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tools.core.efficiency import efficiency_for
+from tools.core.layout import Layout
+from tools.core.plan import parse_plan
 from tools.estimate.costs import CostModel
-from tools.estimate.efficiency import efficiency_for
-from tools.layout import Layout
-from tools.plan import parse_plan
 
 DATA = json.loads((Path(__file__).parent / "data" / "allreduce_microbench.json").read_text())
 ROWS = [(s, r) for s in DATA["sets"] for r in s["rows"]]

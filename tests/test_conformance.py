@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tools.conformance import CORPUS_PATH, Corpus, layout_flags, load_corpus, run_entry
+from tools.engines.conformance import CORPUS_PATH, Corpus, layout_flags, load_corpus, run_entry
 
 ENTRIES = load_corpus().entries
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from tests.fixtures.generate import P_ADP, P_DIS, P_MOE, P_PP, P_SP, bypass, dag_of
 from tools import autofix_dag, validate_dag
-from tools.dag import NodeType
-from tools.dialect import translate
-from tools.vocabulary import key, node_type, tables, vocabulary
+from tools.core.dag import NodeType
+from tools.drafts.dialect import translate
+from tools.drafts.vocabulary import key, node_type, tables, vocabulary
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "rules").glob("*.json"))
 DAG_CASES = [(f.stem, side, json.loads(f.read_text())[side]["dag"]) for f in FIXTURES
@@ -260,7 +260,7 @@ def test_edges_written_inside_the_nodes_and_phase_sections_read_as_the_graph() -
                                             ("node1/gpu3", [11]), ("gpu[0, 3]", [0, 3]), ("gpu[0-7]", list(range(8))),
                                             ("gpu0 gpu1", [0, 1]), ("cuda:3", [3])])
 def test_gpu_spellings(text: str, gpus: list[int]) -> None:
-    from tools.draft_gpus import device_list
+    from tools.drafts.gpus import device_list
 
     assert device_list(text, 8) == gpus
 
@@ -303,7 +303,7 @@ def test_gpus_placed_on_a_named_device_mesh() -> None:
 def test_machines_named_in_hosts() -> None:
     """``"pnode:gpu0-3"`` names a machine the draft lists in its hardware's ``hosts``: the second machine's GPU 1
     is GPU ``gpus_per_node + 1``, not GPU 1 (which would put two pools on the same GPUs)."""
-    from tools.draft_gpus import device_list, gpu_text, hosts_of
+    from tools.drafts.gpus import device_list, gpu_text, hosts_of
 
     hosts = hosts_of({"hardware": {"hosts": ["pnode (prefill)", "dnode (decode)"], "gpus_per_node": 4}})
     assert hosts == {"pnode": 0, "dnode": 1}
@@ -351,7 +351,7 @@ def test_successors_grouped_by_kind_and_nodes_as_table_rows() -> None:
     ("logits", False), ("all_gather", False),
 ])
 def test_sampler_spellings(spelling: str, sampler: bool) -> None:
-    from tools.vocabulary import names_sampler
+    from tools.drafts.vocabulary import names_sampler
 
     assert names_sampler(spelling) is sampler
     if sampler:

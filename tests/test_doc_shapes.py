@@ -1,5 +1,6 @@
-"""Documents that keep their graph outside ``nodes`` / ``edges`` (``tools.doc_shape``, ``tools.dot``): each
-reading on a small document written here, and random DOT / graph-shaped inputs that must read or be refused with a
+"""Documents that keep their graph outside ``nodes`` / ``edges`` (``tools.drafts.doc_shape``,
+``tools.drafts.dot``): each reading on a small document written here, and random DOT / graph-shaped inputs that must
+read or be refused with a
 ``PdagInputError``, never crash."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tools import validate_dag
-from tools.dialect import translate
-from tools.dot import looks_like_dot, parse_dot
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
+from tools.drafts.dialect import translate
+from tools.drafts.dot import looks_like_dot, parse_dot
 
 
 def _edges(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -229,7 +230,7 @@ def _chain(phase: str, extra: list[dict[str, Any]], tail: list[str]) -> tuple[li
 
 @pytest.mark.parametrize("spelling", ["ElidedLayers", "OmittedBlocks", "skipped_layers", "LayerRepeat"])
 def test_placeholder_types_under_any_placeholder_word(spelling: str) -> None:
-    from tools.implicit import make_explicit
+    from tools.drafts.implicit import make_explicit
 
     hold = {"id": "p.mid", "type": spelling, "phase": "prefill", "layers": [1, 6], "devices": [0]}
     last = {"id": "p.L7.attn", "type": "AttentionNode", "phase": "prefill", "layer": 7, "devices": [0]}
@@ -242,7 +243,7 @@ def test_placeholder_types_under_any_placeholder_word(spelling: str) -> None:
 
 
 def test_a_type_without_a_placeholder_word_is_not_a_placeholder() -> None:
-    from tools.implicit import make_explicit
+    from tools.drafts.implicit import make_explicit
 
     odd = {"id": "p.mid", "type": "MysteryLayers", "phase": "prefill", "layers": [1, 6], "devices": [0]}
     nodes, edges = _chain("prefill", [odd], ["p.mid"])
@@ -251,7 +252,7 @@ def test_a_type_without_a_placeholder_word_is_not_a_placeholder() -> None:
 
 
 def test_a_placeholder_for_later_decode_steps_at_the_chain_end() -> None:
-    from tools.implicit import make_explicit
+    from tools.drafts.implicit import make_explicit
 
     later = {"id": "steps", "type": "ElidedDecodeSteps", "phase": "decode", "devices": [0]}
     nodes, edges = _chain("decode", [later], ["steps"])
@@ -270,7 +271,7 @@ def test_a_placeholder_for_later_decode_steps_at_the_chain_end() -> None:
 def test_a_placeholder_drawn_beside_the_chain() -> None:
     """No edges of its own: the chain runs from the layer before it to the one after; the layer before, in its
     phase and stage, stands for the elided ones."""
-    from tools.implicit import make_explicit
+    from tools.drafts.implicit import make_explicit
 
     hold = {"id": "mid", "type": "ElidedLayers", "phase": "prefill", "layer": 1, "repeat": 3, "devices": [0]}
     nodes, edges = _chain("prefill", [hold], [])
@@ -317,7 +318,7 @@ def test_parallelism_block_devices_and_kv_source_fields() -> None:
 
 
 def test_short_keys_explained_in_a_legend() -> None:
-    from tools.dialect import read_legend
+    from tools.drafts.dialect import read_legend
 
     doc = {"legend": {"n": "nodes: i=id, t=type, g=GPU ids, x=repeat count", "e": "edges 'src>dst'"},
            "dag": {"n": [{"i": "a", "t": "AttentionNode", "g": [0, 1]}, {"i": "b", "t": "FFNNode", "g": [0, 1]}],
@@ -338,8 +339,8 @@ def test_short_keys_explained_in_a_legend() -> None:
 
 
 def test_predecessor_maps_section_ids_in_edge_text_and_more_placeholder_spans() -> None:
-    from tools.implicit import _elided_span
-    from tools.vocabulary import node_type
+    from tools.drafts.implicit import _elided_span
+    from tools.drafts.vocabulary import node_type
 
     out, notes = translate({"ops": [{"id": "a", "type": "AttentionNode", "devices": [0]},
                                     {"id": "b", "type": "FFNNode", "devices": [0]}], "deps": {"a": [], "b": ["a"]}})

@@ -8,7 +8,7 @@ import copy
 
 from tests.fixtures.generate import P_PP, TINY, TINY_MOE, add_edge, bypass, plan
 from tools import autofix_dag, validate_dag
-from tools.build import build_full_dag
+from tools.core.build import build_full_dag
 
 H2 = {"gpu": "h100-sxm", "num_gpus": 2, "gpus_per_node": 8}
 

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tools import estimate_performance, export_plan, import_command
-from tools.engines import EngineCannotExpress, model_for_repo
-from tools.errors import PdagInputError
-from tools.plan import parse_plan
-from tools.quantization import gemm_dtype, storage
+from tools.core.errors import PdagInputError
+from tools.core.plan import parse_plan
+from tools.core.quantization import gemm_dtype, storage
+from tools.engines.launch import EngineCannotExpress, model_for_repo
 
 
 def _plan(model: str, gpu: str, parallel: dict, **extra) -> dict:
@@ -279,7 +279,7 @@ def test_cli_import_reads_a_trtllm_config(tmp_path, capsys) -> None:
 
 
 def test_disaggregated_pools_import_as_one_plan() -> None:
-    from tools.engines import import_disaggregated
+    from tools.engines.launch import import_disaggregated
 
     pre = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill"
     dec = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
@@ -299,7 +299,7 @@ def test_disaggregated_pools_import_as_one_plan() -> None:
 def test_dynamo_workers_import_like_the_engines_they_run() -> None:
     """NVIDIA Dynamo's workers: dynamo.vllm and dynamo.sglang take their engine's flags, dynamo.trtllm its own
     spelling of trtllm-serve's; a worker of one pool is imported with the other pool's."""
-    from tools.engines import import_disaggregated
+    from tools.engines.launch import import_disaggregated
 
     vllm = import_command("python3 -m dynamo.vllm --model meta-llama/Llama-3.3-70B-Instruct "
                           "--tensor-parallel-size 4", gpu="h100-sxm")
@@ -365,7 +365,7 @@ def test_argparse_abbreviations_are_read_as_the_engines_read_them() -> None:
 
 
 def test_a_disaggregated_tensorrt_llm_export_keeps_each_pools_yaml() -> None:
-    from tools.engines import import_disaggregated
+    from tools.engines.launch import import_disaggregated
 
     pre = "python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --disaggregation-mode prefill"
     dec = "python3 -m dynamo.trtllm --model-path openai/gpt-oss-120b --disaggregation-mode decode"

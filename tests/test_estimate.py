@@ -7,12 +7,12 @@ import math
 import pytest
 
 from tools import estimate_performance
-from tools.build import build_dag
-from tools.errors import PdagInputError
+from tools.core.build import build_dag
+from tools.core.efficiency import efficiency_for
+from tools.core.errors import PdagInputError
+from tools.core.layout import Layout
+from tools.core.plan import parse_plan
 from tools.estimate.costs import CostModel, expert_load
-from tools.estimate.efficiency import efficiency_for
-from tools.layout import Layout
-from tools.plan import parse_plan
 
 
 def P(model: str, gpu: str, n: int, b: int = 1, i: int = 2048, o: int = 128, dtype: str = "bf16",

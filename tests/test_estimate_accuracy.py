@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tools import estimate_performance
-from tools.errors import PdagInputError
-from tools.estimate.accuracy import (
+from tools.calibration.accuracy import (
     accuracy_report,
     breakdown,
     calibrate,
@@ -25,8 +24,10 @@ from tools.estimate.accuracy import (
     spearman,
     ttft_bracket,
 )
-from tools.estimate.efficiency import efficiency_for
-from tools.estimate.track_record import TRACK_RECORD_FILE, track_record_table
+from tools.calibration.track_record import track_record_table
+from tools.core.efficiency import efficiency_for
+from tools.core.errors import PdagInputError
+from tools.estimate.track_record import TRACK_RECORD_FILE
 
 
 @cache
@@ -242,6 +243,7 @@ def test_report_breaks_down_by_metric_regime_and_source() -> None:
         accuracy_report(pts, leave_one_out=True, fit_key="publication")
 
 
+@pytest.mark.slow  # leave-one-source-out refits the scales once per publication: about 3 minutes
 def test_held_out_figures_meet_the_estimator_targets() -> None:
     """Issue 12's targets on scales fitted without the scored publication (leave-one-source-out): median APE
     <= 10 %, p90 <= 30 %, over all points and over the static-batch ones; no static metric or regime with
@@ -323,7 +325,7 @@ def test_csv_errors_name_the_problem(tmp_path: Path) -> None:
 
 
 def test_held_out_scoring_fits_nothing_to_a_single_source() -> None:
-    from tools.estimate.accuracy import fit_scales
+    from tools.calibration.accuracy import fit_scales
 
     pts = [p for p in load_measurements() if p["gpu"] == "h200"]
     one = [p for p in pts if "v0.9.0" in p["source"]][:6]
@@ -335,7 +337,7 @@ def test_held_out_scales_are_fitted_per_gpu_and_engine() -> None:
     """H200's static points come from TensorRT-LLM's C++ runtime (2023 blogs, 0.9 tables) and from vLLM (its CI
     dashboard, llm-d): a held-out fit keeps the two engines' scales apart, so neither engine's kernels set the
     other's speed; pooled, one scale serves both."""
-    from tools.estimate.accuracy import HARDWARE_PARTS, fit_scales, gpu_and_engine, point_engine
+    from tools.calibration.accuracy import HARDWARE_PARTS, fit_scales, gpu_and_engine, point_engine
 
     pts = [p for p in load_measurements() if p["gpu"] == "h200" and not p["metric"].startswith("serving_")]
     assert {point_engine(p) for p in pts} == {"trtllm-cpp", "vllm"}
@@ -351,7 +353,7 @@ def test_vllm_points_state_their_engine_generation() -> None:
     does; the V0 points of one GPU are fitted among themselves."""
     import re
 
-    from tools.estimate.accuracy import gpu_and_engine, gpu_engine_generation
+    from tools.calibration.accuracy import gpu_and_engine, gpu_engine_generation
 
     pts = [p for p in load_measurements() if point_engine(p) == "vllm"]
     for p in pts:
@@ -367,7 +369,7 @@ def test_vllm_points_state_their_engine_generation() -> None:
 def test_fitted_scales_ignore_a_lone_outlier() -> None:
     """Nine points say memory is priced 2x too slow; one point (an engine quirk) says 20x. The fit follows the
     nine: the outlier must not drag the factor every other point on the GPU shares."""
-    from tools.estimate.accuracy import Prediction, _fit_scales
+    from tools.calibration.accuracy import Prediction, _fit_scales
 
     preds = [Prediction(10.0, {"compute": 0.0, "memory": 10.0, "communication": 0.0, "overhead": 0.0}, "time")
              for _ in range(10)]
@@ -379,7 +381,7 @@ def test_fitted_scales_ignore_a_lone_outlier() -> None:
 def test_each_publication_weighs_the_same_in_a_fit() -> None:
     """One publication's 20 rows say memory runs 2x faster than priced; two others, 2 rows each, say the catalog is
     right.  Held-out scoring must not let the long table outvote the two sources that agree."""
-    from tools.estimate.accuracy import Prediction, _fit_scales
+    from tools.calibration.accuracy import Prediction, _fit_scales
 
     pred = Prediction(10.0, {"compute": 0.0, "memory": 10.0, "communication": 0.0, "overhead": 0.0}, "time")
     points = ([{"value": 5.0, "source": "a"}] * 20 + [{"value": 10.0, "source": "b"}] * 2
@@ -392,7 +394,7 @@ def test_a_part_no_point_measures_keeps_the_catalog() -> None:
     that scale alone instead of carrying noise into prefill.  MI300X's static points outside InferenceMAX and
     dstack's 405B runs are such points (ROCm's blog and dev-docker tables, Oracle's 405B runs); dstack's 32K-token
     prompts are prefill-bound, and with them two publications measure compute."""
-    from tools.estimate.accuracy import Prediction, _determined, fit_scales, publication
+    from tools.calibration.accuracy import Prediction, _determined, fit_scales, publication
 
     decode = Prediction(10.0, {"compute": 0.1, "memory": 9.9, "communication": 0.0, "overhead": 0.0}, "time")
     prefill = Prediction(10.0, {"compute": 8.0, "memory": 2.0, "communication": 0.0, "overhead": 0.0}, "time")
@@ -429,7 +431,7 @@ def test_serving_metrics_score_the_continuous_batching_estimate(metric: str, fie
 def test_held_out_hardware_scales_ignore_serving_points() -> None:
     """A serving figure also holds scheduling and front-end time: it must not move a GPU's fitted compute or memory
     speed, so training on serving points alone leaves the catalog prediction."""
-    from tools.estimate.accuracy import _held_out
+    from tools.calibration.accuracy import _held_out
 
     pts = load_measurements()
     serving = [p for p in pts if p["metric"].startswith("serving_") and p["gpu"] == "h100-sxm"]
@@ -459,6 +461,7 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     assert len(nearer) >= 0.85 * len(jittered), (len(nearer), len(jittered))
 
 
+@pytest.mark.slow  # shares the held-out report with the test above
 def test_committed_track_record_is_what_the_catalog_scores_today() -> None:
     """Estimates quote knowledge/accuracy/track_record.json; a change to the model or the measurements must
     regenerate it (`pdag accuracy --write-track-record knowledge/accuracy/track_record.json`)."""

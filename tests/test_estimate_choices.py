@@ -1,12 +1,12 @@
-"""Choosing a deployment under a TPOT target, scored on published sweeps (tools/estimate/choices.py)."""
+"""Choosing a deployment under a TPOT target, scored on published sweeps (tools/calibration/choices.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.estimate.accuracy import accuracy_report, load_measurements
-from tools.estimate.choices import choices, summary
+from tools.calibration.accuracy import accuracy_report, load_measurements
+from tools.calibration.choices import choices, summary
 
 
 def _sweep(configs: list[tuple[int, int, float, float]]) -> list[dict]:

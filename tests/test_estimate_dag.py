@@ -10,7 +10,7 @@ from tests.fixtures.generate import P_DENSE, P_DIS, P_DP, P_MOE, P_PP, bypass, d
 from tests.test_drafted_checks import megatron
 from tests.test_normalize import renamed, shuffled, strip
 from tools import estimate_performance
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 
 def figures(e) -> tuple[float, float, int]:

@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance
-from tools.estimate.engine_profile import ENGINE_IDS
+from tools.core.engine_profile import ENGINE_IDS
 
 DENSE = st.sampled_from([("llama-3.1-8b", 1), ("llama-3.1-8b", 2), ("llama-3.1-70b", 4), ("llama-3.1-70b", 8),
                          ("mistral-7b", 1)])

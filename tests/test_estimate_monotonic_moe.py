@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance
-from tools.estimate.engine_profile import ENGINE_IDS
+from tools.core.engine_profile import ENGINE_IDS
 
 # (model, gpu, parallel, dtype, options); attention-DP plans take batch_size per GPU (multiplied by attn_dp)
 MOE = st.sampled_from([

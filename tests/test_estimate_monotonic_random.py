@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance, validate_dag
-from tools.estimate.engine_profile import ENGINE_IDS
+from tools.core.engine_profile import ENGINE_IDS
 
 MODELS = ["llama-3.1-8b", "qwen3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-coder-v2-lite"]
 GPUS = ["h100-sxm", "a100-80gb", "h200", "b200", "mi300x"]

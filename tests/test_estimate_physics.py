@@ -8,15 +8,15 @@ from typing import get_args
 import pytest
 
 from tools import estimate_performance
-from tools.errors import PdagInputError
+from tools.core.efficiency import efficiency_catalog, efficiency_for, efficiency_source
+from tools.core.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
+from tools.core.errors import PdagInputError
+from tools.core.hardware import accelerator_ids, load_accelerator
+from tools.core.layout import Layout
+from tools.core.memory import memory_report
+from tools.core.plan import parse_plan
 from tools.estimate.core import PhaseDetail
 from tools.estimate.costs import CostModel, Kernel
-from tools.estimate.efficiency import efficiency_catalog, efficiency_for, efficiency_source
-from tools.estimate.engine_profile import ENGINE_DIR, ENGINE_IDS, EngineId, engine_profile
-from tools.hardware import accelerator_ids, load_accelerator
-from tools.layout import Layout
-from tools.memory import memory_report
-from tools.plan import parse_plan
 
 
 def plan(model: str, gpu: str, n: int, b: int = 1, i: int = 128, o: int = 128, dtype: str = "bf16",
@@ -236,7 +236,7 @@ def test_wide_ep_keeps_throughput_per_gpu() -> None:
 
 
 def test_imported_plans_carry_their_engine_and_export_to_it() -> None:
-    from tools.engines import export_plan, import_command
+    from tools.engines.launch import export_plan, import_command
 
     r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
     assert r.plan["engine"] == "sglang"
@@ -261,7 +261,7 @@ def test_search_fast_path_prices_the_engine_like_the_estimate(engine: str) -> No
 def test_prefill_attention_speed_follows_the_published_length_curve() -> None:
     """Causal prefill attention runs at FlashAttention-3's published speed for its prompt length: 521 of 616
     TFLOPs at 2k tokens, the full figure from 16k on, and slower per FLOP the shorter the prompt."""
-    from tools.estimate.efficiency import attention_length_scale
+    from tools.core.efficiency import attention_length_scale
 
     assert attention_length_scale(2048) == pytest.approx(521 / 616)
     assert attention_length_scale(16384) == attention_length_scale(65536) == 1.0
@@ -273,7 +273,7 @@ def test_prefill_attention_speed_follows_the_published_length_curve() -> None:
 def test_prefill_attention_speed_follows_the_published_head_dim_curves() -> None:
     """Narrow heads run slower per FLOP: FlashAttention-3's causal forward at 8k tokens is 460 TFLOPs at head dim 64,
     602 at 128 and 628 at 256; a head dim between two published ones falls between their speeds."""
-    from tools.estimate.efficiency import attention_length_scale
+    from tools.core.efficiency import attention_length_scale
 
     assert attention_length_scale(8192, 64) == pytest.approx(460 / 616)
     assert attention_length_scale(8192, 256) == pytest.approx(628 / 616)
@@ -372,7 +372,7 @@ def test_narrow_fp8_projections_slow_down_like_the_published_tables(gpu: str, en
 def test_sliding_window_attention_runs_at_its_window_length() -> None:
     """gpt-oss's sliding layers attend over 128 keys: their prefill attention runs at the kernel's speed for a
     128-token sequence, far below the full layers' speed for the whole prompt."""
-    from tools.estimate.efficiency import attention_length_scale
+    from tools.core.efficiency import attention_length_scale
 
     full = parse_plan(plan("gpt-oss-120b", "h200", 1, b=1, i=8192))
     model = CostModel(full, Layout(full), efficiency_for("h200"), False)

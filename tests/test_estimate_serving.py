@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance
-from tools.errors import PdagInputError
-from tools.estimate.efficiency import efficiency_for
+from tools.core.efficiency import efficiency_for
+from tools.core.errors import PdagInputError
 
 
 def plan(b: int, i: int = 2048, o: int = 256, **extra: object) -> dict:
@@ -85,7 +85,7 @@ def test_best_under_sla_uses_the_estimates_efficiency_overlay() -> None:
 def test_search_under_sla_prices_continuous_batching() -> None:
     """Static batches pay the whole batch's prefill as TTFT; under continuous batching the search can hold more
     requests in flight within the same SLA, and every plan it returns meets it."""
-    from tools.search import search_strategies
+    from tools.search.strategies import search_strategies
 
     args = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
             "workload": {"input_len": 2048, "output_len": 256}, "objective": "throughput", "dtype": "fp8",
@@ -166,8 +166,8 @@ def test_a_burst_waits_at_least_its_own_prefill_and_grows_with_its_size(running:
                                                                         shared_ms: float, chunk: int,
                                                                         host: float) -> None:
     """Also for an eager engine whose host takes ``host`` times the GPU's time to launch a prefill's kernels."""
+    from tools.core.plan import parse_plan
     from tools.estimate.serving import Prefill, burst_ttft
-    from tools.plan import parse_plan
 
     p = parse_plan(plan(1))
     eff = {**efficiency_for("h100-sxm", engine="vllm"), "prefill_chunk_tokens": float(chunk)}

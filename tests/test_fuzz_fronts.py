@@ -26,7 +26,7 @@ from server import create_server
 from server import responses as R
 from tools import autofix_dag, build_dag, estimate_performance, lookup_rule, validate_dag
 from tools.cli import main
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 4, "ep": 4},

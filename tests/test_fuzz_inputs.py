@@ -18,7 +18,7 @@ from tools import (
     search_strategies,
     validate_dag,
 )
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 BASE = {
     "model": "mixtral-8x7b",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.errors import PdagInputError
-from tools.hardware import (
+from tools.core.errors import PdagInputError
+from tools.core.hardware import (
     DTYPE_BYTES,
     Accelerator,
     Cluster,
@@ -134,7 +134,7 @@ def test_cluster_geometry() -> None:
 
 def test_nvl72_racks_keep_tp_and_wide_ep_on_nvlink():
     from tools import estimate_performance, validate_dag
-    from tools.plan import parse_plan
+    from tools.core.plan import parse_plan
 
     for gpu in ("gb200", "gb300"):
         plan = {"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": gpu, "num_gpus": 72, "gpus_per_node": 4},
@@ -149,7 +149,7 @@ def test_nvl72_racks_keep_tp_and_wide_ep_on_nvlink():
         assert "TP-WITHIN-NODE" in {v.rule_id for v in validate_dag(plan=eight).violations}
         assert parse_plan(eight).cluster.link_for([0, 4]).kind != "nvlink"
         # the same GPU without the rack-wide domain: its EP all-to-all leaves the 4-GPU node and is slower
-        from tools.hardware import load_accelerator
+        from tools.core.hardware import load_accelerator
 
         trays = load_accelerator(gpu).model_dump(exclude={"nvlink_domain_gpus", "sources"})
         trays["id"] = f"{gpu}-trays-only"

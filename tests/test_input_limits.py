@@ -11,8 +11,8 @@ from mcp import Client, MCPError
 
 from server import create_server
 from tools import autofix_dag, build_dag, estimate_performance, export_plan, lookup_rule, validate_dag
-from tools.errors import PdagInputError
-from tools.inputs import MAX_DEPTH, check_json_value, load_json_text
+from tools.core.errors import PdagInputError
+from tools.core.inputs import MAX_DEPTH, check_json_value, load_json_text
 
 BASE = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}}
 GPU = {"id": "slow", "name": "slow", "memory_bytes": 80 * 10**9, "memory_bandwidth_bytes_per_s": 3.3e12,

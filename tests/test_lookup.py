@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tools import lookup_rule
-from tools.errors import PdagInputError
-from tools.lookup import catalog, rule_ids
+from tools.core.errors import PdagInputError
+from tools.rules.lookup import catalog, rule_ids
 
 
 def test_by_id_is_case_insensitive_and_complete():

@@ -1,4 +1,4 @@
-"""Memory model: hand calculations against tools.memory.memory_report."""
+"""Memory model: hand calculations against tools.core.memory.memory_report."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from tools.estimate.efficiency import _read_overlay
-from tools.layout import Layout
-from tools.memory import memory_report
-from tools.plan import parse_plan
+from tools.core.efficiency import _read_overlay
+from tools.core.layout import Layout
+from tools.core.memory import memory_report
+from tools.core.plan import parse_plan
 
 
 def plan(model: str, gpu: str, n: int, **kw: object) -> dict:

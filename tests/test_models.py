@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tools.errors import PdagInputError, closest
-from tools.models import (
+from tools.core.errors import PdagInputError, closest
+from tools.core.models import (
     ModelSpec,
     from_hf_config,
     load_preset,
@@ -242,7 +242,7 @@ def test_absurd_experts_refused() -> None:
 def test_deepseek_missing_mla_field() -> None:
     import json
 
-    from tools.models import MODELS_DIR
+    from tools.core.models import MODELS_DIR
 
     cfg = json.loads((MODELS_DIR / "deepseek-v3.json").read_text())
     del cfg["kv_lora_rank"]
@@ -254,7 +254,7 @@ def test_deepseek_missing_mla_field() -> None:
 def test_qwen3_moe_mlp_only_layers() -> None:
     import json
 
-    from tools.models import MODELS_DIR
+    from tools.core.models import MODELS_DIR
 
     cfg = json.loads((MODELS_DIR / "qwen3-30b-a3b.json").read_text())
     cfg = copy.deepcopy(cfg)

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance, validate_dag
-from tools.errors import PdagInputError
-from tools.hardware import Cluster, Network, load_accelerator
-from tools.plan import parse_plan
+from tools.core.errors import PdagInputError
+from tools.core.hardware import Cluster, Network, load_accelerator
+from tools.core.plan import parse_plan
 
 H100 = load_accelerator("h100-sxm")
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from tests.fixtures.generate import P_ADP, P_DENSE, P_DIS, P_DP, P_MOE, P_PP, P_SP, TINY_MOE, plan
 from tools import validate_dag
-from tools.build import build_dag, build_full_dag
-from tools.normalize import normalize
-from tools.validate import load_dag
+from tools.core.build import build_dag, build_full_dag
+from tools.core.normalize import normalize
+from tools.rules.validate import load_dag
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OPTIONAL = ("phase", "replica", "stage", "layer", "layers", "op", "role", "tp_rank", "ep_rank")

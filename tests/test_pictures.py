@@ -15,7 +15,7 @@ from tools.pictures.memory import bars
 from tools.pictures.pareto import draw_pareto
 from tools.pictures.report import _bar, plan_pictures, report_html, search_report, text_bars
 from tools.pictures.timeline import schedule
-from tools.search import search_strategies
+from tools.search.strategies import search_strategies
 
 DENSE = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
          "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}

@@ -9,19 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance, validate_dag
-from tools.engines import export_plan, import_command
-from tools.memory import memory_report
-from tools.plan import parse_plan
-from tools.quantization import (
-    FORMATS,
-    attention_unquantized,
-    expert_gemm_dtype,
-    format_info,
-    format_of_config,
-    gemm_dtype,
-    weight_bytes,
-    weights_of,
-)
+from tools.core.formats import FORMATS, format_info, format_of_config
+from tools.core.memory import memory_report
+from tools.core.plan import parse_plan
+from tools.core.quantization import attention_unquantized, expert_gemm_dtype, gemm_dtype, weight_bytes, weights_of
+from tools.engines.launch import export_plan, import_command
 
 
 def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
@@ -185,7 +177,7 @@ def test_meta_fp8_405b_keeps_attention_in_bf16():
 def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_format():
     """70B in AWQ int4 fits one H100, which has no int4 tensor cores: the search keeps the format (it runs
     weight-only), returns the 1-GPU plan, and each plan it returns carries the weights and validates."""
-    from tools.search import search_strategies
+    from tools.search.strategies import search_strategies
 
     hw = {"gpu": "h100-sxm", "num_gpus": 1}
     awq = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3)

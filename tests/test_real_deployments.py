@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tools.validate import validate_dag
+from tools.rules.validate import validate_dag
 
 NVFP4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus": 8},
                  "parallel": {"tp": 8}, "weights": "nvfp4"}  # FP4 GEMMs need Blackwell; no engine de-quantizes it
@@ -18,7 +18,7 @@ NVFP4_ON_H200 = {"model": "llama-3.1-8b", "hardware": {"gpu": "h200", "num_gpus"
 
 def test_raw_checkers_run_on_the_first_call_of_a_fresh_process() -> None:
     """plan_context ran the raw checkers before the rule modules were imported, so a fresh process said valid."""
-    code = ("import json, sys; from tools.validate import validate_dag; "
+    code = ("import json, sys; from tools.rules.validate import validate_dag; "
             "r = validate_dag(json.loads(sys.argv[1])); "
             "print(json.dumps([v.rule_id for v in r.violations if v.severity == 'error']))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps(NVFP4_ON_H200)], capture_output=True, text=True,
@@ -31,7 +31,7 @@ def test_raw_checkers_run_on_the_first_call_of_a_fresh_process() -> None:
 
 def test_gpu_min_one_in_a_fresh_process() -> None:
     plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 0}}
-    code = ("import json, sys; from tools.validate import validate_dag; "
+    code = ("import json, sys; from tools.rules.validate import validate_dag; "
             "r = validate_dag(json.loads(sys.argv[1])); print(json.dumps([v.rule_id for v in r.violations]))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], capture_output=True, text=True,
                          check=True, timeout=120)
@@ -59,7 +59,7 @@ def test_old_plans_with_kv_replication_ok_still_parse_and_validate() -> None:
 def test_cli_flags_and_a_plan_file_share_one_default_workload(tmp_path, capsys) -> None:
     """CLI flags defaulted to batch 8 while a plan file or an MCP call defaulted to batch 1."""
     from tools.cli import main
-    from tools.plan import Workload
+    from tools.core.plan import Workload
 
     plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1}}
     path = tmp_path / "plan.json"
@@ -78,7 +78,7 @@ def test_cli_flags_and_a_plan_file_share_one_default_workload(tmp_path, capsys) 
      "parallel": {"pp": 2, "ep": 8}},
 ], ids=["mixtral-pp2-ep2", "deepseek-v3-pp2-ep8"])
 def test_pp_with_ep_wider_than_tp_builds_a_dag_that_passes_its_own_validation(plan: dict) -> None:
-    from tools.build import build_dag
+    from tools.core.build import build_dag
 
     assert not [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
     dag = build_dag(plan).model_dump(mode="json")["dag"]
@@ -99,8 +99,8 @@ TINY_MOE = {"hf_config": {"model_type": "mixtral", "num_hidden_layers": 4, "hidd
 def test_a_plan_valid_at_plan_level_builds_a_dag_valid_by_its_own_rules(dp, pp, tp, ep, sp, expert_tp) -> None:
     """All degree combinations of seed 001 section 5 (SP alone included): what passes the plan-level rules must
     not break a DAG rule once built (pdag's builder and its validator agree)."""
-    from tools.build import build_dag
-    from tools.validate import plan_violations
+    from tools.core.build import build_dag
+    from tools.rules.validate import plan_violations
 
     width = max(tp, ep, sp)
     assume(width % tp == 0 and width % ep == 0 and width % sp == 0)
@@ -129,7 +129,7 @@ def test_sp_without_tp_is_valid_and_estimates() -> None:
 def test_search_serves_int4_weight_only_where_the_gpu_has_no_int4_math() -> None:
     """Engines run int4 weights on Hopper through de-quantizing kernels: search ranks such plans, and they
     validate (issue 10: it used to stop on HW-ACCELERATOR-SPEC)."""
-    from tools.search import search_strategies
+    from tools.search.strategies import search_strategies
 
     result = search_strategies("llama-3.1-8b", {"gpu": "h200", "num_gpus": 8}, dtype="int4", disaggregated=False)
     assert result.top
@@ -145,7 +145,7 @@ def test_search_serves_int4_weight_only_where_the_gpu_has_no_int4_math() -> None
 def test_every_plan_search_returns_validates_and_estimates(case, objective) -> None:
     """search_strategies must not rank a plan its own validator rejects."""
     from tools.estimate.core import estimate_performance
-    from tools.search import search_strategies
+    from tools.search.strategies import search_strategies
 
     model, gpu, gpus, dtype = case
     res = search_strategies(model, {"gpu": gpu, "num_gpus": gpus}, objective=objective, dtype=dtype, top_k=3)
@@ -160,7 +160,7 @@ def test_every_plan_search_returns_validates_and_estimates(case, objective) -> N
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_import_then_export_serves_the_imported_checkpoint(engine: str) -> None:
     """An Instruct checkpoint used to come back as the preset's base repo."""
-    from tools.engines import export_plan, import_command
+    from tools.engines.launch import export_plan, import_command
 
     repo = "meta-llama/Llama-3.1-70B-Instruct"
     imported = import_command(f"vllm serve {repo} --tensor-parallel-size 8")
@@ -170,8 +170,8 @@ def test_import_then_export_serves_the_imported_checkpoint(engine: str) -> None:
 
 
 def test_a_malformed_checkpoint_is_a_clear_input_error() -> None:
-    from tools.errors import PdagInputError
-    from tools.plan import parse_plan
+    from tools.core.errors import PdagInputError
+    from tools.core.plan import parse_plan
 
     with pytest.raises(PdagInputError) as exc:
         parse_plan({"model": "llama-3.1-8b", "checkpoint": "not a repo; rm -rf /",
@@ -180,9 +180,9 @@ def test_a_malformed_checkpoint_is_a_clear_input_error() -> None:
 
 
 def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> None:
-    from tools.engines import export_plan
-    from tools.memory import memory_report
-    from tools.plan import parse_plan
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
+    from tools.engines.launch import export_plan
 
     base = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8}}
     one = export_plan({**base, "workload": {"batch_size": 1, "input_len": 128, "output_len": 16}}, "vllm").argv[0]
@@ -208,8 +208,8 @@ def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> 
 def test_every_search_plan_says_which_engines_launch_it(case, objective) -> None:
     """One truth across the tools: a plan search returns exports to the engines it lists, and for every other
     engine the result names the feature the exporter says is missing."""
-    from tools.engines import ENGINES, EngineCannotExpress, export_plan
-    from tools.search import search_strategies
+    from tools.engines.launch import ENGINES, EngineCannotExpress, export_plan
+    from tools.search.strategies import search_strategies
 
     model, gpu, gpus, dtype = case
     res = search_strategies(model, {"gpu": gpu, "num_gpus": gpus}, objective=objective, dtype=dtype, top_k=3)
@@ -231,7 +231,7 @@ def test_a_valid_plan_exports_or_names_the_missing_engine_feature(dp, pp, tp, ep
                                                                  engine) -> None:
     """Every plan that validates either exports (and the command imports back on the same GPUs) or the exporter
     says what the engine lacks; nothing else (no crash, no silent drop)."""
-    from tools.engines import EngineCannotExpress, export_plan, import_command
+    from tools.engines.launch import EngineCannotExpress, export_plan, import_command
 
     width = max(attn_dp * tp, ep)
     assume(width % ep == 0 and width % (attn_dp * tp) == 0)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fixtures.generate import P_DENSE, TINY_MOE, dag_of, plan, set_attr
 from tools import validate_dag
-from tools.build import build_full_dag
+from tools.core.build import build_full_dag
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "rules"
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.rules.registry import CHECKERS, FIXERS, catalog, dotted, load_all
-from tools.validate import validate_dag
+import tools.rules.run  # noqa: F401  (every rule registered)
+from tools.rules.registry import CHECKERS, FIXERS, catalog, dotted
+from tools.rules.validate import validate_dag
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "rules"
-load_all()
 
 
 def run(case: dict) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tools import estimate_performance, search_strategies
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 H100_8 = {"gpu": "h100-sxm", "num_gpus": 8}
 
@@ -43,13 +43,13 @@ def test_deterministic() -> None:
 
 
 def test_results_validate_and_fit(llama_latency) -> None:
-    from tools.memory import memory_report
-    from tools.plan import parse_plan
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
 
     for p in llama_latency.top + llama_latency.pareto:
         assert memory_report(parse_plan(p.plan)).fits
     try:
-        from tools.validate import validate_dag
+        from tools.rules.validate import validate_dag
 
         validate_dag(plan=llama_latency.top[0].plan)
     except ImportError:
@@ -213,7 +213,7 @@ def test_search_compares_aggregated_and_disaggregated(dsv3_throughput) -> None:
 
 
 def test_new_kinds_validate(dsv3_throughput) -> None:
-    from tools.validate import validate_dag
+    from tools.rules.validate import validate_dag
 
     picks = [p for p in dsv3_throughput.top if p.kind == "disaggregated" or p.plan["parallel"].get("attn_dp", 1) > 1]
     if dsv3_throughput.best_disaggregated is not None:

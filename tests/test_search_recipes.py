@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tools.search import search_strategies
+from tools.search.strategies import search_strategies
 
 RECIPES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "recipes" / "recipes.json"
 RECIPES: list[dict[str, Any]] = json.loads(RECIPES_FILE.read_text(encoding="utf-8"))["recipes"]

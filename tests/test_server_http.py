@@ -15,8 +15,8 @@ import pytest
 from mcp import Client
 
 from server.http import MAX_BODY_BYTES
-from tools.build import build_full_dag
-from tools.dag import MAX_NODES
+from tools.core.build import build_full_dag
+from tools.core.dag import MAX_NODES
 
 pytestmark = pytest.mark.anyio
 

@@ -6,16 +6,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools import estimate_performance
-from tools.estimate.accuracy import Row
+from tools.calibration.accuracy import Row
+from tools.calibration.track_record import metric_class, track_record_table
 from tools.estimate.track_record import (
     SERVING_METRICS,
     STATIC_METRICS,
     WARN_BIAS,
     TrackRecord,
-    metric_class,
     regime_key,
     track_record,
-    track_record_table,
     track_record_warnings,
 )
 

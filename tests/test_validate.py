@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tools import build_dag, validate_dag
-from tools.dag import MAX_NODES
-from tools.errors import PdagInputError
+from tools.core.dag import MAX_NODES
+from tools.core.errors import PdagInputError
 
 CORPUS = sorted((Path(__file__).resolve().parent / "fixtures" / "corpus").glob("*.json"))
 TINY = {"hf_config": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
@@ -67,7 +67,7 @@ def test_order_is_deterministic_errors_first():
 
 
 def test_plan_model_instance_is_accepted():
-    from tools.plan import parse_plan
+    from tools.core.plan import parse_plan
 
     assert validate_dag(plan=parse_plan(GOOD)).valid
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.generate import ADP_DSV3, DIS_70B, P_ADP, P_DIS, VALID_EXTENSIONS, without
 from tools import build_dag, validate_dag
-from tools.validate import load_dag
+from tools.rules.validate import load_dag
 
 
 def rules(result) -> set[str]:

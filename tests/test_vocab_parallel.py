@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tools import build_dag, estimate_performance, validate_dag
+from tools.core.efficiency import efficiency_for
+from tools.core.layout import Layout
+from tools.core.memory import memory_report
+from tools.core.plan import parse_plan
 from tools.estimate.costs import CostModel
-from tools.estimate.efficiency import efficiency_for
-from tools.layout import Layout
-from tools.memory import memory_report
-from tools.plan import parse_plan
 
 L405 = {"model": "llama-3.1-405b", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 8},
         "parallel": {"tp": 8}}

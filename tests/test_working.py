@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from tests.fixtures.generate import TINY, TINY_MOE
 from tools import build_dag, validate_dag
-from tools.build import build_full_dag, build_working
-from tools.errors import PdagInputError
-from tools.plan import parse_plan
-from tools.working import expand, expand_document
+from tools.core.build import build_full_dag, build_working
+from tools.core.errors import PdagInputError
+from tools.core.plan import parse_plan
+from tools.core.working import expand, expand_document
 
 degree = st.sampled_from([1, 1, 2, 4])
 plans = st.fixed_dictionaries({
@@ -47,7 +47,7 @@ def test_expanded_and_folded_get_the_same_verdict(plan):
     folded, full = _both(plan)
     a, b = validate_dag(dag=full), validate_dag(dag=folded)
     assert verdict(a) == verdict(b)
-    with patch("tools.validate.fold_drawn_replicas", lambda g: []):  # every replica judged as drawn
+    with patch("tools.rules.validate.fold_drawn_replicas", lambda g: []):  # every replica judged as drawn
         drawn = validate_dag(dag=full)
     assert verdict(drawn) == verdict(a) and drawn.gpus_used == a.gpus_used
     assert not [n for n in a.notes + b.notes if "failed" in n]
@@ -151,8 +151,8 @@ EST_PLANS = [
 
 def test_estimates_of_the_folded_dag_equal_those_of_every_layer_drawn(monkeypatch):
     import tools.estimate.core as core
-    from tools.build import build_graph
-    from tools.working import WorkingDag
+    from tools.core.build import build_graph
+    from tools.core.working import WorkingDag
 
     folded = [core.estimate_performance(p).model_dump() for p in EST_PLANS]
     monkeypatch.setattr(core, "build_working",
@@ -181,7 +181,7 @@ def test_estimates_of_the_folded_dag_equal_those_of_every_layer_drawn(monkeypatc
 
 
 def test_a_submitted_fully_drawn_dag_is_folded_by_replica_after_a_symmetry_check():
-    from tools.validate import load_dag
+    from tools.rules.validate import load_dag
 
     plan = {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
             "parallel": {"dp": 4, "tp": 2, "ep": 2}, "objective": "throughput"}
@@ -196,14 +196,14 @@ def test_a_submitted_fully_drawn_dag_is_folded_by_replica_after_a_symmetry_check
     assert [(f.node, f.count) for f in ctx.replica_folds] == [("r0", 2)]
     assert "r2.prefill.L0.attn.t1" in ctx.g and "r3.prefill.L0.attn.t1" in ctx.g
     folded = validate_dag(dag=odd)
-    with patch("tools.validate.fold_drawn_replicas", lambda g: []):
+    with patch("tools.rules.validate.fold_drawn_replicas", lambda g: []):
         drawn = validate_dag(dag=odd)
     assert verdict(folded) == verdict(drawn)
     assert "DP-INDEPENDENT-REPLICAS" in {r for r, s in verdict(folded) if s == "error"}
 
 
 def test_counts_of_the_working_form_match_its_expansion():
-    from tools.working import Expansion, full_counts
+    from tools.core.working import Expansion, full_counts
 
     for plan in EST_PLANS:
         working = build_working(parse_plan(plan))

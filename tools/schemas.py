@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from knowledge import ROOT
-from tools.conformance import corpus_json_schema
-from tools.dag import dag_json_schema
-from tools.estimate.engine_profile import EngineProfile
-from tools.plan import Plan
+from tools.core.dag import dag_json_schema
+from tools.core.engine_profile import EngineProfile
+from tools.core.plan import Plan
+from tools.engines.conformance import corpus_json_schema
 
 SCHEMA_DIR = ROOT / "schemas"
 

@@ -9,7 +9,7 @@ from importlib import metadata
 
 from tools.cli import build, check, conformance, estimate, report, rules, search  # noqa: F401  (each registers its subcommands)
 from tools.cli.common import COMMANDS, add_plan_args, plan_from_args
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 __all__ = ["add_plan_args", "main", "plan_from_args"]
 

@@ -10,8 +10,8 @@ from tools.cli.common import add_plan_args, command, plan_from_args
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from tools.build import build_dag
-    from tools.render import render_text, to_dot, to_mermaid
+    from tools.core.build import build_dag
+    from tools.core.render import render_text, to_dot, to_mermaid
 
     result = build_dag(plan_from_args(args))
     if args.json:
@@ -35,7 +35,7 @@ command("build", "plan -> execution DAG; prints a folded summary", _build_args)(
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from tools.models import load_preset, preset_ids
+    from tools.core.models import load_preset, preset_ids
 
     rows = []
     for pid in preset_ids():
@@ -53,7 +53,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
-    from tools.hardware import accelerator_ids, load_accelerator
+    from tools.core.hardware import accelerator_ids, load_accelerator
 
     rows = []
     for gid in accelerator_ids():
@@ -82,12 +82,12 @@ command("gpus", "list the accelerator presets", _json_only)(cmd_gpus)
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """The main job: one deployment built, checked against every rule and estimated, in one readable page."""
-    from tools.build import build_dag
-    from tools.engines import export_plan
-    from tools.errors import PdagInputError
+    from tools.core.build import build_dag
+    from tools.core.errors import PdagInputError
+    from tools.core.render import render_text
+    from tools.engines.launch import export_plan
     from tools.estimate import estimate_performance
-    from tools.render import render_text
-    from tools.validate import validate_dag
+    from tools.rules.validate import validate_dag
 
     plan = plan_from_args(args)
     built = build_dag(plan)

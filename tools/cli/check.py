@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.autofix import autofix_dag
 from tools.cli.common import command, plan_from_args, read_json
-from tools.validate import validate_dag
+from tools.repair.autofix import autofix_dag
+from tools.rules.validate import validate_dag
 
 
 def cli_input(args: Any) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tools.errors import PdagInputError
-from tools.estimate.engine_profile import ENGINE_IDS
-from tools.inputs import load_json_text, read_text_file
-from tools.quantization import FORMATS
+from tools.core.engine_profile import ENGINE_IDS
+from tools.core.errors import PdagInputError
+from tools.core.formats import FORMATS
+from tools.core.inputs import load_json_text, read_text_file
 
 # The workload is left to the plan model's defaults, so flags, plan files and MCP calls estimate the same thing.
 DEFAULT_PLAN: dict[str, Any] = {
@@ -52,7 +52,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_json(path: str, field: str = "plan_file") -> Any:
-    """A JSON document from a file ('-': stdin) under the input limits of tools.inputs (size, encoding, depth,
+    """A JSON document from a file ('-': stdin) under the input limits of tools.core.inputs (size, encoding, depth,
     number length, no special files); every failure is a PdagInputError naming ``field``."""
     return load_json_text(read_text_file(path, field), field)
 
@@ -67,7 +67,7 @@ def resolve_model_flag(value: str) -> str | dict[str, Any]:
         return {"hf_config": cfg}
     if "/" not in value:
         return value
-    from tools.models import preset_index
+    from tools.core.models import preset_index
 
     def norm(repo: str) -> str:
         name = repo.lower().rstrip("/")

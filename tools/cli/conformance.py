@@ -14,7 +14,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Exit 1 when an entry fails for any reason other than the capability it is marked as waiting for."""
-    from tools.conformance import run_corpus
+    from tools.engines.conformance import run_corpus
 
     verdicts = run_corpus()
     shown = [v for v in verdicts if not (args.failing and v.ok)]

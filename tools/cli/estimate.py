@@ -25,9 +25,9 @@ def estimate_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from tools.cli.check import cli_input
-    from tools.estimate.core import _resolve_plan, estimate_performance
+    from tools.core.plan import parse_plan
+    from tools.estimate.core import estimate_performance, resolve_plan
     from tools.pictures.report import text_bars
-    from tools.plan import parse_plan
 
     sla = {k: v for k, v in (("max_tpot_ms", args.max_tpot_ms), ("max_ttft_ms", args.max_ttft_ms)) if v is not None}
     if sla and args.lockstep:
@@ -39,7 +39,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(est.model_dump_json(indent=2))
         return 0
-    wl = (parse_plan(given["plan"]) if "plan" in given else _resolve_plan(None, given["dag"])).workload
+    wl = (parse_plan(given["plan"]) if "plan" in given else resolve_plan(None, given["dag"])).workload
     print(f"workload: batch {wl.batch_size} per DP replica, input {wl.input_len} tokens, output {wl.output_len} tokens")
     print(est.summary() + "\n" + text_bars(est, paths))
     return 0
@@ -75,13 +75,13 @@ def _rows(text: str) -> int | None:
 
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
-    from tools.estimate.accuracy import accuracy_report, load_measurements
+    from tools.calibration.accuracy import accuracy_report, load_measurements
 
     report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
                              leave_one_out=not args.no_loo, fit_key=args.fit_key)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(rows=args.rows))
     if args.write_track_record:
-        from tools.estimate.track_record import write_track_record
+        from tools.calibration.track_record import write_track_record
 
         write_track_record(report.rows, args.write_track_record)
     return 0
@@ -100,7 +100,7 @@ def calibrate_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from tools.estimate.accuracy import calibrate, load_measurements
+    from tools.calibration.accuracy import calibrate, load_measurements
 
     result = calibrate(load_measurements(args.measurements), gpu=args.gpu, out=args.out)
     print(json.dumps(result, indent=2) if args.json else result["text"])

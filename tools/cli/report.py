@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from tools.cli.common import add_plan_args, command, plan_from_args
-from tools.errors import PdagInputError
+from tools.core.errors import PdagInputError
 
 
 def write_page(path: str, html: str) -> None:

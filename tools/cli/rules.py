@@ -20,7 +20,7 @@ def _rule_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
-    from tools.lookup import lookup_rule
+    from tools.rules.lookup import lookup_rule
 
     result = lookup_rule(rule_id=args.rule_id, query=args.query, strategy=args.strategy, phase=args.phase,
                          node_type=args.node_type, layer=args.layer, limit=args.limit)

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from tools.cli.common import add_plan_args, command, plan_from_args, read_json
-from tools.engines import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_deployment
-from tools.errors import PdagInputError
-from tools.search import search_strategies
+from tools.core.errors import PdagInputError
+from tools.engines.launch import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_deployment
+from tools.search.strategies import search_strategies
 
 
 def search_args(p: Any) -> None:

@@ -1,17 +1,6 @@
-"""Performance estimation: ``estimate_performance`` (critical-path roofline model over the DAG),
-accuracy scoring against published measurements and calibration of efficiency factors."""
+"""Performance estimation: ``estimate_performance`` (critical-path roofline model over the DAG), the serving
+model and the search's fast path. It reads the committed track record as data and never imports calibration."""
 
-from __future__ import annotations
-
-from typing import Any
+from tools.estimate.core import estimate_performance
 
 __all__ = ["estimate_performance"]
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy: tools.memory imports tools.estimate.efficiency, and the estimator imports tools.memory.
-    if name == "estimate_performance":
-        from tools.estimate.core import estimate_performance
-
-        return estimate_performance
-    raise AttributeError(name)

@@ -4,7 +4,7 @@ Every compute node is a short sequence of kernels; each kernel takes
 ``(t_c^p + t_m^p)^(1/p) + kernel_overhead`` with ``t_c = flops / (peak * eff_compute)`` and
 ``t_m = bytes / (hbm_bw * eff_mem)``: near the ridge point loads are not hidden behind math, far from it the
 larger term wins (``roofline_blend_exponent`` p).  Efficiency factors come from
-``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/estimate/efficiency.py``);
+``knowledge/hardware/efficiency.json`` and the plan's engine profile (see ``tools/core/efficiency.py``);
 decode uses the engine's CUDA-graph per-kernel and per-layer overheads.  Every node counts the kernels the host
 launches for it (``launches``): an engine that runs prefill eagerly is host-bound when those launches take longer
 than the GPU work (``eager_pass``: per pass and pipeline stage, not per node; ``pass_schedule``).
@@ -43,20 +43,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.dag import NodeType
-from tools.estimate.efficiency import attention_length_scale, attention_tiling
-from tools.hardware import DTYPE_BYTES, Link
-from tools.layout import Layout
-from tools.plan import Plan
-from tools.quantization import (
-    attention_unquantized,
-    expert_gemm_dtype,
-    format_info,
-    gemm_dtype,
-    native,
-    storage,
-    weight_bytes,
-)
+from tools.core.dag import NodeType
+from tools.core.efficiency import attention_length_scale, attention_tiling
+from tools.core.formats import format_info, native
+from tools.core.hardware import DTYPE_BYTES, Link
+from tools.core.layout import Layout
+from tools.core.plan import Plan
+from tools.core.quantization import attention_unquantized, expert_gemm_dtype, gemm_dtype, storage, weight_bytes
 
 T = NodeType
 
@@ -168,7 +161,7 @@ class CostModel:
     def __post_init__(self) -> None:
         plan, acc = self.plan, self.plan.accelerator
         self.spec = plan.spec
-        self.wb = weight_bytes(plan, "dense")  # storage, not compute (tools/quantization.py)
+        self.wb = weight_bytes(plan, "dense")  # storage, not compute (tools/core/quantization.py)
         self.wba = weight_bytes(plan, "attention")  # 16-bit where the checkpoint leaves attention unquantized
         self.xb = weight_bytes(plan, "expert")
         self.hb = max(DTYPE_BYTES[plan.dtype], 2.0)

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 from math import ceil
 
-from tools.hardware import DTYPE_BYTES
-from tools.layout import Layout, PhaseLayout
-from tools.plan import Plan
+from tools.core.hardware import DTYPE_BYTES
+from tools.core.layout import Layout, PhaseLayout
+from tools.core.plan import Plan
 
 
 @dataclass(frozen=True)

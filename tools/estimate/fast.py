@@ -19,13 +19,13 @@ from typing import Any
 
 import networkx as nx
 
-from tools.build import _Builder, _Ctx
-from tools.dag import NodeType
-from tools.estimate.core import Headline, headline, node_batch
+from tools.core.build import BuildContext, Builder
+from tools.core.dag import NodeType
+from tools.core.efficiency import plan_efficiency
+from tools.core.layout import Layout, vocab_shards
+from tools.core.plan import PHASES, Phase, Plan
 from tools.estimate.costs import CostModel, NodeCost, host_us_per_kernel, pass_schedule
-from tools.estimate.efficiency import plan_efficiency
-from tools.layout import Layout, vocab_shards
-from tools.plan import PHASES, Phase, Plan
+from tools.estimate.headline import Headline, headline, node_batch
 
 __all__ = ["FastEstimator"]
 
@@ -81,12 +81,12 @@ class FastEstimator:
 
     def _build(self) -> dict[Phase, list[_Stage]]:
         plan, lay, spec = self.plan, self.layout, self.plan.spec
-        b = _Builder(plan, lay)
+        b = Builder(plan, lay)
         out: dict[Phase, list[_Stage]] = {}
         for phase in PHASES:
             pool, pl = lay.pools[phase], lay.phases[phase]
             rid = ("p0" if phase == "prefill" else "d0") if lay.disaggregated else "r0"
-            ctx = _Ctx(rid, 0, phase, pl, pool, "p0" if lay.disaggregated else rid)
+            ctx = BuildContext(rid, 0, phase, pl, pool, "p0" if lay.disaggregated else rid)
             stages: list[_Stage] = []
             for s, layers in enumerate(pool.stage_layers):
                 t_dev = b.token_devices(pool, 0, s, pl)

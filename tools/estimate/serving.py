@@ -71,8 +71,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.memory import MemoryReport
-from tools.plan import Plan
+from tools.core.memory import MemoryReport
+from tools.core.plan import Plan
+from tools.estimate.fast import FastEstimator
 
 MAX_CONCURRENCY = 65_536
 
@@ -211,7 +212,6 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float,
                    overlap: bool | None = None) -> Serving | None:
     """The concurrency with the most output tokens/s per GPU that meets ``sla`` (None if even one request
     misses it), searched on the fast per-layer estimator with the estimate's efficiency keys and overlap."""
-    from tools.estimate.fast import FastEstimator
 
     fast = FastEstimator(plan, eff=eff, overlap=overlap)
     dp, gpus = fast.layout.dp, fast.layout.gpus_needed

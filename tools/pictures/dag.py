@@ -14,7 +14,7 @@ from typing import Any
 
 import networkx as nx
 
-from tools.dag import CONTROL_TYPES, NodeType
+from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.pictures.canvas import Canvas
 
 COLLECTIVES = frozenset({NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL,

@@ -1,11 +1,11 @@
-"""Memory per GPU as stacked bars against the GPU's capacity, from ``tools.memory``'s per-GPU accounting.
+"""Memory per GPU as stacked bars against the GPU's capacity, from ``tools.core.memory``'s per-GPU accounting.
 GPUs with the same breakdown share one bar (a 64-GPU replica is a handful of bars, not 64)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tools.memory import GpuMemory, MemoryReport
+from tools.core.memory import GpuMemory, MemoryReport
 from tools.pictures.canvas import Canvas
 
 PARTS = (

@@ -7,7 +7,7 @@ import math
 
 from tools.pictures.canvas import Canvas
 from tools.pictures.timeline import ticks
-from tools.search import SearchResult
+from tools.search.strategies import SearchResult
 
 
 def draw_pareto(result: SearchResult, width: float = 960) -> Canvas:

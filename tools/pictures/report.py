@@ -7,16 +7,17 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from tools.estimate.core import Estimate, PhasePath, estimate_performance, pool_label, replica_graph
-from tools.lookup import catalog
+from tools.core.plan import Plan, parse_plan
+from tools.estimate.core import Estimate, PhasePath, estimate_performance, replica_graph
+from tools.estimate.headline import pool_label
 from tools.pictures.canvas import Canvas
 from tools.pictures.dag import draw_dag, phase_views
 from tools.pictures.memory import PARTS, draw_memory
 from tools.pictures.pareto import draw_pareto
 from tools.pictures.timeline import KIND_NAMES, Timeline, draw_timeline, num, timelines
-from tools.plan import Plan, parse_plan
-from tools.search import SearchResult
-from tools.validate import ValidationResult, validate_dag
+from tools.rules.lookup import catalog
+from tools.rules.validate import ValidationResult, validate_dag
+from tools.search.strategies import SearchResult
 
 __all__ = ["PlanPictures", "plan_pictures", "report_html", "text_bars"]
 
@@ -200,7 +201,7 @@ def report_html(pics: PlanPictures, search: SearchResult | None = None) -> str:
 def search_report(result: SearchResult) -> tuple[PlanPictures, str]:
     """A search's report: the best plan's pictures plus the Pareto front."""
     if not result.top:
-        from tools.errors import PdagInputError
+        from tools.core.errors import PdagInputError
 
         raise PdagInputError("search", "no plan fits this model on this cluster, so there is nothing to draw",
                              "more GPUs, a smaller model or a lower-precision dtype")

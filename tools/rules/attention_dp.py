@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
+from tools.core.dag import NodeType
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
 
 Key = tuple[Any, Any, Any]  # (replica, phase, layer)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tools.dag import CONTROL_TYPES, NodeType
+from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.rules.registry import Context, Finding, checker
 
 

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
-from tools.hardware import DTYPE_BYTES
-from tools.layout import Layout
+from tools.core.dag import NodeType
+from tools.core.hardware import DTYPE_BYTES
+from tools.core.layout import Layout
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 PER_PHASE = ("tp", "pp", "ep", "attn_dp", "dp")
@@ -114,7 +114,7 @@ def fix_opt_in(plan: dict[str, Any], ctx: Context) -> list[Change]:
         del plan["phases"]
     par.pop("dp", None)
     try:
-        from tools.plan import parse_plan
+        from tools.core.plan import parse_plan
 
         per = Layout(parse_plan(plan)).replica_gpus
     except Exception:  # the trial plan may not parse; the loop judges it anyway
@@ -132,7 +132,7 @@ def fix_opt_in(plan: dict[str, Any], ctx: Context) -> list[Change]:
 def _disaggregated_gpus(ctx: Context) -> int:
     """GPUs the plan's per-phase degrees would use as two pools."""
     assert ctx.plan is not None
-    from tools.plan import parse_plan
+    from tools.core.plan import parse_plan
 
     raw = ctx.plan.model_dump(mode="json", exclude_none=True)
     raw.setdefault("options", {})["disaggregated"] = True

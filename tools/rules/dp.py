@@ -8,7 +8,7 @@ from typing import Any
 
 import networkx as nx
 
-from tools.dag import CONTROL_TYPES, NodeType
+from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.rules.attention_dp import attention_dp_without_opt_in
 from tools.rules.registry import Change, Context, Finding, checker, fixer, set_degree
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
+from tools.core.dag import NodeType
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
 
 
@@ -150,7 +150,7 @@ def best_ep(ctx: Context, ep: int) -> int:
     return ok[0] if ok else 1
 
 
-def _set_ep(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, severity: str = "error") -> list[Change]:
+def set_ep(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, severity: str = "error") -> list[Change]:
     changes = []
     par = plan.setdefault("parallel", {})
     targets = [("plan.parallel.ep", par)] + [(f"plan.phases.{ph}.ep", o) for ph, o in
@@ -168,7 +168,7 @@ def _set_ep(plan: dict[str, Any], ctx: Context, rule_id: str, why: str, severity
 
 @fixer("EP-EXPERT-NODES-EQ-GPUS")
 def fix_nodes_eq_gpus(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    return _set_ep(plan, ctx, "EP-EXPERT-NODES-EQ-GPUS", "the largest divisor of the expert count that fits the group")
+    return set_ep(plan, ctx, "EP-EXPERT-NODES-EQ-GPUS", "the largest divisor of the expert count that fits the group")
 
 
 @checker("EP-EVEN-EXPERTS", needs="any")
@@ -200,7 +200,7 @@ def check_even(ctx: Context) -> Iterator[Finding]:
 
 @fixer("EP-EVEN-EXPERTS")
 def fix_even(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    return _set_ep(plan, ctx, "EP-EVEN-EXPERTS", "a divisor of the expert count, so every GPU holds as many experts",
+    return set_ep(plan, ctx, "EP-EVEN-EXPERTS", "a divisor of the expert count, so every GPU holds as many experts",
                    "warning")
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tools.layout import nominal_product
-from tools.plan import DEFAULT_GPUS_PER_NODE, DEGREES
+from tools.core.layout import nominal_product
+from tools.core.plan import DEFAULT_GPUS_PER_NODE, DEGREES
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
 
 
@@ -195,12 +195,12 @@ def check_exceeds(ctx: Context) -> Iterator[Finding]:
 @fixer("GPU-DEGREES-DIVIDE-GROUP")
 def fix_divide_group(plan: dict[str, Any], ctx: Context) -> list[Change]:
     """EP is the degree that usually breaks the group (tp/sp are tied to heads): snap it to the group."""
-    from tools.rules.ep import _set_ep
+    from tools.rules.ep import set_ep
     from tools.rules.sp import fix_with_tp
 
     assert ctx.plan is not None
     if ctx.plan.spec.is_moe:
-        changes = _set_ep(plan, ctx, "GPU-DEGREES-DIVIDE-GROUP", "a divisor of the expert count that divides (or is a "
+        changes = set_ep(plan, ctx, "GPU-DEGREES-DIVIDE-GROUP", "a divisor of the expert count that divides (or is a "
                           "multiple of) the attention width, so every degree divides the stage group")
         if changes:
             return changes

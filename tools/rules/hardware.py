@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
-from tools.errors import PdagInputError
-from tools.hardware import resolve_accelerator
-from tools.plan import parse_plan
-from tools.quantization import FORMATS, format_info, fp4_native, runs_on, weights_of
+from tools.core.dag import NodeType
+from tools.core.errors import PdagInputError
+from tools.core.formats import FORMATS, format_info, fp4_native, runs_on
+from tools.core.hardware import resolve_accelerator
+from tools.core.plan import parse_plan
+from tools.core.quantization import weights_of
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 COLLECTIVES = (NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, NodeType.ALL_TO_ALL)

@@ -1,4 +1,4 @@
-"""MEM-* and KV-*: every GPU fits (tools.memory accounts for it); the KV cache is laid out where attention is.
+"""MEM-* and KV-*: every GPU fits (tools.core.memory accounts for it); the KV cache is laid out where attention is.
 
 Also holds the resize search the memory and cluster-size fixers share: the smallest change of (tp, ep, pp)
 that fits the model in the cluster, ranked by the plan's objective.
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tools.dag import NodeType
-from tools.layout import Layout
-from tools.memory import MemoryReport, memory_report, unfit_hint
-from tools.plan import Plan
+from tools.core.dag import NodeType
+from tools.core.layout import Layout
+from tools.core.memory import MemoryReport, memory_report, unfit_hint
+from tools.core.plan import Plan
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 GB = 1e9

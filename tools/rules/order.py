@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
-from tools.plan import DEGREES
+from tools.core.dag import NodeType
+from tools.core.plan import DEGREES
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 RANK = {NodeType.REQUEST: 0, NodeType.REPLICA: 1, NodeType.PHASE: 2, NodeType.DECODE_STEP: 3, NodeType.STAGE: 4}

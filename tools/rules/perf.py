@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
-from tools.quantization import weight_bytes
+from tools.core.dag import NodeType
+from tools.core.quantization import weight_bytes
 from tools.rules.registry import Change, Context, Finding, checker, fixer, param
 
 OBJECTIVES = ("latency", "throughput")

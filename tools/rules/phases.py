@@ -9,7 +9,7 @@ from typing import Any
 
 import networkx as nx
 
-from tools.dag import NodeType
+from tools.core.dag import NodeType
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
 SHARED = ("tp", "pp", "ep")

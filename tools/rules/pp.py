@@ -8,7 +8,7 @@ from typing import Any
 
 import networkx as nx
 
-from tools.dag import CONTROL_TYPES, NodeType
+from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
 
 
@@ -344,7 +344,7 @@ def check_sendrecv(ctx: Context) -> Iterator[Finding]:
                 yield Finding(f"SendRecv {n} hands stage {s} to stage(s) {sorted(dst)}; a stage hands off to the next "
                               f"one ({s + 1}) only", [n, *outs[:2]], hint=f"connect {n} to stage {s + 1}")
                 return
-        recv = frozenset().union(*(ctx.devices[v] for v in _first_real(ctx, outs)))
+        recv = frozenset().union(*(ctx.devices[v] for v in first_real(ctx, outs)))
         missing = recv - ctx.devices[n]
         if missing:
             yield Finding(f"SendRecv {n} runs on GPUs {sorted(ctx.devices[n])[:8]} but the stage it feeds starts on "
@@ -353,7 +353,7 @@ def check_sendrecv(ctx: Context) -> Iterator[Finding]:
             return
 
 
-def _first_real(ctx: Context, nodes: list[str]) -> list[str]:
+def first_real(ctx: Context, nodes: list[str]) -> list[str]:
     """The first operators reached from ``nodes`` through containers (a stage node stands for what it opens
     with): the GPUs a transfer delivers to."""
     out: list[str] = []

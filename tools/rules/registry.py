@@ -18,12 +18,12 @@ from pydantic import BaseModel, Field
 
 from knowledge import ROOT as KNOWLEDGE_ROOT
 from knowledge import load_json
-from tools.dag import COMM_TYPES, CONTROL_TYPES, NodeType
-from tools.layout import Layout
-from tools.models import ModelSpec
-from tools.plan import DEFAULT_GPUS_PER_NODE, Plan
-from tools.working import LayerFold, ReplicaFold, WorkingDag, replica_members
-from tools.working import gpus_used as working_gpus
+from tools.core.dag import COMM_TYPES, CONTROL_TYPES, NodeType
+from tools.core.layout import Layout
+from tools.core.models import ModelSpec
+from tools.core.plan import DEFAULT_GPUS_PER_NODE, Plan
+from tools.core.working import LayerFold, ReplicaFold, WorkingDag, replica_members
+from tools.core.working import gpus_used as working_gpus
 
 Severity = Literal["error", "warning"]
 Needs = Literal["raw", "any", "plan", "graph", "late"]
@@ -150,27 +150,6 @@ def rule_meta(rule_id: str) -> dict[str, Any]:
     return catalog().get(rule_id) or EXTRA_RULES.get(rule_id) or {"severity": "error", "source": []}
 
 
-def load_all() -> None:
-    """Import every rule module so that their decorators register."""
-    from tools.rules import (  # noqa: F401
-        attention_dp,
-        comm,
-        disagg,
-        dp,
-        ep,
-        gpus,
-        hardware,
-        memory,
-        order,
-        perf,
-        phases,
-        pp,
-        sp,
-        structure,
-        tp,
-    )
-
-
 # ----------------------------------------------------------------------------------------------- context
 def sorted_ids(nodes: Iterable[str]) -> list[str]:
     return sorted(set(nodes))[:MAX_LOCATION_NODES]
@@ -182,7 +161,7 @@ class Context:
     a plan whose degrees cannot be built has no graph).
 
     ``from_plan``: the graph was built by pdag from ``plan`` with a single replica; DP replicas are
-    device-shifted copies of replica 0 by construction (tools.build.clone_replicas), so checking replica 0 in
+    device-shifted copies of replica 0 by construction (tools.core.build.clone_replicas), so checking replica 0 in
     depth covers them, and replica-level facts (GPU counts, node boundaries) are derived from the layout.
     """
 
@@ -200,7 +179,7 @@ class Context:
     notes: list[str] = field(default_factory=list)  # internal failures, reported rather than raised
     replica_folds: list[ReplicaFold] = field(default_factory=list)
     layer_folds: list[LayerFold] = field(default_factory=list)
-    inferences: list[Any] = field(default_factory=list)  # attributes normalization filled in (tools.normalize)
+    inferences: list[Any] = field(default_factory=list)  # attributes normalization filled in (tools.core.normalize)
 
     def set_working(self, working: WorkingDag) -> None:
         """Judge this working DAG: its graph, with the replica and layer folds it states."""
@@ -263,11 +242,11 @@ class Context:
     @property
     def options(self) -> Any:
         """The plan's options; without a plan, the opt-ins the draft states (``OPT_INS``), else the defaults."""
-        from tools.plan import OPT_INS, Options
+        from tools.core.plan import OPT_INS, Options
 
         if self.plan is not None:
             return self.plan.options
-        stated = self.claims.get("options")  # a plan-less draft's own opt-ins (its metadata: tools/dialect.py)
+        stated = self.claims.get("options")  # a plan-less draft's own opt-ins (its metadata: tools/drafts/dialect.py)
         flags = {k: v for k, v in stated.items() if k in OPT_INS and isinstance(v, bool)} \
             if isinstance(stated, dict) else {}
         return Options(**flags)
@@ -474,44 +453,3 @@ def field_of(phase: str | None, name: str, plan: Plan | None = None) -> str:
         if override is not None and getattr(override, name) is not None:
             return f"plan.phases.{phase}.{name}"
     return f"plan.parallel.{name}"
-
-
-def run_checkers(ctx: Context, stages: Iterable[Needs]) -> list[Violation]:
-    """Findings of every registered checker of these stages; loads the rule modules first, so that the first
-    call in a fresh process sees the same checkers as every later one."""
-    load_all()
-    out: list[Violation] = []
-    wanted = set(stages)
-    for entry in CHECKERS.values():
-        if not wanted.intersection(entry.needs):
-            continue
-        meta = rule_meta(entry.rule_id)
-        try:
-            findings = list(entry.fn(ctx))
-        except Exception as exc:  # a checker bug must not take the tool down: report it instead
-            ctx.notes.append(f"checker {entry.rule_id} failed: {type(exc).__name__}: {exc}")
-            continue
-        for f in findings:
-            nodes = sorted_ids(f.nodes)
-            fld = f.field if (f.field or nodes) else ("dag" if ctx.graph is not None and not ctx.from_plan else "plan")
-            out.append(
-                Violation(
-                    rule_id=entry.rule_id,
-                    severity=meta["severity"],
-                    message=f.message,
-                    location=Location(nodes=nodes, field=fld),
-                    source=[Source(seed=s["seed"], section=s["section"]) for s in meta.get("source", ())],
-                    hint=f.hint or meta.get("hint") or _default_hint(meta, nodes, fld),
-                )
-            )
-    return out
-
-
-def _default_hint(meta: dict[str, Any], nodes: list[str], fld: str | None) -> str | None:
-    """Without a hint computed by the checker: what to change (this violation's location) and what must hold
-    there (the rule's statement), never the catalog's example, which is about some other model."""
-    statement = meta.get("statement")
-    if not statement:
-        return None
-    at = ", ".join(nodes[:3]) if nodes else fld
-    return f"change {at} so that: {statement}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import CONTROL_TYPES, NodeType
+from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param
 
 SP_OK_TYPES = {NodeType.ATTENTION, NodeType.KV_CACHE}

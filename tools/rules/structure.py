@@ -6,16 +6,16 @@ from collections.abc import Iterator
 
 import networkx as nx
 
-from tools.dag import CONTROL_TYPES, EdgeType, NodeType
+from tools.core.dag import CONTROL_TYPES, EdgeType, NodeType
 from tools.rules.registry import EXTRA_RULES, Context, Finding, checker
 
 EXTRA_RULES["STRUCT-SCHEMA"] = {
     "severity": "error",
-    "source": [{"seed": "pdag", "section": "published DAG JSON Schema (tools.dag.dag_json_schema)"}],
+    "source": [{"seed": "pdag", "section": "published DAG JSON Schema (tools.core.dag.dag_json_schema)"}],
 }
 KNOWN_NODE_TYPES = {str(t) for t in NodeType}
 KNOWN_EDGE_TYPES = {str(t) for t in EdgeType}
-HINT_SCHEMA = "make the DAG match the published JSON Schema (tools.dag.dag_json_schema())"
+HINT_SCHEMA = "make the DAG match the published JSON Schema (tools.core.dag.dag_json_schema())"
 
 
 def _schema(ctx: Context, rule_id: str, hint: str = HINT_SCHEMA) -> Iterator[Finding]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.rules.registry import CATALOG_FILE, CHECKERS, FIXERS, catalog, dotted, load_all
+import tools.rules.run  # noqa: F401  (every rule registered)
+from tools.rules.registry import CATALOG_FILE, CHECKERS, FIXERS, catalog, dotted
 
 EXTRA_RULE_ENTRIES: list[dict[str, Any]] = [
     {
         "id": "STRUCT-SCHEMA",
         "title": "A DAG conforms to the published JSON Schema",
-        "statement": "A DAG document matches the published DAG JSON Schema (tools.dag.dag_json_schema(), Draft "
+        "statement": "A DAG document matches the published DAG JSON Schema (tools.core.dag.dag_json_schema(), Draft "
                      "2020-12): required fields present, values of the declared types, no unknown fields; each "
                      "departure is reported with its JSON path.",
         "rationale": "Hand-drafted DAGs go wrong in every way; checking the document against the schema first gives "
@@ -25,7 +26,7 @@ EXTRA_RULE_ENTRIES: list[dict[str, Any]] = [
         "node_types": [],
         "severity": "error",
         "kind": "hard_rule",
-        "source": [{"seed": "pdag", "section": "published DAG JSON Schema (tools.dag.dag_json_schema)"}],
+        "source": [{"seed": "pdag", "section": "published DAG JSON Schema (tools.core.dag.dag_json_schema)"}],
         "checker": None,
         "fixer": None,
         "examples": {
@@ -40,7 +41,6 @@ EXTRA_RULE_ENTRIES: list[dict[str, Any]] = [
 
 def sync() -> int:
     """Update the catalog file in place; returns the number of rules whose fields changed."""
-    load_all()
     with open(CATALOG_FILE, encoding="utf-8") as f:
         doc = json.load(f)
     ids = {r["id"] for r in doc["rules"]}

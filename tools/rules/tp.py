@@ -6,9 +6,9 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from tools.dag import NodeType
-from tools.hardware import DTYPE_BYTES
-from tools.quantization import weight_block
+from tools.core.dag import NodeType
+from tools.core.hardware import DTYPE_BYTES
+from tools.core.quantization import weight_block
 from tools.rules.gpus import op_name
 from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, set_degree
 
@@ -18,7 +18,7 @@ REJOIN_OK = {NodeType.ALL_REDUCE, NodeType.ALL_GATHER, NodeType.REDUCE_SCATTER, 
              NodeType.KV_CACHE}
 
 
-def _tp_groups(ctx: Context) -> Iterator[tuple[Any, list[str]]]:
+def tp_groups(ctx: Context) -> Iterator[tuple[Any, list[str]]]:
     """Operators split over two or more TP ranks (expert TP shards included), and attention / FFN / linear
     operators drawn as one node over several GPUs (a TP operator written as one logical node, which the same
     collective must rejoin) when the plan, if any, has TP."""
@@ -49,7 +49,7 @@ def _layer_stage(ctx: Context, n: str) -> tuple[Any, Any]:
     return ctx.key(n, "layer", "stage")
 
 
-def _chained(ctx: Context, s: str, v: str) -> bool:
+def tp_chained(ctx: Context, s: str, v: str) -> bool:
     """``v`` continues shard ``s`` on its own GPUs inside one logical operator: the Megatron split of attention
     (QKV linear shard -> attention shard -> output-projection shard, one AllReduce at the end), which seed 001
     section 3.1 allows (TP on the Linear nodes of one compute node)."""
@@ -77,7 +77,7 @@ def _reduced(ctx: Context, s: str) -> bool:
 
 @checker("TP-REJOIN-BEFORE-NEXT-LAYER")
 def check_rejoin(ctx: Context) -> Iterator[Finding]:
-    for key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
+    for key, shards in sorted(tp_groups(ctx), key=lambda kv: str(kv[0])):
         members = set(shards)
         bad = []
         dead = []
@@ -93,7 +93,7 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                     if t != NodeType.KV_CACHE:
                         joined |= ctx.devices[v]
                         onward = True
-                elif _chained(ctx, s, v):
+                elif tp_chained(ctx, s, v):
                     chained = onward = True
                 else:
                     bad.append((s, v))
@@ -139,7 +139,7 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
 
 @checker("TP-NO-CROSS-LAYER")
 def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
-    for _key, shards in sorted(_tp_groups(ctx), key=lambda kv: str(kv[0])):
+    for _key, shards in sorted(tp_groups(ctx), key=lambda kv: str(kv[0])):
         for s in shards:
             ls = _layer_stage(ctx, s)
             for v in ctx.succ[s]:

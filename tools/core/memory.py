@@ -1,0 +1,435 @@
+"""Per-GPU memory accounting of a plan: weights, KV cache, activations, communication buffers, reserve.
+
+Computed arithmetically from the layout (no DAG walk), for every distinct GPU of replica 0: all DP replicas
+are identical copies, so replica 0 is representative.  Every term follows ARCHITECTURE.md's sharding rules.
+
+Weights (``plan.dtype``; embedding, LM head, norms and router stay 16-bit when the dtype is 8-bit or less,
+as quantised checkpoints such as DeepSeek-V3 FP8 or AWQ/GPTQ models ship them; quantisation scales ignored):
+
+* attention of every layer of the GPU's stage, on the attention GPUs (``max(tp, sp)``), divided by the
+  head shards (MLA: the down-projections ``q_a``/``kv_a`` and their norms are replicated, the rest sharded);
+* dense FFN and shared experts divided by ``tp`` on the first ``tp`` GPUs;
+* routed experts: the Expert node of a GPU holds ``num_experts/ep`` experts (split over ``W/ep`` GPUs with
+  ``allow_expert_tp``);
+* the two layer norms and the router replicated on the attention GPUs;
+* embedding on stage 0, final norm and LM head on the last stage, replicated on the attention GPUs.
+
+KV cache: ``batch * (input_len + output_len)`` tokens per layer of the stage (sliding-window layers capped),
+GQA/MHA KV heads divided by the head shards until they run out (then one head per shard, i.e. replicated),
+an MLA latent whole on every attention GPU, tokens divided by ``sp``; ``plan.effective_kv_dtype``.
+The larger of the prefill and decode layouts counts (they differ only in ``sp``).
+
+Activations (peak prefill working set, 16-bit): with ``T = min(batch*input_len, prefill_chunk_tokens)``
+tokens in one forward pass, a GPU holds the residual stream and its normalised copy (``2*T*h``) plus the
+largest operator's working set: attention ``T*(q_local + 2*kv_local + q_local)*head_dim`` (flash attention:
+no ``L^2`` score matrix), dense FFN ``T*2*i/tp`` (gate and up outputs) or MoE ``T*k*(e_local/E)*2*i_e``
+(tokens routed to the GPU's experts) and, on the last stage, fp32 logits of the batch ``batch*vocab*4``.
+
+Communication buffers: TP all-reduce staging ``2*T*h`` (in and out) when ``tp > 1``; EP dispatch and
+combine buffers ``2*T*k*h`` when ``ep > 1`` (every routed token copy sent and received once).
+
+Attention-DP (opt-in, ``attn_dp = a``): the ``a`` attention groups of a stage each hold ``ceil(batch/a)``
+sequences (rounded up: the fullest group counts), so KV cache, attention/dense-FFN activations and TP
+buffers follow the group's share; attention, dense FFN and shared experts are replicated per group (sharded
+by ``tp`` inside it); routed experts and the EP buffers see every group's tokens.
+
+Disaggregated serving (opt-in): each pool is accounted with its own layout.  A prefill GPU holds the KV of
+``batch * input_len`` tokens (until it is handed to decode) and the prefill activations; a decode GPU holds
+``batch * (input_len + output_len)`` tokens of KV and the activations of one token per sequence.  The report's
+top-level figures are those of the fuller pool; ``pools`` gives each pool's own.
+
+Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs) plus
+``fragmentation_fraction`` of capacity; both from ``knowledge/hardware/efficiency.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from math import ceil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tools.core.efficiency import ENV_VAR, Overlay, plan_efficiency
+from tools.core.hardware import DTYPE_BYTES
+from tools.core.layout import Layout, PhaseLayout, Pool, vocab_shards
+from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
+from tools.core.quantization import weight_bytes
+
+__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
+
+GB = 1e9
+
+
+class GpuMemory(BaseModel):
+    gpu: int = Field(description="global GPU id (replica 0)")
+    stage: int
+    local: int = Field(description="index inside the stage group")
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    comm_buffer_bytes: float
+    reserved_bytes: float
+    total_bytes: float
+
+
+class PoolMemory(BaseModel):
+    fits: bool
+    max_gpu_bytes: float
+    worst_gpu: int
+    kv_cache_bytes: float = Field(description="of the pool's fullest GPU")
+    max_batch_size_that_fits: int = Field(description="largest batch per replica of this pool")
+
+
+class MemoryReport(BaseModel):
+    fits: bool
+    capacity_bytes: float
+    max_gpu_bytes: float
+    worst_gpu: int
+    weights_bytes: float = Field(description="of the worst GPU")
+    kv_cache_bytes: float = Field(description="of the worst GPU")
+    activation_bytes: float = Field(description="of the worst GPU")
+    comm_buffer_bytes: float = Field(description="of the worst GPU")
+    reserved_bytes: float = Field(description="of the worst GPU")
+    per_gpu: list[GpuMemory] = Field(description="every GPU of replica 0 (other replicas are identical copies)")
+    max_batch_size_that_fits: int = Field(description="largest batch per replica at this context (0: none)")
+    max_context_that_fits: int = Field(description="largest tokens per sequence at this batch (0: none)")
+    kv_bytes_per_token: float = Field(description="KV bytes per token of the whole model (all layers)")
+    kv_cache_bytes_total: float = Field(description="KV of the whole deployment (all replicas, with replication)")
+    message: str
+    pools: dict[str, PoolMemory] | None = Field(
+        None, description="disaggregated serving: each pool's fullest GPU and largest batch (None: aggregated)")
+
+
+@dataclass
+class _Terms:
+    """Memory of one GPU as a function of batch, context and prefill tokens."""
+
+    gpu: int
+    stage: int
+    local: int
+    weights: float
+    kv_full: float  # KV bytes per (sequence x token) over the GPU's full-attention layers
+    kv_window: float  # same over its sliding-window layers (tokens capped at the window)
+    window: int
+    resid_per_token: float  # residual stream and its normalised copy, per token of the GPU's own share
+    act_per_token: float  # largest attention / dense-FFN working set, per token of the GPU's own share
+    logits_per_seq: float
+    comm_per_token: float
+    groups: int = 1  # attention-DP groups sharing the batch: the GPU's group holds ceil(batch / groups)
+    expert_act_per_token: float = 0.0  # routed-expert working set: every group's tokens reach the experts
+    shared_per_token: float = 0.0  # EP dispatch/combine buffers, per token of all groups
+
+    def seqs(self, batch: int) -> int:
+        return ceil(batch / self.groups)
+
+    def kv(self, batch: int, context: int) -> float:
+        return self.seqs(batch) * (self.kv_full * context + self.kv_window * min(context, self.window))
+
+    def tokens(self, batch: int, prompt: int, chunk: int) -> tuple[int, int]:
+        """(tokens of the GPU's group, tokens of all groups) in one forward pass."""
+        own = min(self.seqs(batch) * prompt, chunk)
+        return own, min(batch * prompt, chunk * self.groups)
+
+    def act(self, batch: int, prompt: int, chunk: int) -> float:
+        own, every = self.tokens(batch, prompt, chunk)
+        work = max(self.act_per_token * own, self.expert_act_per_token * every)
+        return self.resid_per_token * own + work + self.logits_per_seq * self.seqs(batch)
+
+    def comm(self, batch: int, prompt: int, chunk: int) -> float:
+        own, every = self.tokens(batch, prompt, chunk)
+        return self.comm_per_token * own + self.shared_per_token * every
+
+    def total(self, batch: int, context: int, prompt: int, chunk: int) -> float:
+        return self.weights + self.kv(batch, context) + self.act(batch, prompt, chunk) + self.comm(batch, prompt, chunk)
+
+
+def unfit_hint(plan: Plan, layout: Layout | None) -> str:
+    """What to change when a plan does not fit: a MoE layout whose experts sit whole on fewer GPUs than the TP group
+    that could share them first says how to spread them."""
+    if plan.spec.is_moe and layout is not None:
+        width = max(p.tp * p.attn_dp for p in layout.phases.values())
+        ep = max(p.ep for p in layout.phases.values())
+        if ep < width and not plan.options.allow_expert_tp:
+            return (f"spread the experts: ep {width} (or options.allow_expert_tp to shard them over the {width} TP "
+                    "ranks, as vLLM and SGLang do without EP); then pp, or shrink the batch/context")
+    return "raise tp (within a node), then pp, or shrink the batch/context"
+
+
+def _attention_split(plan: Plan) -> tuple[int, int]:
+    """(replicated, sharded) attention parameters per layer under TP."""
+    spec = plan.spec
+    total = spec.attention_params_per_layer()
+    if spec.attention != "mla":
+        return 0, total
+    m = spec.mla
+    assert m is not None
+    h = spec.hidden_size
+    rep = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+    if m.q_lora_rank:
+        rep += h * m.q_lora_rank + m.q_lora_rank
+    return rep, total - rep
+
+
+def _kv_heads_local(plan: Plan, pl: PhaseLayout) -> int:
+    spec = plan.spec
+    return max(1, ceil(spec.num_kv_heads / pl.head_shards))
+
+
+def _kv_elems_local(plan: Plan, pl: PhaseLayout) -> float:
+    """KV elements per token per layer held by one attention GPU."""
+    spec = plan.spec
+    if spec.attention == "mla":
+        return float(spec.kv_elements_per_token_per_layer(0))
+    return 2.0 * _kv_heads_local(plan, pl) * spec.head_dim
+
+
+def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str, float]) -> list[_Terms]:
+    """One entry per GPU of replica 0 of ``pool``, which runs ``phases`` (both in aggregated serving)."""
+    spec = plan.spec
+    wb = weight_bytes(plan, "dense")  # storage of dense FFN weights (tools/core/quantization.py)
+    wba = weight_bytes(plan, "attention")  # attention projections: 16-bit where the checkpoint leaves them so
+    xb = weight_bytes(plan, "expert")
+    hb = max(DTYPE_BYTES[plan.dtype], 2.0)  # embedding, LM head, norms, router
+    kvb = DTYPE_BYTES[plan.effective_kv_dtype]
+    ab = eff["activation_bytes"]
+    h = spec.hidden_size
+    rep_attn, shard_attn = _attention_split(plan)
+    tp = max(p.tp for p in phases)
+    ep = max(p.ep for p in phases) if spec.is_moe else 1
+    w = pool.group_width
+    attn_width = max(p.attn_width for p in phases)
+    groups = max(p.attn_dp for p in phases)
+    moe = spec.moe
+    expert_tp = w // ep if (spec.is_moe and plan.options.allow_expert_tp and ep < w) else 1
+    n_exp = moe.num_experts if moe else 0
+    base, extra = divmod(n_exp, ep) if moe else (0, 0)
+    window = spec.sliding_window or 0
+    out: list[_Terms] = []
+    shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s, layers in enumerate(pool.stage_layers):
+        n_moe = sum(1 for i in layers if spec.is_moe_layer(i))
+        n_dense = len(layers) - n_moe
+        dense_ffn = sum(spec.ffn_params(i) for i in layers)
+        n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
+        n_full = len(layers) - n_slide
+        last = s == pool.pp - 1
+        for local in range(w):
+            gpu = pool.device(0, s, local)
+            # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
+            j = local % attn_width if local < groups * attn_width else local
+            # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
+            key = (len(layers), n_moe, dense_ffn, n_slide, s == 0, last, j < attn_width, j < tp,
+                   tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
+                   (local // expert_tp) < extra)
+            if key in shapes:
+                out.append(_Terms(gpu, s, local, **shapes[key]))
+                continue
+            weights = 0.0
+            kv_elems = 0.0
+            act_attn = 0.0
+            for pl in phases:
+                if local < pl.attention_gpus:
+                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp)
+                    q_local = spec.num_heads / pl.head_shards
+                    kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
+                    hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
+                    act_attn = max(act_attn, (2 * q_local + 2 * kv_local) * hd / pl.sp)
+            attn_gpu = j < attn_width
+            if attn_gpu:
+                shards = min(p.head_shards for p in phases if local < p.attention_gpus)
+                weights += len(layers) * ((rep_attn + shard_attn / shards) * wba + spec.layer_norm_params() * hb)
+                if moe:
+                    weights += n_moe * spec.router_params() * hb
+                vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks
+                if s == 0:
+                    weights += spec.embedding_params() / vocab * hb
+                if last:
+                    head = spec.lm_head_params() or (spec.embedding_params() if pool.pp > 1 else 0)
+                    weights += (head / vocab + spec.final_norm_params()) * hb
+            act_ffn = act_exp = 0.0
+            if j < tp:
+                weights += dense_ffn / tp * wb
+                if moe:
+                    weights += n_moe * spec.shared_expert_params() / tp * wb
+                if n_dense:
+                    act_ffn = 2 * spec.intermediate_size / tp
+                if moe and n_moe:
+                    act_ffn = max(act_ffn, 2 * moe.shared_expert_intermediate_size / tp)
+            if moe and n_moe and local < ep * expert_tp:
+                k = local // expert_tp
+                held = base + (1 if k < extra else 0)
+                weights += n_moe * held * spec.expert_params() / expert_tp * xb
+                routed = moe.experts_per_token * held / n_exp
+                act_exp = routed * 2 * moe.expert_intermediate_size / expert_tp
+            resid = 2 * h if attn_gpu or act_ffn or act_exp else 0
+            logits = spec.vocab_size * 4.0 if (last and attn_gpu) else 0.0
+            comm = shared = 0.0
+            if tp > 1 and j < tp:
+                comm += 2 * h * ab
+            if moe and n_moe and ep > 1 and local < ep * expert_tp:
+                shared += 2 * moe.experts_per_token * h * ab / ep
+            shapes[key] = dict(
+                weights=weights, kv_full=n_full * kv_elems * kvb, kv_window=n_slide * kv_elems * kvb, window=window,
+                resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
+                comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
+                shared_per_token=shared,
+            )
+            out.append(_Terms(gpu, s, local, **shapes[key]))
+    return out
+
+
+@dataclass
+class _PoolTerms:
+    """The GPUs of one pool with the tokens they hold: context (KV) and prompt tokens per pass (activations)."""
+
+    name: str
+    terms: list[_Terms]
+    dp: int
+    context: int
+    prompt: int
+
+    @cached_property
+    def distinct(self) -> list[_Terms]:
+        """One GPU per distinct set of terms: GPUs of a stage mostly repeat a few shapes, and the largest-batch
+        and largest-context searches need only those (they would otherwise scale with pp x group width)."""
+        out: dict[tuple[Any, ...], _Terms] = {}
+        for t in self.terms:
+            out.setdefault((t.weights, t.kv_full, t.kv_window, t.window, t.resid_per_token, t.act_per_token,
+                            t.logits_per_seq, t.comm_per_token, t.groups, t.expert_act_per_token,
+                            t.shared_per_token), t)
+        return list(out.values())
+
+    def worst(self, batch: int, context: int | None, chunk: int, fixed: float) -> float:
+        ctx = self.context if context is None else context
+        prompt = self.prompt if context is None or self.prompt == 1 else ctx
+        return max(t.total(batch, ctx, prompt, chunk) for t in self.distinct) + fixed
+
+
+def _pools(plan: Plan, layout: Layout, eff: dict[str, float]) -> list[_PoolTerms]:
+    wl = plan.workload
+    if not layout.disaggregated:
+        return [_PoolTerms("both", _gpu_terms(plan, layout.pools["prefill"], list(layout.phases.values()), eff),
+                           layout.dp, wl.input_len + wl.output_len, wl.input_len)]
+    return [
+        _PoolTerms("prefill", _gpu_terms(plan, layout.pools["prefill"], [layout.phases["prefill"]], eff),
+                   layout.pools["prefill"].dp, wl.input_len, wl.input_len),
+        _PoolTerms("decode", _gpu_terms(plan, layout.pools["decode"], [layout.phases["decode"]], eff),
+                   layout.pools["decode"].dp, wl.input_len + wl.output_len, 1),
+    ]
+
+
+def _largest(fits: Callable[[int], bool], hi: int) -> int:
+    """Largest n in [0, hi] with fits(n) (fits monotone decreasing); 0 if none."""
+    if not fits(1):
+        return 0
+    lo, n = 1, 2
+    while n <= hi and fits(n):
+        lo, n = n, n * 2
+    hi = min(hi, n)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+_CACHE: OrderedDict[str, MemoryReport] = OrderedDict()
+_CACHE_SIZE = 16
+_LOCK = threading.Lock()
+
+
+def memory_report(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> MemoryReport:
+    """Per-GPU memory of replica 0 of ``plan`` and whether the most loaded GPU fits (see module doc).
+
+    Remembers its last few answers: autofix re-validates the same plan several times, and a replica thousands of
+    GPUs wide takes most of a second to account.  An overlay read from a file is not remembered (the file may
+    change, as may the one ``PDAG_EFFICIENCY`` names); the layout is a function of the plan, so the plan and an
+    in-memory overlay make the key."""
+    if isinstance(efficiency, str | Path) or (efficiency is None and os.environ.get(ENV_VAR)):
+        return _memory_report(plan, layout, efficiency)
+    key = plan.model_dump_json() + json.dumps(efficiency, sort_keys=True, default=str)
+    with _LOCK:  # the MCP server may run tools on worker threads
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    report = _memory_report(plan, layout, efficiency)
+    with _LOCK:
+        _CACHE[key] = report
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return report
+
+
+def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> MemoryReport:
+    layout = layout or Layout(plan)
+    eff = plan_efficiency(plan, efficiency)
+    spec, wl = plan.spec, plan.workload
+    cap = float(plan.accelerator.memory_bytes)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
+    chunk = int(eff["prefill_chunk_tokens"])
+    pools = _pools(plan, layout, eff)
+    batch = wl.batch_size
+    per_gpu: list[GpuMemory] = []
+    pool_worst: dict[str, GpuMemory] = {}
+    for pt in pools:
+        for t in pt.terms:
+            kv = t.kv(batch, pt.context)
+            act, comm = t.act(batch, pt.prompt, chunk), t.comm(batch, pt.prompt, chunk)
+            g = GpuMemory.model_construct(  # tens of thousands for a wide replica: skip re-validation
+                gpu=t.gpu, stage=t.stage, local=t.local, weights_bytes=t.weights, kv_cache_bytes=kv,
+                activation_bytes=act, comm_buffer_bytes=comm, reserved_bytes=reserved,
+                total_bytes=t.weights + kv + act + comm + reserved,
+            )
+            per_gpu.append(g)
+            if pt.name not in pool_worst or g.total_bytes > pool_worst[pt.name].total_bytes:
+                pool_worst[pt.name] = g
+    worst = max(per_gpu, key=lambda g: g.total_bytes)
+    fits = worst.total_bytes <= cap
+
+    def batch_fits_in(pt: _PoolTerms) -> Callable[[int], bool]:
+        return lambda b: pt.worst(b, None, chunk, reserved) <= cap
+
+    def context_fits(c: int) -> bool:
+        return all(pt.worst(batch, c, chunk, reserved) <= cap for pt in pools)
+
+    pool_batch = {pt.name: _largest(batch_fits_in(pt), MAX_BATCH) for pt in pools}
+    max_batch = min(pool_batch.values())
+    max_ctx = _largest(context_fits, MAX_SEQ_LEN)
+    context = wl.input_len + wl.output_len
+    kvb = DTYPE_BYTES[plan.effective_kv_dtype]
+    kv_per_token = float(spec.kv_bytes_per_token(kvb))
+    kv_total = sum(sum(t.kv(batch, pt.context) for t in pt.terms) * pt.dp for pt in pools)
+    verdict = "fits" if fits else "does NOT fit"
+    message = (
+        f"{verdict}: worst GPU {worst.gpu} needs {worst.total_bytes / GB:.1f} GB of {cap / GB:.1f} GB "
+        f"(weights {worst.weights_bytes / GB:.1f}, KV {worst.kv_cache_bytes / GB:.1f}, "
+        f"activations {worst.activation_bytes / GB:.1f}, comm {worst.comm_buffer_bytes / GB:.2f}, "
+        f"reserve {reserved / GB:.1f}); max batch {max_batch} at {context} tokens, "
+        f"max context {max_ctx} at batch {batch}"
+    )
+    by_pool = None
+    if layout.disaggregated:
+        by_pool = {
+            name: PoolMemory(fits=g.total_bytes <= cap, max_gpu_bytes=g.total_bytes, worst_gpu=g.gpu,
+                             kv_cache_bytes=g.kv_cache_bytes, max_batch_size_that_fits=pool_batch[name])
+            for name, g in pool_worst.items()
+        }
+        message += "; " + ", ".join(f"{n} pool max batch {pool_batch[n]}" for n in ("prefill", "decode"))
+    return MemoryReport(
+        fits=fits, capacity_bytes=cap, max_gpu_bytes=worst.total_bytes, worst_gpu=worst.gpu,
+        weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
+        activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
+        reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
+        max_context_that_fits=max_ctx, kv_bytes_per_token=kv_per_token, kv_cache_bytes_total=kv_total,
+        message=message, pools=by_pool,
+    )

@@ -1,0 +1,737 @@
+"""Model catalog: a normalised ``ModelSpec`` built from a Hugging Face ``config.json``.
+
+Everything downstream (DAG builder, memory model, estimator) sizes weights and KV caches through the
+public methods of ``ModelSpec``; the counting is exact arithmetic over the tensors each architecture
+declares (no fudge factors).
+
+Conventions
+-----------
+* A *layer* is a decoder block. ``num_layers`` never includes DeepSeek's multi-token-prediction (MTP)
+  module (``mtp_layers`` records how many the checkpoint ships; they are not counted anywhere).
+* ``attention_params_per_layer()`` is the attention block's projections, their biases and the norms
+  *inside* attention (MLA's ``q_a_layernorm`` / ``kv_a_layernorm``, Qwen3's ``q_norm`` / ``k_norm``)
+  plus gpt-oss attention sinks. The two per-layer RMSNorms (before attention, before the FFN) are
+  ``layer_norm_params()``.
+* ``ffn_params(layer)`` is the dense SwiGLU FFN of ``layer`` (0 for an MoE layer);
+  ``moe_params()`` is a whole MoE block (routed experts + shared experts + router).
+* Active parameters count everything a token touches: embedding row, attention, norms, dense FFN,
+  shared experts, router, ``experts_per_token`` routed experts, LM head.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache, lru_cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from knowledge import ROOT as KNOWLEDGE_ROOT
+from tools.core.errors import MAX_MATCHED, PdagInputError, closest, shown
+from tools.core.formats import format_of_config
+
+__all__ = [
+    "MLASpec",
+    "MoESpec",
+    "ModelSpec",
+    "SUPPORTED_MODEL_TYPES",
+    "from_hf_config",
+    "load_preset",
+    "preset_ids",
+    "preset_index",
+    "resolve_model",
+]
+
+MODELS_DIR = KNOWLEDGE_ROOT / "models"
+
+# Upper bounds: anything beyond these is refused at once (they are far above any real model).
+MAX_LAYERS = 1000
+MAX_HIDDEN = 1_000_000
+MAX_HEADS = 100_000
+MAX_HEAD_DIM = 100_000
+MAX_INTERMEDIATE = 10_000_000
+MAX_VOCAB = 10_000_000
+MAX_EXPERTS = 100_000
+MAX_POSITIONS = 1_000_000_000
+MAX_LORA_RANK = 1_000_000
+
+# model_type -> family. Architectures are mapped to a model_type when model_type is absent.
+SUPPORTED_MODEL_TYPES: dict[str, str] = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "mixtral": "mixtral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3_moe",
+    "deepseek_v2": "deepseek",
+    "deepseek_v3": "deepseek",
+    "gpt_oss": "gpt_oss",
+}
+_ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
+}
+
+
+def _as_number(x: float) -> int | float:
+    """Return an int when the value is integral (bf16 sizes), the float otherwise (int4 sizes)."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3) dimensions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_LORA_RANK)
+    kv_lora_rank: int = Field(ge=1, le=MAX_LORA_RANK)
+    qk_nope_head_dim: int = Field(ge=0, le=MAX_HEAD_DIM)
+    qk_rope_head_dim: int = Field(ge=0, le=MAX_HEAD_DIM)
+    v_head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class MoESpec(BaseModel):
+    """Mixture-of-experts block, identical on every MoE layer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_experts: int = Field(ge=1, le=MAX_EXPERTS)
+    experts_per_token: int = Field(ge=1, le=MAX_EXPERTS)
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
+    expert_intermediate_size: int = Field(ge=1, le=MAX_INTERMEDIATE)
+    # Total intermediate size of all shared experts together (0 if none).
+    shared_expert_intermediate_size: int = Field(default=0, ge=0, le=MAX_INTERMEDIATE * 100)
+    moe_layers: tuple[int, ...]
+    router_bias: bool = False  # a per-expert bias on the router (gpt-oss bias, DeepSeek-V3 score correction)
+    expert_bias: bool = False  # biases inside each expert's projections (gpt-oss)
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token exceeds num_experts")
+        if list(self.moe_layers) != sorted(set(self.moe_layers)):
+            raise ValueError("moe_layers must be sorted and unique")
+        return self
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, normalised from its Hugging Face config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    family: str
+    model_type: str
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN)
+    num_heads: int = Field(ge=1, le=MAX_HEADS)
+    num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    intermediate_size: int = Field(ge=0, le=MAX_INTERMEDIATE)
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
+    tie_embeddings: bool = False
+    attention: Literal["mha", "gqa", "mla"]
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    max_position_embeddings: int = Field(default=4096, ge=1, le=MAX_POSITIONS)
+    sliding_window: int | None = Field(default=None, ge=1, le=MAX_POSITIONS)
+    sliding_window_layers: tuple[int, ...] = ()
+    attention_bias: bool = False  # biases on the q/k/v projections
+    attention_out_bias: bool = False  # bias on the output projection
+    mlp_bias: bool = False  # biases in the dense FFN
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
+    mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)  # DeepSeek MTP modules, never counted
+    hf_repo: str | None = None
+    # the checkpoint's storage format (its config's quantization_config) and the modules it leaves unquantized
+    checkpoint_format: str | None = None
+    unquantized_modules: tuple[str, ...] = ()
+    fp8_block_scaled: bool = False  # fp8 weights with per-block scales (weight_block_size), DeepSeek-V3's format
+    published_params: float | None = None
+    published_active_params: float | None = None
+    published_active_excludes_embedding: bool = False  # how the source counts active parameters
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.attention == "mla" and self.mla is None:
+            raise ValueError("attention 'mla' needs mla dimensions")
+        if self.attention != "mla" and self.mla is not None:
+            raise ValueError("mla dimensions given for non-MLA attention")
+        if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("num_kv_heads must divide num_heads")
+        if self.moe is not None and any(not 0 <= i < self.num_layers for i in self.moe.moe_layers):
+            raise ValueError("moe_layers out of range")
+        if any(not 0 <= i < self.num_layers for i in self.sliding_window_layers):
+            raise ValueError("sliding_window_layers out of range")
+        if self.sliding_window_layers and self.sliding_window is None:
+            raise ValueError("sliding_window_layers given without sliding_window")
+        return self
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None and len(self.moe.moe_layers) > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        self._check_layer(layer)
+        return layer in self._moe_layer_set()
+
+    def is_sliding_layer(self, layer: int) -> bool:
+        self._check_layer(layer)
+        return layer in self.sliding_window_layers
+
+    @property
+    def dense_layer_indices(self) -> tuple[int, ...]:
+        moe = self._moe_layer_set()
+        return tuple(i for i in range(self.num_layers) if i not in moe)
+
+    def _moe_layer_set(self) -> frozenset[int]:
+        return frozenset(self.moe.moe_layers) if self.moe is not None else frozenset()
+
+    def _check_layer(self, layer: int) -> None:
+        if not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+            raise PdagInputError("layer", f"layer index {layer!r} out of range", f"0..{self.num_layers - 1}")
+
+    # ------------------------------------------------------------------ parameter counts
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        """Output projection; 0 when tied to the embedding (the embedding holds the weights)."""
+        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+
+    def final_norm_params(self) -> int:
+        return self.hidden_size
+
+    def layer_norm_params(self) -> int:
+        """The two RMSNorms of a decoder block (before attention, before the FFN/MoE)."""
+        return 2 * self.hidden_size
+
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.attention == "mla":
+            m = self.mla
+            assert m is not None
+            nh = self.num_heads
+            if m.q_lora_rank:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * nh * m.qk_head_dim
+            else:
+                q = h * nh * m.qk_head_dim
+            kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # + kv_a_layernorm
+            kv_b = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+            o = nh * m.v_head_dim * h
+            total = q + kv_a + kv_b + o
+            if self.attention_bias:
+                total += nh * m.qk_head_dim + m.kv_lora_rank + m.qk_rope_head_dim
+            if self.attention_out_bias:
+                total += h
+            return total
+        q_out = self.num_heads * self.head_dim
+        kv_out = self.num_kv_heads * self.head_dim
+        total = h * q_out + 2 * h * kv_out + q_out * h
+        if self.attention_bias:
+            total += q_out + 2 * kv_out
+        if self.attention_out_bias:
+            total += h
+        if self.qk_norm:
+            total += 2 * self.head_dim
+        if self.attention_sinks:
+            total += self.num_heads
+        return total
+
+    def _swiglu(self, inter: int, bias: bool) -> int:
+        n = 3 * self.hidden_size * inter
+        if bias:
+            n += 2 * inter + self.hidden_size
+        return n
+
+    def ffn_params(self, layer: int) -> int:
+        """Dense SwiGLU FFN (gate, up, down = 3*h*i) of ``layer``; 0 if the layer is MoE."""
+        if self.is_moe_layer(layer):
+            return 0
+        return self._swiglu(self.intermediate_size, self.mlp_bias)
+
+    def expert_params(self) -> int:
+        """One routed expert (gate, up, down and any biases)."""
+        if self.moe is None:
+            return 0
+        return self._swiglu(self.moe.expert_intermediate_size, self.moe.expert_bias)
+
+    def shared_expert_params(self) -> int:
+        """All shared experts of one MoE layer together."""
+        if self.moe is None or not self.moe.shared_expert_intermediate_size:
+            return 0
+        return self._swiglu(self.moe.shared_expert_intermediate_size, False)
+
+    def router_params(self) -> int:
+        if self.moe is None:
+            return 0
+        return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0)
+
+    def moe_params(self) -> int:
+        """A whole MoE block of one layer: routed experts + shared experts + router."""
+        if self.moe is None:
+            return 0
+        routed = self.moe.num_experts * self.expert_params()
+        return routed + self.shared_expert_params() + self.router_params()
+
+    def layer_params(self, layer: int) -> int:
+        """Every parameter of decoder block ``layer``."""
+        ffn = self.moe_params() if self.is_moe_layer(layer) else self.ffn_params(layer)
+        return self.attention_params_per_layer() + self.layer_norm_params() + ffn
+
+    def active_layer_params(self, layer: int) -> int:
+        """Parameters of ``layer`` one token uses (only ``experts_per_token`` routed experts)."""
+        if not self.is_moe_layer(layer):
+            return self.layer_params(layer)
+        assert self.moe is not None
+        ffn = self.moe.experts_per_token * self.expert_params() + self.shared_expert_params()
+        return self.attention_params_per_layer() + self.layer_norm_params() + ffn + self.router_params()
+
+    def param_count(self) -> int:
+        """Total parameters (MTP modules excluded)."""
+        layers = sum(self.layer_params(i) for i in range(self.num_layers))
+        return self.embedding_params() + layers + self.final_norm_params() + self.lm_head_params()
+
+    def active_param_count(self, include_embedding: bool = True) -> int:
+        """Parameters used per token. ``include_embedding=False`` leaves out the input embedding table
+        (a lookup, no FLOPs), which is how some model cards quote active parameters. With tied
+        embeddings the shared matrix is always counted once (it is the LM head)."""
+        layers = sum(self.active_layer_params(i) for i in range(self.num_layers))
+        head = self.vocab_size * self.hidden_size if self.tie_embeddings else self.lm_head_params()
+        emb = self.embedding_params() if (include_embedding and not self.tie_embeddings) else 0
+        return emb + layers + self.final_norm_params() + head
+
+    # ------------------------------------------------------------------ KV cache
+    def kv_elements_per_token_per_layer(self, layer: int = 0) -> int:
+        """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key."""
+        self._check_layer(layer)
+        if self.attention == "mla":
+            assert self.mla is not None
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def kv_tokens_in_layer(self, layer: int, context_len: int) -> int:
+        """Tokens ``layer`` keeps in its cache for a sequence of ``context_len`` tokens."""
+        if context_len < 0:
+            raise PdagInputError("context_len", f"negative context length {context_len}", "an integer >= 0")
+        if self.is_sliding_layer(layer) and self.sliding_window is not None:
+            return min(context_len, self.sliding_window)
+        return context_len
+
+    def kv_bytes(self, context_len: int, dtype_bytes: float) -> int | float:
+        """KV-cache bytes for one whole sequence of ``context_len`` tokens (window-capped layers)."""
+        total = 0.0
+        for layer in range(self.num_layers):
+            tokens = self.kv_tokens_in_layer(layer, context_len)
+            total += self.kv_elements_per_token_per_layer(layer) * tokens * dtype_bytes
+        return _as_number(total)
+
+    def kv_bytes_per_token(self, dtype_bytes: float, context_len: int | None = None) -> int | float:
+        """KV bytes per token summed over layers. Without ``context_len`` every layer counts in full;
+        with it, the average per token of a ``context_len`` sequence (sliding-window layers capped)."""
+        if context_len is None:
+            total = sum(self.kv_elements_per_token_per_layer(i) for i in range(self.num_layers))
+            return _as_number(total * dtype_bytes)
+        if context_len <= 0:
+            raise PdagInputError("context_len", f"context length {context_len} must be positive",
+                                 "an integer >= 1")
+        return self.kv_bytes(context_len, dtype_bytes) / context_len
+
+
+# ====================================================================== HF config normalisation
+class _Cfg:
+    """Typed, bounded reads from a raw config dict, raising PdagInputError with the field path."""
+
+    def __init__(self, raw: dict[str, Any], prefix: str) -> None:
+        self.raw = raw
+        self.prefix = prefix
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def int(
+        self, key: str, *, default: int | None = None, lo: int = 1, hi: int, required: bool = True
+    ) -> int:
+        value = self.raw.get(key)
+        allowed = f"an integer in {lo}..{hi}"
+        if value is None:
+            if default is not None or not required:
+                return default  # type: ignore[return-value]
+            raise PdagInputError(self.path(key), "missing", allowed)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PdagInputError(self.path(key), f"expected an integer, got {value!r}", allowed)
+        if value < lo:
+            raise PdagInputError(self.path(key), f"value {value} is too small", allowed)
+        if value > hi:
+            raise PdagInputError(self.path(key), f"value {value} is absurdly large", allowed)
+        return value
+
+    def opt_int(self, key: str, *, lo: int = 1, hi: int) -> int | None:
+        return self.int(key, lo=lo, hi=hi, required=False)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise PdagInputError(self.path(key), f"expected true or false, got {value!r}", "a boolean")
+        return value
+
+    def int_list(self, key: str, *, hi: int) -> tuple[int, ...]:
+        value = self.raw.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple) or any(
+            isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi for v in value
+        ):
+            raise PdagInputError(self.path(key), f"expected a list of layer indices, got {value!r}",
+                                 f"integers in 0..{hi - 1}")
+        return tuple(sorted(set(value)))
+
+
+def _detect_model_type(raw: dict[str, Any], prefix: str) -> str:
+    supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
+    mt = raw.get("model_type")
+    if mt is None:
+        archs = raw.get("architectures")
+        if isinstance(archs, list):
+            for arch in archs:
+                if arch in _ARCHITECTURES:
+                    return _ARCHITECTURES[arch]
+        raise PdagInputError(f"{prefix}.model_type", "missing (and no known entry in architectures)",
+                             f"supported model types: {supported}")
+    if not isinstance(mt, str) or mt not in SUPPORTED_MODEL_TYPES:
+        raise PdagInputError(f"{prefix}.model_type", f"unsupported model type {mt!r}",
+                             f"supported model types: {supported}")
+    return mt
+
+
+def _quant_config(c: Any) -> dict[str, Any]:
+    raw = getattr(c, "raw", None)
+    cfg = raw.get("quantization_config") if isinstance(raw, dict) else None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _checkpoint_format(c: Any) -> str | None:
+
+    return format_of_config(_quant_config(c))
+
+
+def _fp8_block_scaled(c: Any) -> bool:
+    return _checkpoint_format(c) == "fp8" and bool(_quant_config(c).get("weight_block_size"))
+
+
+def _unquantized(c: Any) -> tuple[str, ...]:
+    mods = _quant_config(c).get("modules_to_not_convert") or ()
+    return tuple(str(m)[:200] for m in mods[:64]) if isinstance(mods, list) else ()
+
+
+def from_hf_config(
+    config: dict[str, Any],
+    id: str | None = None,  # noqa: A002 - the public name the callers use
+    *,
+    field_prefix: str = "hf_config",
+    name: str | None = None,
+    hf_repo: str | None = None,
+    published_params: float | None = None,
+    published_active_params: float | None = None,
+    published_active_excludes_embedding: bool = False,
+    source: str | None = None,
+) -> ModelSpec:
+    """Normalise a Hugging Face ``config.json`` (as a dict) into a ``ModelSpec``.
+
+    Supports Llama 2/3, Mistral, Mixtral, Qwen2/2.5, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 and gpt-oss.
+    Any missing, mistyped or absurd field raises ``PdagInputError`` naming ``<field_prefix>.<key>``.
+    """
+    prefix = field_prefix
+    if not isinstance(config, dict):
+        raise PdagInputError(prefix, f"expected a JSON object, got {type(config).__name__}",
+                             "a Hugging Face config.json object")
+    raw = config
+    # Multimodal wrappers keep the language model under text_config.
+    if "num_hidden_layers" not in raw and isinstance(raw.get("text_config"), dict):
+        raw = raw["text_config"]
+        prefix = f"{prefix}.text_config"
+    model_type = _detect_model_type(raw, prefix)
+    c = _Cfg(raw, prefix)
+
+    num_layers = c.int("num_hidden_layers", hi=MAX_LAYERS)
+    hidden = c.int("hidden_size", hi=MAX_HIDDEN)
+    num_heads = c.int("num_attention_heads", hi=MAX_HEADS)
+    num_kv_heads = c.int("num_key_value_heads", default=num_heads, hi=MAX_HEADS)
+    vocab = c.int("vocab_size", hi=MAX_VOCAB)
+    max_pos = c.int("max_position_embeddings", default=4096, hi=MAX_POSITIONS)
+    if num_kv_heads > num_heads or num_heads % num_kv_heads:
+        raise PdagInputError(c.path("num_key_value_heads"),
+                             f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
+                             f"a divisor of {num_heads}")
+    head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
+    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3"):
+        if hidden % num_heads:
+            raise PdagInputError(c.path("num_attention_heads"),
+                                 f"{num_heads} heads do not divide hidden_size {hidden} "
+                                 "and no head_dim is given",
+                                 f"a divisor of {hidden}, or an explicit head_dim")
+        head_dim = hidden // num_heads
+
+    tie = c.bool("tie_word_embeddings", False)
+    attention_bias = c.bool("attention_bias", False)
+    attention_out_bias = attention_bias
+    mlp_bias = c.bool("mlp_bias", False)
+    qk_norm = False
+    sinks = False
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    intermediate = 0
+    mtp = 0
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] = ()
+
+    def all_layers() -> tuple[int, ...]:
+        return tuple(range(num_layers))
+
+    if model_type in ("llama", "mistral", "qwen2", "qwen3"):
+        intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    if model_type == "qwen2":
+        attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
+    if model_type in ("qwen3", "qwen3_moe"):
+        qk_norm = True
+
+    if model_type == "mixtral":
+        n_exp = c.int("num_local_experts", hi=MAX_EXPERTS)
+        k = c.int("num_experts_per_tok", hi=MAX_EXPERTS)
+        expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        intermediate = expert_i
+        moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), False, False)
+    elif model_type == "qwen3_moe":
+        intermediate = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+        n_exp = c.int("num_experts", hi=MAX_EXPERTS)
+        k = c.int("num_experts_per_tok", hi=MAX_EXPERTS)
+        expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+        step = c.int("decoder_sparse_step", default=1, hi=MAX_LAYERS)
+        mlp_only = set(c.int_list("mlp_only_layers", hi=num_layers))
+        layers = tuple(i for i in range(num_layers) if i not in mlp_only and (i + 1) % step == 0)
+        if len(layers) < num_layers and intermediate == 0:
+            raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense",
+                                 "a positive integer")
+        moe = _moe(c, n_exp, k, expert_i, 0, 0, layers, False, False)
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        mla = _mla(c)
+        head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
+        if model_type == "deepseek_v3":
+            mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+        if c.has("n_routed_experts"):
+            n_exp = c.int("n_routed_experts", hi=MAX_EXPERTS)
+            k = c.int("num_experts_per_tok", hi=MAX_EXPERTS)
+            expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+            n_shared = c.int("n_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+            first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
+            freq = raw.get("moe_layer_freq", 1)
+            if isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
+                layers = tuple(i for i in range(num_layers) if freq[i] and i >= first_dense)
+            else:
+                f = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
+                layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
+            router_bias = model_type == "deepseek_v3" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
+            moe = _moe(c, n_exp, k, expert_i, n_shared, n_shared * expert_i, layers, router_bias, False)
+    elif model_type == "gpt_oss":
+        n_exp = c.int("num_local_experts", hi=MAX_EXPERTS)
+        k_key = "experts_per_token" if c.has("experts_per_token") else "num_experts_per_tok"
+        k = c.int(k_key, hi=MAX_EXPERTS)
+        expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        intermediate = expert_i
+        attention_bias = attention_out_bias = c.bool("attention_bias", True)
+        sinks = True
+        moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), True, True)
+
+    # ---------------- sliding windows
+    layer_types = raw.get("layer_types")
+    window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise PdagInputError(c.path("layer_types"), "must list one attention type per layer",
+                                 f"a list of {num_layers} strings")
+        sliding_layers = tuple(i for i, t in enumerate(layer_types) if t == "sliding_attention")
+        if sliding_layers:
+            if window is None:
+                raise PdagInputError(c.path("sliding_window"), "missing, but layer_types has sliding layers",
+                                     "a positive integer")
+            sliding_window = window
+    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        if c.bool("use_sliding_window", False) and window is not None:
+            first = c.int("max_window_layers", default=num_layers, lo=0, hi=MAX_LAYERS)
+            sliding_layers = tuple(range(min(first, num_layers), num_layers))
+            sliding_window = window if sliding_layers else None
+    elif model_type in ("mistral", "mixtral") and window is not None:
+        sliding_window, sliding_layers = window, all_layers()
+    if sliding_window is not None and sliding_window >= max_pos and model_type != "gpt_oss":
+        # A window as long as the context changes nothing; keep the spec simple.
+        sliding_window, sliding_layers = None, ()
+
+    assert head_dim is not None
+    attention: Literal["mha", "gqa", "mla"] = (
+        "mla" if mla is not None else "mha" if num_kv_heads == num_heads else "gqa"
+    )
+
+    spec_id = id or raw.get("_name_or_path") or f"{model_type}-custom"
+    try:
+        return ModelSpec(
+            id=str(spec_id),
+            name=name or str(spec_id),
+            family=SUPPORTED_MODEL_TYPES[model_type],
+            model_type=model_type,
+            num_layers=num_layers,
+            hidden_size=hidden,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            vocab_size=vocab,
+            tie_embeddings=tie,
+            attention=attention,
+            mla=mla,
+            moe=moe,
+            max_position_embeddings=max_pos,
+            sliding_window=sliding_window,
+            sliding_window_layers=sliding_layers,
+            attention_bias=attention_bias,
+            attention_out_bias=attention_out_bias,
+            mlp_bias=mlp_bias,
+            qk_norm=qk_norm,
+            attention_sinks=sinks,
+            mtp_layers=mtp,
+            hf_repo=hf_repo,
+            checkpoint_format=_checkpoint_format(c),
+            unquantized_modules=_unquantized(c),
+            fp8_block_scaled=_fp8_block_scaled(c),
+            published_params=published_params,
+            published_active_params=published_active_params,
+            published_active_excludes_embedding=published_active_excludes_embedding,
+            source=source,
+        )
+    except ValidationError as exc:  # a cross-field inconsistency the reads above did not catch
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        raise PdagInputError(f"{prefix}.{loc}" if loc else prefix, err.get("msg", "invalid"), None) from None
+
+
+def _mla(c: _Cfg) -> MLASpec:
+    q_rank = c.opt_int("q_lora_rank", hi=MAX_LORA_RANK)
+    return MLASpec(
+        q_lora_rank=q_rank,
+        kv_lora_rank=c.int("kv_lora_rank", hi=MAX_LORA_RANK),
+        qk_nope_head_dim=c.int("qk_nope_head_dim", lo=0, hi=MAX_HEAD_DIM),
+        qk_rope_head_dim=c.int("qk_rope_head_dim", lo=0, hi=MAX_HEAD_DIM),
+        v_head_dim=c.int("v_head_dim", hi=MAX_HEAD_DIM),
+    )
+
+
+def _moe(
+    c: _Cfg,
+    num_experts: int,
+    experts_per_token: int,
+    expert_i: int,
+    n_shared: int,
+    shared_i: int,
+    layers: tuple[int, ...],
+    router_bias: bool,
+    expert_bias: bool,
+) -> MoESpec:
+    if experts_per_token > num_experts:
+        raise PdagInputError(c.path("num_experts_per_tok"),
+                             f"{experts_per_token} experts per token exceeds {num_experts} experts",
+                             f"an integer in 1..{num_experts}")
+    return MoESpec(
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+        num_shared_experts=n_shared,
+        expert_intermediate_size=expert_i,
+        shared_expert_intermediate_size=shared_i,
+        moe_layers=layers,
+        router_bias=router_bias,
+        expert_bias=expert_bias,
+    )
+
+
+# ====================================================================== presets
+@lru_cache(maxsize=1)
+def preset_index() -> dict[str, dict[str, Any]]:
+    """``knowledge/models/index.json``: id -> {file, hf_repo, published_params, ...}."""
+    with open(MODELS_DIR / "index.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def preset_ids() -> list[str]:
+    return sorted(preset_index())
+
+
+@cache
+def _load_preset(key: str) -> ModelSpec:
+    entry = preset_index()[key]
+    with open(MODELS_DIR / entry["file"], encoding="utf-8") as f:
+        config = json.load(f)
+    return from_hf_config(
+        config,
+        id=key,
+        field_prefix=f"knowledge/models/{entry['file']}",
+        name=entry.get("name") or entry.get("hf_repo") or key,
+        hf_repo=entry.get("hf_repo"),
+        published_params=entry.get("published_params"),
+        published_active_params=entry.get("published_active_params"),
+        published_active_excludes_embedding=bool(entry.get("published_active_excludes_embedding", False)),
+        source=entry.get("source"),
+    )
+
+
+def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
+    """A preset by id (case-insensitive, surrounding spaces ignored)."""
+    if not isinstance(id, str):
+        raise PdagInputError(field, f"expected a preset id string, got {type(id).__name__}",
+                             "presets: " + ", ".join(preset_ids()))
+    key = id[:MAX_MATCHED * 2].strip().lower()
+    if key not in preset_index():
+        hint = closest(key, preset_ids())
+        raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint))
+    return _load_preset(key)
+
+
+def resolve_model(model: str | dict[str, Any] | ModelSpec, *, field: str = "model") -> ModelSpec:
+    """A preset id, ``{"hf_config": {...}}`` (optionally with ``id``/``name``), or a ModelSpec."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str):
+        return load_preset(model, field=field)
+    if isinstance(model, dict):
+        if "hf_config" in model:
+            extra = set(model) - {"hf_config", "id", "name"}
+            if extra:
+                raise PdagInputError(f"{field}.{sorted(extra)[0]}", "unexpected key", "hf_config, id, name")
+            mid = model.get("id")
+            if mid is not None and not isinstance(mid, str):
+                raise PdagInputError(f"{field}.id", f"expected a string, got {mid!r}", "a string")
+            return from_hf_config(model["hf_config"], id=mid, field_prefix=f"{field}.hf_config",
+                                  name=model.get("name") if isinstance(model.get("name"), str) else None)
+        if "model_type" in model or "architectures" in model:  # a bare config.json
+            return from_hf_config(model, field_prefix=field)
+    raise PdagInputError(field, f"cannot use {type(model).__name__} as a model",
+                         'a preset id (e.g. "llama-3.1-70b") or {"hf_config": {...}}')

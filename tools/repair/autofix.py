@@ -1,0 +1,341 @@
+"""autofix_dag: repair a plan (or a DAG, through its plan) rule by rule, and say what changed and why.
+
+Repairs happen at plan level: each violated rule with a registered fixer proposes an edit, the edit is kept
+only if it lowers (errors, warnings), and the loop runs to a fixed point.  Because every kept edit strictly
+improves that score, the loop terminates, and running autofix on its own output changes nothing
+(idempotent); a valid plan never gets an error.  A DAG is first repaired in place (tools/repair/in_place.py: local
+edits to the agent's own drawing, reported as a JSON patch); only when that does not make it valid is it
+repaired by fixing its embedded (or inferred) plan and rebuilding it with build_dag, which lays the DAG out
+correctly by construction.  The answer says which of the two it did.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+import tools.rules.run  # noqa: F401  (every fixer registered)
+from tools.core.build import build_dag, gc_paused
+from tools.core.dag import NodeType
+from tools.core.errors import PdagInputError
+from tools.core.inputs import check_json_value
+from tools.core.plan import Plan
+from tools.repair.in_place import repair_in_place
+from tools.rules.registry import FIXERS, Change, Context, Violation
+from tools.rules.validate import load_dag, plan_violations
+
+__all__ = ["AutofixResult", "Alternative", "RemainingViolation", "autofix_dag"]
+
+MAX_STEPS = 24
+# Which fixer to try first: what makes the plan parseable, then structure, then GPU counts, then memory.
+PRIORITY = [
+    "GPU-MIN-ONE", "COMBO-CLOSED-SET", "OBJ-EXPLICIT", "HW-ACCELERATOR-SPEC", "EP-MOE-ONLY", "ADP-MOE-ONLY",
+    "ADP-OPT-IN", "DISAGG-OPT-IN", "COMBO-DP-OUTER", "PHASE-SHARED-WEIGHT-LAYOUT", "PP-DEGREE-LE-LAYERS",
+    "PP-CONTIGUOUS-LAYERS", "TP-HEADS-DIVISIBLE", "TP-KV-HEADS-DIVISIBLE", "SP-WITH-TP", "EP-EXPERT-NODES-EQ-GPUS",
+    "ADP-EP-SPANS-GROUPS", "GPU-DEGREES-DIVIDE-GROUP", "GPU-NO-MULTIPLICATION", "EP-TP-NOT-MULTIPLIED", "MEM-FITS",
+    "GPU-EXCEEDS-CLUSTER", "ORDER-REASONING", "DP-NOT-FOR-LATENCY", "SP-DECODE-INEFFECTIVE", "EP-EVEN-EXPERTS",
+    "EP-SPANS-STAGE-GROUP", "PP-MEMORY-DRIVEN", "GPU-IDLE",
+]
+ORDER = {r: i for i, r in enumerate(PRIORITY)}
+
+
+class RemainingViolation(Violation):
+    reason: str = Field(description="why autofix could not repair it")
+
+
+class Alternative(BaseModel):
+    plan: dict[str, Any]
+    parallel: dict[str, int]
+    gpus_used: int
+    max_gpu_bytes: float = Field(description="memory of the most loaded GPU")
+    capacity_bytes: float
+    prefill_latency_ms: float | None = None
+    decode_latency_ms_per_token: float | None = None
+    output_tokens_per_s: float | None = None
+    note: str
+
+
+class AutofixResult(BaseModel):
+    valid: bool = Field(description="validity after fixing (no error left)")
+    changes: list[Change]
+    plan: dict[str, Any] | None = Field(None, description="the fixed plan")
+    dag: dict[str, Any] | None = Field(None, description="the fixed DAG (for DAG input: rebuilt from the fixed plan)")
+    violations: list[RemainingViolation] = Field(description="what is left, each with the reason it stays")
+    alternatives: list[Alternative] = Field(default_factory=list, description="other repairs, best first")
+    repair: Literal["none", "in_place", "rebuilt"] | None = Field(
+        None, description="for a DAG: edited in place (the drawing kept) or rebuilt from its plan")
+    patch: list[dict[str, Any]] | None = Field(None, description="the in-place edits as a JSON patch (RFC 6902) "
+                                               "against the submitted DAG")
+    input: str
+    summary: str
+    notes: list[str] = Field(default_factory=list)
+
+
+def _score(vs: list[Violation]) -> tuple[int, int]:
+    e = sum(v.severity == "error" for v in vs)
+    return e, len(vs) - e
+
+
+# Freeing GPUs (e.g. dp 4 -> 1 for latency) leaves them idle: an accepted consequence, not a regression.
+CONSEQUENCES = {"GPU-IDLE"}
+
+
+def _improves(before: list[Violation], after: list[Violation], rule: str) -> bool:
+    """Keep a repair when it removes errors, or removes the targeted warning without new rules appearing."""
+    e1, _ = _score(before)
+    e2, _ = _score(after)
+    if e2 != e1:
+        return e2 < e1
+    n1 = sum(v.rule_id == rule for v in before)
+    n2 = sum(v.rule_id == rule for v in after)
+    new = {v.rule_id for v in after} - {v.rule_id for v in before}
+    return n2 < n1 and new <= CONSEQUENCES and len(after) <= len(before)
+
+
+def _evaluate(raw: dict[str, Any]) -> tuple[Context, list[Violation]] | None:
+    try:
+        return plan_violations(raw, build=False)
+    except PdagInputError:
+        return None
+
+
+def fix_plan(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Change], Context | None, list[Violation],
+                                               list[Any]]:
+    """Plan-level repair loop; returns the plan, the kept changes, the final context and violations, and the
+    alternatives the last resize search found."""
+    state = copy.deepcopy(raw)
+    got = _evaluate(state)
+    if got is None:
+        return state, [], None, [], []
+    ctx, vs = got
+    changes: list[Change] = []
+    blocked: set[str] = set()
+    alternatives: list[Any] = []
+    visited = {repr(sorted(state.items(), key=str))}
+    for _ in range(MAX_STEPS):
+        todo = sorted({v.rule_id for v in vs if v.rule_id in FIXERS and v.rule_id not in blocked},
+                      key=lambda r: (ORDER.get(r, len(ORDER)), r))
+        errors_first = [r for r in todo if any(v.rule_id == r and v.severity == "error" for v in vs)]
+        todo = errors_first + [r for r in todo if r not in errors_first]
+        if not todo:
+            break
+        rule = todo[0]
+        trial = copy.deepcopy(state)
+        try:
+            proposed = FIXERS[rule](trial, ctx)
+        except Exception as exc:  # a fixer bug must not take the tool down
+            ctx.notes.append(f"fixer {rule} failed: {type(exc).__name__}: {exc}")
+            proposed = []
+        if not proposed:
+            blocked.add(rule)
+            continue
+        after = _evaluate(trial)
+        key = repr(sorted(trial.items(), key=str))
+        if after is None or key in visited or not _improves(vs, after[1], rule):
+            blocked.add(rule)
+            continue
+        visited.add(key)
+        alternatives = ctx.__dict__.get("_alternatives", alternatives)
+        state, (ctx, vs) = trial, after
+        changes.extend(proposed)
+        blocked = set()
+    return state, changes, ctx, vs, alternatives
+
+
+def _reason(v: Violation, ctx: Context | None, tried: set[str]) -> str:
+    if v.rule_id in ("MEM-FITS", "GPU-EXCEEDS-CLUSTER") and ctx is not None and ctx.plan is not None:
+        from tools.rules.memory import unfit_reason
+
+        return unfit_reason(ctx.plan)
+    if v.severity == "warning":
+        return "a warning, left as is (the plan stays valid): " + (v.hint or "review it")
+    if v.rule_id in FIXERS:
+        return "the repair for this rule did not improve the plan without breaking another rule; " + (v.hint or "")
+    return "no automatic repair exists for this rule: " + (v.hint or "change the plan by hand")
+
+
+def _alternatives(found: list[Any], base: dict[str, Any]) -> list[Alternative]:
+    from tools.rules.memory import apply_candidate
+
+    out = []
+    try:
+        from tools.estimate import estimate_performance
+    except Exception:  # the estimator may not exist yet
+        estimate_performance = None
+    for c in found[:3]:
+        p = copy.deepcopy(base)
+        apply_candidate(p, c, "MEM-FITS", "alternative")
+        alt = Alternative(plan=p, parallel={"dp": c.dp, "pp": c.pp, "tp": c.tp, "ep": c.ep}, gpus_used=c.gpus,
+                          max_gpu_bytes=c.report.max_gpu_bytes, capacity_bytes=c.report.capacity_bytes,
+                          note=f"dp {c.dp} x pp {c.pp} x W {c.width}: {c.report.max_gpu_bytes / 1e9:.1f} GB of "
+                               f"{c.report.capacity_bytes / 1e9:.1f} GB on the busiest GPU")
+        if estimate_performance is not None:
+            try:
+                est = estimate_performance(plan=p)
+                data = est.model_dump() if hasattr(est, "model_dump") else dict(est)
+                alt.prefill_latency_ms = data.get("prefill_latency_ms")
+                alt.decode_latency_ms_per_token = data.get("decode_latency_ms_per_token")
+                alt.output_tokens_per_s = (data.get("throughput") or {}).get("output_tokens_per_s")
+            except Exception:  # an estimate is a bonus, never a reason to fail
+                pass
+        out.append(alt)
+    return out
+
+
+# Opt-in strategies: when autofix turns one off, setting its option instead is offered as an alternative.
+OPT_INS = {"ADP-OPT-IN": "allow_attention_dp", "DISAGG-OPT-IN": "disaggregated"}
+
+
+def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change]) -> list[Alternative]:
+    """The input plan with the opt-in(s) autofix turned off set instead, when that plan is valid as it stands."""
+    opts = sorted({OPT_INS[c.rule_id] for c in changes if c.rule_id in OPT_INS})
+    if not opts or original is None:
+        return []
+    from tools.core.memory import memory_report
+
+    alt = copy.deepcopy(original)
+    alt["options"] = {**(alt.get("options") or {}), **dict.fromkeys(opts, True)}
+    try:
+        ctx, vs = plan_violations(alt, build=True)
+        if any(v.severity == "error" for v in vs) or ctx.plan is None or ctx.layout is None:
+            return []
+        report = memory_report(ctx.plan, ctx.layout)
+    except Exception:  # an alternative is a bonus, never a reason to fail
+        return []
+    d = ctx.plan.parallel
+    return [Alternative(plan=alt, parallel={k: getattr(d, k) for k in ("dp", "pp", "tp", "ep", "sp", "attn_dp")},
+                        gpus_used=ctx.layout.gpus_needed, max_gpu_bytes=report.max_gpu_bytes,
+                        capacity_bytes=report.capacity_bytes,
+                        note=f"keep the plan as given and opt in ({', '.join('options.' + o for o in opts)} = true): "
+                             "valid with that opt-in, beyond the seeds' default rules")]
+
+
+def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str,
+            dag: dict[str, Any] | None = None, notes: list[str] | None = None,
+            original: dict[str, Any] | None = None) -> AutofixResult:
+    try:
+        ctx, vs = plan_violations(state, build=True)
+    except PdagInputError as exc:
+        v = RemainingViolation(rule_id="STRUCT-SCHEMA", severity="error", message=str(exc),
+                               reason="the plan cannot be parsed; fix this field by hand")
+        return AutofixResult(valid=False, changes=changes, plan=state, violations=[v], input=kind,
+                             summary=f"not fixed: {exc}", notes=notes or [])
+    tried = {c.rule_id for c in changes}
+    left = [RemainingViolation(**v.model_dump(), reason=_reason(v, ctx, tried)) for v in vs]
+    errors = sum(v.severity == "error" for v in left)
+    if errors:
+        summary = f"{len(changes)} change(s); {errors} error(s) could not be fixed"
+    else:
+        summary = f"valid after {len(changes)} change(s)" if changes else "valid: nothing to change"
+    return AutofixResult(
+        valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
+        alternatives=(_alternatives(found, state) if found else []) + _opt_in_alternatives(original, changes),
+        input=kind, summary=summary,
+        notes=(notes or []) + ctx.notes,
+    )
+
+
+def _plan_dict(plan: Any) -> dict[str, Any]:
+    if isinstance(plan, Plan):
+        return plan.model_dump(mode="json", exclude_none=True)
+    if not isinstance(plan, dict):
+        raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
+    return plan
+
+
+def _infer_plan(ctx: Context, dag: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """A plan for a plan-less DAG: model from 'model', degrees from its shard counts, GPUs from its devices."""
+    model = dag.get("model")
+    if ctx.spec is None or not isinstance(model, str):
+        return None, ("the DAG names no known model (field 'model'), so pdag cannot infer a plan to rebuild it from; "
+                      "add 'model' (a preset id) or a 'plan'")
+    deg = dict(ctx.inferred_degrees)
+    if not ctx.spec.is_moe:
+        deg["ep"] = 1
+    devs = {d for n in ctx.real_nodes for d in ctx.devices[n]}
+    meta: dict[str, Any] = {}
+    for r in ctx.of(NodeType.REQUEST):
+        meta = ctx.attr(r, "meta") or {}
+    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), str) else "h100-sxm"
+    plan = {"model": model, "hardware": {"gpu": gpu, "num_gpus": max(len(devs), 1)}, "parallel": deg}
+    return plan, f"inferred plan {deg} from the DAG's shards (GPU type {gpu!r} assumed unless the RequestNode's " \
+                 "meta names one)"
+
+
+def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> AutofixResult:
+    """Repair a plan or DAG.  Raises PdagInputError only when the input is not a plan or a DAG."""
+    if (plan is None) == (dag is None):
+        raise PdagInputError("plan" if plan is None else "dag", "give exactly one of plan or dag",
+                             "autofix_dag(plan={...}) or autofix_dag(dag={...})")
+    if dag is not None:
+        check_json_value(dag, "dag")
+    with gc_paused():
+        if plan is not None:
+            raw = _plan_dict(plan)
+            plan_violations(raw, build=False)  # raises PdagInputError for what is not a plan at all
+            state, changes, _ctx, _vs, found = fix_plan(raw)
+            return _finish(state, changes, found, "plan", original=raw)
+        return _fix_dag(dag)
+
+
+def _fix_dag(dag: Any) -> AutofixResult:
+    from tools.rules.validate import check
+
+    ctx, _ = load_dag(dag)
+    before = check(ctx)
+    notes: list[str] = []
+    local: list[Change] = []
+    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list):
+        fixed, local, patch, left = repair_in_place(dag)
+        if local and not any(v.severity == "error" for v in left):
+            return _in_place(fixed, local, patch, left, ctx.raw_plan)
+        if local:
+            rules = sorted({v.rule_id for v in left if v.severity == "error"})
+            notes.append(f"{len(local)} local repair(s) were not enough ({', '.join(rules[:5])} remain): the "
+                         "structure is beyond local repair")
+    if ctx.plan is not None and ctx.raw_plan is not None:
+        raw = ctx.raw_plan
+    else:
+        inferred, why = _infer_plan(ctx, dag) if isinstance(dag, dict) and "nodes" in dag else (None, "not a DAG")
+        if inferred is None:
+            if local:  # no plan to rebuild from: hand back what the local repairs achieved
+                return _in_place(fixed, local, patch, left, None, [why])
+            left_ = [RemainingViolation(**v.model_dump(), reason=why) for v in before]
+            errors = sum(v.severity == "error" for v in left_)
+            return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left_, input="dag",
+                                 summary="valid: nothing to change" if not errors else f"not fixed: {why}",
+                                 notes=ctx.notes)
+        raw, notes = inferred, [why]
+    state, changes, _c, _v, found = fix_plan(raw)
+    if not changes and not any(v.severity == "error" for v in before):
+        return _finish(state, [], found, "dag", dag, notes)  # nothing to repair: keep the DAG as drawn
+    graph_rules = sorted({v.rule_id for v in before if v.location.nodes or v.rule_id.startswith("STRUCT")})
+    try:
+        rebuilt = build_dag(state).dag
+    except PdagInputError as exc:
+        return _finish(state, changes, found, "dag", None, notes + [f"could not rebuild the DAG: {exc}"])
+    for rid in graph_rules:
+        changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
+                              "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
+                              "rule is gone", field="dag"))
+    out = _finish(state, changes, found, "dag", rebuilt, notes, original=raw)
+    out.repair = "rebuilt"
+    out.summary += "; the DAG was rebuilt from its plan (the drawing could not be repaired in place)"
+    return out
+
+
+def _in_place(fixed: dict[str, Any], changes: list[Change], patch: list[dict[str, Any]], left: list[Violation],
+              plan: dict[str, Any] | None, notes: list[str] | None = None) -> AutofixResult:
+    """The agent's own DAG, repaired by local edits (each change, and the whole JSON patch, say what)."""
+    from tools.rules.causes import group_causes
+
+    left = group_causes(left, None)
+    rest = [RemainingViolation(**v.model_dump(), reason="no local repair for it: fix by hand, or give the DAG a plan "
+                               "(autofix then rebuilds it)") for v in left]
+    errors = sum(v.severity == "error" for v in rest)
+    summary = (f"repaired in place: {len(changes)} edit(s) to the submitted DAG" if not errors else
+               f"{len(changes)} edit(s) made in place; {errors} error(s) remain")
+    return AutofixResult(valid=errors == 0, changes=changes, plan=plan, dag=fixed, violations=rest, input="dag",
+                         summary=summary, repair="in_place", patch=patch, notes=notes or [])
