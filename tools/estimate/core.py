@@ -683,7 +683,7 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
             out.append("serving TTFT under load: ttft_ms has arrivals spread over time (benchmarks whose clients "
                        "vary their lengths measure about this median; the track record says how far MoE prefill "
                        "ran slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
-                       "closed-loop clients land between the two or above (README, accuracy); "
+                       "closed-loop clients land between the two or above (docs/accuracy.md); "
                        + (f"the scheduler runs {ahead:g} step ahead of the GPU, so a new request waits that step too "
                           "(plan.engine_options.scheduler_ahead)" if ahead else
                           "the scheduler picks each step after the previous one (plan.engine_options.scheduler_ahead)"))
