@@ -722,16 +722,23 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+Progress = Callable[[str, int, int], None]  # (stage, done, total): the report takes minutes on the whole corpus
+
+
 def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, Any] | None = None,
-                    leave_one_out: bool = True, fit_key: str = "generation") -> AccuracyReport:
+                    leave_one_out: bool = True, fit_key: str = "generation",
+                    progress: Progress | None = None) -> AccuracyReport:
     """Scores of the catalog (or ``efficiency``) and, with ``leave_one_out``, held-out scores whose scales are
     fitted per ``fit_key`` (``FIT_KEYS``: per GPU, engine and engine generation by default; ``engine`` and ``gpu``
-    are the older, looser fits)."""
+    are the older, looser fits). ``progress`` hears of each stage's advance; it never changes the result."""
     if fit_key not in FIT_KEYS:
         raise PdagInputError("fit_key", f"unknown fit key {fit_key!r}", ", ".join(FIT_KEYS))
+    tell = progress or (lambda stage, done, total: None)
     rows = []
     gpus = [point_gpus(pt) for pt in points]
-    for pt, n in zip(points, gpus, strict=True):
+    for k, (pt, n) in enumerate(zip(points, gpus, strict=True)):
+        if k % 250 == 0:
+            tell("catalog estimates", k, len(points))
         p = predict(pt, efficiency)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
                         p.value, source=publication(pt), regimes=regimes(pt, n), lockstep=p.lockstep,
@@ -747,14 +754,17 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     if leave_one_out:
         key, report.fit = FIT_KEYS[fit_key]
         groups = sorted({_group(pt) for pt in points})
-        for g in groups:
+        for k, g in enumerate(groups):
+            tell("held out by model@GPU group", k, len(groups))
             test = {i for i, pt in enumerate(points) if _group(pt) == g}
             for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key).items():
                 rows[i].loo = v
         report.loo_note = (f"{len(groups)} model@GPU groups; each held out in turn, efficiency scales fitted per "
                            f"{report.fit} on the remaining groups (a key seen in fewer than two other "
                            "publications keeps catalog factors)")
-        for src in sorted({r.source for r in rows}):
+        sources = sorted({r.source for r in rows})
+        for k, src in enumerate(sources):
+            tell("held out by publication", k, len(sources))
             test = {i for i, r in enumerate(rows) if r.source == src}
             for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key).items():
                 rows[i].loso = v

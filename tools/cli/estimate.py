@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from tools.cli.common import add_plan_args, command, plan_from_args
 
@@ -57,6 +59,8 @@ def accuracy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", default="20", type=_rows,
                    help="how many points to list, largest errors first, or 'all' for every point (default 20)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute even when the same code, knowledge and points were scored before")
     p.add_argument("--write-track-record", metavar="PATH",
                    help="also write the per-regime track record that estimates attach (pdag's own is "
                         "knowledge/accuracy/track_record.json: score every catalog file, without --no-loo)")
@@ -74,11 +78,27 @@ def _rows(text: str) -> int | None:
     return n
 
 
+def _progress(stage: str, done: int, total: int) -> None:
+    print(f"\r{stage}: {done}/{total}\033[K", end="", file=sys.stderr, flush=True)
+
+
 def cmd_accuracy(args: argparse.Namespace) -> int:
     from tools.calibration.accuracy import accuracy_report, load_measurements
+    from tools.cli.cache import cached
 
-    report = accuracy_report(load_measurements(args.measurements), efficiency=args.efficiency,
-                             leave_one_out=not args.no_loo, fit_key=args.fit_key)
+    points = load_measurements(args.measurements)
+    overlay = Path(args.efficiency).read_text(encoding="utf-8") if args.efficiency else None
+    show = _progress if sys.stderr.isatty() else None
+    report, hit = cached("accuracy", {"points": points, "efficiency": overlay, "loo": not args.no_loo,
+                                      "fit_key": args.fit_key},
+                         lambda: accuracy_report(points, efficiency=args.efficiency, leave_one_out=not args.no_loo,
+                                                 fit_key=args.fit_key, progress=show),
+                         use=not args.no_cache)
+    if show:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+    if hit:
+        print("(the same code, knowledge and points were scored before: answer from the cache; --no-cache recomputes)",
+              file=sys.stderr)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(rows=args.rows))
     if args.write_track_record:
         from tools.calibration.track_record import write_track_record
