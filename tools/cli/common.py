@@ -6,12 +6,15 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
-from tools.core.engine_profile import ENGINE_IDS
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
 from tools.core.errors import PdagInputError
-from tools.core.formats import FORMATS
 from tools.core.inputs import load_json_text, read_text_file
+from tools.core.plan import Plan
 
 # The workload is left to the plan model's defaults, so flags, plan files and MCP calls estimate the same thing.
 DEFAULT_PLAN: dict[str, Any] = {
@@ -22,32 +25,75 @@ DEFAULT_PLAN: dict[str, Any] = {
 }
 
 
+# The plan's command-line flags: each names the Plan field it sets and takes its type, choices and help from that
+# field, so the help text and the published schema cannot drift apart. Every scalar field of parallel, workload and
+# engine_options gets a flag of its own name; the others are listed here.
+_HEAD: tuple[tuple[str, ...], ...] = (("model",), ("hardware", "gpu"), ("hardware", "num_gpus"),
+                                      ("hardware", "gpus_per_node"))
+_TAIL: tuple[tuple[str, ...], ...] = (("phases", "prefill", "sp"), ("dtype",), ("kv_dtype",), ("weights",),
+                                      ("objective",), ("engine",))
+_EVERY_FIELD_OF = ("parallel", "workload", "engine_options")
+_RENAMED: dict[tuple[str, ...], str] = {("hardware", "num_gpus"): "gpus", ("workload", "batch_size"): "batch",
+                                        ("phases", "prefill", "sp"): "prefill-sp"}
+_CLI_NOTES = {("model",): "; on the command line also its Hugging Face id or the path of a config.json"}
+_SCALARS: dict[Any, Callable[[str], Any]] = {int: int, float: float, str: str}
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    for a in (annotation, *get_args(annotation)):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+    return None
+
+
+def plan_field(path: tuple[str, ...]) -> FieldInfo:
+    model: type[BaseModel] | None = Plan
+    info = None
+    for name in path:
+        assert model is not None, path
+        info = model.model_fields[name]
+        model = _model_of(info.annotation)
+    assert info is not None
+    return info
+
+
+def _kinds(info: FieldInfo) -> list[Any]:
+    """The field's types with None dropped (a Literal is one kind, not its values)."""
+    union = get_origin(info.annotation) in (Union, UnionType)
+    return [a for a in (get_args(info.annotation) if union else (info.annotation,)) if a is not type(None)]
+
+
+def _scalar(info: FieldInfo) -> bool:
+    kinds = _kinds(info)
+    return len(kinds) == 1 and (kinds[0] in (*_SCALARS, bool) or get_origin(kinds[0]) is Literal)
+
+
+def plan_flag_paths() -> dict[str, tuple[str, ...]]:
+    """Flag name (without its dashes) -> the Plan field it sets."""
+    every = [(sec, name) for sec in _EVERY_FIELD_OF
+             for name, info in _model_of(Plan.model_fields[sec].annotation).model_fields.items() if _scalar(info)]
+    return {_RENAMED.get(path, path[-1]).replace("_", "-"): path for path in (*_HEAD, *every, *_TAIL)}
+
+
+def _add_flag(p: argparse.ArgumentParser, flag: str, path: tuple[str, ...]) -> None:
+    info = plan_field(path)
+    kinds = _kinds(info)
+    help_text = (info.description or "") + _CLI_NOTES.get(path, "")
+    if path[0] == "phases":
+        help_text = f"{path[1]} only: {help_text}"
+    dest = flag.replace("-", "_")
+    if kinds == [bool]:
+        p.add_argument(f"--{flag}", dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+    elif len(kinds) == 1 and get_origin(kinds[0]) is Literal:
+        p.add_argument(f"--{flag}", dest=dest, choices=list(get_args(kinds[0])), help=help_text)
+    else:
+        p.add_argument(f"--{flag}", dest=dest, type=_SCALARS.get(kinds[0], str), help=help_text)
+
+
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan_file", nargs="?", help="a plan JSON file ('-' for stdin); flags below override it")
-    p.add_argument("--model", help="model preset id (llama-3.1-70b), its Hugging Face id, or a config.json path")
-    p.add_argument("--gpu", help="accelerator preset id, e.g. h100-sxm")
-    p.add_argument("--gpus", type=int, help="GPUs the plan may use (hardware.num_gpus)")
-    p.add_argument("--gpus-per-node", type=int)
-    for d in ("dp", "pp", "tp", "ep", "sp"):
-        p.add_argument(f"--{d}", type=int, help=f"{d.upper()} degree")
-    p.add_argument("--prefill-sp", type=int, help="SP degree in prefill only")
-    p.add_argument("--input-len", type=int)
-    p.add_argument("--output-len", type=int)
-    p.add_argument("--batch", type=int, help="sequences per DP replica")
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
-    p.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
-    p.add_argument("--weights", choices=list(FORMATS),
-                   help="checkpoint weight storage, e.g. mxfp4, awq-int4, nvfp4 (default: the dtype)")
-    p.add_argument("--objective", choices=["latency", "throughput"])
-    p.add_argument("--engine", choices=list(ENGINE_IDS),
-                   help="serving engine the estimate assumes (knowledge/engines/); export's target engine")
-    p.add_argument("--max-batched-tokens", type=int,
-                   help="engine's token budget per step (plan.engine_options; vLLM --max-num-batched-tokens)")
-    p.add_argument("--graph-max-tokens", type=int,
-                   help="largest pass the engine replays as a CUDA graph (plan.engine_options; 0: none)")
-    p.add_argument("--scheduler-ahead", action=argparse.BooleanOptionalAction, default=None,
-                   help="the engine schedules a step ahead of the GPU (plan.engine_options; default: the engine "
-                        "profile's, on for vllm, sglang and trtllm)")
+    for flag, path in plan_flag_paths().items():
+        _add_flag(p, flag, path)
     p.add_argument("--json", action="store_true", help="print the complete result as JSON")
 
 
@@ -101,31 +147,18 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
         plan = plan_document(read_json(args.plan_file) if document is None else document)
     else:
         plan = json.loads(json.dumps(DEFAULT_PLAN))
-    if args.model:
-        plan["model"] = resolve_model_flag(args.model)
-    hw = plan.setdefault("hardware", {})
-    for flag, key in (("gpu", "gpu"), ("gpus", "num_gpus"), ("gpus_per_node", "gpus_per_node")):
-        if getattr(args, flag) is not None:
-            hw[key] = getattr(args, flag)
-    degree_flags = any(getattr(args, d) is not None for d in ("dp", "pp", "tp", "ep", "sp"))
-    if not args.plan_file and (degree_flags or args.gpus is not None or args.model):
+    given = {path: getattr(args, flag.replace("-", "_"), None) for flag, path in plan_flag_paths().items()}
+    given = {path: v for path, v in given.items() if v is not None}
+    if not args.plan_file and any(path[0] == "parallel" or path in (("model",), ("hardware", "num_gpus"))
+                                  for path in given):
         plan["parallel"] = {}  # flags describe a new deployment: do not inherit the default's TP 8
-    par = plan.setdefault("parallel", {})
-    for d in ("dp", "pp", "tp", "ep", "sp"):
-        if getattr(args, d) is not None:
-            par[d] = getattr(args, d)
-    if args.prefill_sp is not None:
-        plan.setdefault("phases", {}).setdefault("prefill", {})["sp"] = args.prefill_sp
-    wl = plan.setdefault("workload", {})
-    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("batch", "batch_size")):
-        if getattr(args, flag) is not None:
-            wl[key] = getattr(args, flag)
-    for key in ("dtype", "kv_dtype", "weights", "objective", "engine"):
-        if getattr(args, key, None) is not None:
-            plan[key] = getattr(args, key)
-    for key in ("max_batched_tokens", "graph_max_tokens", "scheduler_ahead"):
-        if getattr(args, key, None) is not None:
-            plan.setdefault("engine_options", {})[key] = getattr(args, key)
+    for keys in (("hardware",), ("parallel",), ("workload",)):
+        plan.setdefault(keys[0], {})
+    for path, value in given.items():
+        at = plan
+        for key in path[:-1]:
+            at = at.setdefault(key, {})
+        at[path[-1]] = resolve_model_flag(value) if path == ("model",) else value
     return plan
 
 

@@ -46,17 +46,17 @@ class Degrees(_Strict):
 class PhaseDegrees(_Strict):
     """Per-phase overrides of `parallel`; unset fields inherit the plan-wide degree."""
 
-    dp: int | None = Field(None, ge=1, le=MAX_DEGREE)
-    pp: int | None = Field(None, ge=1, le=MAX_DEGREE)
-    tp: int | None = Field(None, ge=1, le=MAX_DEGREE)
-    ep: int | None = Field(None, ge=1, le=MAX_DEGREE)
-    sp: int | None = Field(None, ge=1, le=MAX_DEGREE)
-    attn_dp: int | None = Field(None, ge=1, le=MAX_DEGREE)
+    dp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["dp"].description)
+    pp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["pp"].description)
+    tp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["tp"].description)
+    ep: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["ep"].description)
+    sp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["sp"].description)
+    attn_dp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["attn_dp"].description)
 
 
 class Phases(_Strict):
-    prefill: PhaseDegrees | None = None
-    decode: PhaseDegrees | None = None
+    prefill: PhaseDegrees | None = Field(None, description="degrees of the prefill phase that differ from parallel")
+    decode: PhaseDegrees | None = Field(None, description="degrees of the decode phase that differ from parallel")
 
 
 class Hardware(_Strict):
@@ -127,12 +127,14 @@ class Plan(_Strict):
     parallel: Degrees = Field(default_factory=Degrees)
     phases: Phases = Field(default_factory=Phases)
     workload: Workload = Field(default_factory=Workload)
-    dtype: Dtype = "bf16"
+    dtype: Dtype = Field("bf16", description="compute and activation dtype (bf16, fp16; fp8/int8/int4 also set the "
+                                            "weight storage when weights is not stated)")
     kv_dtype: Dtype | None = Field(
         None, description="KV cache dtype; default: the activations' 16-bit type (bf16, or fp16 for an fp16 plan), "
                           "as vLLM, SGLang and TensorRT-LLM keep it unless told to quantize it; fp8 weights alone do "
                           "not make an fp8 cache")
-    objective: Literal["latency", "throughput"] = "latency"
+    objective: Literal["latency", "throughput"] = Field(
+        "latency", description="what search ranks and repairs keep: time per request, or tokens per second")
     options: Options = Field(default_factory=Options)
     weights: WeightFormat | None = Field(
         None, description="checkpoint weight storage (knowledge/hardware/quantization.json); default: dtype")
