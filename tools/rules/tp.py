@@ -155,7 +155,7 @@ def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
 
 @checker("TP-NOT-EMBED-NORM-ROUTER")
 def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
-    bad = [n for n in ctx.of(*NOT_TP_TYPES) if ctx.attr(n, "tp_rank") is not None
+    bad = [n for n in ctx.of(*sorted(NOT_TP_TYPES)) if ctx.attr(n, "tp_rank") is not None
            or "tp_shard" in (ctx.attr(n, "meta") or {})]
     if bad:
         kinds = sorted({ctx.types[b] for b in bad})
