@@ -20,12 +20,20 @@ def cli_input(args: Any) -> dict[str, Any]:
     return {"plan": plan_from_args(args)}
 
 
+def _print_readings(notes: list[str]) -> None:
+    """How pdag read the document: what it took each spelling to mean and what it inferred. Shown always, so a
+    verdict on a hand draft is never one whose reading the user cannot see."""
+    for note in notes:
+        print(f"  reading: {note}")
+
+
 def cmd_validate(args: Any) -> int:
     result = validate_dag(**cli_input(args))
     if args.json:
         print(result.model_dump_json())
         return 0 if result.valid else 1
     print(result.summary + (f" - {result.gpus_used} GPUs" if result.gpus_used else ""))
+    _print_readings(result.notes)
     for v in result.violations:
         where = v.location.field or ", ".join(v.location.nodes)
         print(f"  {v.severity.upper():7} {v.rule_id}: {v.message}" + (f" [{where}]" if where else ""))
@@ -42,6 +50,7 @@ def cmd_fix(args: Any) -> int:
         print(result.model_dump_json())
         return 0 if result.valid else 1
     print(result.summary)
+    _print_readings(result.notes)
     for c in result.changes:
         print(f"  CHANGED {c.rule_id}: {c.message}")
     for v in result.violations:

@@ -101,10 +101,15 @@ def _qualifier() -> re.Pattern[str]:
     return re.compile("(?:" + "|".join(sorted(words("type_qualifiers"), key=len, reverse=True)) + r"|\d+)*")
 
 
+SUGGEST_CUTOFF = 0.6  # difflib ratio: a suggestion below it is noise ("Banana" is not "a typo of" RouterNode)
+
+
 def closest_types(text: str, n: int = 3) -> list[str]:
-    """Canonical node types nearest a spelling no table names, for the error message."""
-    names = [t.value for t in NodeType]
-    return difflib.get_close_matches(str(text), names, n=n, cutoff=0.0)
+    """Canonical node types whose name (key form, without the ``Node`` every type shares) is near a spelling no
+    table names, for the error message; none when nothing is near."""
+    by_key = {key(t.value.removesuffix("Node")): t.value for t in NodeType}  # the shared suffix is no evidence
+    near = difflib.get_close_matches(key(str(text)).removesuffix("node"), list(by_key), n=n, cutoff=SUGGEST_CUTOFF)
+    return [by_key[k] for k in near]
 
 
 def is_int(x: Any) -> bool:

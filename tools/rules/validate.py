@@ -101,9 +101,11 @@ def _schema_errors(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             rule = _schema_rule(path, str(err.validator))
         message = err.message
         if rule == "STRUCT-KNOWN-TYPES" and path[:1] == ["nodes"]:
-            message = (f"node type {err.instance!r} is not one pdag knows; closest: "
-                       + ", ".join(closest_types(err.instance)) + " (knowledge/dag_vocabulary.json lists the other "
-                       "spellings pdag reads)")
+            near = closest_types(err.instance)
+            message = (f"node type {err.instance!r} is not one pdag knows; "
+                       + (f"did you mean {', '.join(near)}?" if near else "no type it knows is spelled near it")
+                       + " (the DAG schema's node types; knowledge/dag_vocabulary.json lists the other spellings "
+                       "pdag reads)")
         out.append((rule, _json_path(path), message[:300]))
         if len(out) >= MAX_SCHEMA_ERRORS:
             break
