@@ -52,8 +52,12 @@ def tables() -> dict[str, dict[str, str]]:
         types[key(t.value)] = t.value
         types.setdefault(key(t.value.removesuffix("Node")), t.value)
     roles = _aliases("roles")
-    for spelling in [k for k, r in roles.items() if r == SAMPLER]:  # a sampler is read at the LM head's end
-        types.setdefault(spelling, NodeType.LM_HEAD.value)
+    lives_on = vocabulary()["role_node_types"]
+    for spelling, role in roles.items():  # a role's spelling names the node the role lives on
+        meaning = types.setdefault(spelling, lives_on[role])
+        if meaning != lives_on[role]:
+            raise ValueError(f"dag_vocabulary.json: '{spelling}' is both a {meaning} and a {role} "
+                             f"({lives_on[role]}); a spelling may carry one meaning only")
     return {"document": _aliases("document"), "node_fields": _aliases("node_fields"),
             "edge_fields": _aliases("edge_fields"), "edge_types": _aliases("edge_types"),
             "phases": _aliases("phases"), "node_types": types, "roles": roles}
