@@ -10,7 +10,8 @@ import pytest
 from tools import build_dag, validate_dag
 from tools.drafts import vocabulary
 
-PLAN = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8}, "dtype": "fp8"}
+PLAN = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8},
+        "dtype": "fp8"}
 
 
 def test_a_shared_expert_spelled_so_stays_the_ffn_beside_the_experts() -> None:
