@@ -9,6 +9,7 @@ from pathlib import Path
 EVALS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = EVALS_DIR.parent
 CASES_DIR = EVALS_DIR / "cases"
+TASKS_DIR = EVALS_DIR / "tasks"  # requests written for recorded agent sessions (no scripted draft)
 SUITE_CONFIG = EVALS_DIR / "suite.json"
 
-__all__ = ["CASES_DIR", "EVALS_DIR", "REPO_ROOT", "SUITE_CONFIG"]
+__all__ = ["CASES_DIR", "TASKS_DIR", "EVALS_DIR", "REPO_ROOT", "SUITE_CONFIG"]

@@ -82,7 +82,7 @@ class Case(_Strict):
     task: str  # the request, in the words a user would write
     setting: Setting
     expect: Expect = Field(default_factory=Expect)
-    draft: dict[str, Any]  # the scripted agent's first plan, mistakes included
+    draft: dict[str, Any] | None = None  # the scripted agent's first plan, mistakes included (none: a session task)
     mistakes: list[Mistake] = Field(default_factory=list)
 
 

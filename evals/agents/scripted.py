@@ -76,6 +76,8 @@ class ScriptedModel:
     def __init__(self, case: Case, model: str = "pdag-scripted") -> None:
         self.case = case
         self.model = model
+        if case.draft is None:
+            raise ValueError(f"case {case.id} has no scripted draft (a session task): score it with --agent sessions")
         self.plan: dict[str, Any] = copy.deepcopy(case.draft)
         self.applied: list[str] = []  # mistake ids fixed so far
         self.reported: list[str] = []  # rule ids the tools reported
