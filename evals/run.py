@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import prompts
-from evals import REPO_ROOT, SUITE_CONFIG
+from evals import CASES_DIR, REPO_ROOT, SUITE_CONFIG, TASKS_DIR
 from evals.agent import AgentConfig, Sleep, Transcript, run_agent
-from evals.agents import Agent, make_agent
+from evals.agents import Agent, SessionAgent, make_agent
 from evals.cases import Case, load_cases
 from evals.mcp_bridge import Transport, connect
 from evals.report import summarize, table, write_reports
@@ -99,7 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", choices=("agent", "drafts"), default="agent",
                    help="agent: planning conversations over MCP; drafts: injected mistakes in drafted DAGs")
     p.add_argument("--drafts", type=int, metavar="N", help="drafts suite: how many drafted DAGs (default suite.json)")
-    p.add_argument("--agent", choices=("scripted", "anthropic", "replay"), default="scripted")
+    p.add_argument("--agent", choices=("scripted", "anthropic", "replay", "sessions"), default="scripted")
+    p.add_argument("--sessions", type=Path, metavar="DIR",
+                   help="recorded agent sessions to score (with --agent sessions; see python -m evals.record)")
     p.add_argument("--model", help="Anthropic model id for --agent anthropic (default: suite.json's default_model)")
     p.add_argument("--cases", nargs="*", metavar="ID", help="only these case ids (or id prefixes)")
     p.add_argument("--cases-dir", type=Path, default=None, help="folder of case JSON files (default evals/cases)")
@@ -124,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg["pass_threshold"] = args.threshold
     agent_kind = "replay" if args.replay and args.agent == "scripted" else args.agent
     model = args.model or (cfg.get("default_model") if agent_kind == "anthropic" else None)
-    agent = make_agent(agent_kind, model=model, replay_dir=args.replay)
-    cases = load_cases(args.cases_dir, args.cases) if args.cases_dir else load_cases(only=args.cases)
+    agent = make_agent(agent_kind, model=model, replay_dir=args.replay, sessions_dir=args.sessions)
+    if isinstance(agent, SessionAgent):
+        tasks = {c.id: c for d in (CASES_DIR, TASKS_DIR) if d.is_dir() for c in load_cases(d)}
+        cases = [c for c in agent.cases(tasks) if not args.cases or any(c.id.startswith(o) for o in args.cases)]
+    else:
+        cases = load_cases(args.cases_dir, args.cases) if args.cases_dir else load_cases(only=args.cases)
     if not cases:
         print("no cases selected", file=sys.stderr)
         return 2
@@ -146,8 +152,22 @@ def main(argv: list[str] | None = None) -> int:
         print(drafts_text(fig))
     text = table(result.scores, result.summary)
     print("\n".join(text.splitlines()[-4:]) if args.quiet else text)
+    if isinstance(agent, SessionAgent):
+        print(per_task(result.scores))
     print(f"reports: {out_dir / 'report.json'}, {out_dir / 'report.md'}")
     return 0 if result.summary["ok"] else 1
+
+
+def per_task(scores: list[CaseScore]) -> str:
+    """Recorded sessions grouped by task: passes, sessions, tool calls and tool errors."""
+    tasks: dict[str, list[CaseScore]] = {}
+    for s in scores:
+        tasks.setdefault(s.id.split("@", 1)[0], []).append(s)
+    lines = [f"per task ({len(tasks)} tasks, {len(scores)} sessions): passed/sessions, tool calls, tool errors"]
+    for task, ss in sorted(tasks.items()):
+        lines.append(f"  {task:40} {sum(s.passed for s in ss)}/{len(ss)}  calls {sum(s.tool_calls for s in ss)}"
+                     f"  errors {sum(s.tool_errors for s in ss)}")
+    return "\n".join(lines)
 
 
 def _drafts(cfg: dict[str, Any], cases: int | None) -> int:

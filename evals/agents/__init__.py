@@ -4,6 +4,8 @@
   SDK, the real loop and the real MCP server run; only the model is simulated.
 - ``anthropic``: the live Messages API (``ANTHROPIC_API_KEY``, ``--model``).
 - ``replay``: serves the responses of recorded transcripts (``--record DIR`` on a live run) through respx.
+- ``sessions``: serves the steps of sessions an agent recorded with ``python -m evals.record``: each recorded tool
+  call is made again against the current code, then the recorded final answer is given.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import respx
 
 from evals.agent import Transcript
 from evals.agents.respx_bridge import API_BASE, respx_transport
-from evals.agents.scripted import ScriptedModel
+from evals.agents.scripted import ScriptedModel, message_json
 from evals.cases import Case
 
-__all__ = ["Agent", "LiveAgent", "ReplayAgent", "ScriptedAgent", "make_agent", "mocked_client"]
+__all__ = ["Agent", "LiveAgent", "ReplayAgent", "ScriptedAgent", "SessionAgent", "make_agent", "mocked_client"]
 
 
 class Agent(Protocol):
@@ -143,7 +145,66 @@ class ReplayAgent:
             yield llm
 
 
-def make_agent(kind: str, *, model: str | None = None, replay_dir: Path | None = None) -> Agent:
+class SessionAgent:
+    """Replays sessions recorded by ``python -m evals.record`` (``<dir>/**/*.jsonl``): one Messages API response
+    per recorded tool call, asking for the same call again (the tools run on today's code), then the recorded
+    final answer. The agent's choices are fixed; what pdag answers them, and so the score, follows the code.
+    Token counts are stand-ins (about four characters a token) of what the conversation would have cost."""
+
+    name = "sessions"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise SystemExit(f"sessions: no directory {self.directory}")
+        self.files = {self.session_id(f): f for f in sorted(self.directory.rglob("*.jsonl"))}
+
+    def session_id(self, path: Path) -> str:
+        meta = Transcript.read(path)[0] if path.stat().st_size else {}
+        label = path.relative_to(self.directory).with_suffix("").as_posix()
+        return f"{meta.get('case', '?')}@{label}"
+
+    def cases(self, tasks: dict[str, Case]) -> list[Case]:
+        """One case per session: its task's request and expectations, under the session's id."""
+        out = []
+        for sid in self.files:
+            task = tasks.get(sid.split("@", 1)[0])
+            if task is None:
+                raise SystemExit(f"sessions: {self.files[sid]} names no known task")
+            out.append(task.model_copy(update={"id": sid}))
+        return out
+
+    def model_for(self, case: Case) -> str:
+        return str(Transcript.read(self.files[case.id])[0].get("model") or "session")
+
+    def injects_mistakes(self, case: Case) -> bool:
+        return False
+
+    @asynccontextmanager
+    async def client(self, case: Case) -> AsyncIterator[anthropic.AsyncAnthropic]:
+        records = Transcript.read(self.files[case.id])
+        steps: list[tuple[list[dict[str, Any]], str]] = [
+            ([{"type": "tool_use", "id": f"toolu_{k:03d}", "name": r["name"], "input": r["input"]}], "tool_use")
+            for k, r in enumerate(x for x in records if x["type"] == "tool_call")]
+        final = next((r["text"] for r in reversed(records) if r["type"] == "final_answer"), "")
+        steps.append(([{"type": "text", "text": final}], "end_turn"))
+        model = self.model_for(case)
+
+        def serve(request: httpx.Request) -> httpx.Response:
+            if not steps:
+                return httpx.Response(400, json=_error_body("session: no more steps", "invalid_request_error"))
+            content, stop = steps.pop(0)
+            usage = (max(1, len(request.content) // 4), max(1, len(str(content)) // 4))
+            return httpx.Response(200, json=message_json(f"msg_{len(steps)}", model, content, stop, usage))
+
+        router = respx.Router(base_url=API_BASE, assert_all_mocked=True)
+        router.post("/v1/messages").mock(side_effect=serve)
+        async with mocked_client(router) as llm:
+            yield llm
+
+
+def make_agent(kind: str, *, model: str | None = None, replay_dir: Path | None = None,
+               sessions_dir: Path | None = None) -> Agent:
     """The agent named on the command line."""
     if kind == "scripted":
         return ScriptedAgent(model or "pdag-scripted")
@@ -155,4 +216,8 @@ def make_agent(kind: str, *, model: str | None = None, replay_dir: Path | None =
         if replay_dir is None:
             raise SystemExit("the replay agent needs --replay DIR (a folder of <case id>.jsonl transcripts)")
         return ReplayAgent(replay_dir)
-    raise SystemExit(f"unknown agent {kind!r}; use scripted, anthropic or replay")
+    if kind == "sessions":
+        if sessions_dir is None:
+            raise SystemExit("the sessions agent needs --sessions DIR (sessions recorded by python -m evals.record)")
+        return SessionAgent(sessions_dir)
+    raise SystemExit(f"unknown agent {kind!r}; use scripted, anthropic, replay or sessions")
