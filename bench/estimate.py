@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from tools import estimate_performance, memory
+from tools import estimate_performance
+from tools.core import memory
 from tools.estimate import core
 
 CASES = {

@@ -4,6 +4,7 @@ from another (what two modules share is promoted to a public name, or lives wher
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,18 @@ def test_import_contract_is_kept_and_catches_an_upward_import(monkeypatch: pytes
         assert lint_imports(no_cache=True, no_logo=True) == 1
     finally:
         probe.unlink()
+
+
+def _modules() -> list[str]:
+    out = []
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return out
+
+
+@pytest.mark.parametrize("module", _modules())
+def test_every_module_imports(module: str) -> None:
+    """A module nobody's test imports (a benchmark, a script) still loads: a move cannot leave it behind."""
+    importlib.import_module(module)
