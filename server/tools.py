@@ -25,6 +25,7 @@ from server.schemas import compact
 from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
+from tools.core.inputs import check_json_value
 from tools.core.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
 from tools.estimate.serving import Arrivals, Sla
 from tools.rules.lookup import LEVELS, MAX_QUERY, STRATEGIES
@@ -173,15 +174,34 @@ def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class PdagTool(Tool):
+    """A tool whose bad arguments are answered like any other tool error, one readable line per field.
+
+    The check runs inside the SDK's tools/call handler (not in a middleware that answers by itself), so an error
+    result goes through the same envelope as a successful one: the fields each protocol version carries."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        try:
+            check_json_value(arguments, "arguments")
+            self.fn_metadata.arg_model.model_validate(self.fn_metadata.pre_parse_json(arguments))
+        except PdagInputError as exc:
+            raise ToolError(f"Error executing tool {self.name}: {input_error_text(exc)}") from None
+        except ValidationError as exc:
+            text = argument_error_text(exc, self.fn_metadata.arg_model)
+            logger.info("tool %s rejected arguments: %s", self.name, text)
+            raise ToolError(f"Error executing tool {self.name}: {text}") from None
+        return await super().run(arguments, context, convert_result)
+
+
 def _strict(model: type[BaseModel]) -> type[BaseModel]:
     """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped."""
     return type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
                                            "__module__": model.__module__})
 
 
-def make_tool(d: ToolDef) -> Tool:
+def make_tool(d: ToolDef) -> PdagTool:
     """The SDK tool with strict argument validation (full models) and compact advertised schemas."""
-    tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
+    tool = PdagTool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
                               description=inspect.cleandoc(d.fn.__doc__ or ""), annotations=READ_ONLY,
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
