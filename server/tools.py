@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import tools
 from server import responses as R
 from server.schemas import compact
+from tools.core.absent import NullMeansAbsent
 from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
@@ -194,9 +195,10 @@ class PdagTool(Tool):
 
 
 def _strict(model: type[BaseModel]) -> type[BaseModel]:
-    """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped."""
-    return type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-                                           "__module__": model.__module__})
+    """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped.
+    A null optional argument means the argument is absent (tools.core.absent)."""
+    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    return type(model.__name__, (model, NullMeansAbsent), {"model_config": config, "__module__": model.__module__})
 
 
 def make_tool(d: ToolDef) -> PdagTool:
@@ -397,7 +399,7 @@ def lookup_rule(
                      lambda: R.shape_lookup(fn(**args), detail))
 
 
-class SloArg(BaseModel):
+class SloArg(NullMeansAbsent):
     """Service-level objectives a searched plan must meet."""
 
     model_config = ConfigDict(extra="forbid")
