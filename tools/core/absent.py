@@ -1,8 +1,9 @@
-"""`null` read as "absent" for every field that has a default and does not otherwise take null.
+"""`null` read as "absent" for every field that has a default.
 
 Strict function-calling clients (OpenAI strict mode and the frameworks built on it) must send every property of
 an object, and send `null` for the ones the model leaves out. Reading that `null` as the field's default makes
-such a call mean what the same call without the key means; a field whose type takes `null` keeps its meaning.
+such a call mean what the same call without the key means. The one exception: a field whose type takes `null`
+and whose default is something else keeps its `null` (there, null says something the default does not).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ def _takes_none(annotation: Any) -> bool:
 
 @cache
 def defaulted_fields(model: type[BaseModel]) -> frozenset[str]:
-    """Names (and aliases) of ``model``'s fields that have a default and do not take null."""
+    """Names (and aliases) of ``model``'s fields for which null means the default: those with a default that do not
+    take null, and those whose default is null."""
     names: set[str] = set()
     for name, field in model.model_fields.items():
-        if field.is_required() or _takes_none(field.annotation):
+        if field.is_required() or (_takes_none(field.annotation) and field.default is not None):
             continue
         names.add(name)
         if field.alias:
@@ -39,7 +41,7 @@ def defaulted_fields(model: type[BaseModel]) -> frozenset[str]:
 
 
 def null_is_absent(model: type[BaseModel], data: Any) -> Any:
-    """``data`` without the null values of fields that would otherwise refuse them (their default applies)."""
+    """``data`` without the null values that mean a field's default (see the module)."""
     if not isinstance(data, dict):
         return data
     fields = defaulted_fields(model)
