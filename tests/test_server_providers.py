@@ -180,3 +180,25 @@ def test_anthropic_input_schemas(listing):
         adapter.validate_python(schema)  # top-level type "object", properties an object, required a list
         assert not {"anyOf", "oneOf", "allOf"} & set(schema), tool["name"]
         Draft202012Validator.check_schema(schema)
+
+
+DISAGG = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "parallel": {"tp": 8},
+          "options": {"disaggregated": True}}
+MORE_CALLS = [(name, args) for name, args in CALLS.items()] + [
+    ("validate_dag", {"plan": DISAGG, "detail": "full"}),
+    ("autofix_dag", {"plan": {**PLAN, "parallel": {"tp": 3}}, "detail": "full"}),
+    ("estimate_performance", {"plan": DISAGG, "detail": "full"}),
+    ("search_strategies", {**CALLS["search_strategies"], "serving": True, "detail": "full"}),
+]
+
+
+async def test_output_schemas_declare_every_key_the_answers_carry(listing):
+    """Clients that build a type from outputSchema (fastmcp's `.data`) drop undeclared keys."""
+    declared = {t["name"]: set(t["outputSchema"]["properties"]) for t in listing}
+    undeclared: dict[str, set[str]] = {}
+    async with Client(create_server(), mode="legacy") as c:
+        for name, args in MORE_CALLS:
+            r = await c.call_tool(name, args)
+            assert not r.is_error, (name, r.content[0].text)
+            undeclared.setdefault(name, set()).update(set(r.structured_content) - declared[name])
+    assert undeclared == {name: set() for name in undeclared}
