@@ -10,7 +10,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-__all__ = ["NAMES", "load", "render", "system_prompt"]
+__all__ = ["NAMES", "load", "render", "system_prompt", "tool_guides"]
 
 ROOT = Path(__file__).resolve().parent
 NAMES = ("system", "plan_deployment", "review_plan", "review_command", "explain_violation")
@@ -41,3 +41,12 @@ def render(name: str, **values: object) -> str:
 def system_prompt() -> str:
     """The planning agent's system prompt."""
     return load("system")
+
+
+@cache
+def tool_guides() -> dict[str, str]:
+    """The detailed guide of each tool whose description points to one (``tools.md``, one ``## <tool>`` section
+    each): what does not fit in a tool description of at most 1,024 characters."""
+    text = (ROOT / "tools.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## (\w+)\n", text, flags=re.MULTILINE)[1:]
+    return {name: f"# {name}\n{body.rstrip()}\n" for name, body in zip(sections[::2], sections[1::2], strict=True)}

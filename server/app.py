@@ -10,12 +10,11 @@ from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import INVALID_PARAMS, CallToolResult, Prompt, TextContent
-from pydantic import ValidationError
+from mcp.types import INVALID_PARAMS, Prompt
 
 from server.prompting import register_prompts
 from server.resources import register_resources
-from server.tools import argument_error_text, available_tools, input_error_text
+from server.tools import available_tools
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
 
@@ -41,32 +40,12 @@ def _version() -> str:
         return "0.0.0"
 
 
-def _check_tool_call(params: dict[str, Any], by_name: dict[str, Tool]) -> CallToolResult | None:
-    """Unknown tool -> -32602 (the spec; the SDK would answer is_error).  Bad arguments -> one readable tool
-    error naming each field, instead of pydantic's dump of the input.  None: let the call through."""
+def _check_tool_name(params: dict[str, Any], by_name: dict[str, Tool]) -> None:
+    """Unknown tool -> -32602 (the spec; the SDK would answer is_error).  Bad arguments are the tool's to
+    answer (server.tools.PdagTool), so that their error result is built like a successful one."""
     name = params.get("name")
-    tool = by_name.get(name) if isinstance(name, str) else None
-    if tool is None:
+    if not isinstance(name, str) or name not in by_name:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}. Known: {', '.join(by_name)}")
-    args = params.get("arguments") or {}
-    if not isinstance(args, dict):
-        return None
-    try:
-        check_json_value(args, "arguments")
-    except PdagInputError as exc:
-        return _tool_error(name, input_error_text(exc))
-    try:
-        tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(args))
-    except ValidationError as exc:
-        text = argument_error_text(exc, tool.fn_metadata.arg_model)
-        logger.info("tool %s rejected arguments: %s", name, text)
-        return _tool_error(name, text)
-    return None
-
-
-def _tool_error(name: str, text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=f"Error executing tool {name}: {text}")],
-                          is_error=True)
 
 
 def _check_prompt_get(params: dict[str, Any], prompts: dict[str, Prompt]) -> None:
@@ -96,12 +75,10 @@ def create_server() -> MCPServer:
     by_name = {t.name: t for t in tools}
 
     async def check_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """Answer unknown tools and prompts and bad arguments here, before the SDK's handlers."""
+        """Refuse unknown tools and prompts (and bad prompt arguments) here, before the SDK's handlers."""
         if isinstance(ctx.params, dict):
             if ctx.method == "tools/call":
-                rejected = _check_tool_call(ctx.params, by_name)
-                if rejected is not None:
-                    return rejected
+                _check_tool_name(ctx.params, by_name)
             elif ctx.method == "prompts/get":
                 _check_prompt_get(ctx.params, {p.name: p for p in await server.list_prompts()})
         return await call_next(ctx)

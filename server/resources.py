@@ -16,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 import knowledge
+import prompts
 from tools.core.dag import dag_json_schema
 from tools.core.errors import PdagInputError
 from tools.core.hardware import accelerator_ids, load_accelerator
@@ -75,7 +76,7 @@ def register_resources(server: MCPServer) -> None:
     @server.resource("pdag://knowledge/{+path}", name="knowledge-doc", title="Knowledge document",
                      mime_type=MARKDOWN)
     def knowledge_doc(path: str) -> str:
-        """One knowledge document by its path under knowledge/, e.g. 04_parallel_primitives/tensor_parallelism.md."""
+        """One knowledge document by its path, e.g. 04_parallel_primitives/tensor_parallelism.md."""
         found = docs.get(path)
         if found is None:
             raise ResourceNotFoundError(f"no knowledge document {path!r}; see pdag://knowledge for the list")
@@ -123,6 +124,14 @@ def register_resources(server: MCPServer) -> None:
         with _not_found():
             acc = load_accelerator(gpu_id)
         return _json(acc.model_dump(mode="json"))
+
+    @server.resource("pdag://tools/{tool}", name="tool", title="Tool guide", mime_type=MARKDOWN)
+    def tool_guide(tool: str) -> str:
+        """A tool in detail, e.g. pdag://tools/build_dag."""
+        guides = prompts.tool_guides()
+        if tool not in guides:
+            raise ResourceNotFoundError(f"no guide for tool {tool!r}; guides: {', '.join(guides)}")
+        return guides[tool]
 
     @server.resource("pdag://schema/dag", name="dag-schema", title="DAG JSON Schema", mime_type=JSON)
     def dag_schema() -> str:

@@ -12,7 +12,7 @@ import math
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
@@ -21,7 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from server.paging import PAGE_CHARS as PAGE_CHARS
 from server.paging import paginate, parse_cursor
 from tools.core.render import FoldedDag
+from tools.estimate.core import Estimate
+from tools.repair.autofix import AutofixResult
 from tools.rules.lookup import LookupResult
+from tools.rules.validate import ValidationResult
+from tools.search.strategies import SearchResult
 
 if TYPE_CHECKING:
     from tools.core.build import BuildResult
@@ -59,6 +63,11 @@ class ViolationItem(BaseModel):
 class Paged(BaseModel):
     """A detail="full" answer too large for one page comes in pages (see server.paging)."""
 
+    # The core result whose other top-level fields the answer passes on, less those its shaping drops: the tool's
+    # output schema declares them too (server.tools.output_schema).
+    core_result: ClassVar[type[BaseModel] | None] = None
+    core_dropped: ClassVar[tuple[str, ...]] = ()
+
     page: dict[str, Any] | None = Field(None, description="full detail, paged: index, count and the item range "
                                                           "of each list on this page")
     next_cursor: str | None = Field(None, description="call again with cursor=<this> for the next page")
@@ -77,6 +86,8 @@ class BuildAnswer(Paged):
 
 class ValidateAnswer(Paged):
     model_config = ConfigDict(extra="allow")
+    core_result = ValidationResult
+    core_dropped = ("errors", "warnings")
 
     valid: bool = Field(description="true when no violation has severity error")
     error_count: int
@@ -87,6 +98,7 @@ class ValidateAnswer(Paged):
 
 class AutofixAnswer(Paged):
     model_config = ConfigDict(extra="allow")
+    core_result = AutofixResult
 
     valid: bool = Field(description="validity after fixing")
     changes: list[ViolationItem] = Field(description="what autofix changed, each with the rule it repairs")
@@ -101,6 +113,7 @@ class EstimateAnswer(Paged):
     """The estimate's fields (see the contract); long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
+    core_result = Estimate
 
     prefill_latency_ms: float | None = Field(None, description="time to first token for the batch, ms")
     decode_latency_ms_per_token: float | None = Field(None, description="time per output token (one step), ms")
@@ -116,6 +129,8 @@ class SearchAnswer(Paged):
     """Ranked plans with their estimates; long lists are cut in a summary, as `note` says."""
 
     model_config = ConfigDict(extra="allow")
+    core_result = SearchResult
+    core_dropped = ("notes",)
 
     top: list[dict[str, Any]] = Field(description="best plans for the objective, best first")
     note: str | None = None

@@ -2,13 +2,17 @@
 
 The complete plan and DAG schemas are published once, as resources (pdag://schema/plan, pdag://schema/dag);
 a tool's inline schema keeps the field names and types a model needs to write a call and drops what the
-server checks anyway (bounds, nested descriptions, additionalProperties, titles). Strictness does not change:
-arguments are still validated against the full pydantic models, and an error names the field and the bound.
+server checks anyway (bounds, nested descriptions, titles). Every object of an input schema declares its
+properties or says it is open (``additionalProperties: true``: an hf_config, a drafted DAG), so clients that
+convert schemas to a provider's strict form need not guess. Arguments are still validated against the full
+pydantic models, and an error names the field and the bound.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import BaseModel
 
 JSON_TOKENS_PER_CHAR = 0.25  # the token estimate used for budgets: about 4 characters of JSON per token
 
@@ -16,25 +20,39 @@ _DROPPED = {"title", "default", "additionalProperties", "minimum", "maximum", "e
             "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "pattern", "examples"}
 
 
-def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}}
-    return node
+        name = ref.removeprefix("#/$defs/")
+        return {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}, name
+    return node, None
 
 
 def _without_null(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in options if o.get("type") != "null"]
 
 
-def compact(schema: dict[str, Any], depth: int, defs: dict[str, Any] | None = None,
-            keep_descriptions: int = 1, _level: int = 0) -> dict[str, Any]:
-    """``schema`` with $refs inlined to ``depth`` object levels (deeper objects become {"type": "object"}),
-    descriptions kept on the first ``keep_descriptions`` levels, optional-null branches and bounds dropped."""
+OPEN_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, Any] | None = None,
+            keep_descriptions: int = 1, _level: int = 0, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``schema`` with $refs inlined, descriptions kept on the first ``keep_descriptions`` levels, optional-null
+    branches and bounds dropped.
+
+    ``depth=None`` (input schemas): every object keeps its properties, and an object that takes any keys says so
+    (``additionalProperties: true``); nested closed objects do not repeat ``additionalProperties: false`` (the
+    server refuses unknown fields, naming them). A model that contains itself is cut to an open
+    object. ``depth=n`` (output schemas): objects below ``n`` levels become ``{"type": "object"}``."""
     defs = defs if defs is not None else schema.get("$defs", {})
-    node = _resolve(schema, defs)
+    node, name = _resolve(schema, defs)
+    if name is not None and name in _seen:
+        return dict(OPEN_OBJECT)
+    seen = (*_seen, name) if name is not None else _seen
+    sub = {"depth": depth, "defs": defs, "keep_descriptions": keep_descriptions, "_seen": seen}
+    truncated = depth is not None and _level >= depth
     if "anyOf" in node:
-        options = [compact(o, depth, defs, keep_descriptions, _level) for o in _without_null(node["anyOf"])]
+        options = [compact(o, _level=_level, **sub) for o in _without_null(node["anyOf"])]
         unique: list[dict[str, Any]] = []
         for o in options:
             if o not in unique:
@@ -45,24 +63,33 @@ def compact(schema: dict[str, Any], depth: int, defs: dict[str, Any] | None = No
         return out
     out = {}
     for key, value in node.items():
-        if key == "additionalProperties" and _level == 0 and value is False:
-            out[key] = value  # unknown top-level arguments are refused: say so where it is cheap
+        if key == "additionalProperties":
+            if _level == 0 and value is False:
+                out[key] = value  # unknown top-level arguments are refused: say so where it is cheap
+            elif depth is None and value is not False:  # an open object says so; a closed one lists its fields
+                out[key] = compact(value, _level=_level + 1, **sub) if isinstance(value, dict) else value
             continue
         if key in _DROPPED or key == "$defs" or (key == "description" and _level >= keep_descriptions):
             continue
         if key == "properties":
-            if _level >= depth:
+            if truncated:
                 continue
-            out[key] = {name: compact(sub, depth, defs, keep_descriptions, _level + 1) for name, sub in value.items()}
+            out[key] = {k: compact(v, _level=_level + 1, **sub) for k, v in value.items()}
         elif key == "items" and isinstance(value, dict):
-            out[key] = compact(value, depth, defs, keep_descriptions, _level + 1)
-        elif key == "required" and _level >= depth:
+            out[key] = compact(value, _level=_level + 1, **sub)
+        elif key == "required" and truncated:
             continue
         else:
             out[key] = value
-    if "properties" in node and _level >= depth:
+    if "properties" in node and truncated:
         out["type"] = "object"
     return out
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with every $ref inlined and no descriptions: a value for ``WithJsonSchema`` that
+    advertises a model's fields on an argument the core checks itself (errors then name the field path)."""
+    return compact(model.model_json_schema(by_alias=True), keep_descriptions=0)
 
 
 def tokens(text: str) -> int:

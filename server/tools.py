@@ -17,14 +17,16 @@ from typing import Annotated, Any, Literal, get_args
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 import tools
 from server import responses as R
-from server.schemas import compact
+from server.schemas import OPEN_OBJECT, compact, inline_schema
+from tools.core.absent import NullMeansAbsent
 from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
+from tools.core.inputs import check_json_value
 from tools.core.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
 from tools.estimate.serving import Arrivals, Sla
 from tools.rules.lookup import LEVELS, MAX_QUERY, STRATEGIES
@@ -44,18 +46,22 @@ CursorArg = Annotated[
 ]
 PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 RenderArg = Annotated[bool, Field(description="add PNG pictures")]
-# build_dag, the first call of the protocol, advertises the plan's fields inline; the tools after it take the same
-# plan as a plain object checked by the core (errors name the field, as the argument model's do), so the tool list
-# does not repeat the plan schema four times.
+# The plan argument of the tools after build_dag is a plain object checked by the core (errors name the field, as
+# the argument model's do); its advertised schema is the Plan model's, so every tool declares the plan's fields.
+PLAN_SCHEMA = WithJsonSchema(inline_schema(Plan))
 OptPlanArg = Annotated[
     dict[str, Any] | None,
+    PLAN_SCHEMA,
     Field(description="the parallel plan, as build_dag takes it (pdag://schema/plan); give plan or dag"),
 ]
-# The DAG argument is a plain object here and is checked by the core against pdag://schema/dag: a hand-drafted,
-# malformed DAG then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the
-# tool list does not repeat the 5 kB DAG schema in three tools.
+# The DAG argument is an open object checked by the core against pdag://schema/dag: a hand-drafted, malformed DAG
+# then comes back as STRUCT-* violations with JSON paths instead of an argument error, and the tool list does not
+# repeat the 5 kB DAG schema in three tools.
+DAG_SCHEMA = WithJsonSchema({**OPEN_OBJECT, "properties": {"nodes": {"type": "array", "items": OPEN_OBJECT},
+                                                           "edges": {"type": "array", "items": OPEN_OBJECT}}})
 OptDagArg = Annotated[
     dict[str, Any] | None,
+    DAG_SCHEMA,
     Field(description="a node-link DAG {nodes: [...], edges: [...]} as build_dag returns with detail=full; "
                       "schema at pdag://schema/dag (checked by the tool, errors name the JSON path)"),
 ]
@@ -173,23 +179,59 @@ def guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class PdagTool(Tool):
+    """A tool whose bad arguments are answered like any other tool error, one readable line per field.
+
+    The check runs inside the SDK's tools/call handler (not in a middleware that answers by itself), so an error
+    result goes through the same envelope as a successful one: the fields each protocol version carries."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        try:
+            check_json_value(arguments, "arguments")
+            self.fn_metadata.arg_model.model_validate(self.fn_metadata.pre_parse_json(arguments))
+        except PdagInputError as exc:
+            raise ToolError(f"Error executing tool {self.name}: {input_error_text(exc)}") from None
+        except ValidationError as exc:
+            text = argument_error_text(exc, self.fn_metadata.arg_model)
+            logger.info("tool %s rejected arguments: %s", self.name, text)
+            raise ToolError(f"Error executing tool {self.name}: {text}") from None
+        return await super().run(arguments, context, convert_result)
+
+
 def _strict(model: type[BaseModel]) -> type[BaseModel]:
-    """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped."""
-    return type(model.__name__, (model,), {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-                                           "__module__": model.__module__})
+    """The SDK's argument model ignores unknown top-level keys; forbid them so typos are reported, not dropped.
+    A null optional argument means the argument is absent (tools.core.absent)."""
+    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    return type(model.__name__, (model, NullMeansAbsent), {"model_config": config, "__module__": model.__module__})
 
 
-def make_tool(d: ToolDef) -> Tool:
+def make_tool(d: ToolDef) -> PdagTool:
     """The SDK tool with strict argument validation (full models) and compact advertised schemas."""
-    tool = Tool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
+    tool = PdagTool.from_function(guarded(d.name, d.fn), name=d.name, title=d.title,
                               description=inspect.cleandoc(d.fn.__doc__ or ""), annotations=READ_ONLY,
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
-    tool.parameters = compact(strict.model_json_schema(by_alias=True), depth=3, keep_descriptions=2)
+    tool.parameters = compact(strict.model_json_schema(by_alias=True), keep_descriptions=2)
     if tool.fn_metadata.output_schema is not None:
-        tool.fn_metadata.output_schema = compact(tool.fn_metadata.output_schema, depth=1, keep_descriptions=0)
+        tool.fn_metadata.output_schema = output_schema(tool.fn_metadata.output_schema,
+                                                       inspect.signature(d.fn, eval_str=True).return_annotation)
     return tool
+
+
+def output_schema(schema: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """The answer model's schema, one level deep, plus the top-level fields of the core result it passes on
+    (``answer.core_result``, less ``answer.core_dropped``): every key an answer can carry is declared, so clients
+    that build types from the output schema (fastmcp's ``.data``) keep them."""
+    out = compact(schema, depth=1, keep_descriptions=0)
+    core_model = getattr(answer, "core_result", None)
+    if isinstance(core_model, type) and issubclass(core_model, BaseModel):
+        core_props = compact(core_model.model_json_schema(), depth=1, keep_descriptions=0).get("properties", {})
+        props = out.setdefault("properties", {})
+        for key, value in core_props.items():
+            if key not in props and key not in answer.core_dropped:
+                props[key] = value
+    return out
 
 
 def available_tools() -> list[Tool]:
@@ -227,27 +269,18 @@ def _plan_or_dag(plan: dict[str, Any] | None, dag: dict[str, Any] | None) -> dic
 def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = None) -> R.BuildAnswer:
     """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
 
-    Use it right after drafting a plan to see what pdag derives from the degrees: the DP fan-out, prefill and
-    decode branches, pipeline stages (layers, GPUs) and, per layer, the TP/SP shards, EP expert nodes and every
-    communication node (all-reduce, all-gather, all-to-all). `gpus_used` counts distinct devices; compare it
-    with hardware.num_gpus. A replica's stage uses max(tp, sp, ep) GPUs (TP and EP share them, SP re-partitions
-    attention's TP GPUs): degrees are not multiplied. Checking a plan is validate_dag's job.
-
-    Parameters: `plan` as in pdag://schema/plan; degrees are integers >= 1 (ep = GPUs each MoE layer's experts
-    span); `phases.prefill` / `phases.decode` override them per phase (aggregated serving: only sp may differ);
-    lengths in tokens, batch_size in sequences per replica; `engine_options` (how the engine was launched)
-    only change estimates. `detail`: "summary" (default) or "full".
-    Opt-in strategies: attention-DP for MoE models (`parallel.attn_dp` attention groups per stage, each with
-    its own share of the batch and KV cache, plus `options.allow_attention_dp: true`; a stage uses
-    max(attn_dp * max(tp, sp), ep) GPUs) and disaggregated serving (`options.disaggregated: true`: separate
-    prefill and decode pools, each sized by `parallel` with its phase's overrides; gpus_used sums the pools).
+    Use it right after drafting a plan to see what pdag derives from the degrees: DP fan-out, prefill and
+    decode branches, pipeline stages and, per layer, TP/SP shards, EP expert nodes and every communication
+    node. `gpus_used` counts distinct devices (compare with hardware.num_gpus): a replica's stage uses
+    max(tp, sp, ep) GPUs; degrees are not multiplied. validate_dag checks the plan.
+    Opt-ins: attention-DP (`parallel.attn_dp` with `options.allow_attention_dp: true`) and disaggregated
+    prefill/decode pools (`options.disaggregated: true`, per-phase degrees in `phases.prefill`/`phases.decode`).
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}}
-    Returns gpus_used, gpus_available and a folded summary (replica 0; identical layers once with a repeat
-    count; node and edge counts by type). detail="full" adds `dag` in its working form (replica 0 of each pool,
-    one layer per run with `folds`; validate_dag accepts it as is), then the full per-GPU node-link DAG in
-    pages of ~20k tokens (`page`: dag, nodes or edges); pass `next_cursor` back as `cursor` until it is absent.
-    """
+    Returns gpus_used, gpus_available and a folded summary. detail="full" adds the DAG's working form, then
+    the per-GPU DAG in pages: pass `next_cursor` back as `cursor` until absent.
+    More: pdag://tools/build_dag.
+        """
     fn, pager = core("build_dag"), core("build_dag_page")
     assert fn is not None and pager is not None
     result = fn(plan)
@@ -262,18 +295,16 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
     """Check a plan (or a DAG) against pdag's rule catalog and say whether it is valid.
 
     Use it on every plan before you present it, and again after any change. It checks the degrees against
-    the model (heads divisible by TP, experts by EP, layers by PP), the GPU count against the hardware,
-    memory fit, phase consistency and the DAG structure (explicit communication, acyclic, DP only at the
-    root, ...). Attention-DP (`parallel.attn_dp` > 1) needs `options.allow_attention_dp` and per-phase pools
-    (phases that differ in dp/tp/pp/ep) need `options.disaggregated`; without the opt-in they are errors
-    (ADP-OPT-IN, DISAGG-OPT-IN). Valid means no violation of severity "error"; warnings are advice.
-    Give `plan` (preferred) or `dag` (a node-link DAG from build_dag with detail="full"), not both.
+    the model (heads by TP, experts by EP, layers by PP), the GPU count, memory fit, phase consistency and
+    the DAG structure. Attention-DP and per-phase pools are errors without their opt-in
+    (options.allow_attention_dp, options.disaggregated). Valid means no violation of severity "error";
+    warnings are advice. Give `plan` (preferred) or `dag` (from build_dag with detail="full"), not both.
     Example: {"plan": {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8, "ep": 8}}}
-    Returns valid, error_count, warning_count and violations, by default grouped by rule_id (count, first
-    message, first node ids); each has rule_id, severity and message, and lookup_rule explains a rule_id and
-    its fix. It fixes nothing (autofix_dag).
-    """
+    Returns valid, error_count, warning_count and violations grouped by rule_id (count, first message, first
+    locations); lookup_rule explains a rule_id and its fix. It fixes nothing (autofix_dag).
+    More: pdag://tools/validate_dag.
+        """
     fn = core("validate_dag")
     assert fn is not None
     return R.respond("validate_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
@@ -285,19 +316,16 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
                 cursor: CursorArg = None) -> R.AutofixAnswer:
     """Repair rule violations of a plan (or DAG) with deterministic, minimal changes, then re-validate.
 
-    Use it after validate_dag reports errors you want fixed mechanically (e.g. a TP degree that does not
-    divide the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the
-    result: a fix can change degrees your objective depended on. It repairs; it does not optimise. A plan
-    that uses attention-DP or per-phase pools without its opt-in is repaired by turning the strategy off;
-    `alternatives` then offers the plan as you drew it with the opt-in set (options.allow_attention_dp or
-    options.disaggregated): take that one if the strategy was intended.
-    A DAG with errors is rebuilt with build_dag from the plan it carries (or one inferred from its nodes).
-    Give `plan` (preferred) or `dag`, not both, as for validate_dag.
+    Use it after validate_dag reports errors you want fixed mechanically (a TP degree that does not divide
+    the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the result: a
+    fix can change degrees your objective depended on. A strategy used without its opt-in is turned off, and
+    `alternatives` offers the plan as drawn with the opt-in set. Give `plan` (preferred) or `dag`, not both.
     Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
     "parallel": {"tp": 3}}}
     Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (the fixed
-    DAG with detail="full"), alternatives and the violations left. It estimates nothing.
-    """
+    DAG with detail="full"), alternatives and the violations left. It repairs; it neither optimises nor
+    estimates. More: pdag://tools/autofix_dag.
+        """
     fn = core("autofix_dag")
     assert fn is not None
     return R.respond("autofix_dag", _key(plan=plan, dag=dag, detail=detail), detail, cursor,  # type: ignore[return-value]
@@ -312,19 +340,16 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
                          render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
-    Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are roofline
-    estimates over the DAG's critical path, not measurements: trust differences between plans more than
-    absolute values. Give `plan`, or a `dag` carrying its plan (priced as drawn, refused if it fails
-    validation). A disaggregated plan also gets `pools`, `kv_transfer` (the KV hand-off per request) and
-    `pool_balance` with a balanced split.
+    Use it on a valid plan (validate_dag first) to compare alternatives or to check an objective or SLO.
+    Figures are roofline estimates over the DAG's critical path, not measurements: trust differences between
+    plans more than absolute values. Give `plan`, or a `dag` carrying its plan; `sla` adds best_under_sla.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
-    Returns prefill_latency_ms (time to first token), decode_latency_ms_per_token, e2e_latency_ms,
-    throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
-    memory.fits / max_gpu_bytes / capacity_bytes, gpus_used, the bottleneck and critical path per phase. It
-    does not validate a plan: call validate_dag first. `render`: true adds images (folded DAG, prefill/decode
-    timelines, memory per GPU).
-    """
+    Returns serving (ttft_ms, tpot_ms at the workload's load), prefill_latency_ms (the static batch's
+    prefill), decode_latency_ms_per_token, e2e_latency_ms, throughput.output_tokens_per_s, kv_cache, memory
+    (fits, max_gpu_bytes, capacity_bytes), gpus_used and each phase's bottleneck and critical path.
+    `render`: true adds images. More (pools, KV hand-off, every field): pdag://tools/estimate_performance.
+        """
     fn = core("estimate_performance")
     assert fn is not None
     kwargs = _plan_or_dag(plan, dag)
@@ -377,7 +402,7 @@ def lookup_rule(
                      lambda: R.shape_lookup(fn(**args), detail))
 
 
-class SloArg(BaseModel):
+class SloArg(NullMeansAbsent):
     """Service-level objectives a searched plan must meet."""
 
     model_config = ConfigDict(extra="forbid")
@@ -503,8 +528,8 @@ def import_deployment(
 
 @pdag_tool(core="export_plan", title="Write a plan as an engine's launch command")
 def export_plan(
-    plan: Annotated[dict[str, Any], Field(description="the plan to launch, as build_dag takes it "
-                                                      "(pdag://schema/plan)")],
+    plan: Annotated[dict[str, Any], PLAN_SCHEMA, Field(description="the plan to launch, as build_dag takes it "
+                                                                   "(pdag://schema/plan)")],
     engine: Annotated[Literal["vllm", "sglang", "trtllm"] | None,
                       Field(description="target engine; default: plan.engine")] = None,
     detail: DetailArg = "summary",

@@ -119,6 +119,10 @@ async def test_mcp_tools_refuse_with_the_field(name):
         plan = with_value(("parallel", "tp"), 10**40)  # in-memory: a huge int cannot reach the wire as JSON
     if name == "deep hf_config":
         plan = with_value(("model",), {"hf_config": {"x": deep(100)}})  # the client serialises <= ~200 levels
+    if name in ("inf input_len", "nan batch"):
+        # the MCP client serialises a non-finite float as null, and null means "absent" (tools.core.absent); on a
+        # real wire NaN/Infinity are not JSON and the transport refuses them (test_server_stdio_malformed)
+        pytest.skip("a non-finite float cannot reach an MCP tool")
     async with Client(create_server()) as c:
         for tool in ("build_dag", "validate_dag", "estimate_performance"):
             r = await c.call_tool(tool, {"plan": plan})

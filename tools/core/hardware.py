@@ -10,9 +10,10 @@ import json
 from functools import cache, lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from knowledge import ROOT as KNOWLEDGE_ROOT
+from tools.core.absent import NullMeansAbsent
 from tools.core.errors import MAX_MATCHED, PdagInputError, closest, shown
 
 __all__ = [
@@ -36,7 +37,7 @@ MAX_GPUS = 65_536
 MAX_GPUS_PER_NODE = 72
 
 
-class _Frozen(BaseModel):
+class _Frozen(NullMeansAbsent):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from tools.core.absent import NullMeansAbsent
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
 from tools.core.formats import WeightFormat
@@ -25,7 +26,7 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
 
 
-class _Strict(BaseModel):
+class _Strict(NullMeansAbsent):
     model_config = ConfigDict(extra="forbid")
 
 

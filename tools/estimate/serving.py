@@ -71,6 +71,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.core.absent import NullMeansAbsent
 from tools.core.memory import MemoryReport
 from tools.core.plan import Plan
 from tools.estimate.fast import FastEstimator
@@ -81,7 +82,7 @@ MAX_CONCURRENCY = 65_536
 Arrivals = Literal["spread", "lockstep"]
 
 
-class Sla(BaseModel):
+class Sla(NullMeansAbsent):
     """Service-level targets of a serving deployment (each optional)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 import tools.rules.run  # noqa: F401  (every fixer registered)
+from tools.core.absent import without_nulls
 from tools.core.build import build_dag, gc_paused
 from tools.core.dag import NodeType
 from tools.core.errors import PdagInputError
@@ -242,7 +243,7 @@ def _plan_dict(plan: Any) -> dict[str, Any]:
         return plan.model_dump(mode="json", exclude_none=True)
     if not isinstance(plan, dict):
         raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
-    return plan
+    return without_nulls(Plan, plan)  # a null field is absent (tools.core.absent): not repaired, not echoed
 
 
 def _infer_plan(ctx: Context, dag: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:

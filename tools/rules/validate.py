@@ -16,6 +16,7 @@ import jsonschema
 import networkx as nx
 from pydantic import BaseModel, Field, ValidationError
 
+from tools.core.absent import without_nulls
 from tools.core.build import build_working, estimated_node_count, gc_paused
 from tools.core.dag import MAX_EDGES, MAX_NODES, MAX_WORKING_NODES, Dag, Node, dag_json_schema
 from tools.core.errors import PdagInputError
@@ -251,7 +252,7 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
     if isinstance(plan, Plan):
         raw = plan.model_dump(mode="json", exclude_none=True)
     elif isinstance(plan, dict):
-        raw = plan
+        raw = without_nulls(Plan, plan)  # the raw-dict rules read null as absent, as the Plan model does
     else:
         raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
     ctx = Context(raw_plan=raw)
