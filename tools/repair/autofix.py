@@ -287,7 +287,8 @@ def _fix_dag(dag: Any) -> AutofixResult:
     before = check(ctx)
     notes: list[str] = []
     local: list[Change] = []
-    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list):
+    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list) \
+            and isinstance(dag.get("edges", []), list):
         fixed, local, patch, left = repair_in_place(dag)
         if local and not any(v.severity == "error" for v in left):
             return _in_place(fixed, local, patch, left, ctx.raw_plan)
