@@ -36,6 +36,7 @@ from tools.core.working import (
 )
 from tools.drafts.dialect import read_legend, translate
 from tools.drafts.implicit import make_explicit
+from tools.drafts.size import oversized
 from tools.drafts.vocabulary import closest_types, is_int
 from tools.rules.causes import group_causes
 from tools.rules.registry import CHECKERS, Context, Violation
@@ -144,6 +145,11 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if not isinstance(dag, dict):
         raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}",
                              "an object with 'nodes' and 'edges' (see the published DAG JSON Schema)")
+    too_big = oversized(dag)
+    if too_big:
+        ctx = Context()
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", *too_big))
+        return ctx, []
     claims: dict[str, Any] = {}
     # short keys explained in a legend, read before a pasted "dag" block is unwrapped: the legend sits beside it
     dag, legend_read = read_legend(dag)
@@ -336,7 +342,7 @@ def validate_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] 
     """Check a plan (dict or Plan) or a DAG (node-link JSON) against every rule of the catalog.
 
     Raises PdagInputError only when the input is not a plan or a DAG at all (naming the field)."""
-    if dag is not None:
+    if dag is not None and oversized(dag) is None:  # one over the size limit is refused unread by load_dag
         check_json_value(dag, "dag")
     with gc_paused():  # tens of thousands of small acyclic objects: the cyclic GC would rescan them all
         return _validate(plan, dag)
