@@ -23,7 +23,7 @@ from tools.core.inputs import check_json_value
 from tools.core.layout import Layout
 from tools.core.models import resolve_model
 from tools.core.normalize import Inference, normalize
-from tools.core.plan import Plan, parse_plan
+from tools.core.plan import Plan, parse_plan, screen_plan
 from tools.core.working import (
     WorkingDag,
     apply_layer_folds,
@@ -258,6 +258,8 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
         raw = plan
     else:
         raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
+    if isinstance(plan, dict):
+        screen_plan(raw)  # wrong types, misspelled fields, unknown presets: input errors, as in every tool
     ctx = Context(raw_plan=raw)
     early = run_checkers(ctx, ["raw"])
     if early:
