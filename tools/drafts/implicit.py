@@ -100,7 +100,6 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     _kv_reads(edges, by_id, done)
     edges = _cache_continuity(edges, by_id, done)
     _expert_ranges(nodes, done)
-    nodes, edges = _stage_hand_offs(nodes, edges, by_id, done)
     _abbreviated_stages(nodes, edges, by_id, done)
     nodes, edges = _replicas_by_attribute(nodes, edges, by_id, done)
     nodes, edges = _phase_containers(nodes, edges, by_id, done)

@@ -30,7 +30,6 @@ from tools.core.working import (
     fold_drawn_replicas,
     folds_from_repeat,
     kv_hand_offs,
-    merge_expert_nodes,
     merge_rank_collectives,
     read_folds,
 )
@@ -232,7 +231,6 @@ def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) 
     reps: list[Any] = []
     lays: list[Any] = []
     merged = merge_rank_collectives(g)
-    experts = merge_expert_nodes(g)
     hand_offs = kv_hand_offs(g)
     if folds is None:  # nodes that say how many layers they stand for mean the folds they do not state
         folds = folds_from_repeat(g)
@@ -241,7 +239,6 @@ def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) 
         problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
     g, inferences = normalize(g, lays)
     inferences = ([Inference(n, "devices", devs, why) for n, devs, why in merged]
-                  + [Inference(n, "experts", held, why) for n, held, why in experts]
                   + [Inference(n, "type", t, why) for n, t, why in hand_offs] + inferences)
     if folds is None:
         return WorkingDag(g, fold_drawn_replicas(g), inferences=inferences)
