@@ -26,7 +26,7 @@ from tools.core.dag import MAX_NODES
 logger = logging.getLogger("pdag.server")
 
 BYTES_PER_NODE = 512  # node-link JSON of a node and its edges, with room (measured ~380 on DeepSeek-V3)
-MAX_BODY_BYTES = MAX_NODES * BYTES_PER_NODE  # 128,000,000 bytes
+MAX_BODY_BYTES = MAX_NODES * BYTES_PER_NODE  # 15,360,000 bytes (docs/limits.md states it; a test compares)
 SESSION_IDLE_S = 600.0  # a 2025-era session with no request for this long is closed and its memory freed
 AUTH_ENV = "PDAG_AUTH_TOKEN"
 UNAUTHORIZED = -32001  # implementation-defined server error range of JSON-RPC

@@ -113,6 +113,10 @@ def screen(line: bytes) -> bytes | None:
     if has_id and not id_ok:
         return _error(None, INVALID_REQUEST, "Invalid request: id must be a string or an integer")
     answer_id = msg_id if has_id else None
+    try:  # a lone surrogate in the envelope (id, method) makes the SDK drop the line unanswered
+        check_json_value({k: v for k, v in msg.items() if k != "params"}, "message")
+    except PdagInputError as exc:
+        return b"" if not has_id else _error(answer_id, INVALID_REQUEST, f"Invalid request: {exc}")
     if msg.get("jsonrpc") != "2.0":
         return _error(answer_id, INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"')
     if "method" not in msg and ("result" in msg or "error" in msg) and has_id:

@@ -184,12 +184,13 @@ def test_arbitrary_documents_never_crash_the_reader(doc: Any) -> None:
 
 
 def seed_style(dag: dict[str, Any]) -> dict[str, Any]:
-    """A built DAG drawn with only what the seeds and the contract name: no PhaseNode, DecodeStepNode or
-    SendRecvNode (phases by attribute, stage hand-offs by pipeline edges), plain data edges for the KV cache and
-    between the phases, sync edges into the collectives ("AllReduce / Sync"), embedding and LM head as LinearNodes."""
+    """A built DAG drawn with only what the seeds and the contract name: no PhaseNode or DecodeStepNode (phases
+    by attribute), plain data edges for the KV cache and between the phases, sync edges into the collectives
+    ("AllReduce / Sync"), embedding and LM head as LinearNodes.  The stage hand-offs stay drawn: they are
+    communication, which seed 001 section 8 requires explicit (a bare pipeline edge is COMM-NO-IMPLICIT)."""
     d = copy.deepcopy(dag)
     types = {n["id"]: n["type"] for n in d["nodes"]}
-    for kind in ("DecodeStepNode", "PhaseNode", "SendRecvNode"):
+    for kind in ("DecodeStepNode", "PhaseNode"):
         for nid in [n for n, t in types.items() if t == kind]:
             bypass(d, nid)
     types = {n["id"]: n["type"] for n in d["nodes"]}
@@ -210,14 +211,30 @@ def seed_style(dag: dict[str, Any]) -> dict[str, Any]:
 def test_a_dag_drawn_in_the_seeds_own_primitives_is_judged_as_pdags_drawing(which: int) -> None:
     dag = dag_of([P_MOE, P_PP, P_SP][which])
     drafted = seed_style(dag)
-    assert {n["type"] for n in drafted["nodes"]}.isdisjoint({"PhaseNode", "DecodeStepNode", "SendRecvNode"})
+    assert {n["type"] for n in drafted["nodes"]}.isdisjoint({"PhaseNode", "DecodeStepNode"})
     assert _verdict(drafted) == _verdict(dag) == (True, [])
     notes = " ".join(validate_dag(dag=drafted).notes)
     assert "PhaseNode" in notes and "DecodeStepNode" in notes
 
 
+def test_a_stage_hand_off_drawn_as_a_bare_edge_is_refused_and_repaired_in_place() -> None:
+    """pdag once drew the SendRecvNode a draft left out (structure invented); now the bare edge is the violation
+    that names the rule, and autofix inserts the SendRecvNode in the drawing."""
+    from tools import autofix_dag
+
+    dag = dag_of(P_PP)
+    sends = [n["id"] for n in dag["nodes"] if n["type"] == "SendRecvNode" and n.get("role") == "stage_transfer"]
+    bare = copy.deepcopy(dag)
+    for nid in sends:
+        bypass(bare, nid)
+    assert "COMM-NO-IMPLICIT" in _verdict(bare)[1]
+    fixed = autofix_dag(dag=bare)
+    assert fixed.valid and fixed.repair == "in_place"
+    assert {c.rule_id for c in fixed.changes} == {"COMM-NO-IMPLICIT"}
+    assert sum(n["type"] == "SendRecvNode" for n in fixed.dag["nodes"]) == len(sends)
+
+
 def test_a_missing_hand_off_is_still_caught_where_the_draft_draws_hand_offs_elsewhere() -> None:
-    """The seed-style reading of pipeline edges applies to drafts that draw no SendRecvNode at all."""
     dag = dag_of(P_PP)
     one = next(n["id"] for n in dag["nodes"] if n["type"] == "SendRecvNode")
     assert "COMM-NO-IMPLICIT" in _verdict(bypass(copy.deepcopy(dag), one))[1]

@@ -136,7 +136,8 @@ def test_attention_dp_groups_are_never_one_tp_operator() -> None:
     assert _errors(d) == set()
 
 
-def test_one_expert_node_per_expert_is_the_gpus_expert_node() -> None:
+def test_expert_nodes_drawn_one_per_expert_on_one_gpu_are_refused_not_merged() -> None:
+    """Seed 000 section 3.4: Expert nodes = GPUs.  pdag used to merge them silently (and price them as one)."""
     d = build_full_dag(plan(TINY_MOE, 2, parallel={"ep": 2}))
     for ph in ("prefill", "decode"):
         for layer in (0, 1):
@@ -150,7 +151,7 @@ def test_one_expert_node_per_expert_is_the_gpus_expert_node() -> None:
                 d["nodes"].append(twin)
                 d["edges"] += [{**e, "target": twin["id"]} for e in d["edges"] if e["target"] == nid]
                 d["edges"] += [{**e, "source": twin["id"]} for e in d["edges"] if e["source"] == nid]
-    assert _errors(d) == set()
+    assert "EP-EXPERT-NODES-EQ-GPUS" in _errors(d)
     twice = copy.deepcopy(d)  # the same expert on both of a GPU's nodes is a copy, not a split
     for n in twice["nodes"]:
         if n["id"] == "r0.prefill.L0.e0b":

@@ -119,3 +119,37 @@ def test_search_survives_any_arguments(model, num_gpus, objective):
 def test_engine_translation_survives_any_input(command, engine):
     survives(import_command, command=command)
     survives(export_plan, plan=mutate(("parallel", "sp"), 2), engine=engine)
+
+
+SMALL_DAG = build_dag(plan={"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                            "parallel": {"tp": 2}}).dag
+DAG_FIELDS = st.sampled_from([("edges", "type"), ("edges", "source"), ("edges", "target"), ("nodes", "type"),
+                              ("nodes", "devices"), ("nodes", "id"), ("nodes", "heads"), ("nodes", "phase"),
+                              ("nodes", "layer"), ("nodes", "role")])
+
+
+@FUZZ
+@given(field=DAG_FIELDS, index=st.integers(0, 40), value=json_values)
+def test_dag_tools_survive_any_value_in_any_node_or_edge_field(field, index, value):
+    """An edge typed as an object or a list once raised TypeError (unhashable) in the draft reader."""
+    doc = copy.deepcopy(SMALL_DAG)
+    items = doc[field[0]]
+    items[index % len(items)][field[1]] = value
+    for fn in (validate_dag, autofix_dag):
+        survives(fn, dag=doc)
+
+
+@given(value=st.sampled_from([{"a": 1}, ["data"], [], {}]), where=st.sampled_from(["edges", "nodes"]))
+@settings(max_examples=8, deadline=None)
+def test_a_type_that_is_an_object_or_a_list_is_a_violation_not_a_crash(value, where):
+    doc = copy.deepcopy(SMALL_DAG)
+    doc[where][0]["type"] = value
+    result = validate_dag(dag=doc)
+    assert not result.valid and "STRUCT-KNOWN-TYPES" in {v.rule_id for v in result.violations}
+
+
+def test_autofix_of_a_dag_without_edges_answers() -> None:
+    """It raised KeyError('edges') when an in-place repair tried to add its first edge."""
+    doc = {k: v for k, v in copy.deepcopy(SMALL_DAG).items() if k != "edges"}
+    result = autofix_dag(dag=doc)
+    assert result.changes or result.violations

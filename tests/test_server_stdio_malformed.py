@@ -29,6 +29,8 @@ CASES: list[tuple[bytes, object, int | None]] = [
     (("[" * 5000 + "]" * 5000).encode(), None, -32700),
     (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"lookup_rule","arguments":'
      b'{"query":"\\ud800"}}}', 5, -32602),
+    (b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}', "\ud800", -32600),  # echoed as sent
+    (b'{"jsonrpc":"2.0","id":14,"method":"tools/\\udc00"}', 14, -32600),
     (b'{"jsonrpc":"1.0","id":6,"method":"tools/list"}', 6, -32600),
     (b'{"jsonrpc":"2.0","id":7,"method":7}', 7, -32600),
     (b'{"jsonrpc":"2.0","id":8}', 8, -32600),
@@ -55,6 +57,13 @@ def test_screen_passes_well_formed_messages() -> None:
     assert screen(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') is None
     assert screen(b'{"jsonrpc":"2.0","id":1,"result":{}}') is None  # a response to the server
     assert screen(b'{"jsonrpc":"2.0","method":"notifications/x","params":[1]}') == b""  # bad notification: no answer
+
+
+def test_a_lone_surrogate_id_is_answered_with_the_id_as_sent() -> None:
+    """The SDK drops such a line, so without the screen the client would wait forever."""
+    answer = screen(b'{"jsonrpc":"2.0","id":"a\\ud800","method":"tools/list"}')
+    assert answer is not None and b'"id":"a\\ud800"' in answer
+    assert json.loads(answer)["error"]["code"] == -32600
 
 
 def exchange(lines: list[bytes], answers: int) -> tuple[list[dict], bytes]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import build_dag, validate_dag
+from tools import autofix_dag, build_dag, validate_dag
 from tools.core.dag import MAX_NODES
 from tools.core.errors import PdagInputError
 
@@ -100,6 +100,28 @@ def test_node_limit_refused_at_once():
     dag = {"nodes": [{"id": f"n{i}", "type": "LinearNode", "devices": [0]} for i in range(MAX_NODES + 1)], "edges": []}
     r = validate_dag(dag=dag)
     assert [v.rule_id for v in r.violations] == ["STRUCT-NODE-LIMIT"]
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda nodes: {"nodes": nodes, "edges": []},
+    lambda nodes: {"graph": {"vertices": nodes, "links": []}},  # a draft's spelling, inside a wrapper
+    lambda nodes: {"dag": {"nodes": nodes}},  # a build_dag answer pasted whole
+])
+def test_an_oversized_document_is_refused_before_any_node_is_read(wrap, monkeypatch):
+    """Reading a 100,000-node draft took seconds only to refuse it; the size is now read off the lists' lengths."""
+    import tools.rules.validate as v
+
+    def unread(*_a, **_k):
+        raise AssertionError("the draft reader ran on an oversized document")
+
+    monkeypatch.setattr(v, "translate", unread)
+    monkeypatch.setattr(v, "check_json_value", unread)
+    doc = wrap([{"id": f"n{i}", "type": "LinearNode", "devices": [0]} for i in range(MAX_NODES + 1)])
+    r = validate_dag(dag=doc)
+    assert [x.rule_id for x in r.violations] == ["STRUCT-NODE-LIMIT"]
+    assert f"{MAX_NODES + 1:,} nodes" in r.violations[0].message
+    fixed = autofix_dag(dag=doc)
+    assert not fixed.valid and [x.rule_id for x in fixed.violations] == ["STRUCT-NODE-LIMIT"]
 
 
 def test_garbage_dag_never_crashes():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+import difflib
+import re
+from functools import cache, cached_property
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import knowledge
 from tools.core.absent import NullMeansAbsent
 from tools.core.engine_profile import EngineId
-from tools.core.errors import PdagInputError
+from tools.core.errors import PdagInputError, shown
 from tools.core.formats import WeightFormat
 from tools.core.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
 from tools.core.inputs import check_json_value
@@ -27,7 +30,8 @@ DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
 
 
 class _Strict(NullMeansAbsent):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "2", 2.0 and true are not the integer 2; a wrong type is an input error naming the field
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Degrees(_Strict):
@@ -226,6 +230,89 @@ def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInpu
     return PdagInputError(_field_path(first["loc"], root), problem, _allowed_for(first))
 
 
+_SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
+    (): Plan, ("parallel",): Degrees, ("phases",): Phases, ("phases", "prefill"): PhaseDegrees,
+    ("phases", "decode"): PhaseDegrees, ("hardware",): Hardware, ("workload",): Workload, ("options",): Options,
+    ("engine_options",): EngineOptions}
+_VOCABULARY_SECTION = {(): "plan", ("phases", "prefill"): "parallel", ("phases", "decode"): "parallel"}
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+@cache
+def _aliases(section: str) -> dict[str, str]:
+    table = knowledge.load_json("plan_vocabulary.json").get(section, {})
+    return {_key(alias): field for field, aliases in table.items() for alias in aliases}
+
+
+def _meant(where: tuple[str, ...], name: str) -> str | None:
+    """The field a misspelled or foreign field name means: an alias from knowledge/plan_vocabulary.json, else a
+    close spelling of one of the section's fields; None when nothing is close (e.g. 'cp', another strategy)."""
+    model = _SECTIONS.get(where)
+    if model is None or not isinstance(name, str):
+        return None
+    fields = list(model.model_fields)
+    section = _VOCABULARY_SECTION.get(where, where[-1] if where else "plan")
+    names = {**{_key(f): f for f in fields}, **{a: f for a, f in _aliases(section).items() if f in fields}}
+    near = difflib.get_close_matches(_key(name), list(names), n=1, cutoff=0.75)
+    return names[near[0]] if near else None
+
+
+_JSON_KINDS = {str: "text", bool: "a boolean", int: "an integer", float: "a number", list: "a list", dict: "an object",
+               type(None): "null"}
+
+
+def _what(kind: str) -> str:
+    return {"int_type": "an integer", "bool_type": "true or false", "string_type": "text", "float_type": "a number",
+            "list_type": "a list", "dict_type": "an object", "model_type": "an object", "model_attributes_type":
+            "an object"}.get(kind, kind.removesuffix("_type").replace("_", " "))
+
+
+def screen_plan(raw: dict[str, Any], root: str = "plan") -> None:
+    """Refuse, in one PdagInputError that lists every one of them, the mistakes of a plan that are mistakes of
+    input rather than of strategy: a value of the wrong type, a field name that spells another field, a model or
+    GPU preset that does not exist (both reported, so a fix of one does not reveal the other).  Every tool runs
+    this first, so each classifies these the same way; bounds and unknown strategies are left to the rules.
+    ``root`` prefixes the field paths ("" for a tool whose arguments are the plan's sections, as search's are)."""
+    problems: dict[str, tuple[str, str | None]] = {}
+    try:
+        Plan.model_validate(raw)
+    except ValidationError as exc:
+        wrong: dict[str, set[str]] = {}
+        for e in exc.errors(include_url=False):
+            path, kind = _field_path(e["loc"], "plan"), e["type"]
+            if kind.endswith("_type") and "input" in e:
+                wrong.setdefault(path, set()).add(_what(kind))
+                problems[path] = (f"expected {' or '.join(sorted(wrong[path]))}, got "
+                                  f"{_JSON_KINDS.get(type(e['input']), 'a value')} {shown(e['input'])}", None)
+            elif kind == "extra_forbidden":
+                where, name = tuple(str(x) for x in e["loc"][:-1]), e["loc"][-1]
+                meant = _meant(where, name)
+                if meant:
+                    problems[path] = (f"unknown field '{name}' (did you mean '{meant}'?)",
+                                      f"'{'.'.join((*where, meant))}' (the plan JSON Schema lists the fields)")
+    model, hardware = raw.get("model"), raw.get("hardware")
+    if isinstance(model, str):
+        try:
+            resolve_model(model)
+        except PdagInputError as exc:
+            problems["plan.model"] = (exc.problem, exc.allowed)
+    if isinstance(hardware, dict) and isinstance(hardware.get("gpu"), str):
+        try:
+            resolve_accelerator(hardware["gpu"])
+        except PdagInputError as exc:
+            problems["plan.hardware.gpu"] = (exc.problem, exc.allowed)
+    if problems:
+        if root != "plan":
+            problems = {".".join(x for x in (root, f.removeprefix("plan").lstrip(".")) if x): p
+                        for f, p in problems.items()}
+        (field, (problem, allowed)), *rest = problems.items()
+        also = [f"{f}: {p}" + (f" ({a})" if a else "") for f, (p, a) in rest]
+        raise PdagInputError(field, problem + ("; also " + "; ".join(also) if also else ""), allowed)
+
+
 def parse_plan(data: Plan | dict[str, Any]) -> Plan:
     """Validate a plan and resolve its model and GPU, raising PdagInputError with field paths."""
     if isinstance(data, Plan):
@@ -234,6 +321,7 @@ def parse_plan(data: Plan | dict[str, Any]) -> Plan:
         if not isinstance(data, dict):
             raise PdagInputError("plan", f"expected a JSON object, got {type(data).__name__}", "a plan object")
         check_json_value(data, "plan")
+        screen_plan(data)
         try:
             plan = Plan.model_validate(data)
         except ValidationError as exc:

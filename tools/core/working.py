@@ -627,28 +627,6 @@ def merge_rank_collectives(graph: nx.DiGraph) -> list[tuple[str, list[int], str]
     return merged
 
 
-def merge_expert_nodes(graph: nx.DiGraph) -> list[tuple[str, list[int], str]]:
-    """Merge the ExpertNodes one GPU runs for one layer, drawn one node per expert (same GPUs, same inputs and
-    outputs, disjoint ``experts``), into the one Expert node per GPU the rules count, in place."""
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for n, a in graph.nodes(data=True):
-        if a.get("type") == NodeType.EXPERT and isinstance(a.get("experts"), list) and a.get("devices"):
-            key = (tuple(a["devices"]), a.get("replica"), a.get("phase"), a.get("layer"), a.get("tp_rank"),
-                   frozenset(graph.predecessors(n)), frozenset(graph.successors(n)))
-            groups.setdefault(key, []).append(n)
-    merged = []
-    for _key, nodes in sorted(groups.items(), key=str):
-        held = [e for n in nodes for e in graph.nodes[n]["experts"]]
-        if len(nodes) < 2 or len(set(held)) != len(held):
-            continue
-        keep, rest = sorted(nodes)[0], sorted(nodes)[1:]
-        graph.remove_nodes_from(rest)
-        graph.nodes[keep]["experts"] = sorted(held)
-        merged.append((keep, sorted(held), f"ExpertNodes {', '.join(sorted(nodes)[:4])} on the same GPUs are the "
-                                           "experts one GPU runs"))
-    return merged
-
-
 def kv_hand_offs(graph: nx.DiGraph) -> list[tuple[str, str, str]]:
     """A SendRecvNode that carries only KV cache (from KV cache nodes, to KV cache or attention nodes) is the
     prefill-to-decode KV hand-off: read it as the KVTransferNode it stands for, in place."""

@@ -15,6 +15,7 @@ depends only on the draft, so the same draft always reads the same way.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from functools import cache
@@ -142,7 +143,7 @@ def _fields(raw: dict[str, Any], canonical: frozenset[str], kind: str,
 
 def _canonical_node(raw: dict[str, Any]) -> bool:
     """Already in pdag's vocabulary (every node pdag builds): nothing to read, and the common case on large DAGs."""
-    if not raw.keys() <= _NODE_FIELDS or raw.get("type") not in _NODE_TYPES:
+    if not raw.keys() <= _NODE_FIELDS or not isinstance(raw.get("type"), str) or raw.get("type") not in _NODE_TYPES:
         return False
     devs, phase, role = raw.get("devices"), raw.get("phase"), raw.get("role")
     return isinstance(devs, list) and all(type(d) is int for d in devs) and phase in (None, "prefill", "decode") \
@@ -155,6 +156,9 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
     if not isinstance(raw, dict) or _canonical_node(raw):
         return raw
     node, spare = _fields(raw, _NODE_FIELDS, "node", notes)
+    if isinstance(node.get("type"), dict | list):
+        node["type"] = _as_text(node["type"], notes)
+        return node
     if "type" not in node and isinstance(node.get("op"), str) and node_type(node["op"]):
         node["type"] = node.pop("op")  # "op": "attention" names the node's kind when nothing else does
         notes.add("node field 'op' as 'type'")
@@ -223,6 +227,13 @@ def _node(raw: Any, notes: _Notes, gpus_per_node: int = 8, mesh: Mesh | None = N
         node["meta"] = meta
         notes.add("unknown node fields kept in meta: " + ", ".join(sorted(spare)[:4]))
     return node
+
+
+def _as_text(value: dict[str, Any] | list[Any], notes: _Notes) -> str:
+    """A type written as an object or a list names no type: its JSON text goes on, so the schema refuses it
+    (STRUCT-KNOWN-TYPES) quoting what was written, and nothing downstream meets an unhashable type."""
+    notes.add("a type written as an object or a list kept as its JSON text")
+    return json.dumps(value, sort_keys=True)[:60]
 
 
 def _is_count(v: Any) -> bool:
@@ -356,7 +367,8 @@ _ARROW = re.compile(r"^\s*(.+?)\s*(?:->|→|=>|-->)\s*(.+?)\s*$")
 
 def _edge(raw: Any, notes: _Notes) -> Any:
     if isinstance(raw, dict) and raw.keys() <= _EDGE_FIELDS and isinstance(raw.get("source"), str) and \
-            isinstance(raw.get("target"), str) and raw.get("type", "data") in _EDGE_TYPES:
+            isinstance(raw.get("target"), str) and isinstance(raw.get("type", "data"), str) and \
+            raw.get("type", "data") in _EDGE_TYPES:
         return raw
     t = tables()
     if isinstance(raw, str):
@@ -386,7 +398,9 @@ def _edge(raw: Any, notes: _Notes) -> Any:
         if is_int(edge.get(k)):
             edge[k] = str(edge[k])
     et = edge.get("type")
-    if isinstance(et, str) and et not in EdgeType.__members__.values():
+    if isinstance(et, dict | list):
+        edge["type"] = _as_text(et, notes)
+    elif isinstance(et, str) and et not in EdgeType.__members__.values():
         canon = t["edge_types"].get(key(et))
         if canon:
             edge["type"] = canon

@@ -33,10 +33,6 @@ faithfully say some things differently from pdag's drawings; each reading below 
   execution of a single token") gets one between the phase and its first nodes;
 - **KV reads in decode**: a decode KV cache node's edge into the attention beside it is the cache read (``kv``),
   and so are an edge between a KV cache node and a KV transfer and a KV transfer's edge into a decode attention;
-- **pipeline edges as the stage hand-off**: the seeds' DAG primitives have no send/receive node; in a draft that
-  draws none, a stage's activations reach the next stage's GPUs along its explicit ``pipeline`` edge, so such an
-  edge from an operator on other GPUs gets the SendRecvNode pdag draws there (a draft that draws SendRecvNodes
-  elsewhere and omits one is judged as it stands);
 - **abbreviated stages**: where every PipelineStageNode states its layers ``[first, end)`` and draws the same
   number of them, the first few (and, in some drafts, its last one too), with no repeat count anywhere, each
   stage's last drawn layer of the first few stands for the ones not drawn (a ``repeat``); a stage drawn in full,
@@ -50,6 +46,8 @@ faithfully say some things differently from pdag's drawings; each reading below 
   ``[first, end)``, tile the experts from 0 without gap or overlap holds those ranges (read as ids, the shared
   ends would put one expert in two nodes).
 
+What is read here is spelling, never structure: a hand-off, collective or Expert node the draft does not draw is
+not drawn for it (a bare pipeline edge between stages is COMM-NO-IMPLICIT, which autofix repairs in place).
 Nothing here changes a draft that already states these (pdag's own drawings pass through unchanged), and every
 reading is noted.
 """
@@ -100,7 +98,6 @@ def make_explicit(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     _kv_reads(edges, by_id, done)
     edges = _cache_continuity(edges, by_id, done)
     _expert_ranges(nodes, done)
-    nodes, edges = _stage_hand_offs(nodes, edges, by_id, done)
     _abbreviated_stages(nodes, edges, by_id, done)
     nodes, edges = _replicas_by_attribute(nodes, edges, by_id, done)
     nodes, edges = _phase_containers(nodes, edges, by_id, done)
@@ -618,36 +615,6 @@ def _expert_ranges(nodes: list[dict[str, Any]], done: Counter[str]) -> None:
 def _devices(n: dict[str, Any]) -> set[int]:
     d = n.get("devices")
     return {x for x in d if isinstance(x, int)} if isinstance(d, list) else set()
-
-
-def _stage_hand_offs(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
-                     done: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    if any(n.get("type") == _SEND_RECV for n in nodes):
-        return nodes, edges  # a draft that draws hand-offs elsewhere and not here has left one out
-    out = []
-    added = []
-    taken = set(by_id)
-    for e in edges:
-        u, v = by_id.get(e["source"], {}), by_id.get(e["target"], {})
-        if e.get("type") != "pipeline" or u.get("type") in _CONTROL or T.SEND_RECV.value in (u.get("type"),
-                                                                                            v.get("type")):
-            out.append(e)
-            continue
-        src, dst = _devices(u), _devices(v)
-        if not src or not dst or dst <= src:
-            out.append(e)
-            continue
-        sid = f"{e['source']}.send"
-        while sid in taken:
-            sid += "_"
-        taken.add(sid)
-        added.append({"id": sid, "type": T.SEND_RECV.value, "devices": sorted(src | dst), "role": "stage_transfer",
-                      **({"phase": u["phase"]} if u.get("phase") else {})})
-        out += [{"source": e["source"], "target": sid, "type": "pipeline"},
-                {"source": sid, "target": e["target"], "type": "pipeline"}]
-        done["a pipeline edge to another stage's GPUs as the stage hand-off (SendRecvNode)"] += 1
-    by_id.update((n["id"], n) for n in added)
-    return nodes + added, out
 
 
 def _abbreviated_stages(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],

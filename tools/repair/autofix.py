@@ -23,6 +23,7 @@ from tools.core.dag import NodeType
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
 from tools.core.plan import Plan
+from tools.drafts.size import oversized
 from tools.repair.in_place import repair_in_place
 from tools.rules.registry import FIXERS, Change, Context, Violation
 from tools.rules.validate import load_dag, plan_violations
@@ -270,7 +271,7 @@ def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] |
     if (plan is None) == (dag is None):
         raise PdagInputError("plan" if plan is None else "dag", "give exactly one of plan or dag",
                              "autofix_dag(plan={...}) or autofix_dag(dag={...})")
-    if dag is not None:
+    if dag is not None and oversized(dag) is None:  # one over the size limit is refused unread by load_dag
         check_json_value(dag, "dag")
     with gc_paused():
         if plan is not None:
@@ -286,9 +287,14 @@ def _fix_dag(dag: Any) -> AutofixResult:
 
     ctx, _ = load_dag(dag)
     before = check(ctx)
+    if isinstance(dag, dict) and oversized(dag):  # refused unread: nothing to repair or rebuild from
+        left = [RemainingViolation(**v.model_dump(), reason="the document is over the size limit") for v in before]
+        return AutofixResult(valid=False, changes=[], dag=None, violations=left, input="dag",
+                             summary="not fixed: the document is over the size limit", notes=ctx.notes)
     notes: list[str] = []
     local: list[Change] = []
-    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list):
+    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list) \
+            and isinstance(dag.get("edges", []), list):
         fixed, local, patch, left = repair_in_place(dag)
         if local and not any(v.severity == "error" for v in left):
             return _in_place(fixed, local, patch, left, ctx.raw_plan)

@@ -27,7 +27,7 @@ class _Doc:
 
     def __init__(self, doc: dict[str, Any]) -> None:
         self.doc = doc
-        self.ids = {n.get("id") for n in doc["nodes"] if isinstance(n, dict)}
+        self.ids = {n["id"] for n in doc["nodes"] if isinstance(n, dict) and isinstance(n.get("id"), str)}
         self.patch: list[dict[str, Any]] = []
 
     def fresh(self, base: str) -> str:
@@ -44,11 +44,14 @@ class _Doc:
 
     def add_edge(self, u: str, v: str, t: str = "data") -> None:
         e = {"source": u, "target": v, "type": t}
+        if "edges" not in self.doc:  # a document of nodes alone: its first edge opens the list
+            self.doc["edges"] = []
+            self.patch.append({"op": "add", "path": "/edges", "value": []})
         self.doc["edges"].append(e)
         self.patch.append({"op": "add", "path": "/edges/-", "value": e})
 
     def remove_edge(self, u: str, v: str) -> None:
-        for i, e in enumerate(self.doc["edges"]):
+        for i, e in enumerate(self.doc.get("edges", [])):
             if isinstance(e, dict) and e.get("source") == u and e.get("target") == v:
                 del self.doc["edges"][i]
                 self.patch.append({"op": "remove", "path": f"/edges/{i}"})

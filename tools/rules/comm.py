@@ -39,12 +39,18 @@ def _group_join(ctx: Context, v: str) -> frozenset[int]:
 
 @checker("COMM-NO-IMPLICIT")
 def check_no_implicit(ctx: Context) -> Iterator[Finding]:
-    """data/kv edge u -> v, neither a communication node (containers seen through): v's GPUs within u's."""
+    """data/kv/pipeline edge u -> v into a non-communication node (containers seen through): v's GPUs within
+    u's.  A collective u handing over to another stage counts with its own GPUs: it leaves its result where it
+    ran, so an AllReduce on one stage's GPUs feeding the next stage's is a hand-off with no SendRecv (seed 001
+    section 8: all communication is explicit)."""
     prod = _producers(ctx) if ctx.acyclic else {}
     bad: list[tuple[str, str, frozenset[int]]] = []
     for u, v, t in ctx.data_edges():
-        if t not in ("data", "kv") or ctx.is_comm(u) or ctx.is_comm(v) or ctx.types[v] in CONTROL_TYPES:
+        if t not in ("data", "kv", "pipeline") or ctx.is_comm(v) or ctx.types[v] in CONTROL_TYPES:
             continue
+        if ctx.is_comm(u) and (ctx.types[u] in (NodeType.SEND_RECV, NodeType.KV_TRANSFER) or (
+                t != "pipeline" and ctx.key(u, "stage")[0] == ctx.key(v, "stage")[0])):
+            continue  # inside a stage a collective's consumers are judged by COMM-EXPLICIT-COLLECTIVES
         if ctx.types[u] in CONTROL_TYPES:
             srcs = prod.get(u, frozenset())
             if not srcs:

@@ -123,21 +123,27 @@ def check_nodes_eq_gpus(ctx: Context) -> Iterator[Finding]:
             yield Finding(f"MoE layer {key}: Expert node {empty[0]} holds no expert; each Expert node holds >= 1",
                           empty)
             return
-        ranks = {ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x for x in experts}
         if ctx.layout is not None and key[1] in ctx.layout.phases:
             want = ctx.layout.phases[key[1]].ep
-        if want is not None and len(ranks) != want:
+        ranks = {ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x for x in experts}
+        if want is not None and len(ranks) != want:  # an Expert node split by expert TP is one rank
             yield Finding(f"MoE layer {key} has {len(ranks)} Expert nodes but ep = {want}; there is one Expert node "
                           "per EP GPU", experts)
             return
-        by_dev: dict[int, set[Any]] = defaultdict(set)
+        # nodes, not ranks: normalization ranks Expert nodes by GPU, so two on one GPU share a rank and would be
+        # counted (and priced) as one, silently merged; seed 000 section 3.4: Expert nodes = GPUs
+        by_dev: dict[int, set[str]] = defaultdict(set)
         for x in experts:
             for d in ctx.devices[x]:
-                by_dev[d].add(ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x)
-        shared = [d for d, rs in by_dev.items() if len(rs) > 1]
+                by_dev[d].add(x)
+        shared = sorted(d for d, xs in by_dev.items() if len(xs) > 1)
         if shared:
-            yield Finding(f"MoE layer {key}: several Expert nodes share GPU {shared[0]}; an Expert node is the set of "
-                          "experts on one GPU", experts)
+            on = sorted(by_dev[shared[0]])
+            gpus = sorted(by_dev)
+            yield Finding(f"MoE layer {key}: {len(experts)} Expert nodes on {len(gpus)} GPU(s); {', '.join(on[:3])} "
+                          f"share GPU {shared[0]}. An Expert node is the set of experts on one GPU (Expert nodes = "
+                          "GPUs)", on, hint=f"draw one Expert node per GPU, listing all the experts that GPU holds "
+                          f"(merge {', '.join(on[:3])} into one)")
             return
 
 

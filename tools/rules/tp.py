@@ -55,6 +55,8 @@ def tp_chained(ctx: Context, s: str, v: str) -> bool:
     section 3.1 allows (TP on the Linear nodes of one compute node)."""
     if ctx.types[v] not in TP_OK_TYPES - {NodeType.KV_CACHE} or ctx.key(v, "layer") != ctx.key(s, "layer"):
         return False
+    if NodeType.LINEAR not in (ctx.types[s], ctx.types[v]) and ctx.types[s] != ctx.types[v]:
+        return False  # attention -> FFN is two operators: the attention's partial sums are reduced in between
     if ctx.attr(v, "tp_rank") is None and ctx.attr(s, "tp_rank") is None:
         # the same split drawn one node per operator over the whole TP group (QKV -> attention -> output
         # projection, each over the same GPUs): still one operator's shards, joined after the last

@@ -24,19 +24,19 @@ from tools.core.inputs import check_json_value
 from tools.core.layout import Layout
 from tools.core.models import resolve_model
 from tools.core.normalize import Inference, normalize
-from tools.core.plan import Plan, parse_plan
+from tools.core.plan import Plan, parse_plan, screen_plan
 from tools.core.working import (
     WorkingDag,
     apply_layer_folds,
     fold_drawn_replicas,
     folds_from_repeat,
     kv_hand_offs,
-    merge_expert_nodes,
     merge_rank_collectives,
     read_folds,
 )
 from tools.drafts.dialect import read_legend, translate
 from tools.drafts.implicit import make_explicit
+from tools.drafts.size import oversized
 from tools.drafts.vocabulary import closest_types, is_int
 from tools.rules.causes import group_causes
 from tools.rules.registry import CHECKERS, Context, Violation
@@ -147,6 +147,11 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if not isinstance(dag, dict):
         raise PdagInputError("dag", f"expected a DAG JSON object, got {type(dag).__name__}",
                              "an object with 'nodes' and 'edges' (see the published DAG JSON Schema)")
+    too_big = oversized(dag)
+    if too_big:
+        ctx = Context()
+        ctx.schema_errors.append(("STRUCT-NODE-LIMIT", *too_big))
+        return ctx, []
     claims: dict[str, Any] = {}
     # short keys explained in a legend, read before a pasted "dag" block is unwrapped: the legend sits beside it
     dag, legend_read = read_legend(dag)
@@ -229,7 +234,6 @@ def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) 
     reps: list[Any] = []
     lays: list[Any] = []
     merged = merge_rank_collectives(g)
-    experts = merge_expert_nodes(g)
     hand_offs = kv_hand_offs(g)
     if folds is None:  # nodes that say how many layers they stand for mean the folds they do not state
         folds = folds_from_repeat(g)
@@ -238,7 +242,6 @@ def working_of(g: nx.DiGraph, folds: Any, problems: list[tuple[str, str, str]]) 
         problems.extend(("STRUCT-SCHEMA", path, msg) for path, msg in bad)
     g, inferences = normalize(g, lays)
     inferences = ([Inference(n, "devices", devs, why) for n, devs, why in merged]
-                  + [Inference(n, "experts", held, why) for n, held, why in experts]
                   + [Inference(n, "type", t, why) for n, t, why in hand_offs] + inferences)
     if folds is None:
         return WorkingDag(g, fold_drawn_replicas(g), inferences=inferences)
@@ -255,6 +258,8 @@ def plan_context(plan: Plan | dict[str, Any], build: bool = True) -> tuple[Conte
         raw = without_nulls(Plan, plan)  # the raw-dict rules read null as absent, as the Plan model does
     else:
         raise PdagInputError("plan", f"expected a plan JSON object, got {type(plan).__name__}", "a plan object")
+    if isinstance(plan, dict):
+        screen_plan(raw)  # wrong types, misspelled fields, unknown presets: input errors, as in every tool
     ctx = Context(raw_plan=raw)
     early = run_checkers(ctx, ["raw"])
     if early:
@@ -339,7 +344,7 @@ def validate_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] 
     """Check a plan (dict or Plan) or a DAG (node-link JSON) against every rule of the catalog.
 
     Raises PdagInputError only when the input is not a plan or a DAG at all (naming the field)."""
-    if dag is not None:
+    if dag is not None and oversized(dag) is None:  # one over the size limit is refused unread by load_dag
         check_json_value(dag, "dag")
     with gc_paused():  # tens of thousands of small acyclic objects: the cyclic GC would rescan them all
         return _validate(plan, dag)

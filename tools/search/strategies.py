@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tools.core.errors import PdagInputError
 from tools.core.layout import Layout
 from tools.core.memory import memory_report
-from tools.core.plan import Hardware, Plan, Workload, parse_plan, validation_error_to_input_error
+from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
 from tools.estimate.headline import Headline, headline
@@ -824,6 +824,8 @@ def search_strategies(
         raise PdagInputError("latency_metric", f"unknown metric {latency_metric!r}", "e2e, tpot, ttft")
     if not isinstance(top_k, int) or not 1 <= top_k <= 100:
         raise PdagInputError("top_k", f"expected an integer in 1..100, got {top_k!r}", "1..100")
+    if isinstance(hardware, dict) and isinstance(workload or {}, dict):  # the plan tools' screen: one verdict
+        screen_plan({"model": model, "hardware": hardware, "workload": workload or {}}, root="")
     try:
         hw = Hardware.model_validate(hardware)
         wl = Workload.model_validate(workload or {})
