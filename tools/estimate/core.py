@@ -629,7 +629,7 @@ def _parse_sla(sla: Sla | dict[str, Any] | None) -> Sla | None:
 def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) -> list[str]:
     wl = plan.workload
     e = model.eff
-    out = [
+    out = [f"model: {n}" for n in plan.spec.notes] + [
         f"roofline per kernel: time = (t_compute^p + t_memory^p)^(1/p) + launch overhead, p = "
         f"{e['roofline_blend_exponent']:g} (no perfect overlap of loads and math near the ridge point); "
         f"GEMMs run in {model.gemm_dtype}, attention in 16-bit",
