@@ -34,7 +34,7 @@ GLM45 = {
 
 
 @pytest.mark.parametrize("key,tolerance", [
-    ("llama-4-maverick", 0.01), ("deepseek-v3.1", 0.01), ("deepseek-r1", 0.01), ("kimi-k2", 0.01),
+    ("llama-4-maverick", 0.01), ("deepseek-v3.1", 0.01), ("kimi-k2", 0.01),
     ("qwen3-32b", 0.01), ("gemma-3-27b", 0.01), ("gemma-2-27b", 0.01),
     # Meta's 109B counts the vision encoder too (~0.8B), which pdag leaves out of the language model
     ("llama-4-scout", 0.015),
@@ -136,9 +136,9 @@ def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
 
 
 @pytest.mark.parametrize("name,key", [
-    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("Qwen/Qwen3-32B-FP8", "qwen3-32b"),
-    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-r1"),
+    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"), ("google/gemma-3-27b-it", "gemma-3-27b"),
 ])
 def test_hugging_face_repo_ids_resolve_to_presets(name: str, key: str) -> None:
