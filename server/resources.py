@@ -115,7 +115,8 @@ def register_resources(server: MCPServer) -> None:
         out = []
         for gid in accelerator_ids():
             a = load_accelerator(gid)
-            out.append({"id": gid, "uri": f"pdag://hardware/{gid}", "name": a.name, "memory_bytes": a.memory_bytes})
+            out.append({"id": gid, "uri": f"pdag://hardware/{gid}", "name": a.name, "memory_bytes": a.memory_bytes,
+                        "memory": a.memory_label(), "capacity_bytes": a.capacity_bytes})
         return _json(out)
 
     @server.resource("pdag://hardware/{gpu_id}", name="accelerator", title="One accelerator preset", mime_type=JSON)

@@ -52,7 +52,7 @@ def test_preset_loads_with_sources(gid: str) -> None:
     for fig in ("memory_bytes", "memory_bandwidth_bytes_per_s", "dense_tflops.bf16"):
         assert acc.sources[fig].startswith("https://")
     assert acc.intra_node.bandwidth_bytes_per_s > acc.inter_node.bandwidth_bytes_per_s
-    assert acc.peak_flops("bf16") > 1e14
+    assert acc.peak_flops("bf16") > 5e13  # A10G: 70 TFLOPS
 
 
 @pytest.mark.parametrize("gid", accelerator_ids())
@@ -156,3 +156,58 @@ def test_nvl72_racks_keep_tp_and_wide_ep_on_nvlink():
         rack = estimate_performance(plan).decode_latency_ms_per_token
         apart = estimate_performance({**plan, "hardware": {**plan["hardware"], "gpu": trays}})
         assert rack < apart.decode_latency_ms_per_token
+
+
+NEW_IN_ISSUE_39 = ["a10g", "l4", "l20", "h20", "h800", "a800", "mi355x", "b300", "rtx-pro-6000"]
+
+
+def test_issue_39_accelerators_present() -> None:
+    assert set(NEW_IN_ISSUE_39) <= set(accelerator_ids())
+
+
+@pytest.mark.parametrize("gid", accelerator_ids())
+def test_memory_in_the_vendors_unit(gid: str) -> None:
+    """Every entry stores the vendor's stated capacity in bytes of the unit it names (80 GB = 80e9, never a
+    driver total); the driver's figure, where a paste gives it, sits apart in whole MiB and is what checks use."""
+    acc = load_accelerator(gid)
+    unit = 10**9 if acc.memory_unit == "GB" else 2**30
+    stated = acc.memory_bytes / unit
+    assert stated == pytest.approx(round(stated, 1), abs=1e-9), (gid, stated)  # a figure a datasheet prints
+    assert acc.sources["memory_bytes"].startswith("https://")
+    if acc.driver_memory_bytes is not None:
+        assert acc.driver_memory_bytes % 2**20 == 0, gid  # nvidia-smi / rocm-smi totals are whole MiB
+        assert 0.9 < acc.driver_memory_bytes / acc.memory_bytes < 1.1, gid
+        assert acc.sources["driver_memory_bytes"].startswith("https://")
+        assert acc.capacity_bytes == acc.driver_memory_bytes
+    else:
+        assert acc.capacity_bytes == acc.memory_bytes
+    assert "GiB" in acc.memory_label() and acc.memory_unit in acc.memory_label()
+
+
+def test_driver_totals_kept_as_capacity() -> None:
+    """Moving the vendor's GB into memory_bytes must not move a capacity check: H100's budget stays 81559 MiB."""
+    h100 = load_accelerator("h100-sxm")
+    assert h100.memory_bytes == 80 * 10**9
+    assert h100.capacity_bytes == 81559 * 2**20
+    assert h100.memory_label() == "80 GB (driver: 79.6 GiB)"
+    assert load_accelerator("mi300x").capacity_bytes == 206_141_652_992  # rocm-smi, bytes
+
+
+def test_fp4_native_accelerators_state_an_fp4_peak() -> None:
+    from tools.core.formats import fp4_native
+
+    for gid in fp4_native():
+        acc = load_accelerator(gid)
+        assert acc.dense_tflops.fp4 is not None and acc.dense_tflops.fp4 > acc.dense_tflops.fp8, gid  # type: ignore[operator]
+        assert "dense_tflops.fp4" in acc.sources
+
+
+def test_export_cut_parts_keep_their_cut_links() -> None:
+    """H800 and A800 are H100 and A100 with NVLink cut to 400 GB/s both ways; H20 keeps H100's NVLink but a
+    fraction of its compute."""
+    h100, h800, h20 = (load_accelerator(g) for g in ("h100-sxm", "h800", "h20"))
+    assert h800.intra_node.bandwidth_bytes_per_s == 200e9 < h100.intra_node.bandwidth_bytes_per_s
+    assert h800.peak_flops("bf16") == h100.peak_flops("bf16")
+    assert h20.intra_node.bandwidth_bytes_per_s == h100.intra_node.bandwidth_bytes_per_s
+    assert h20.peak_flops("fp8") < h100.peak_flops("fp8") / 6
+    assert load_accelerator("a800").intra_node.bandwidth_bytes_per_s == 200e9

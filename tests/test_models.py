@@ -199,11 +199,23 @@ def test_wrong_types_and_values_named() -> None:
     assert info.value.field == "model.hf_config.num_attention_heads"
 
 
-def test_unknown_model_type_lists_supported() -> None:
+def test_unknown_model_type_is_read_generically_with_a_note() -> None:
+    """An unknown model_type with the standard fields is read as a Llama-style decoder, and the note names every
+    field the reading did not use; one whose fields change memory or time (a state size) is refused by name."""
+    spec = from_hf_config(dict(LLAMA_8B, model_type="newdecoder", rope_theta=5e5, some_flag=True))
+    assert spec.family == "generic" and spec.param_count() == from_hf_config(LLAMA_8B).param_count()
+    note = " ".join(spec.notes)
+    assert "newdecoder" in note and "some_flag" in note and "rope_theta" in note and "hidden_size" not in note
     with pytest.raises(PdagInputError) as info:
-        from_hf_config(dict(LLAMA_8B, model_type="mamba", architectures=["MambaForCausalLM"]))
-    assert info.value.field == "hf_config.model_type"
+        from_hf_config(dict(LLAMA_8B, model_type="mamba", architectures=["MambaForCausalLM"], ssm_state_size=16))
+    assert info.value.field == "hf_config.ssm_state_size"
     assert info.value.allowed and "llama" in info.value.allowed and "deepseek_v3" in info.value.allowed
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(LLAMA_8B, model_type="newdecoder", sliding_window=4096))
+    assert info.value.field == "hf_config.sliding_window"
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config({"model_type": "mamba", "hidden_size": 64})
+    assert info.value.field == "hf_config.model_type"
     with pytest.raises(PdagInputError):
         from_hf_config("not a dict")  # type: ignore[arg-type]
 

@@ -58,14 +58,15 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     rows = []
     for gid in accelerator_ids():
         a = load_accelerator(gid)
-        rows.append({"id": gid, "memory_gb": a.memory_bytes / 1e9, "hbm_tb_s": a.memory_bandwidth_bytes_per_s / 1e12,
+        rows.append({"id": gid, "memory_gb": a.memory_bytes / 1e9, "memory": a.memory_label(),
+                     "capacity_gib": a.capacity_bytes / 2**30, "hbm_tb_s": a.memory_bandwidth_bytes_per_s / 1e12,
                      "bf16_tflops": a.dense_tflops.bf16, "fp8_tflops": a.dense_tflops.fp8,
                      "intra_node": f"{a.intra_node.kind} {a.intra_node.bandwidth_bytes_per_s / 1e9:g} GB/s"})
     if args.json:
         print(json.dumps(rows))
     else:
         for r in rows:
-            print(f"{r['id']:<12} {r['memory_gb']:>6.0f} GB  {r['hbm_tb_s']:>5.2f} TB/s  bf16 {r['bf16_tflops']} TFLOPS"
+            print(f"{r['id']:<13} {r['memory']:<26} {r['hbm_tb_s']:>5.2f} TB/s  bf16 {r['bf16_tflops']} TFLOPS"
                   f"  fp8 {r['fp8_tflops']}  {r['intra_node']}")
     return 0
 

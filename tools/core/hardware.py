@@ -68,13 +68,22 @@ class DenseTflops(_Frozen):
     fp8: float | None = Field(default=None, ge=1e-3, le=1e7)
     int8: float | None = Field(default=None, ge=1e-3, le=1e7)
     int4: float | None = Field(default=None, ge=1e-3, le=1e7)
+    fp4: float | None = Field(default=None, ge=1e-3, le=1e7,
+                              description="FP4 tensor peak where the vendor states one; a datasheet figure, not a "
+                                          "plan dtype (4-bit formats are priced as quantization.json says)")
 
 
 class Accelerator(_Frozen):
     id: str = Field(min_length=1, max_length=200)
     name: str = Field(min_length=1, max_length=200)
     vendor: str = Field(default="unknown", max_length=100)
-    memory_bytes: int = Field(gt=0, le=10**14)
+    memory_bytes: int = Field(gt=0, le=10**14, description="capacity as the vendor states it, in bytes "
+                              "(memory_unit: 80 GB = 80e9 bytes; a GiB figure = n * 2**30)")
+    memory_unit: Literal["GB", "GiB"] = Field("GB", description="the unit the vendor states memory in")
+    driver_memory_bytes: int | None = Field(
+        default=None, gt=0, le=10**14,
+        description="device total as the driver reports it (nvidia-smi / rocm-smi), where a public paste gives "
+                    "it; engines size their memory fraction against it, so capacity checks use it when known")
     memory_bandwidth_bytes_per_s: float = Field(ge=1e6, le=1e15, description=">= 1 MB/s")
     dense_tflops: DenseTflops
     intra_node: Link
@@ -92,6 +101,19 @@ class Accelerator(_Frozen):
         if all(getattr(self.dense_tflops, d) is None for d in DTYPE_BYTES):
             raise ValueError("dense_tflops needs at least one supported dtype")
         return self
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes a serving engine can budget on one GPU: the driver's total when known, else the vendor's."""
+        return self.driver_memory_bytes or self.memory_bytes
+
+    def memory_label(self) -> str:
+        """The vendor's figure in its own unit, with the GiB the driver shows (capacity checks use the latter)."""
+        unit = 10**9 if self.memory_unit == "GB" else 2**30
+        stated = f"{self.memory_bytes / unit:.4g} {self.memory_unit}"
+        if self.driver_memory_bytes:
+            return f"{stated} (driver: {self.driver_memory_bytes / 2**30:.1f} GiB)"
+        return f"{stated} ({self.memory_bytes / 2**30:.1f} GiB)"
 
     def supported_dtypes(self) -> list[str]:
         return [d for d in DTYPE_BYTES if getattr(self.dense_tflops, d) is not None]

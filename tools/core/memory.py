@@ -374,7 +374,7 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
     layout = layout or Layout(plan)
     eff = plan_efficiency(plan, efficiency)
     spec, wl = plan.spec, plan.workload
-    cap = float(plan.accelerator.memory_bytes)
+    cap = float(plan.accelerator.capacity_bytes)
     reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
     chunk = int(eff["prefill_chunk_tokens"])
     pools = _pools(plan, layout, eff)

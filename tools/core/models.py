@@ -58,14 +58,35 @@ MAX_LORA_RANK = 1_000_000
 # model_type -> family. Architectures are mapped to a model_type when model_type is absent.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "llama": "llama",
+    "llama4_text": "llama4",
     "mistral": "mistral",
+    "ministral": "mistral",
+    "ministral3": "mistral",
     "mixtral": "mixtral",
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "qwen3_moe": "qwen3_moe",
     "deepseek_v2": "deepseek",
     "deepseek_v3": "deepseek",
+    "kimi_k2": "deepseek",
+    "glm4_moe": "glm4_moe",
     "gpt_oss": "gpt_oss",
+    "gemma2": "gemma",
+    "gemma3_text": "gemma",
+    "phi3": "phi3",
+    "olmo2": "olmo2",
+}
+# Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
+# Families pdag does not price yet, with the field whose meaning it would otherwise drop.
+REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
+    "deepseek_v32": ("index_topk", "DeepSeek-V3.2's sparse attention indexer (its own KV and top-k cost)"),
+    "qwen3_next": ("layer_types", "Qwen3-Next's gated DeltaNet linear-attention layers (a recurrent state)"),
+    "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
+    "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
+    "nemotron_h": ("hybrid_override_pattern", "Nemotron-H's Mamba-2 layers (a recurrent state)"),
+    "falcon_h1": ("mamba_d_ssm", "Falcon-H1's parallel Mamba-2 heads (a recurrent state)"),
+    "granitemoehybrid": ("layer_types", "Granite-4's Mamba-2 layers (a recurrent state)"),
 }
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
@@ -77,6 +98,12 @@ _ARCHITECTURES: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "Llama4ForCausalLM": "llama4_text",
+    "Glm4MoeForCausalLM": "glm4_moe",
+    "Phi3ForCausalLM": "phi3",
+    "Olmo2ForCausalLM": "olmo2",
 }
 
 
@@ -151,7 +178,11 @@ class ModelSpec(BaseModel):
     attention_bias: bool = False  # biases on the q/k/v projections
     attention_out_bias: bool = False  # bias on the output projection
     mlp_bias: bool = False  # biases in the dense FFN
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma-3, GLM-4.5)
+    qk_norm_full: bool = False  # RMSNorm over the whole q and k projections (OLMo-2) instead of per head
+    norms_per_layer: int = Field(default=2, ge=1, le=8)  # Gemma-2/3 have four (pre and post attention and FFN)
+    local_attention: Literal["sliding", "chunked"] = "sliding"  # what the windowed layers do (Llama-4: chunked)
+    notes: tuple[str, ...] = ()  # what the reading left out or assumed (vision tower, unread fields)
     attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)  # DeepSeek MTP modules, never counted
     hf_repo: str | None = None
@@ -217,8 +248,8 @@ class ModelSpec(BaseModel):
         return self.hidden_size
 
     def layer_norm_params(self) -> int:
-        """The two RMSNorms of a decoder block (before attention, before the FFN/MoE)."""
-        return 2 * self.hidden_size
+        """The RMSNorms of a decoder block: two (before attention, before the FFN/MoE), four in Gemma-2/3."""
+        return self.norms_per_layer * self.hidden_size
 
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
@@ -248,6 +279,8 @@ class ModelSpec(BaseModel):
             total += h
         if self.qk_norm:
             total += 2 * self.head_dim
+        if self.qk_norm_full:
+            total += q_out + kv_out
         if self.attention_sinks:
             total += self.num_heads
         return total
@@ -408,7 +441,8 @@ class _Cfg:
         return tuple(sorted(set(value)))
 
 
-def _detect_model_type(raw: dict[str, Any], prefix: str) -> str:
+def _detect_model_type(raw: dict[str, Any], prefix: str) -> tuple[str, bool]:
+    """The config's model_type and whether it is read generically (no family reader, standard fields)."""
     supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
     mt = raw.get("model_type")
     if mt is None:
@@ -416,13 +450,28 @@ def _detect_model_type(raw: dict[str, Any], prefix: str) -> str:
         if isinstance(archs, list):
             for arch in archs:
                 if arch in _ARCHITECTURES:
-                    return _ARCHITECTURES[arch]
+                    return _ARCHITECTURES[arch], False
         raise PdagInputError(f"{prefix}.model_type", "missing (and no known entry in architectures)",
                              f"supported model types: {supported}")
-    if not isinstance(mt, str) or mt not in SUPPORTED_MODEL_TYPES:
-        raise PdagInputError(f"{prefix}.model_type", f"unsupported model type {mt!r}",
+    if not isinstance(mt, str):
+        raise PdagInputError(f"{prefix}.model_type", f"expected a string, got {shown(mt)}",
                              f"supported model types: {supported}")
-    return mt
+    if mt in SUPPORTED_MODEL_TYPES:
+        return mt, False
+    if mt in REFUSED_MODEL_TYPES:
+        field, what = REFUSED_MODEL_TYPES[mt]
+        raise PdagInputError(f"{prefix}.{field}", f"{what} is not priced yet; pdag refuses rather than price it "
+                             "as full attention", f"supported model types: {supported}")
+    if mt in WRAPPER_MODEL_TYPES:
+        raise PdagInputError(f"{prefix}.text_config", f"a {mt} checkpoint keeps its language model under "
+                             "text_config, which is missing", "the config.json with its text_config")
+    if all(raw.get(k) is not None for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                             "vocab_size", "intermediate_size")):
+        _refuse_generic(raw, prefix)
+        return mt, True
+    raise PdagInputError(f"{prefix}.model_type", f"unsupported model type {shown(mt)} without the standard fields "
+                         "(num_hidden_layers, hidden_size, num_attention_heads, vocab_size, intermediate_size)",
+                         f"supported model types: {supported}")
 
 
 def _quant_config(c: Any) -> dict[str, Any]:
@@ -467,25 +516,41 @@ def from_hf_config(
         raise PdagInputError(prefix, f"expected a JSON object, got {type(config).__name__}",
                              "a Hugging Face config.json object")
     raw = config
-    # Multimodal wrappers keep the language model under text_config.
+    notes: list[str] = []
+    # Multimodal wrappers keep the language model under text_config; the vision tower is not priced.
     if "num_hidden_layers" not in raw and isinstance(raw.get("text_config"), dict):
-        raw = raw["text_config"]
+        outer = raw.get("model_type")
+        raw = {**raw["text_config"]}
         prefix = f"{prefix}.text_config"
-    model_type = _detect_model_type(raw, prefix)
+        if "tie_word_embeddings" not in raw and isinstance(config.get("tie_word_embeddings"), bool):
+            raw["tie_word_embeddings"] = config["tie_word_embeddings"]  # Gemma-3 and Mistral-3 state it outside
+        if "quantization_config" not in raw and isinstance(config.get("quantization_config"), dict):
+            raw["quantization_config"] = config["quantization_config"]
+        if "model_type" not in raw and outer in WRAPPER_MODEL_TYPES:
+            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}[outer]
+        if isinstance(config.get("vision_config"), dict):
+            notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
+                         "time are the language model's, serving text prompts")
+    model_type, generic = _detect_model_type(raw, prefix)
     c = _Cfg(raw, prefix)
+    if generic:
+        notes.append(_generic_note(raw, model_type, prefix))
+    gemma = model_type in ("gemma2", "gemma3_text")
 
     num_layers = c.int("num_hidden_layers", hi=MAX_LAYERS)
     hidden = c.int("hidden_size", hi=MAX_HIDDEN)
     num_heads = c.int("num_attention_heads", hi=MAX_HEADS)
     num_kv_heads = c.int("num_key_value_heads", default=num_heads, hi=MAX_HEADS)
-    vocab = c.int("vocab_size", hi=MAX_VOCAB)
-    max_pos = c.int("max_position_embeddings", default=4096, hi=MAX_POSITIONS)
+    # Gemma-3's published configs leave the vocabulary and context at the library's defaults.
+    vocab = c.int("vocab_size", default=_default(model_type, "vocab_size"), hi=MAX_VOCAB)
+    max_pos = c.int("max_position_embeddings", default=_default(model_type, "max_position_embeddings") or 4096,
+                    hi=MAX_POSITIONS)
     if num_kv_heads > num_heads or num_heads % num_kv_heads:
         raise PdagInputError(c.path("num_key_value_heads"),
                              f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
                              f"a divisor of {num_heads}")
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3"):
+    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         if hidden % num_heads:
             raise PdagInputError(c.path("num_attention_heads"),
                                  f"{num_heads} heads do not divide hidden_size {hidden} "
@@ -493,11 +558,13 @@ def from_hf_config(
                                  f"a divisor of {hidden}, or an explicit head_dim")
         head_dim = hidden // num_heads
 
-    tie = c.bool("tie_word_embeddings", False)
+    tie = c.bool("tie_word_embeddings", gemma)  # Gemma ties its embeddings unless the config says otherwise
     attention_bias = c.bool("attention_bias", False)
     attention_out_bias = attention_bias
     mlp_bias = c.bool("mlp_bias", False)
-    qk_norm = False
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text")
+    qk_norm_full = model_type == "olmo2"
+    norms = 4 if gemma else 2
     sinks = False
     mla: MLASpec | None = None
     moe: MoESpec | None = None
@@ -505,16 +572,18 @@ def from_hf_config(
     mtp = 0
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
+    local: Literal["sliding", "chunked"] = "sliding"
 
     def all_layers() -> tuple[int, ...]:
         return tuple(range(num_layers))
 
-    if model_type in ("llama", "mistral", "qwen2", "qwen3"):
+    if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
+                                 "gemma3_text", "phi3", "olmo2"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
-    if model_type in ("qwen3", "qwen3_moe"):
-        qk_norm = True
+    if gemma:
+        notes.append("Gemma soft-capping and query_pre_attn_scalar change numerics only, not bytes or FLOPs")
 
     if model_type == "mixtral":
         n_exp = c.int("num_local_experts", hi=MAX_EXPERTS)
@@ -534,17 +603,13 @@ def from_hf_config(
             raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense",
                                  "a positive integer")
         moe = _moe(c, n_exp, k, expert_i, 0, 0, layers, False, False)
-    elif model_type in ("deepseek_v2", "deepseek_v3"):
+    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         mla = _mla(c)
         head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
-        if model_type == "deepseek_v3":
+        if model_type != "deepseek_v2":
             mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
         if c.has("n_routed_experts"):
-            n_exp = c.int("n_routed_experts", hi=MAX_EXPERTS)
-            k = c.int("num_experts_per_tok", hi=MAX_EXPERTS)
-            expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
-            n_shared = c.int("n_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
             first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
             freq = raw.get("moe_layer_freq", 1)
             if isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
@@ -552,8 +617,28 @@ def from_hf_config(
             else:
                 f = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
-            router_bias = model_type == "deepseek_v3" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
-            moe = _moe(c, n_exp, k, expert_i, n_shared, n_shared * expert_i, layers, router_bias, False)
+            router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
+            moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "glm4_moe":
+        intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        attention_out_bias = False  # q/k/v biases only (attention_bias); o_proj has none
+        qk_norm = c.bool("use_qk_norm", False)
+        mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+        first_dense = c.int("first_k_dense_replace", default=1, lo=0, hi=MAX_LAYERS)
+        moe = _shared_moe(c, tuple(range(min(first_dense, num_layers), num_layers)), True)
+    elif model_type == "llama4_text":
+        intermediate = c.int("intermediate_size_mlp", hi=MAX_INTERMEDIATE)  # the dense layers' width
+        expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)  # each expert's, and the shared expert's
+        step = c.int("interleave_moe_layer_step", default=1, hi=MAX_LAYERS)
+        layers = (c.int_list("moe_layers", hi=num_layers) if c.has("moe_layers")
+                  else tuple(range(step - 1, num_layers, step)))
+        moe = _moe(c, c.int("num_local_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+                   expert_i, 1, expert_i, layers, False, False)
+        local = "chunked"
+        notes.append("Llama-4 chunked-attention layers keep at most attention_chunk_size tokens of KV, as vLLM's "
+                     "hybrid KV manager does when enabled; vLLM disables it by default for chunked attention "
+                     "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 enables it) and then allocates "
+                     "full-length KV on every layer")
     elif model_type == "gpt_oss":
         n_exp = c.int("num_local_experts", hi=MAX_EXPERTS)
         k_key = "experts_per_token" if c.has("experts_per_token") else "num_experts_per_tok"
@@ -564,29 +649,7 @@ def from_hf_config(
         sinks = True
         moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), True, True)
 
-    # ---------------- sliding windows
-    layer_types = raw.get("layer_types")
-    window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-            raise PdagInputError(c.path("layer_types"), "must list one attention type per layer",
-                                 f"a list of {num_layers} strings")
-        sliding_layers = tuple(i for i, t in enumerate(layer_types) if t == "sliding_attention")
-        if sliding_layers:
-            if window is None:
-                raise PdagInputError(c.path("sliding_window"), "missing, but layer_types has sliding layers",
-                                     "a positive integer")
-            sliding_window = window
-    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
-        if c.bool("use_sliding_window", False) and window is not None:
-            first = c.int("max_window_layers", default=num_layers, lo=0, hi=MAX_LAYERS)
-            sliding_layers = tuple(range(min(first, num_layers), num_layers))
-            sliding_window = window if sliding_layers else None
-    elif model_type in ("mistral", "mixtral") and window is not None:
-        sliding_window, sliding_layers = window, all_layers()
-    if sliding_window is not None and sliding_window >= max_pos and model_type != "gpt_oss":
-        # A window as long as the context changes nothing; keep the spec simple.
-        sliding_window, sliding_layers = None, ()
+    sliding_window, sliding_layers = _windowed_layers(c, model_type, num_layers, max_pos)
 
     assert head_dim is not None
     attention: Literal["mha", "gqa", "mla"] = (
@@ -598,7 +661,7 @@ def from_hf_config(
         return ModelSpec(
             id=str(spec_id),
             name=name or str(spec_id),
-            family=SUPPORTED_MODEL_TYPES[model_type],
+            family=SUPPORTED_MODEL_TYPES.get(model_type, "generic"),
             model_type=model_type,
             num_layers=num_layers,
             hidden_size=hidden,
@@ -618,6 +681,10 @@ def from_hf_config(
             attention_out_bias=attention_out_bias,
             mlp_bias=mlp_bias,
             qk_norm=qk_norm,
+            qk_norm_full=qk_norm_full,
+            norms_per_layer=norms,
+            local_attention=local,
+            notes=tuple(notes),
             attention_sinks=sinks,
             mtp_layers=mtp,
             hf_repo=hf_repo,
@@ -703,15 +770,43 @@ def _load_preset(key: str) -> ModelSpec:
     )
 
 
+@lru_cache(maxsize=1)
+def _repo_aliases() -> dict[str, str]:
+    """Hugging Face repo ids (and their listed variants) of every preset, lower-cased, to the preset id."""
+    out: dict[str, str] = {}
+    for key, entry in preset_index().items():
+        for repo in [entry.get("hf_repo"), *entry.get("aliases", ())]:
+            if isinstance(repo, str):
+                out.setdefault(repo.lower(), key)
+                out.setdefault(repo.lower().rsplit("/", 1)[-1], key)
+    return out
+
+
+def _preset_key(key: str) -> str | None:
+    """The preset a name means: its id, a repo id or repo name, or either with a quantization suffix."""
+    aliases = _repo_aliases()
+    for name in (key, key.rsplit("/", 1)[-1]):
+        if name in preset_index():
+            return name
+        if name in aliases:
+            return aliases[name]
+        for suffix in _families()["repo_suffixes"]:
+            if name.endswith(suffix) and name[: -len(suffix)] in aliases:
+                return aliases[name[: -len(suffix)]]
+    return None
+
+
 def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
-    """A preset by id (case-insensitive, surrounding spaces ignored)."""
+    """A preset by id or Hugging Face repo id (case-insensitive; FP8/AWQ/NVFP4 variants map to their base)."""
+    how = ("or pass the model's config.json: --model path/to/config.json on the command line, "
+           '{"hf_config": {...}} in a plan or over MCP')
     if not isinstance(id, str):
         raise PdagInputError(field, f"expected a preset id string, got {type(id).__name__}",
-                             "presets: " + ", ".join(preset_ids()))
-    key = id[:MAX_MATCHED * 2].strip().lower()
-    if key not in preset_index():
-        hint = closest(key, preset_ids())
-        raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint))
+                             "presets: " + ", ".join(preset_ids()) + "; " + how)
+    key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
+    if key is None:
+        hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
+        raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)
 
 
@@ -735,3 +830,119 @@ def resolve_model(model: str | dict[str, Any] | ModelSpec, *, field: str = "mode
             return from_hf_config(model, field_prefix=field)
     raise PdagInputError(field, f"cannot use {type(model).__name__} as a model",
                          'a preset id (e.g. "llama-3.1-70b") or {"hf_config": {...}}')
+
+
+@lru_cache(maxsize=1)
+def _families() -> dict[str, Any]:
+    """``knowledge/models/families.json``: library defaults per family and the generic reader's field lists."""
+    with open(MODELS_DIR / "families.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _default(model_type: str, key: str) -> Any:
+    return _families()["defaults"].get(model_type, {}).get(key)
+
+
+def _shared_moe(c: _Cfg, layers: tuple[int, ...], router_bias: bool) -> MoESpec:
+    """DeepSeek/Kimi/GLM-style MoE: routed experts plus n_shared_experts of the same width."""
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("n_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    return _moe(c, c.int("n_routed_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+                expert_i, n_shared, n_shared * expert_i, layers, router_bias, False)
+
+
+_WINDOWED = {"sliding_attention": "sliding", "chunked_attention": "chunked"}
+_LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _windowed_layers(c: _Cfg, model_type: str, num_layers: int, max_pos: int) -> tuple[int | None, tuple[int, ...]]:
+    """The window (sliding, or Llama-4's chunk) and the layers it applies to, as the config states them:
+    ``layer_types`` when given, else the family's rule (its engines' and library's reading)."""
+    raw = c.raw
+    if model_type == "llama4_text":
+        chunk = c.opt_int("attention_chunk_size", hi=MAX_POSITIONS)
+        types = raw.get("layer_types")
+        if types is not None:
+            layers = _typed_layers(c, num_layers, "chunked_attention")
+        else:
+            nope = raw.get("no_rope_layers")
+            if isinstance(nope, list) and nope:
+                if len(nope) != num_layers or any(v not in (0, 1) for v in nope):
+                    raise PdagInputError(c.path("no_rope_layers"), "must give 0 or 1 per layer",
+                                         f"a list of {num_layers} zeros and ones")
+                layers = tuple(i for i, v in enumerate(nope) if v)
+            else:
+                every = c.int("no_rope_layer_interval", default=_default(model_type, "no_rope_layer_interval"),
+                              hi=MAX_LAYERS)
+                layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+        return (chunk, layers) if chunk is not None and layers else (None, ())
+    window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
+    if window is None:
+        window = _default(model_type, "sliding_window")
+    if raw.get("layer_types") is not None:
+        layers = _typed_layers(c, num_layers, "sliding_attention")
+        if layers and window is None:
+            raise PdagInputError(c.path("sliding_window"), "missing, but layer_types has sliding layers",
+                                 "a positive integer")
+    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        layers = ()
+        if c.bool("use_sliding_window", False) and window is not None:
+            first = c.int("max_window_layers", default=num_layers, lo=0, hi=MAX_LAYERS)
+            layers = tuple(range(min(first, num_layers), num_layers))
+    elif model_type == "gemma2":
+        layers = tuple(range(0, num_layers, 2))  # even layers slide, odd layers are global
+    elif model_type == "gemma3_text":
+        every = c.int("sliding_window_pattern", default=_default(model_type, "sliding_window_pattern"),
+                      hi=MAX_LAYERS)
+        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+    elif model_type in ("mistral", "mixtral", "ministral", "ministral3", "phi3") and window is not None:
+        layers = tuple(range(num_layers))
+    else:
+        layers = ()
+    if not layers or window is None:
+        return None, ()
+    if window >= max_pos and model_type != "gpt_oss":
+        return None, ()  # a window as long as the context changes nothing
+    return window, layers
+
+
+def _typed_layers(c: _Cfg, num_layers: int, windowed: str) -> tuple[int, ...]:
+    """Layers ``layer_types`` marks ``windowed``; a kind pdag cannot price (linear attention, Mamba) is refused."""
+    types = c.raw.get("layer_types")
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise PdagInputError(c.path("layer_types"), "must list one attention type per layer",
+                             f"a list of {num_layers} strings")
+    for t in types:
+        if t not in _LAYER_KINDS:
+            raise PdagInputError(c.path("layer_types"),
+                                 f"layer kind {shown(t)} is not priced yet (pdag refuses rather than price it "
+                                 "as full attention)", ", ".join(_LAYER_KINDS))
+    return tuple(i for i, t in enumerate(types) if t == windowed)
+
+
+def _generic_note(raw: dict[str, Any], model_type: str, prefix: str) -> str:
+    """An unknown model_type read as a Llama-style decoder: say so and name every field left unread."""
+    read = set(_families()["generic"]["read"])
+    unused = sorted(str(k)[:60] for k in raw if k not in read)
+    listed = ", ".join(unused[:80]) + (f" and {len(unused) - 80} more" if len(unused) > 80 else "")
+    return (f"{prefix}.model_type {shown(model_type)} has no reader: read generically as a Llama-style decoder "
+            "(RMSNorm, SwiGLU FFN, GQA attention); fields not used: " + (listed or "none"))
+
+
+def _refuse_generic(raw: dict[str, Any], prefix: str) -> None:
+    """A field that changes memory or time must not be dropped by the generic reading: refuse, naming it."""
+    for key in _families()["generic"]["changes_memory_or_time"]:
+        value = raw.get(key)
+        if value not in (None, 0, False, [], {}, ""):
+            raise PdagInputError(f"{prefix}.{key}",
+                                 f"this model_type has no reader and {key} changes memory or time; pdag refuses "
+                                 "rather than price it as a plain decoder",
+                                 "a supported model_type: " + ", ".join(sorted(SUPPORTED_MODEL_TYPES)))
+    types = raw.get("layer_types")
+    if isinstance(types, list) and any(t != "full_attention" for t in types):
+        raise PdagInputError(f"{prefix}.layer_types", "this model_type has no reader and its layer pattern "
+                             "changes memory or time", "only full_attention layers, or a supported model_type")
+    if raw.get("sliding_window") not in (None, 0):
+        raise PdagInputError(f"{prefix}.sliding_window", "this model_type has no reader and which layers use "
+                             "the window is unknown", "a supported model_type: "
+                             + ", ".join(sorted(SUPPORTED_MODEL_TYPES)))

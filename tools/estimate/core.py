@@ -629,7 +629,7 @@ def _parse_sla(sla: Sla | dict[str, Any] | None) -> Sla | None:
 def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) -> list[str]:
     wl = plan.workload
     e = model.eff
-    out = [
+    out = [f"model: {n}" for n in plan.spec.notes] + [
         f"roofline per kernel: time = (t_compute^p + t_memory^p)^(1/p) + launch overhead, p = "
         f"{e['roofline_blend_exponent']:g} (no perfect overlap of loads and math near the ridge point); "
         f"GEMMs run in {model.gemm_dtype}, attention in 16-bit",
@@ -709,8 +709,9 @@ def _provenance(plan: Plan, eff: dict[str, float], calibrated: bool) -> list[Pro
                    value=str(getattr(acc.dense_tflops, plan.dtype)), source=src.get(f"dense_tflops.{plan.dtype}", "")),
         Provenance(figure=f"{acc.id} HBM bandwidth", kind="catalog", value=f"{acc.memory_bandwidth_bytes_per_s:g}",
                    source=src.get("memory_bandwidth_bytes_per_s", "")),
-        Provenance(figure=f"{acc.id} memory", kind="catalog", value=str(acc.memory_bytes),
-                   source=src.get("memory_bytes", "")),
+        Provenance(figure=f"{acc.id} memory (capacity budgeted)", kind="catalog",
+                   value=f"{acc.capacity_bytes} ({acc.memory_label()})",
+                   source=src.get("driver_memory_bytes" if acc.driver_memory_bytes else "memory_bytes", "")),
         Provenance(figure=f"{acc.id} intra-node link", kind="catalog",
                    value=f"{acc.intra_node.kind} {acc.intra_node.bandwidth_bytes_per_s:g} B/s",
                    source=src.get("intra_node.bandwidth_bytes_per_s", "")),

@@ -334,6 +334,8 @@ def result_of(ctx: Context, violations: list[Violation], kind: Literal["plan", "
 
 def ctx_notes(ctx: Context) -> list[str]:
     notes = list(ctx.notes)
+    spec = ctx.spec if ctx.spec is not None else (ctx.plan.spec if ctx.plan is not None else None)
+    notes += [f"model: {n}" for n in (spec.notes if spec is not None else ()) if f"model: {n}" not in notes]
     if ctx.inferences:
         shown = "; ".join(i.text() for i in ctx.inferences[:2])
         notes.append(f"{len(ctx.inferences)} attribute(s) were inferred from the structure, e.g. {shown}")

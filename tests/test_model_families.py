@@ -1,0 +1,198 @@
+"""Model families read from their config.json: parameter counts against the published totals, KV bytes per
+token against a hand calculation from the config, window-capped KV at 128k context, per-layer kinds, names that
+resolve to presets, and arbitrary config input (a model or a PdagInputError naming the field, never a crash)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from knowledge import ROOT
+from tools.core.errors import PdagInputError
+from tools.core.models import from_hf_config, load_preset, preset_index
+from tools.core.working import layer_kind
+
+BF16 = 2
+CTX_128K = 131072
+
+# GLM-4.5 (zai-org/GLM-4.5, 355B total / 32B active per its model card): the config's fields as published
+# (hidden 5120, 92 layers, 96 q / 8 KV heads of 128, dense width 12288, 160 experts of 1536 + 1 shared, top-8,
+# first 3 layers dense, q/k/v bias, qk-norm, vocabulary 151552, one MTP layer); the same values appear in THUDM's
+# slime launch script scripts/models/glm4.5-355B-A32B.sh.
+GLM45 = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 5120, "num_hidden_layers": 92,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+    "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "attention_bias": True, "use_qk_norm": True, "vocab_size": 151552,
+    "max_position_embeddings": 131072, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+    "partial_rotary_factor": 0.5, "routed_scaling_factor": 2.5,
+}
+
+
+@pytest.mark.parametrize("key,tolerance", [
+    ("llama-4-maverick", 0.01), ("deepseek-v3.1", 0.01), ("kimi-k2", 0.01),
+    ("qwen3-32b", 0.01), ("gemma-3-27b", 0.01), ("gemma-2-27b", 0.01),
+    # Meta's 109B counts the vision encoder too (~0.8B), which pdag leaves out of the language model
+    ("llama-4-scout", 0.015),
+])
+def test_parameter_count_matches_the_published_total(key: str, tolerance: float) -> None:
+    spec = load_preset(key)
+    assert spec.published_params
+    assert spec.param_count() == pytest.approx(spec.published_params, rel=tolerance), key
+
+
+@pytest.mark.parametrize("key", ["qwen3-0.6b", "qwen3-1.7b", "qwen3-32b"])
+def test_qwen3_dense_sizes_match_the_cards_non_embedding_figure(key: str) -> None:
+    """The cards round the totals to a tenth of a billion (0.6B, 1.7B); their non-embedding figures pin closer."""
+    spec = load_preset(key)
+    published = preset_index()[key]["published_non_embedding_params"]
+    non_embedding = spec.param_count() - spec.embedding_params() - spec.lm_head_params()
+    assert non_embedding == pytest.approx(published, rel=0.01)
+
+
+def test_active_parameters_of_the_moe_flagships() -> None:
+    for key in ("llama-4-scout", "llama-4-maverick", "kimi-k2", "deepseek-v3.1"):
+        spec = load_preset(key)
+        active = spec.active_param_count(include_embedding=not spec.published_active_excludes_embedding)
+        assert active == pytest.approx(spec.published_active_params, rel=0.03), key
+
+
+def test_glm45_reader_matches_the_published_total() -> None:
+    spec = from_hf_config(GLM45)
+    assert spec.param_count() == pytest.approx(355e9, rel=0.01)
+    assert spec.active_param_count(include_embedding=False) == pytest.approx(32e9, rel=0.03)
+    assert spec.moe is not None and spec.moe.moe_layers[0] == 3 and spec.moe.shared_expert_intermediate_size == 1536
+    assert spec.mtp_layers == 1 and spec.qk_norm and spec.attention_bias and not spec.attention_out_bias
+
+
+@pytest.mark.parametrize("key,config,hand", [
+    # layers x 2 (K and V) x KV heads x head_dim x 2 bytes
+    ("gemma-3-27b", None, 62 * 2 * 16 * 128 * BF16),
+    ("gemma-2-27b", None, 46 * 2 * 16 * 128 * BF16),
+    ("llama-4-scout", None, 48 * 2 * 8 * 128 * BF16),
+    ("qwen3-32b", None, 64 * 2 * 8 * 128 * BF16),
+    ("qwen3-0.6b", None, 28 * 2 * 8 * 128 * BF16),
+    # MLA: one latent (kv_lora_rank 512) plus its RoPE key (64) per layer
+    ("kimi-k2", None, 61 * (512 + 64) * BF16),
+    ("deepseek-v3.1", None, 61 * (512 + 64) * BF16),
+    ("glm-4.5", GLM45, 92 * 2 * 8 * 128 * BF16),
+])
+def test_kv_bytes_per_token_by_hand(key: str, config: dict[str, Any] | None, hand: int) -> None:
+    spec = from_hf_config(config) if config else load_preset(key)
+    assert spec.kv_bytes_per_token(BF16) == hand
+
+
+def test_gemma3_kv_at_128k_is_capped_on_the_sliding_layers() -> None:
+    """Every sixth Gemma-3 layer is global (10 of 62); the other 52 keep 1,024 tokens, as vLLM's hybrid KV
+    manager allocates them, not 128k."""
+    spec = load_preset("gemma-3-27b")
+    per_layer_token = 2 * 16 * 128 * BF16
+    full = [i for i in range(62) if not spec.is_sliding_layer(i)]
+    assert full == list(range(5, 62, 6))
+    assert spec.kv_bytes(CTX_128K, BF16) == per_layer_token * (10 * CTX_128K + 52 * 1024)
+    assert spec.kv_bytes(CTX_128K, BF16) < 0.2 * spec.kv_bytes_per_token(BF16) * CTX_128K
+
+
+def test_gemma2_kv_at_128k_is_capped_on_the_sliding_layers() -> None:
+    spec = load_preset("gemma-2-27b")
+    assert spec.sliding_window_layers == tuple(range(0, 46, 2))  # even layers slide, odd layers are global
+    assert spec.kv_bytes(CTX_128K, BF16) == 2 * 16 * 128 * BF16 * (23 * CTX_128K + 23 * 4096)
+
+
+def test_llama4_chunked_layers_cap_at_the_chunk_and_nope_layers_stay_global() -> None:
+    spec = load_preset("llama-4-scout")
+    assert spec.local_attention == "chunked" and spec.sliding_window == 8192
+    assert [i for i in range(48) if not spec.is_sliding_layer(i)] == list(range(3, 48, 4))
+    assert spec.kv_bytes(CTX_128K, BF16) == 2 * 8 * 128 * BF16 * (12 * CTX_128K + 36 * 8192)
+    assert any("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE" in n for n in spec.notes)
+    maverick = load_preset("llama-4-maverick")  # interleave_moe_layer_step 2: MoE on odd layers, dense on even
+    assert maverick.moe is not None and maverick.moe.moe_layers == tuple(range(1, 48, 2))
+    assert maverick.ffn_params(0) == 3 * 5120 * 16384  # the dense layers' own width (intermediate_size_mlp)
+
+
+def test_layer_kinds_cut_the_folds_where_the_pattern_changes() -> None:
+    spec = load_preset("gemma-3-27b")
+    kinds = [layer_kind(spec, i) for i in range(12)]
+    assert kinds[:6] == [(False, True)] * 5 + [(False, False)]
+    spec = load_preset("llama-4-maverick")
+    # global (NoPE) layers 3, 7, ... are all odd, hence MoE: dense-chunked, MoE-chunked, MoE-global
+    assert {layer_kind(spec, i) for i in range(48)} == {(False, True), (True, True), (True, False)}
+
+
+def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
+    for key in ("gemma-3-27b",):
+        assert any("vision encoder" in n for n in load_preset(key).notes)
+    mistral3 = {"model_type": "mistral3", "vision_config": {"hidden_size": 1024}, "text_config": {
+        "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 32768, "vocab_size": 131072, "max_position_embeddings": 131072,
+        "sliding_window": None}}
+    spec = from_hf_config(mistral3)
+    assert spec.model_type == "mistral" and any("vision encoder" in n for n in spec.notes)
+    assert spec.param_count() == pytest.approx(23.6e9, rel=0.01)  # Mistral-Small-3.1's language model
+
+
+@pytest.mark.parametrize("name,key", [
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+    ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("Qwen/Qwen3-32B-FP8", "qwen3-32b"),
+    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"), ("google/gemma-3-27b-it", "gemma-3-27b"),
+])
+def test_hugging_face_repo_ids_resolve_to_presets(name: str, key: str) -> None:
+    assert load_preset(name).id == key
+
+
+def test_unknown_model_says_a_config_can_be_passed() -> None:
+    with pytest.raises(PdagInputError) as info:
+        load_preset("someone/Unknown-Model-70B")
+    assert "--model path/to/config.json" in (info.value.allowed or "") and "hf_config" in (info.value.allowed or "")
+
+
+@pytest.mark.parametrize("model_type,field", [
+    ("qwen3_next", "layer_types"), ("deepseek_v32", "index_topk"), ("nemotron_h", "hybrid_override_pattern")])
+def test_families_with_state_or_indexers_are_refused_by_field(model_type: str, field: str) -> None:
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(GLM45, model_type=model_type))
+    assert info.value.field == f"hf_config.{field}"
+
+
+def test_a_linear_attention_layer_type_is_refused_not_priced_as_full() -> None:
+    cfg = dict(load_preset_config("qwen3-32b"), layer_types=["linear_attention"] + ["full_attention"] * 63)
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(cfg)
+    assert info.value.field == "hf_config.layer_types"
+
+
+def load_preset_config(key: str) -> dict[str, Any]:
+    with open(ROOT / "models" / preset_index()[key]["file"], encoding="utf-8") as f:
+        return json.load(f)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**12) | st.floats(allow_nan=False)
+                     | st.text(max_size=20), lambda inner: st.lists(inner, max_size=5)
+                     | st.dictionaries(st.text(max_size=12), inner, max_size=5), max_leaves=20)
+_keys = st.sampled_from(["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                         "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "sliding_window",
+                         "layer_types", "text_config", "n_routed_experts", "moe_intermediate_size",
+                         "interleave_moe_layer_step", "attention_chunk_size", "no_rope_layers",
+                         "sliding_window_pattern", "first_k_dense_replace", "kv_lora_rank", "mlp_only_layers"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.sampled_from(["gemma-3-27b", "llama-4-scout", "kimi-k2", "qwen3-32b", "gemma-2-27b"]),
+       edits=st.dictionaries(_keys, _json, max_size=4), extra=st.dictionaries(st.text(max_size=8), _json, max_size=3))
+def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[str, Any],
+                                                         extra: dict[str, Any]) -> None:
+    cfg = load_preset_config(base)
+    target = cfg["text_config"] if "text_config" in cfg and "text_config" not in edits else cfg
+    target.update(extra)
+    target.update(edits)
+    try:
+        spec = from_hf_config(cfg)
+    except PdagInputError as exc:
+        assert exc.field.startswith("hf_config")
+    else:
+        assert spec.param_count() > 0 and spec.kv_bytes(1000, BF16) >= 0
