@@ -34,3 +34,36 @@ def test_fields_parse_and_state_their_hit_fraction():
 def test_inconsistent_fields_are_input_errors(bad):
     with pytest.raises(PdagInputError):
         parse_plan({**R1, **bad})
+
+
+def _rules(plan: dict) -> set[str]:
+    from tools.rules.validate import validate_dag
+
+    return {v.rule_id for v in validate_dag(plan=plan).violations if v.severity == "error"}
+
+
+def test_engine_errors_name_the_engine():
+    from tools.rules.validate import validate_dag
+
+    found = validate_dag(plan={**R1, "engine": "trtllm", "speculative": {"method": "eagle"}}).violations
+    msg = next(v.message for v in found if v.rule_id == "SPEC-ENGINE-SUPPORT")
+    assert "TensorRT-LLM" in msg and "eagle" in msg
+
+
+def test_vllm_allows_a_draft_on_one_gpu_sglang_does_not():
+    llama = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+             "speculative": {"method": "draft_model", "draft_model": "llama-3.1-8b", "draft_tp": 1}}
+    assert "SPEC-ENGINE-SUPPORT" not in _rules({**llama, "engine": "vllm"})
+    assert "SPEC-ENGINE-SUPPORT" in _rules({**llama, "engine": "sglang"})
+
+
+def test_draft_memory_is_counted_per_gpu():
+    from tools.core.memory import memory_report
+
+    plain = memory_report(parse_plan(R1))
+    mtp = memory_report(parse_plan({**R1, "speculative": {"method": "mtp"}}))
+    ngram = memory_report(parse_plan({**R1, "speculative": {"method": "ngram"}}))
+    # one MTP block on 8 GPUs: its 1/8 share of ~11.5 B parameters (fp8 experts), about 1-2 GB per GPU
+    assert 1e9 < mtp.weights_bytes - plain.weights_bytes < 2.5e9
+    assert mtp.kv_cache_bytes > plain.kv_cache_bytes and mtp.max_batch_size_that_fits < plain.max_batch_size_that_fits
+    assert ngram.weights_bytes == plain.weights_bytes
