@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tools.core.errors import PdagInputError
 from tools.core.plan import parse_plan
@@ -83,11 +85,14 @@ def test_published_defaults_reproduce_their_measurements():
     from tools.core.speculative import spec_data, tokens_per_step
 
     m = spec_data()["methods"]
-    assert tokens_per_step(m["mtp"]["first_acceptance"], m["mtp"]["later_acceptance"], 7) == pytest.approx(3.20, abs=.03)
-    assert tokens_per_step(m["eagle"]["first_acceptance"], m["eagle"]["later_acceptance"], 2) == pytest.approx(1.89,
-                                                                                                          abs=.02)
-    assert tokens_per_step(m["eagle3"]["first_acceptance"], m["eagle3"]["later_acceptance"], 7) == pytest.approx(
-        3.53, abs=.05)
+
+    def length(method: str, k: int) -> float:
+        return tokens_per_step(m[method]["first_acceptance"], m[method]["later_acceptance"], k)
+
+    assert length("mtp", 7) == pytest.approx(3.20, abs=.03)
+    assert length("eagle", 2) == pytest.approx(1.89, abs=.02) and length("eagle", 4) == pytest.approx(2.08, abs=.02)
+    assert length("eagle3", 7) == pytest.approx(3.53, abs=.05)
+    assert length("ngram", 5) == pytest.approx(2.96, abs=.05)
 
 
 def test_mtp_lowers_tpot_and_reports_both():
@@ -125,3 +130,70 @@ def test_prefix_hits_cut_ttft_and_a_shared_prefix_raises_capacity():
     assert pf.ttft_with_ms < pf.ttft_without_ms == pytest.approx(plain.serving.ttft_ms)
     assert pf.running_with > pf.running_without
     assert cached.prefill_latency_ms < plain.prefill_latency_ms
+
+
+# Published launch commands (each with where it was published); each must import, validate, estimate and export
+# back with the feature intact.
+PUBLISHED = [
+    # vLLM speculators tutorial, https://docs.vllm.ai/projects/speculators/en/stable/user_guide/tutorials/serve_vllm/
+    ("vllm serve Qwen/Qwen3-8B -tp 1 --speculative-config '{\"model\": \"RedHatAI/Qwen3-8B-speculator.eagle3\", "
+     "\"num_speculative_tokens\": 3, \"method\": \"eagle3\"}'", None, "h100-sxm",
+     {"method": "eagle3", "num_draft_tokens": 3, "draft_checkpoint": "RedHatAI/Qwen3-8B-speculator.eagle3"}, None),
+    # issue 43 (vLLM's MTP form, https://docs.vllm.ai/en/latest/features/speculative_decoding/mtp/)
+    ("vllm serve deepseek-ai/DeepSeek-R1 -tp 8 --speculative-config '{\"method\": \"deepseek_mtp\", "
+     "\"num_speculative_tokens\": 1}'", None, "h200", {"method": "mtp", "num_draft_tokens": 1}, None),
+    # SGLang EAGLE-2 form of https://docs.sglang.ai/advanced_features/speculative_decoding.html (values of issue 43)
+    ("python3 -m sglang.launch_server --model meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
+     "--speculative-draft-model-path lmsys/sglang-EAGLE-LLaMA3-Instruct-8B --speculative-num-steps 3 "
+     "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", None, "h100-sxm",
+     {"method": "eagle", "num_draft_tokens": 3, "topk": 1, "num_steps": 3,
+      "draft_checkpoint": "lmsys/sglang-EAGLE-LLaMA3-Instruct-8B"}, None),
+    # TensorRT-LLM DeepSeek-R1 MTP, https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html
+    ("trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 8 --config extra.yml",
+     {"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 3},
+      "kv_cache_config": {"enable_block_reuse": False}}, "h200",
+     {"method": "mtp", "num_draft_tokens": 3}, {"enabled": False}),
+    # vLLM automatic prefix caching, https://docs.vllm.ai/en/latest/features/automatic_prefix_caching/
+    ("vllm serve meta-llama/Llama-3.1-8B-Instruct --enable-prefix-caching", None, "h100-sxm", None, {"enabled": True}),
+    # SGLang server arguments, https://docs.sglang.ai/advanced_features/server_arguments.html
+    ("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disable-radix-cache", None,
+     "h100-sxm", None, {"enabled": False}),
+]
+
+
+@pytest.mark.parametrize("command,config,gpu,spec,cache", PUBLISHED, ids=lambda x: str(x)[:40])
+def test_published_commands_round_trip(command, config, gpu, spec, cache):
+    from tools import estimate_performance
+    from tools.engines.launch import export_plan, import_command
+    from tools.rules.validate import validate_dag
+
+    imported = import_command(command, gpu=gpu, engine_config=config)
+    plan = imported.plan
+    assert plan.get("speculative") == spec and plan.get("prefix_caching") == cache
+    assert not [n for n in imported.notes if "ignored" in n and "spec" in n]
+    assert validate_dag(plan=plan).valid
+    est = estimate_performance(plan=plan)
+    assert (est.speculative is not None) == (spec is not None)
+    out = export_plan(plan)
+    again = import_command(out.command, gpu=gpu, engine_config=out.config).plan
+    assert again.get("speculative") == spec and again.get("prefix_caching") == cache
+
+
+@given(method=st.sampled_from(["mtp", "eagle", "eagle3", "ngram"]), k=st.integers(1, 8),
+       engine=st.sampled_from(["vllm", "sglang", "trtllm"]), cache=st.sampled_from([None, True, False]))
+@settings(max_examples=25, deadline=None)
+def test_any_speculative_setting_exports_and_imports_back(method, k, engine, cache):
+    from tools.engines.launch import export_plan, import_command
+
+    spec = {"method": method, "num_draft_tokens": k}
+    if method.startswith("eagle"):
+        spec["draft_checkpoint"] = "org/head"
+    plan = {**R1, "engine": engine, "checkpoint": "deepseek-ai/DeepSeek-V3", "speculative": spec}
+    if cache is not None:
+        plan["prefix_caching"] = {"enabled": cache}
+    out = export_plan(plan)
+    again = import_command(out.command, gpu="h200", engine_config=out.config).plan
+    got = {key: v for key, v in again["speculative"].items() if key not in ("topk", "num_steps")}
+    assert got == spec
+    if cache is not None and not (engine == "sglang" and cache):  # SGLang's radix cache is on unless disabled
+        assert again["prefix_caching"] == {"enabled": cache}
