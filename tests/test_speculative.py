@@ -197,3 +197,10 @@ def test_any_speculative_setting_exports_and_imports_back(method, k, engine, cac
     assert got == spec
     if cache is not None and not (engine == "sglang" and cache):  # SGLang's radix cache is on unless disabled
         assert again["prefix_caching"] == {"enabled": cache}
+
+
+def test_a_mangled_speculative_config_is_a_note_not_a_failure():
+    from tools.engines.launch import import_command
+
+    r = import_command("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config {method:eagle3}")
+    assert "speculative" not in r.plan and any("not a JSON object" in n for n in r.notes)

@@ -59,13 +59,15 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
     """The plan's ``speculative`` and ``prefix_caching`` from an engine's parsed values."""
     out: dict[str, Any] = {}
     spec: dict[str, Any] | None = None
+    cfg: Any = None
     if engine == "vllm" and values.get("spec_json"):
         try:
             cfg = json.loads(values["spec_json"])
         except json.JSONDecodeError:
-            raise PdagInputError("command.--speculative-config", "not a JSON object", "a JSON object") from None
-        if not isinstance(cfg, dict):
-            raise PdagInputError("command.--speculative-config", "not a JSON object", "a JSON object")
+            cfg = None
+        if not isinstance(cfg, dict):  # e.g. quotes lost when a YAML recipe was pasted: say so, keep the rest
+            notes.append(f"--speculative-config {values['spec_json']!r} is not a JSON object: speculation ignored")
+    if isinstance(cfg, dict):
         method = _method_of(str(cfg.get("method") or ("draft_model" if cfg.get("model") else "")),
                             "vLLM", "command.--speculative-config.method")
         spec = {"method": method, "num_draft_tokens": _int(cfg.get("num_speculative_tokens", 1),
