@@ -13,10 +13,11 @@ NGram with ``max_draft_len``) and ``kv_cache_config.enable_block_reuse``
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tools.core.errors import PdagInputError
-from tools.core.plan import Plan
+from tools.core.plan import REPO_PATTERN, Plan
 
 __all__ = ["SGLANG_BOOL", "SGLANG_FLAGS", "VLLM_BOOL", "VLLM_FLAGS", "export_flags", "import_features",
            "trtllm_config", "trtllm_values"]
@@ -94,6 +95,11 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
         if path:
             spec["draft_checkpoint"] = str(path)
     if spec is not None:
+        path = spec.get("draft_checkpoint")
+        if path is not None and not re.match(REPO_PATTERN, path):
+            notes.append(f"draft checkpoint {path!r} is not a Hugging Face repo or absolute path (a shell variable?): "
+                         "left out; set speculative.draft_checkpoint before exporting")
+            del spec["draft_checkpoint"]
         if spec["method"] == "draft_model":
             notes.append("draft model: state speculative.draft_model (its preset or config) to price its weights "
                          "and passes; without it only the verification is priced")
