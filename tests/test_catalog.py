@@ -37,6 +37,7 @@ AREAS = (
     "OBJ",
     "ADP",
     "DISAGG",
+    "SPEC",
 )
 ID_RE = re.compile(r"^(?:" + "|".join(AREAS) + r")-[A-Z0-9]+(?:-[A-Z0-9]+)*$")
 MENTION_RE = re.compile(r"\b[A-Z]+(?:-[A-Z0-9]+)+\b")

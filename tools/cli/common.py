@@ -27,14 +27,18 @@ DEFAULT_PLAN: dict[str, Any] = {
 
 # The plan's command-line flags: each names the Plan field it sets and takes its type, choices and help from that
 # field, so the help text and the published schema cannot drift apart. Every scalar field of parallel, workload and
-# engine_options gets a flag of its own name; the others are listed here.
+# engine_options (and of speculative, prefix_caching) gets a flag of its own name; the others are listed here.
 _HEAD: tuple[tuple[str, ...], ...] = (("model",), ("hardware", "gpu"), ("hardware", "num_gpus"),
                                       ("hardware", "gpus_per_node"))
 _TAIL: tuple[tuple[str, ...], ...] = (("phases", "prefill", "sp"), ("dtype",), ("kv_dtype",), ("weights",),
                                       ("objective",), ("engine",))
-_EVERY_FIELD_OF = ("parallel", "workload", "engine_options")
+_EVERY_FIELD_OF = ("parallel", "workload", "engine_options", "speculative", "prefix_caching")
 _RENAMED: dict[tuple[str, ...], str] = {("hardware", "num_gpus"): "gpus", ("workload", "batch_size"): "batch",
-                                        ("phases", "prefill", "sp"): "prefill-sp"}
+                                        ("phases", "prefill", "sp"): "prefill-sp",
+                                        ("speculative", "method"): "speculative", ("speculative", "topk"): "spec-topk",
+                                        ("speculative", "num_steps"): "spec-steps",
+                                        ("prefix_caching", "enabled"): "prefix-caching",
+                                        ("prefix_caching", "hit_rate"): "prefix-hit-rate"}
 _CLI_NOTES = {("model",): "; on the command line also its Hugging Face id or the path of a config.json"}
 _SCALARS: dict[Any, Callable[[str], Any]] = {int: int, float: float, str: str}
 

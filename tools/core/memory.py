@@ -38,6 +38,12 @@ Disaggregated serving (opt-in): each pool is accounted with its own layout.  A p
 ``batch * (input_len + output_len)`` tokens of KV and the activations of one token per sequence.  The report's
 top-level figures are those of the fuller pool; ``pools`` gives each pool's own.
 
+Speculative decoding (``plan.speculative``): an MTP block is one more decoder layer on the last stage, sharded
+like the target's (its embedding and LM head are the target's), plus its replicated ``eh_proj``, with one more
+layer of KV; an EAGLE head is one dense layer of the target's shape on the last stage with its fc (and EAGLE-3's
+reduced-vocabulary LM head), 16-bit, one layer of KV; a draft model sits on the first ``draft_tp`` GPUs of stage 0
+with its own weights and KV split by its tp.  Lookahead slots (k tokens per sequence) are not counted.
+
 Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs) plus
 ``fragmentation_fraction`` of capacity; both from ``knowledge/hardware/efficiency.json``.
 """
@@ -60,8 +66,10 @@ from pydantic import BaseModel, Field
 from tools.core.efficiency import ENV_VAR, Overlay, plan_efficiency
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.layout import Layout, PhaseLayout, Pool, vocab_shards
+from tools.core.models import ModelSpec
 from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 from tools.core.quantization import weight_bytes
+from tools.core.speculative import draft_spec, head_params
 
 __all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
 
@@ -212,6 +220,10 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
     n_exp = moe.num_experts if moe else 0
     base, extra = divmod(n_exp, ep) if moe else (0, 0)
     window = spec.sliding_window or 0
+    sd = plan.speculative
+    method = sd.method if sd is not None else None
+    draft = draft_spec(sd) if sd is not None else None
+    draft_tp = min(tp, (sd.draft_tp or tp) if sd is not None else tp)
     out: list[_Terms] = []
     shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for s, layers in enumerate(pool.stage_layers):
@@ -228,7 +240,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
             key = (len(layers), n_moe, dense_ffn, n_slide, s == 0, last, j < attn_width, j < tp,
                    tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
-                   (local // expert_tp) < extra)
+                   (local // expert_tp) < extra, draft is not None and local < draft_tp)
             if key in shapes:
                 out.append(_Terms(gpu, s, local, **shapes[key]))
                 continue
@@ -269,6 +281,20 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 weights += n_moe * held * spec.expert_params() / expert_tp * xb
                 routed = moe.experts_per_token * held / n_exp
                 act_exp = routed * 2 * moe.expert_intermediate_size / expert_tp
+            extra_w, extra_kv_layers, extra_kv = _draft_terms(plan, method, draft, draft_tp, last, s == 0, local,
+                                                              attn_gpu, j < tp, phases, kvb)
+            if method == "mtp" and last:  # the MTP block's decoder layer, sharded like the target's own
+                shards = min(p.head_shards for p in phases if local < p.attention_gpus) if attn_gpu else 1
+                one = ((rep_attn + shard_attn / shards) * wba + spec.layer_norm_params() * hb) if attn_gpu else 0.0
+                if moe:
+                    one += spec.router_params() * hb if attn_gpu else 0.0
+                    one += spec.shared_expert_params() / tp * wb if j < tp else 0.0
+                    if local < ep * expert_tp:
+                        one += (base + (1 if local // expert_tp < extra else 0)) * spec.expert_params() / expert_tp * xb
+                elif j < tp:
+                    one += spec.ffn_params(spec.num_layers - 1) / tp * wb
+                extra_w += max(1, spec.mtp_layers) * one
+            weights += extra_w
             resid = 2 * h if attn_gpu or act_ffn or act_exp else 0
             logits = spec.vocab_size * 4.0 if (last and attn_gpu) else 0.0
             comm = shared = 0.0
@@ -277,13 +303,38 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if moe and n_moe and ep > 1 and local < ep * expert_tp:
                 shared += 2 * moe.experts_per_token * h * ab / ep
             shapes[key] = dict(
-                weights=weights, kv_full=n_full * kv_elems * kvb, kv_window=n_slide * kv_elems * kvb, window=window,
+                weights=weights, kv_full=(n_full + extra_kv_layers) * kv_elems * kvb + extra_kv,
+                kv_window=n_slide * kv_elems * kvb, window=window,
                 resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
                 comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
                 shared_per_token=shared,
             )
             out.append(_Terms(gpu, s, local, **shapes[key]))
     return out
+
+
+def _draft_terms(plan: Plan, method: str | None, draft: ModelSpec | None, draft_tp: int, last: bool, first: bool,
+                 local: int, attn_gpu: bool, ffn_gpu: bool, phases: list[PhaseLayout],
+                 kvb: float) -> tuple[float, int, float]:
+    """What the drafter adds to one GPU beyond an MTP block's layer (priced in the caller, which knows the
+    target's sharding): weights (bytes), extra target-shaped KV layers, other KV bytes per sequence and token.
+    An MTP block and an EAGLE head sit on the last stage with one KV layer each; a draft model on the first
+    ``draft_tp`` GPUs of stage 0 with its own KV, split by its tp; n-gram adds nothing."""
+    spec = plan.spec
+    hb = 2.0  # draft heads and their fc ship in 16 bits
+    if method in ("mtp", "eagle", "eagle3") and last:
+        p = head_params(plan)
+        w = p["replicated"] * hb if attn_gpu else 0.0
+        if method != "mtp":
+            tp = max(pl.tp for pl in phases)
+            shards = min(pl.head_shards for pl in phases if local < pl.attention_gpus) if attn_gpu else 1
+            w += (spec.attention_params_per_layer() / shards + spec.layer_norm_params()) * hb if attn_gpu else 0.0
+            w += 3 * spec.hidden_size * spec.intermediate_size / tp * hb if ffn_gpu else 0.0
+        layers = max(1, spec.mtp_layers) if method == "mtp" else 1
+        return w, layers, 0.0
+    if draft is not None and first and local < draft_tp:
+        return draft.param_count() * hb / draft_tp, 0, float(draft.kv_bytes_per_token(kvb)) / draft_tp
+    return 0.0, 0, 0.0
 
 
 @dataclass

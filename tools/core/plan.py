@@ -22,6 +22,7 @@ MAX_DEGREE = 65_536
 MAX_SEQ_LEN = 2_097_152
 MAX_BATCH = 1_048_576  # a wide-EP replica: e.g. 48 attention-DP ranks x 1408 sequences (LMSYS, GB200)
 DEFAULT_GPUS_PER_NODE = 8
+REPO_PATTERN = r"^([A-Za-z0-9][\w.\-]*(/[\w.\-]+)?|(/[\w.\-]+)+)$"  # a Hugging Face repo id or an absolute path
 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
@@ -119,12 +120,73 @@ class HFModel(_Strict):
     hf_config: dict[str, Any]
 
 
+SpecMethod = Literal["mtp", "eagle", "eagle3", "draft_model", "ngram"]
+SPEC_METHODS: tuple[str, ...] = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
+MAX_DRAFT_TOKENS = 64
+
+
+class Speculative(_Strict):
+    """Speculative decoding: a cheap drafter proposes ``num_draft_tokens`` tokens, the target verifies them (and
+    adds one of its own) in one step.  Acceptance defaults per method to published measurements
+    (knowledge/serving/speculative.json)."""
+
+    method: SpecMethod = Field(description="drafter: mtp (the checkpoint's own multi-token-prediction layers), "
+                               "eagle / eagle3 (a one-layer head on the target's hidden states), draft_model (a "
+                               "separate smaller model), ngram (lookup in the prompt and output, no network)")
+    num_draft_tokens: int = Field(1, ge=1, le=MAX_DRAFT_TOKENS, description="draft tokens proposed per step (k): "
+                                  "vLLM num_speculative_tokens, SGLang --speculative-num-draft-tokens minus one")
+    topk: int = Field(1, ge=1, le=MAX_DRAFT_TOKENS, description="branches per draft step (a draft tree when > 1; "
+                      "SGLang --speculative-eagle-topk)")
+    num_steps: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS, description="draft forward passes per step "
+                                  "(SGLang --speculative-num-steps); default: num_draft_tokens (a chain)")
+    acceptance_rate: float | None = Field(None, gt=0, lt=1, description="probability each draft token is accepted "
+                                          "given the one before was; default: the method's published figure")
+    mean_accepted_tokens: float | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS + 1, description="tokens emitted "
+                                               "per step, the bonus token included (vLLM's acceptance length, "
+                                               "SGLang's accept length); overrides acceptance_rate")
+    draft_checkpoint: str | None = Field(None, max_length=200, pattern=REPO_PATTERN,
+                                         description="Hugging Face repo (or absolute path) of the EAGLE head or "
+                                         "draft model the engine loads")
+    draft_model: str | HFModel | None = Field(None, description="draft_model only: the draft's preset id or "
+                                              "{'hf_config': {...}}, priced with its own weights and KV")
+    draft_tp: int | None = Field(None, ge=1, le=MAX_DEGREE, description="draft_model only: the draft's tensor "
+                                 "parallelism; default: the target's tp")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Speculative:
+        if self.acceptance_rate is not None and self.mean_accepted_tokens is not None:
+            raise ValueError("give acceptance_rate or mean_accepted_tokens, not both")
+        if self.mean_accepted_tokens is not None and self.mean_accepted_tokens > self.num_draft_tokens + 1:
+            raise ValueError(f"mean_accepted_tokens {self.mean_accepted_tokens:g} exceeds num_draft_tokens + 1 = "
+                             f"{self.num_draft_tokens + 1}")
+        if self.method != "draft_model" and (self.draft_model is not None or self.draft_tp is not None):
+            raise ValueError("draft_model and draft_tp belong to method draft_model")
+        return self
+
+
+class PrefixCaching(_Strict):
+    """Reuse of the KV cache of prompt prefixes already seen (vLLM automatic prefix caching, SGLang's radix cache,
+    TensorRT-LLM KV block reuse)."""
+
+    enabled: bool = Field(True, description="the engine keeps and reuses cached prefixes")
+    shared_prefix_len: int | None = Field(None, ge=0, le=MAX_SEQ_LEN, description="prompt tokens every request "
+                                          "shares (system prompt, few-shot examples): computed once, held once")
+    hit_rate: float | None = Field(None, ge=0, le=1, description="share of prompt tokens found in the cache "
+                                   "(multi-turn reuse); default: shared_prefix_len / input_len, else 0")
+
+    @model_validator(mode="after")
+    def _one_measure(self) -> PrefixCaching:
+        if self.shared_prefix_len is not None and self.hit_rate is not None:
+            raise ValueError("give shared_prefix_len or hit_rate, not both")
+        return self
+
+
 class Plan(_Strict):
     """The compact strategy of the contract: model, hardware, degrees, optional per-phase overrides."""
 
     model: str | HFModel = Field(description="model preset id, or {'hf_config': {...}}")
     checkpoint: str | None = Field(
-        None, max_length=200, pattern=r"^([A-Za-z0-9][\w.\-]*(/[\w.\-]+)?|(/[\w.\-]+)+)$",
+        None, max_length=200, pattern=REPO_PATTERN,
         description="Hugging Face repo the engine serves (e.g. an Instruct or quantised variant of the preset), or "
         "an absolute local path to a converted checkpoint; default: the preset's base repo",
     )
@@ -147,12 +209,30 @@ class Plan(_Strict):
         "generic", description="serving engine the estimate assumes (knowledge/engines/<id>.json): per-pass and "
                                "per-kernel overheads, CUDA graphs, all-reduce and all-to-all implementation, overlap")
     engine_options: EngineOptions = Field(default_factory=EngineOptions)
+    speculative: Speculative | None = Field(None, description="speculative decoding (none: one token per step)")
+    prefix_caching: PrefixCaching | None = Field(
+        None, description="prefix caching and the workload's reuse (none: no cache hits priced, the engine's "
+                          "default setting exported)")
 
     @model_validator(mode="after")
     def _split_entries_positive(self) -> Plan:
         if self.options.layer_split is not None and any(n < 0 for n in self.options.layer_split):
             raise ValueError("layer_split entries must be >= 0")
+        pc = self.prefix_caching
+        if pc is not None and (pc.shared_prefix_len or 0) > self.workload.input_len:
+            raise ValueError(f"prefix_caching.shared_prefix_len {pc.shared_prefix_len} exceeds workload.input_len "
+                             f"{self.workload.input_len}")
         return self
+
+    @property
+    def prefix_hit_fraction(self) -> float:
+        """Share of each prompt's tokens served from the prefix cache (0 without prefix caching or reuse)."""
+        pc = self.prefix_caching
+        if pc is None or not pc.enabled:
+            return 0.0
+        if pc.hit_rate is not None:
+            return pc.hit_rate
+        return (pc.shared_prefix_len or 0) / self.workload.input_len
 
     def degrees(self, phase: Phase) -> Degrees:
         """The degrees in force for one phase (plan-wide degrees with that phase's overrides)."""

@@ -43,6 +43,10 @@ class Expected(_Strict):
     decode_parallel: dict[str, int] | None = Field(None, description="disaggregated: the decode pool's degrees")
     weights: Weights = Field(description="how the checkpoint stores its weights (bf16 unless quantised)")
     kv_dtype: Literal["fp8"] | None = None
+    speculative: dict[str, Any] | None = Field(None, description="the plan's speculative block, when the command "
+                                               "speculates (its draft path as a plan may hold it)")
+    prefix_caching: dict[str, Any] | None = Field(None, description="the plan's prefix_caching block, when the "
+                                                  "command sets it")
 
 
 class Entry(_Strict):
@@ -190,10 +194,11 @@ def run_entry(entry: Entry) -> Verdict:
         got = {"model": plan["model"], "checkpoint": plan.get("checkpoint"), "parallel": _degrees(plan["parallel"]),
                "decode_parallel": _degrees((plan.get("phases") or {}).get("decode")),
                "weights": _weights_of(plan), "kv_dtype": "fp8" if plan.get("kv_dtype") == "fp8" else None,
-               "gpus": plan["hardware"]["num_gpus"]}
+               "gpus": plan["hardware"]["num_gpus"], "speculative": plan.get("speculative"),
+               "prefix_caching": plan.get("prefix_caching")}
         want = {"model": x.model, "checkpoint": x.checkpoint, "parallel": _degrees(x.parallel),
                 "decode_parallel": _degrees(x.decode_parallel), "weights": x.weights, "kv_dtype": x.kv_dtype,
-                "gpus": s.num_gpus}
+                "gpus": s.num_gpus, "speculative": x.speculative, "prefix_caching": x.prefix_caching}
         if got != want:
             diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
             v.detail = "imported plan differs (got, published): " + json.dumps(diff)

@@ -38,6 +38,7 @@ from tools.core.formats import checkpoint_format, engine_flag, format_info, form
 from tools.core.layout import Layout
 from tools.core.models import MODELS_DIR, preset_ids
 from tools.core.plan import Plan, parse_plan
+from tools.engines import features
 
 __all__ = [
     "ENGINES",
@@ -364,6 +365,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     argv += _dtype_flags(plan, notes, "vllm")
     argv += _vllm_engine_flags(plan, max_seqs, notes)
+    argv += features.export_flags(plan, "vllm", notes)
     env: list[str] = []
     split = _layer_split_note(plan, layout)
     if split:
@@ -531,6 +533,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     argv += _dtype_flags(plan, notes, "sglang")
     argv += _other_engine_flags(plan, "SGLang", "--chunked-prefill-size", notes)
     argv += _scheduler_export(plan, "sglang", notes)
+    argv += features.export_flags(plan, "sglang", notes)
     replica = world * p.pp
     if replica > plan.hardware.gpus_per_node:
         nodes = -(-replica // plan.hardware.gpus_per_node)
@@ -567,6 +570,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     off_key = engine_profile("trtllm").scheduler.off_config_key
     if plan.engine_options.scheduler_ahead is not None and off_key:
         config[off_key] = not plan.engine_options.scheduler_ahead
+    features.trtllm_config(plan, config)
     if config:
         base += ["--config", TRTLLM_CONFIG_FILE]
         notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
@@ -918,6 +922,7 @@ def trtllm_config_values(config: dict[str, Any] | None) -> dict[str, str]:
     kv = config.get("kv_cache_config")
     if isinstance(kv, dict) and isinstance(kv.get("dtype"), str):
         out["kv"] = kv["dtype"]
+    out.update(features.trtllm_values(config))
     return out
 
 
@@ -1111,13 +1116,15 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     if engine == "vllm":
         args, dotted = _compile_dotted(vllm_config_args(engine_config) + args)
         args, sizes = _graph_lists(vllm_dashes(args))
-        values, ignored = parse_flags(args, VLLM_FLAGS, {**VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM",
+        values, ignored = parse_flags(args, {**VLLM_FLAGS, **features.VLLM_FLAGS},
+                                       {**VLLM_BOOL, **features.VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM",
                                        abbrev=True)
     else:
         if engine_config is not None:
             raise PdagInputError("engine_config", "SGLang commands take no config file here",
                                  "the flags on the command line (engine_config is for trtllm-serve and vllm serve)")
-        values, ignored = parse_flags(args, SGLANG_FLAGS, {**SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
+        values, ignored = parse_flags(args, {**SGLANG_FLAGS, **features.SGLANG_FLAGS},
+                                       {**SGLANG_BOOL, **features.SGLANG_BOOL, **switches}, _SGLANG_REFUSE,
                                        "SGLang", abbrev=True)
     repo = positional or values.get("model") or (bare_model(ignored) if engine == "vllm" else None)
     if not repo:
@@ -1215,6 +1222,7 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
                                      else None, notes)
     if engine_options:
         plan["engine_options"] = engine_options
+    plan.update(features.import_features(values, engine, notes))
     if ignored:
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     if engine == "sglang" and any(t.split("=")[0] == "--disable-cuda-graph" for t in ignored):
@@ -1301,6 +1309,7 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
               if key in values]
     if limits:
         notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload")
+    plan.update(features.import_features(values, "trtllm", notes))
     if ignored:
         notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     plan["engine"] = "trtllm"

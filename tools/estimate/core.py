@@ -43,9 +43,17 @@ from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
+from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.speculative import (
+    PrefixFigures,
+    SpeculativeFigures,
+    cached_prefill_ms,
+    draft_passes,
+    speculative_pricer,
+)
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 
 __all__ = ["Estimate", "PhasePath", "estimate_performance", "replica_graph"]
@@ -150,6 +158,11 @@ class Estimate(BaseModel):
     best_under_sla: Serving | None = Field(
         None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
                           "(null when even one request misses it)")
+    speculative: SpeculativeFigures | None = Field(
+        None, description="speculative decoding: tokens per step, the step's cost, TPOT and throughput with and "
+                          "without it, and what was assumed")
+    prefix_caching: PrefixFigures | None = Field(
+        None, description="prefix caching: the cached share, prefill and TTFT with and without hits, capacity")
     track_record: list[TrackRecord] = Field(
         default_factory=list, description="how far pdag's figures of this regime (model family, static batch or "
                                           "serving, one node or several) landed from published measurements")
@@ -186,6 +199,19 @@ class Estimate(BaseModel):
                          f"{sv.ttft_ms:.1f} ms{burst}, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
                          f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
                          + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
+        if self.speculative:
+            sp = self.speculative
+            lines.append(f"speculative {sp.method} k={sp.num_draft_tokens}: {sp.tokens_per_step:.2f} tokens per step, "
+                         f"step x{sp.static.cost_multiplier:.2f} of a plain one; serving TPOT "
+                         f"{sp.tpot_with_ms:.2f} ms (without {sp.tpot_without_ms:.2f} ms), "
+                         f"{sp.output_tokens_per_s_with:,.0f} tok/s (without {sp.output_tokens_per_s_without:,.0f})")
+        if self.prefix_caching:
+            pf = self.prefix_caching
+            lines.append(f"prefix caching: {pf.hit_fraction:.0%} of each prompt cached; prefill "
+                         f"{pf.prefill_ms_with:.1f} "
+                         f"ms (without {pf.prefill_ms_without:.1f} ms)"
+                         + (f", serving TTFT {pf.ttft_with_ms:.1f} ms (without {pf.ttft_without_ms:.1f} ms)"
+                            if pf.ttft_with_ms is not None and pf.ttft_without_ms is not None else ""))
         if self.best_under_sla:
             b = self.best_under_sla
             lines.append(f"best under the SLA: {b.concurrency} in flight per replica, "
@@ -553,23 +579,46 @@ def estimate_performance(
     mem = memory_report(full, layout, efficiency)
     sla_m = _parse_sla(sla)
     serving = best = None
+    dec_pp, dec_over = layout.pools["decode"].pp, eff["decode_step_overhead_ms"] * 1e-3
+
+    def plain_at(b: int) -> float:
+        if b == wl.batch_size:
+            return dec.latency_ms
+        return _phase(model, prep.phases["decode"], b, dec_pp, dec_over).latency_ms
+
+    decode_at = plain_at
+    sd, step_at = full.speculative, None
+    if sd is not None:
+        vmodel = CostModel(full, layout, eff, use_overlap, balanced_experts, decode_queries=sd.num_draft_tokens + 1)
+        step_at = speculative_pricer(full, layout.phases["decode"].tp, plain_at, lambda b: _phase(
+            vmodel, prep.phases["decode"], b, dec_pp, dec_over).latency_ms)
+        decode_at = lambda b: step_at(b).tpot_ms  # noqa: E731
+    hit = full.prefix_hit_fraction
+    overhead_ms = eff["step_overhead_ms"]
+    serving_plain = capacity_plain = None
     if not layout.disaggregated:
         one = pre if wl.batch_size == 1 else _phase(
             model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3)
-        pre1 = Prefill(one.latency_ms, one.host_launch_ms, one.host_wait_ms)
+        pre_raw = Prefill(one.latency_ms, one.host_launch_ms, one.host_wait_ms)
+        pre1 = replace(pre_raw, ms=cached_prefill_ms(one.latency_ms, overhead_ms, hit))
         capacity, shared = memory_limits(full, eff, mem, layout.pools["prefill"].pp)
-
-        def decode_at(b: int) -> float:
-            if b == wl.batch_size:
-                return dec.latency_ms
-            return _phase(model, prep.phases["decode"], b, layout.pools["decode"].pp,
-                          eff["decode_step_overhead_ms"] * 1e-3).latency_ms
-
         serving = continuous(full, eff, wl.batch_size, pre1, decode_at, layout.dp, prep.replica_gpus * layout.dp,
                              capacity, shared, sla_m)
+        if sd is not None or full.prefix_caching is not None:  # the same load without either feature
+            bare = full.model_copy(update={"speculative": None, "prefix_caching": None})
+            plain_mem = memory_report(bare, layout, efficiency)
+            capacity_plain, shared_plain = memory_limits(bare, eff, plain_mem, layout.pools["prefill"].pp)
+            serving_plain = continuous(bare, eff, wl.batch_size, pre_raw, plain_at, layout.dp,
+                                       prep.replica_gpus * layout.dp, capacity_plain, shared_plain)
         if sla_m is not None:
             best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
-    figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
+    static_tpot = step_at(wl.batch_size).tpot_ms if step_at is not None else dec.latency_ms
+    figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
+                       prep.replica_gpus)
+    spec_fig = _speculative_figures(full, layout, step_at, serving, serving_plain) if step_at is not None else None
+    prefix_fig = _prefix_figures(full, pre.latency_ms if wl.batch_size == 1 else one.latency_ms, overhead_ms,
+                                 serving, serving_plain) if full.prefix_caching is not None and \
+        not layout.disaggregated else None
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
@@ -601,7 +650,8 @@ def estimate_performance(
         decode=dec,
         critical_path={"prefill": pre.critical_path, "decode": dec.critical_path},
         bottleneck={"prefill": pre.bottleneck, "decode": dec.bottleneck},
-        assumptions=_assumptions(full, model, use_overlap, layout),
+        assumptions=_assumptions(full, model, use_overlap, layout)
+        + (spec_fig.assumptions if spec_fig else []) + (prefix_fig.assumptions if prefix_fig else []),
         provenance=_provenance(full, eff, calibrated),
         warnings=warnings,
         pools=figures.pools,
@@ -612,7 +662,58 @@ def estimate_performance(
         serving=serving,
         best_under_sla=best,
         track_record=record,
+        speculative=spec_fig,
+        prefix_caching=prefix_fig,
     )
+
+
+def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serving | None,
+                         plain: Serving | None) -> SpeculativeFigures:
+    """The speculative step at the plan's batch, and the served TPOT and throughput with and without it."""
+    sd = plan.speculative
+    assert sd is not None
+    acc = acceptance(sd)
+    st = step_at(plan.workload.batch_size)
+    frac = draft_read_fraction(plan, layout.phases["decode"].tp)
+    src = acc.source
+    notes = [
+        f"a step verifies k + 1 = {sd.num_draft_tokens + 1} tokens per sequence in one target pass (GEMMs, experts, "
+        "collectives and LM head over k + 1 tokens, KV read once) and runs "
+        f"{draft_passes(plan)} draft pass(es), each {frac:.2%} of a plain decode step's weight reads",
+        f"tokens per step {acc.tokens_per_step:.2f} = 1 + sum of the reach of each draft position"
+        + (f" (first accepted {acc.first:.2f}, later {acc.later:.2f})" if acc.first == acc.first else "")
+        + f"; acceptance from {src}",
+        "TPOT = step time / tokens per step; the draft's catch-up over accepted tokens and rejected drafts' KV "
+        "writes are not priced; acceptance depends on prompts and temperature",
+    ]
+    return SpeculativeFigures(
+        method=sd.method, num_draft_tokens=sd.num_draft_tokens, topk=sd.topk, draft_passes=draft_passes(plan),
+        tokens_per_step=acc.tokens_per_step, acceptance_source=src, draft_read_fraction=frac, static=st,
+        tpot_without_ms=plain.tpot_ms if plain else st.plain_step_ms,
+        tpot_with_ms=serving.tpot_ms if serving else st.tpot_ms,
+        output_tokens_per_s_without=plain.output_tokens_per_s if plain else 0.0,
+        output_tokens_per_s_with=serving.output_tokens_per_s if serving else 0.0, assumptions=notes)
+
+
+def _prefix_figures(plan: Plan, prefill_ms: float, overhead_ms: float, serving: Serving | None,
+                    plain: Serving | None) -> PrefixFigures:
+    pc = plan.prefix_caching
+    assert pc is not None
+    hit = plan.prefix_hit_fraction
+    shared = (pc.shared_prefix_len or 0) if pc.enabled else 0
+    notes = [f"{hit:.0%} of each prompt's tokens come from the cache and are not recomputed: a prefill pass costs its "
+             f"{overhead_ms:g} ms overhead plus {1 - hit:.0%} of the rest (attention over the cached keys is not "
+             "priced separately)"]
+    if shared:
+        notes.append(f"the {shared} shared prefix tokens are held once in the KV cache, not per request")
+    if not pc.enabled:
+        notes.append("prefix caching disabled: no hits")
+    return PrefixFigures(
+        hit_fraction=hit, shared_prefix_len=shared, prefill_ms_without=prefill_ms,
+        prefill_ms_with=cached_prefill_ms(prefill_ms, overhead_ms, hit),
+        ttft_without_ms=plain.ttft_ms if plain else None, ttft_with_ms=serving.ttft_ms if serving else None,
+        running_without=plain.running if plain else None, running_with=serving.running if serving else None,
+        assumptions=notes)
 
 
 def _parse_sla(sla: Sla | dict[str, Any] | None) -> Sla | None:

@@ -155,6 +155,7 @@ class CostModel:
     eff: dict[str, float]
     overlap: bool
     balanced_experts: bool = False
+    decode_queries: int = 1  # tokens per sequence in a decode step: k + 1 when it verifies k draft tokens
     _cache: dict[tuple[Any, ...], NodeCost] = field(default_factory=dict)
     _links: dict[tuple[int, ...], Link] = field(default_factory=dict)
 
@@ -289,7 +290,7 @@ class CostModel:
                         float(len(kernels) + quant))
 
     def tokens(self, phase: str, batch: int) -> int:
-        return batch * self.input_len if phase == "prefill" else batch
+        return batch * self.input_len if phase == "prefill" else batch * self.decode_queries
 
     def keys_per_query(self, phase: str, sliding: bool) -> float:
         w = self.spec.sliding_window if sliding and self.spec.sliding_window else None
@@ -382,15 +383,16 @@ class CostModel:
             return self.run(phase, [Kernel(0.0, 2 * tok * h * self.hb, small=True)])
         if ntype == T.LM_HEAD:
             v = spec.vocab_size / max(1, int(meta.get("vocab_shards", 1) or 1))
-            return self.run(phase, [Kernel(2 * batch * h * v, h * v * self.hb + batch * v * 4, small=True),
-                             Kernel(batch * v * 4, batch * v * 8, small=True)])  # sampling / softmax
+            rows = batch if phase == "prefill" else tok  # verification takes logits at every drafted position
+            return self.run(phase, [Kernel(2 * rows * h * v, h * v * self.hb + rows * v * 4, small=True),
+                             Kernel(rows * v * 4, rows * v * 8, small=True)])  # sampling / softmax
         if ntype == T.KV_CACHE:
             kv_local = self.kv_elems_local(attrs)
             sp = max(1, int(meta.get("seq_shards", 1) or 1))
             if phase == "prefill":
                 per_gpu = tok / max(1, self.attn_sp(attrs)) * kv_local * self.kvb
                 return self.run(phase, [Kernel(0.0, per_gpu, small=True)])
-            return self.run(phase, [Kernel(0.0, batch * kv_local * self.kvb / sp, small=True)])
+            return self.run(phase, [Kernel(0.0, tok * kv_local * self.kvb / sp, small=True)])
         if ntype in (T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL, T.SEND_RECV, T.KV_TRANSFER):
             return self.comm(ntype, phase, batch, attrs)
         return NodeCost(0.0, "overhead")

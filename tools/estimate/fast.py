@@ -69,11 +69,13 @@ class FastEstimator:
     """Per-layout phase latencies at any batch; build once per layout (the batch is not part of it)."""
 
     def __init__(self, plan: Plan, layout: Layout | None = None, eff: dict[str, float] | None = None,
-                 overlap: bool | None = None) -> None:
+                 overlap: bool | None = None, decode_queries: int = 1) -> None:
+        """``decode_queries``: tokens per sequence in a decode step (k + 1 for a step that verifies k drafts)."""
         self.plan = plan
         self.layout = layout or Layout(plan)
         self.eff = eff or plan_efficiency(plan)
-        self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm if overlap is None else overlap)
+        self.model = CostModel(plan, self.layout, self.eff, plan.options.overlap_comm if overlap is None else overlap,
+                               decode_queries=decode_queries)
         self.step = {"prefill": self.eff["step_overhead_ms"] * 1e-3,
                      "decode": self.eff["decode_step_overhead_ms"] * 1e-3}
         self.stages = self._build()

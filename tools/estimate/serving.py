@@ -58,6 +58,11 @@ closed loop of ``C`` clients over ``B`` slots that each take ``T = ttft(B) + (ou
 ``B / T`` requests per second, so each waits ``(C / B - 1) * T`` before its prefill starts (Little's law), TPOT
 and throughput are those of ``B`` running requests, and TTFT adds the wait.
 
+Speculative decoding and prefix caching (``speculative.py``): ``decode_at`` then gives the time per emitted token
+(a speculative step over the tokens it yields), so a step here stands for one token of every running request and
+the prompts per step stay ``C / output_len``; a prompt's cached share is not recomputed; a prefix all requests
+share is held once, which raises the running capacity.
+
 ``best_under_sla`` searches the concurrency (doubling, then bisection: TPOT and TTFT grow with C) for the most
 output tokens per second per GPU whose TPOT and TTFT meet the SLA.
 """
@@ -75,6 +80,7 @@ from tools.core.absent import NullMeansAbsent
 from tools.core.memory import MemoryReport
 from tools.core.plan import Plan
 from tools.estimate.fast import FastEstimator
+from tools.estimate.speculative import cached_prefill_ms, speculative_pricer
 
 MAX_CONCURRENCY = 65_536
 
@@ -128,8 +134,11 @@ def running_capacity(plan: Plan, eff: dict[str, float], max_batch_full: int) -> 
     wl = plan.workload
     if max_batch_full < 1:
         return 0
-    held = wl.input_len + eff["kv_reserved_output_fraction"] * wl.output_len
-    return max(max_batch_full, int(max_batch_full * (wl.input_len + wl.output_len) / held))
+    pc = plan.prefix_caching
+    shared = (pc.shared_prefix_len or 0) if pc is not None and pc.enabled else 0  # held once, for every request
+    held = wl.input_len - shared + eff["kv_reserved_output_fraction"] * wl.output_len
+    room = max_batch_full * (wl.input_len + wl.output_len) - shared
+    return max(max_batch_full, int(room / max(1.0, held)))
 
 
 def weights_ms(plan: Plan, eff: dict[str, float], weight_bytes_per_gpu: float, pp: int) -> float:
@@ -216,11 +225,17 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float,
 
     fast = FastEstimator(plan, eff=eff, overlap=overlap)
     dp, gpus = fast.layout.dp, fast.layout.gpus_needed
-    pre1 = Prefill(*fast.phase_parts("prefill", 1))
+    ms, host, wait = fast.phase_parts("prefill", 1)
+    pre1 = Prefill(cached_prefill_ms(ms, fast.eff["step_overhead_ms"], plan.prefix_hit_fraction), host, wait)
+    decode_at: Callable[[int], float] = lambda b: fast.phase_ms("decode", b)  # noqa: E731
+    if plan.speculative is not None:
+        verify = FastEstimator(plan, fast.layout, fast.eff, overlap, plan.speculative.num_draft_tokens + 1)
+        step = speculative_pricer(plan, fast.layout.phases["decode"].tp, decode_at,
+                                  lambda b: verify.phase_ms("decode", b))
+        decode_at = lambda b: step(b).tpot_ms  # noqa: E731
 
     def at(c: int) -> Serving:
-        return continuous(plan, fast.eff, c, pre1, lambda b: fast.phase_ms("decode", b), dp, gpus, max_concurrency,
-                          shared_ms, sla)
+        return continuous(plan, fast.eff, c, pre1, decode_at, dp, gpus, max_concurrency, shared_ms, sla)
 
     top = max(1, min(max_concurrency, MAX_CONCURRENCY))
     best = at(1)

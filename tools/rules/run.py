@@ -22,6 +22,7 @@ from tools.rules import (  # noqa: F401  (imported for their registrations)
     phases,
     pp,
     sp,
+    speculative,
     structure,
     tp,
 )
