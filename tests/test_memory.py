@@ -176,3 +176,10 @@ def test_remembered_reports_follow_the_plan_and_the_overlay(tmp_path, monkeypatc
     f.write_text('{"defaults": {"fragmentation_fraction": 0.3}}')
     _read_overlay.cache_clear()  # the overlay reader keeps the files it parsed
     assert memory_report(p).max_batch_size_that_fits > tight.max_batch_size_that_fits
+
+
+def test_max_context_stops_at_the_models_window() -> None:
+    """Found by a recorded agent session: 2,097,152 tokens 'fit' for Llama-3.1-8B, whose window is 131,072."""
+    r = memory_report(parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+                                  "parallel": {"tp": 8}}))
+    assert r.max_context_that_fits == 131072 < r.kv_tokens_that_fit

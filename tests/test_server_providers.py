@@ -115,7 +115,7 @@ def test_no_undeclared_input_objects(listing):
 
 # Free-form objects: a Hugging Face config.json, an inline accelerator, a drafted DAG, an engine's YAML. Strict mode
 # has no form for them (docs/mcp-clients.md says what each client does); any new one must be added here knowingly.
-PLAN_OPEN = {".plan.hardware.gpu", ".plan.model.hf_config"}
+PLAN_OPEN = {".plan.hardware.gpu", ".plan.model.hf_config", ".plan.speculative.draft_model.hf_config"}
 DAG_OPEN = {".dag", ".dag.nodes[]", ".dag.edges[]"}
 OPEN = {"build_dag": PLAN_OPEN, "validate_dag": PLAN_OPEN | DAG_OPEN, "autofix_dag": PLAN_OPEN | DAG_OPEN,
         "estimate_performance": PLAN_OPEN | DAG_OPEN, "lookup_rule": set(),

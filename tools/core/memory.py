@@ -108,7 +108,10 @@ class MemoryReport(BaseModel):
     reserved_bytes: float = Field(description="of the worst GPU")
     per_gpu: list[GpuMemory] = Field(description="every GPU of replica 0 (other replicas are identical copies)")
     max_batch_size_that_fits: int = Field(description="largest batch per replica at this context (0: none)")
-    max_context_that_fits: int = Field(description="largest tokens per sequence at this batch (0: none)")
+    max_context_that_fits: int = Field(description="largest tokens per sequence at this batch, at most the model's "
+                                                   "context window (0: none)")
+    kv_tokens_that_fit: int = Field(0, description="tokens per sequence the memory holds at this batch, whatever the "
+                                                   "model's window (how much room a longer cap would find)")
     kv_bytes_per_token: float = Field(description="KV bytes per token of the whole model (all layers)")
     kv_cache_bytes_total: float = Field(description="KV of the whole deployment (all replicas, with replication)")
     message: str
@@ -455,7 +458,8 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
 
     pool_batch = {pt.name: _largest(batch_fits_in(pt), MAX_BATCH) for pt in pools}
     max_batch = min(pool_batch.values())
-    max_ctx = _largest(context_fits, MAX_SEQ_LEN)
+    kv_room = _largest(context_fits, MAX_SEQ_LEN)
+    max_ctx = min(kv_room, spec.max_position_embeddings)  # no sequence is longer than the model's window
     context = wl.input_len + wl.output_len
     kvb = DTYPE_BYTES[plan.effective_kv_dtype]
     kv_per_token = float(spec.kv_bytes_per_token(kvb))
@@ -481,6 +485,6 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
         activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
         reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
-        max_context_that_fits=max_ctx, kv_bytes_per_token=kv_per_token, kv_cache_bytes_total=kv_total,
+        max_context_that_fits=max_ctx, kv_tokens_that_fit=kv_room, kv_bytes_per_token=kv_per_token, kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )

@@ -1025,7 +1025,7 @@ def _context_cap_note(plan: dict[str, Any], values: dict[str, str], flag: str) -
     try:
         cap = int(values["context"])
         one = parse_plan({**plan, "workload": {"input_len": 1, "output_len": 1, "batch_size": 1}})
-        room = memory_report(one).max_context_that_fits
+        room = memory_report(one).kv_tokens_that_fit
     except (KeyError, ValueError, PdagInputError):
         return []
     if room and cap > room:
