@@ -507,14 +507,19 @@ def export_plan(
                                                       "(pdag://schema/plan)")],
     engine: Annotated[Literal["vllm", "sglang", "trtllm"] | None,
                       Field(description="target engine; default: plan.engine")] = None,
+    force: Annotated[bool, Field(description="write the command even though validate_dag refuses the plan")] = False,
+    engine_version: Annotated[str | None, Field(max_length=40, description="engine release whose flags to write "
+                                                "(default: the current one; see knowledge/engines/flags)")] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.ExportAnswer:
     """Write a plan as the launch command of vLLM, SGLang or TensorRT-LLM (trtllm-serve), and check the plan.
 
     Use it to hand the user the command that runs a chosen plan. EP wider than TP becomes attention-DP, DP the
-    engine's data-parallel size or pinned servers, a disaggregated plan one command per pool; TensorRT-LLM's
-    options come as its --config YAML (`config`). A plan the engine cannot launch is an error saying why.
+    engine's data-parallel size or pinned servers, a server wider than a node one command per node, a
+    disaggregated plan one command per pool; TensorRT-LLM's options come as its --config YAML (`config`). A plan
+    validate_dag refuses is an error listing its violations (force: true writes it anyway, with a note); a plan
+    the engine cannot launch is an error saying why.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}, "engine": "vllm"}
     Returns engine, command (a line per server), gpus, config where it applies, notes, valid and violations;
@@ -522,5 +527,7 @@ def export_plan(
     """
     fn, check = core("export_plan"), core("validate_dag")
     assert fn is not None and check is not None
-    return R.respond("export_plan", _key(plan=plan, engine=engine, detail=detail), detail, cursor,  # type: ignore[return-value]
-                     lambda: R.shape_export(fn(plan, engine), check(plan=plan), detail))
+    return R.respond("export_plan", _key(plan=plan, engine=engine, force=force, engine_version=engine_version,  # type: ignore[return-value]
+                                         detail=detail), detail, cursor,
+                     lambda: R.shape_export(fn(plan, engine, force=force, engine_version=engine_version),
+                                            check(plan=plan), detail))

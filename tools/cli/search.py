@@ -7,6 +7,7 @@ from typing import Any
 
 from tools.cli.common import add_plan_args, command, plan_from_args, read_json
 from tools.core.errors import PdagInputError
+from tools.engines.flags import default_version
 from tools.engines.launch import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_deployment
 from tools.search.strategies import search_strategies
 
@@ -80,6 +81,11 @@ def cmd_search(args: Any) -> int:
 def export_args(p: Any) -> None:
     """Arguments of ``pdag export``: a plan file (or `pdag plan --json` output) and/or the plan flags."""
     add_plan_args(p)
+    p.add_argument("--force", action="store_true",
+                   help="write the command even though validate refuses the plan (the output says why)")
+    p.add_argument("--engine-version", metavar="VERSION",
+                   help="engine release whose flags to write (default: the current one with a flag table: "
+                        + ", ".join(f"{e} {default_version(e)}" for e in ENGINES) + ")")
 
 
 def cmd_export(args: Any) -> int:
@@ -87,7 +93,7 @@ def cmd_export(args: Any) -> int:
     engine = plan.get("engine")
     if engine not in ENGINES:
         raise PdagInputError("--engine", f"exports need a target engine, got {engine!r}", ", ".join(ENGINES))
-    result = export_plan(plan, engine)
+    result = export_plan(plan, engine, force=args.force, engine_version=args.engine_version)
     if args.json:
         print(result.model_dump_json())
         return 0
