@@ -410,6 +410,10 @@ def search_strategies(
     engine_options: Annotated[EngineOptions | None, Field(description="as plan.engine_options")] = None,
     serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
                                                "flight)")] = False,
+    checkpoint: Annotated[str | None, Field(max_length=200, description="the Hugging Face repo served (its stored "
+                                            "format sets the weights' memory, as in a plan)")] = None,
+    unlaunchable: Annotated[bool, Field(description="also list plans no engine launches (labelled); default: only "
+                                                    "plans `engine` (vllm/sglang/trtllm; else any) launches")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,
@@ -444,6 +448,10 @@ def search_strategies(
         engine_options=None if engine_options is None else engine_options.model_dump(exclude_none=True) or None,
         serving=serving,
     )
+    if checkpoint is not None:
+        args["checkpoint"] = checkpoint
+    if unlaunchable:
+        args["unlaunchable"] = True
     if not render:
         return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                          lambda: R.shape_search(fn(**args), detail))

@@ -64,7 +64,7 @@ def test_vllm_two_node_dp_follows_the_data_parallel_deployment_docs() -> None:
 
 def test_multi_node_servers_in_each_engines_form() -> None:
     plan = {"model": "llama-3.1-405b", "hardware": {"gpu": "h100-sxm", "num_gpus": 16}, "dtype": "fp8",
-            "parallel": {"tp": 8, "pp": 2}}
+            "checkpoint": "nvidia/Llama-3.1-405B-Instruct-FP8", "parallel": {"tp": 8, "pp": 2}}
     vl = export_plan(plan, "vllm").argv
     assert [a[a.index("--node-rank") + 1] for a in vl] == ["0", "1"] and "--headless" in vl[1]
     assert all("--nnodes" in a and "--master-addr" in a for a in vl)
@@ -115,6 +115,9 @@ def test_trtllm_never_serves_weight_only_plans_as_bf16() -> None:
         export_plan(awq, "trtllm")
     assert exc.value.field == "weights" and "no quantization flag" in exc.value.problem
     assert "--quantization" in export_plan(awq, "vllm").command  # the others take a kernel flag
+    fp8 = {**awq, "weights": None, "dtype": "fp8"}  # nor a 16-bit checkpoint as fp8: no online quantization
+    with pytest.raises(EngineCannotExpress):
+        export_plan(fp8, "trtllm")
 
 
 def test_sglang_writes_declared_flag_names_not_prefixes() -> None:

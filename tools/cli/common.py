@@ -38,6 +38,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "int8", "int4"])
     p.add_argument("--weights", choices=list(FORMATS),
                    help="checkpoint weight storage, e.g. mxfp4, awq-int4, nvfp4 (default: the dtype)")
+    p.add_argument("--checkpoint", help="the Hugging Face repo served, e.g. meta-llama/Llama-3.1-405B-Instruct-FP8 "
+                                        "(its stored format sets the weights' memory)")
     p.add_argument("--objective", choices=["latency", "throughput"])
     p.add_argument("--engine", choices=list(ENGINE_IDS),
                    help="serving engine the estimate assumes (knowledge/engines/); export's target engine")
@@ -120,7 +122,7 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
     for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("batch", "batch_size")):
         if getattr(args, flag) is not None:
             wl[key] = getattr(args, flag)
-    for key in ("dtype", "kv_dtype", "weights", "objective", "engine"):
+    for key in ("dtype", "kv_dtype", "weights", "checkpoint", "objective", "engine"):
         if getattr(args, key, None) is not None:
             plan[key] = getattr(args, key)
     for key in ("max_batched_tokens", "graph_max_tokens", "scheduler_ahead"):

@@ -28,6 +28,9 @@ def search_args(p: Any) -> None:
                    help="with --serving: check --max-ttft-ms against the TTFT of clients whose prompts arrive in one "
                         "burst (fixed-length closed-loop benchmarks)")
     p.add_argument("--report", metavar="HTML", help="also write an HTML report: Pareto front and the best plan")
+    p.add_argument("--unlaunchable", action="store_true",
+                   help="also list plans no engine launches (labelled); default: only plans --engine (any engine "
+                        "when it is not vllm, sglang or trtllm) launches")
 
 
 def cmd_search(args: Any) -> int:
@@ -50,7 +53,8 @@ def cmd_search(args: Any) -> int:
         dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"),
         weights=plan.get("weights"), attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
-        serving=args.serving, engine_options=plan.get("engine_options"),
+        serving=args.serving, engine_options=plan.get("engine_options"), checkpoint=plan.get("checkpoint"),
+        unlaunchable=args.unlaunchable,
     )
     if args.report:
         from tools.cli.report import write_page

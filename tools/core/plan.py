@@ -114,8 +114,8 @@ class EngineOptions(_Strict):
     max_num_seqs: int | None = Field(
         None, ge=1, le=MAX_BATCH, description="the engine's running-sequence cap as a launch command set it "
         "(vLLM --max-num-seqs, per DP engine; SGLang --max-running-requests; TRT-LLM --max_batch_size)")
-    extra_args: list[str] = Field(
-        default_factory=list, max_length=400, description="arguments of an imported command pdag does not model "
+    extra_args: list[str] | None = Field(
+        None, max_length=400, description="arguments of an imported command pdag does not model "
         "(e.g. --trust-remote-code), carried to an export for the same engine unless a flag pdag writes replaces them")
 
 

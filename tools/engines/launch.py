@@ -101,6 +101,8 @@ class ExportResult(BaseModel):
         None, description="disaggregated TensorRT-LLM: the decode pool's --config YAML options")
     pool_servers: dict[str, int] | None = Field(
         None, description="disaggregated: the servers of each pool, prefill's first in argv")
+    pool_commands: dict[str, int] | None = Field(
+        None, description="disaggregated: the argv entries of each pool (a server over n nodes has n)")
     servers: int = Field(1, description="independent servers (each its own endpoint, behind a load balancer); a "
                                         "server spread over nodes has one argv per node")
     engine_version: str | None = Field(None, description="the engine release whose flag table the command follows")
@@ -711,27 +713,23 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
                         servers=p.dp, notes=notes)
 
 
-_WEIGHT_ONLY = ("awq-int4", "gptq-int4", "int4", "int8")
-
-
 def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
-    """trtllm-serve has no quantization flag: it runs what the checkpoint's quantization config declares.  A plan
-    priced on 4- or 8-bit weight-only weights therefore exports only when the served checkpoint stores them;
-    otherwise the command would serve the 16-bit checkpoint the plan did not price, so it is refused."""
-    fmt = plan.weights or (plan.dtype if plan.dtype in ("int4", "int8") else None)
+    """trtllm-serve has no quantization flag and does not quantize a 16-bit checkpoint at load time: it runs what
+    the checkpoint's quantization config declares.  A plan priced on quantized weights (fp8, AWQ, GPTQ, int4, ...)
+    therefore exports only when the served checkpoint stores them; otherwise the server would run 16-bit weights
+    the plan did not price, so the export is refused with the reason."""
+    fmt = plan.weights or (None if plan.dtype in _DTYPE_FLAG else plan.dtype)
+    if fmt is None or fmt in _DTYPE_FLAG:
+        return
     stored = checkpoint_format(_hf_repo(plan), plan.spec)
-    if fmt in _WEIGHT_ONLY:
-        if stored != fmt:
-            raise EngineCannotExpress(
-                "weights", f"{fmt} weights: trtllm-serve takes no quantization flag and loads the quantization its "
-                f"checkpoint declares; {_hf_repo(plan)} does not store {fmt} weights, so the server would run "
-                f"{stored or 'bf16'} weights the plan did not price",
-                "plan.checkpoint naming a checkpoint that stores these weights (e.g. a ModelOpt W4A16 AWQ export), "
-                "or another engine")
-        notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
-    elif plan.dtype not in _DTYPE_FLAG and stored != (plan.weights or plan.dtype):
-        notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt); "
-                     "trtllm-serve does not quantize a 16-bit checkpoint at load time")
+    if stored != fmt:
+        raise EngineCannotExpress(
+            "weights", f"{fmt} weights: trtllm-serve takes no quantization flag and loads the quantization its "
+            f"checkpoint declares; {_hf_repo(plan)} does not store {fmt} weights, so the server would run "
+            f"{stored or 'bf16'} weights the plan did not price",
+            "plan.checkpoint naming a checkpoint that stores these weights (e.g. an nvidia/*-FP8 ModelOpt export), "
+            "or another engine")
+    notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
@@ -885,6 +883,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
     notes: list[str] = [_CONNECTOR_NOTE[key]]
     configs: dict[str, dict[str, Any] | None] = {}
     servers: dict[str, int] = {}
+    commands: dict[str, int] = {}
     gpus = 0
     port = 8000
     for phase in ("prefill", "decode"):
@@ -894,6 +893,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         one = _export_aggregated(sub, key)
         configs[phase] = one.config
         servers[phase] = one.servers
+        commands[phase] = len(one.argv)
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
         per_server = len(one.argv) // one.servers
@@ -915,7 +915,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         port += one.servers
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes,
                         config=configs["prefill"], decode_config=configs["decode"], pool_servers=servers,
-                        servers=sum(servers.values()))
+                        pool_commands=commands, servers=sum(servers.values()))
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -1625,7 +1625,8 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
             raise PdagInputError(f"decode_command.{key}", f"the pools serve {pre.plan.get(key)!r} and "
                                  f"{dec.plan.get(key)!r}", "the same checkpoint in both pools")
     plan = dict(pre.plan)
-    plan["phases"] = {"decode": dec.plan["parallel"]}
+    # every decode degree stated: one left out would inherit the prefill pool's (attention-DP groups above all)
+    plan["phases"] = {"decode": {"attn_dp": 1, **dec.plan["parallel"]}}
     if dec.plan.get("engine_options", {}) != pre.plan.get("engine_options", {}):
         plan["decode_engine_options"] = dec.plan.get("engine_options", {})
     if dec.plan.get("objective") == "throughput":
