@@ -46,6 +46,7 @@ __all__ = [
     "ExportResult",
     "PlanRefused",
     "engine_key",
+    "export_unchecked",
     "ImportResult",
     "export_plan",
     "import_command",
@@ -751,18 +752,27 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None, *, force
     refuses raises PlanRefused (with its violations) unless ``force``; a plan the engine cannot launch raises
     EngineCannotExpress (with the reason)."""
     parsed = parse_plan(plan)
-    if engine is None:
-        engine = parsed.engine
-    key = engine_key(engine)
-    table = flag_table(key, engine_version)
     refused = _errors(parsed)
     if refused and not force:
         raise PlanRefused(refused)
-    result = _export(parsed, key)
+    result = export_unchecked(parsed, engine, engine_version)
     if refused:
         result.notes.insert(0, "forced: validate_dag refuses this plan (" + "; ".join(
             f"{v.rule_id}: {v.message}" for v in refused) + "); the engine may refuse it or run it other than "
             "pdag prices it")
+    return result
+
+
+def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
+                     engine_version: str | None = None) -> ExportResult:
+    """export_plan without validate_dag: for callers that judged the rules already (search asks only whether an
+    engine launches a layout it found valid)."""
+    parsed = parse_plan(plan)
+    if engine is None:
+        engine = parsed.engine
+    key = engine_key(engine)
+    table = flag_table(key, engine_version)
+    result = _export(parsed, key)
     own = parsed.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else parsed.engine == key
     for argv in result.argv:
         _passthrough(parsed, key, argv, own, table, result.notes)

@@ -720,7 +720,7 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
 
 def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """Which engines can launch the plan, and for the others the reason their exporter gives."""
-    from tools.engines.launch import ENGINES, EngineCannotExpress, export_plan
+    from tools.engines.launch import ENGINES, EngineCannotExpress, export_unchecked
 
     # Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
     # something else): judge one replica, so that a plan of thousands of replicas costs what one does.
@@ -734,7 +734,7 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     gaps: dict[str, str] = {}
     for engine in ENGINES:
         try:
-            export_plan(one, engine, force=True)  # search judges the rules itself; this asks only the engine
+            export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
         except EngineCannotExpress as exc:
             gaps[engine] = f"{exc.field}: {exc.problem}"
         else:
