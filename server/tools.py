@@ -410,10 +410,8 @@ def search_strategies(
     engine_options: Annotated[EngineOptions | None, Field(description="as plan.engine_options")] = None,
     serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
                                                "flight)")] = False,
-    checkpoint: Annotated[str | None, Field(max_length=200, description="the Hugging Face repo served (its stored "
-                                            "format sets the weights' memory, as in a plan)")] = None,
-    unlaunchable: Annotated[bool, Field(description="also list plans no engine launches (labelled); default: only "
-                                                    "plans `engine` (vllm/sglang/trtllm; else any) launches")] = False,
+    checkpoint: Annotated[str | None, Field(max_length=200, description="HF repo served")] = None,
+    unlaunchable: Annotated[bool, Field(description="also list plans no engine launches")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,
@@ -515,19 +513,15 @@ def export_plan(
                                                       "(pdag://schema/plan)")],
     engine: Annotated[Literal["vllm", "sglang", "trtllm"] | None,
                       Field(description="target engine; default: plan.engine")] = None,
-    force: Annotated[bool, Field(description="write the command even though validate_dag refuses the plan")] = False,
-    engine_version: Annotated[str | None, Field(max_length=40, description="engine release whose flags to write "
-                                                "(default: the current one; see knowledge/engines/flags)")] = None,
+    force: Annotated[bool, Field(description="export a plan validate refuses")] = False,
+    engine_version: Annotated[str | None, Field(max_length=40)] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.ExportAnswer:
     """Write a plan as the launch command of vLLM, SGLang or TensorRT-LLM (trtllm-serve), and check the plan.
 
-    Use it to hand the user the command that runs a chosen plan. EP wider than TP becomes attention-DP, DP the
-    engine's data-parallel size or pinned servers, a server wider than a node one command per node, a
-    disaggregated plan one command per pool; TensorRT-LLM's options come as its --config YAML (`config`). A plan
-    validate_dag refuses is an error listing its violations (force: true writes it anyway, with a note); a plan
-    the engine cannot launch is an error saying why.
+    Use it to hand the user the command that runs a chosen plan: a line per server, node or pool; TensorRT-LLM's
+    options as --config YAML (`config`). A plan validate refuses, or the engine cannot launch, is an error.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}, "engine": "vllm"}
     Returns engine, command (a line per server), gpus, config where it applies, notes, valid and violations;
