@@ -435,6 +435,8 @@ def search_strategies(
     engine_options: Annotated[EngineOptions | None, Field(description="as plan.engine_options")] = None,
     serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
                                                "flight)")] = False,
+    checkpoint: Annotated[str | None, Field(max_length=200, description="HF repo served")] = None,
+    unlaunchable: Annotated[bool, Field(description="also list plans no engine launches")] = False,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,
@@ -469,6 +471,10 @@ def search_strategies(
         engine_options=None if engine_options is None else engine_options.model_dump(exclude_none=True) or None,
         serving=serving,
     )
+    if checkpoint is not None:
+        args["checkpoint"] = checkpoint
+    if unlaunchable:
+        args["unlaunchable"] = True
     if not render:
         return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                          lambda: R.shape_search(fn(**args), detail))
@@ -532,14 +538,15 @@ def export_plan(
                                                                    "(pdag://schema/plan)")],
     engine: Annotated[Literal["vllm", "sglang", "trtllm"] | None,
                       Field(description="target engine; default: plan.engine")] = None,
+    force: Annotated[bool, Field(description="export a plan validate refuses")] = False,
+    engine_version: Annotated[str | None, Field(max_length=40)] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.ExportAnswer:
     """Write a plan as the launch command of vLLM, SGLang or TensorRT-LLM (trtllm-serve), and check the plan.
 
-    Use it to hand the user the command that runs a chosen plan. EP wider than TP becomes attention-DP, DP the
-    engine's data-parallel size or pinned servers, a disaggregated plan one command per pool; TensorRT-LLM's
-    options come as its --config YAML (`config`). A plan the engine cannot launch is an error saying why.
+    Use it to hand the user the command that runs a chosen plan: a line per server, node or pool; TensorRT-LLM's
+    options as --config YAML (`config`). A plan validate refuses, or the engine cannot launch, is an error.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}, "engine": "vllm"}
     Returns engine, command (a line per server), gpus, config where it applies, notes, valid and violations;
@@ -547,5 +554,7 @@ def export_plan(
     """
     fn, check = core("export_plan"), core("validate_dag")
     assert fn is not None and check is not None
-    return R.respond("export_plan", _key(plan=plan, engine=engine, detail=detail), detail, cursor,  # type: ignore[return-value]
-                     lambda: R.shape_export(fn(plan, engine), check(plan=plan), detail))
+    return R.respond("export_plan", _key(plan=plan, engine=engine, force=force, engine_version=engine_version,  # type: ignore[return-value]
+                                         detail=detail), detail, cursor,
+                     lambda: R.shape_export(fn(plan, engine, force=force, engine_version=engine_version),
+                                            check(plan=plan), detail))

@@ -104,7 +104,7 @@ def test_export_reads_plan_json_output_and_search_takes_a_plan_file(tmp_path, ca
     assert main(["plan", "--model", "mixtral-8x7b", "--gpus", "8", "--tp", "8", "--ep", "8", "--json"]) == 0
     (tmp_path / "out.json").write_text(capsys.readouterr().out)
     assert main(["export", str(tmp_path / "out.json"), "--engine", "sglang"]) == 0
-    assert "--tp 8" in capsys.readouterr().out
+    assert "--tp-size 8" in capsys.readouterr().out
     assert main(["search", str(tmp_path / "out.json"), "--top", "2"]) == 0
     assert "mixtral-8x7b on 8x h100-sxm" in capsys.readouterr().out
     assert main(["search", "--tp", "8"]) == 2

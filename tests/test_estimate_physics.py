@@ -240,7 +240,7 @@ def test_imported_plans_carry_their_engine_and_export_to_it() -> None:
 
     r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
     assert r.plan["engine"] == "sglang"
-    assert export_plan(r.plan).engine == "sglang"
+    assert export_plan(r.plan, force=True).engine == "sglang"  # 671B fp8 on 8 H100 breaks MEM-FITS
     v = import_command("vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4")
     assert v.plan["engine"] == "vllm" and export_plan(v.plan).engine == "vllm"
     with pytest.raises(PdagInputError):  # the generic profile is no launchable engine

@@ -141,9 +141,11 @@ def test_nothing_fits_reports_memory() -> None:
 
 
 def test_long_prompt_considers_prefill_sp() -> None:
+    """Prefill SP is searched, but no engine launches it: listed only on request, labelled (issue 41)."""
     r = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 8},
-                          workload={"input_len": 32768, "output_len": 64}, top_k=20)
-    assert any((p.plan.get("phases") or {}).get("prefill", {}).get("sp", 1) > 1 for p in r.top)
+                          workload={"input_len": 32768, "output_len": 64}, top_k=20, unlaunchable=True)
+    sp = [p for p in r.top if (p.plan.get("phases") or {}).get("prefill", {}).get("sp", 1) > 1]
+    assert sp and all(not p.launchable and p.label.endswith("(no engine launches it)") for p in sp)
     assert "SP-LONG-CONTEXT-ONLY" not in r.rejected
 
 

@@ -36,6 +36,7 @@ def _run(recipe_id: str) -> tuple[int | None, list[str]]:
         dtype=recipe.get("dtype", "bf16"),
         kv_dtype=recipe.get("kv_dtype"),
         weights=recipe.get("weights"),
+        checkpoint=recipe.get("checkpoint"),  # trtllm-serve serves quantized weights only from such a checkpoint
         engine=recipe["engine"],
         top_k=3 * TOP_N,
     )

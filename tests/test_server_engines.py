@@ -116,8 +116,11 @@ async def test_export_full_detail_adds_argv():
 async def test_export_says_when_a_plan_breaks_rules_or_cannot_be_launched():
     bad = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
            "workload": {"input_len": 4096, "output_len": 256, "batch_size": 4096}}
-    ok, data = await call("export_plan", {"plan": bad, "engine": "vllm"})
+    ok, text = await call("export_plan", {"plan": bad, "engine": "vllm"})  # refused, naming the violations
+    assert not ok and "MEM-FITS" in text and "force" in text
+    ok, data = await call("export_plan", {"plan": bad, "engine": "vllm", "force": True})
     assert ok and not data["valid"] and "MEM-FITS" in {v["rule_id"] for v in data["violations"]}
+    assert any(n.startswith("forced:") for n in data["notes"])
     ok, text = await call("export_plan", {"plan": {**bad, "engine": "generic", "workload": {"batch_size": 1}}})
     assert not ok and "engine" in text and "vllm, sglang, trtllm" in text
     ok, text = await call("export_plan", {"plan": {"model": "nope", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}},

@@ -31,7 +31,7 @@ DEFAULT_PLAN: dict[str, Any] = {
 _HEAD: tuple[tuple[str, ...], ...] = (("model",), ("hardware", "gpu"), ("hardware", "num_gpus"),
                                       ("hardware", "gpus_per_node"))
 _TAIL: tuple[tuple[str, ...], ...] = (("phases", "prefill", "sp"), ("dtype",), ("kv_dtype",), ("weights",),
-                                      ("objective",), ("engine",))
+                                      ("checkpoint",), ("objective",), ("engine",))
 _EVERY_FIELD_OF = ("parallel", "workload", "engine_options", "speculative", "prefix_caching")
 _RENAMED: dict[tuple[str, ...], str] = {("hardware", "num_gpus"): "gpus", ("workload", "batch_size"): "batch",
                                         ("phases", "prefill", "sp"): "prefill-sp",

@@ -7,6 +7,7 @@ from typing import Any
 
 from tools.cli.common import add_plan_args, command, plan_from_args, read_json
 from tools.core.errors import PdagInputError
+from tools.engines.flags import default_version
 from tools.engines.launch import ENGINES, TRTLLM_CONFIG_FILE, export_plan, import_deployment
 from tools.search.strategies import search_strategies
 
@@ -27,6 +28,9 @@ def search_args(p: Any) -> None:
                    help="with --serving: check --max-ttft-ms against the TTFT of clients whose prompts arrive in one "
                         "burst (fixed-length closed-loop benchmarks)")
     p.add_argument("--report", metavar="HTML", help="also write an HTML report: Pareto front and the best plan")
+    p.add_argument("--unlaunchable", action="store_true",
+                   help="also list plans no engine launches (labelled); default: only plans --engine (any engine "
+                        "when it is not vllm, sglang or trtllm) launches")
 
 
 def cmd_search(args: Any) -> int:
@@ -49,7 +53,8 @@ def cmd_search(args: Any) -> int:
         dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"),
         weights=plan.get("weights"), attention_dp=not args.no_attention_dp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
-        serving=args.serving, engine_options=plan.get("engine_options"),
+        serving=args.serving, engine_options=plan.get("engine_options"), checkpoint=plan.get("checkpoint"),
+        unlaunchable=args.unlaunchable,
     )
     if args.report:
         from tools.cli.report import write_page
@@ -80,6 +85,11 @@ def cmd_search(args: Any) -> int:
 def export_args(p: Any) -> None:
     """Arguments of ``pdag export``: a plan file (or `pdag plan --json` output) and/or the plan flags."""
     add_plan_args(p)
+    p.add_argument("--force", action="store_true",
+                   help="write the command even though validate refuses the plan (the output says why)")
+    p.add_argument("--engine-version", metavar="VERSION",
+                   help="engine release whose flags to write (default: the current one with a flag table: "
+                        + ", ".join(f"{e} {default_version(e)}" for e in ENGINES) + ")")
 
 
 def cmd_export(args: Any) -> int:
@@ -87,7 +97,7 @@ def cmd_export(args: Any) -> int:
     engine = plan.get("engine")
     if engine not in ENGINES:
         raise PdagInputError("--engine", f"exports need a target engine, got {engine!r}", ", ".join(ENGINES))
-    result = export_plan(plan, engine)
+    result = export_plan(plan, engine, force=args.force, engine_version=args.engine_version)
     if args.json:
         print(result.model_dump_json())
         return 0

@@ -485,6 +485,7 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
         activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
         reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
-        max_context_that_fits=max_ctx, kv_tokens_that_fit=kv_room, kv_bytes_per_token=kv_per_token, kv_cache_bytes_total=kv_total,
+        max_context_that_fits=max_ctx, kv_tokens_that_fit=kv_room, kv_bytes_per_token=kv_per_token,
+        kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )

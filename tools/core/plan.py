@@ -114,6 +114,15 @@ class EngineOptions(_Strict):
     scheduler_ahead: bool | None = Field(
         None, description="scheduler runs a step ahead (vLLM async, SGLang/TRT-LLM overlap "
         "scheduling): a new request waits a step more")
+    max_model_len: int | None = Field(
+        None, ge=1, le=MAX_SEQ_LEN, description="the engine's context cap as a launch command set it (vLLM "
+        "--max-model-len, SGLang --context-length, TRT-LLM --max_seq_len); export writes it back unchanged")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="the engine's running-sequence cap as a launch command set it "
+        "(vLLM --max-num-seqs, per DP engine; SGLang --max-running-requests; TRT-LLM --max_batch_size)")
+    extra_args: list[str] | None = Field(
+        None, max_length=400, description="arguments of an imported command pdag does not model "
+        "(e.g. --trust-remote-code), carried to an export for the same engine unless a flag pdag writes replaces them")
 
 
 class HFModel(_Strict):
@@ -213,6 +222,9 @@ class Plan(_Strict):
     prefix_caching: PrefixCaching | None = Field(
         None, description="prefix caching and the workload's reuse (none: no cache hits priced, the engine's "
                           "default setting exported)")
+    decode_engine_options: EngineOptions | None = Field(
+        None, description="disaggregated: the decode pool's engine options when they differ from engine_options "
+                          "(the prefill pool's)")
 
     @model_validator(mode="after")
     def _split_entries_positive(self) -> Plan:

@@ -220,7 +220,7 @@ def run_entry(entry: Entry) -> Verdict:
         v.stage = "export"
         exported = export_plan(plan, entry.engine)
         v.stage = "compare"
-        servers = exported.pool_servers or {"prefill": len(exported.argv)}
+        servers = exported.pool_servers or {"prefill": exported.servers}
         pairs = [(entry.command, entry.engine_config, entry.replicas, exported.argv[0], exported.config,
                   servers["prefill"])]
         if entry.decode_command is not None:

@@ -39,11 +39,15 @@ from tools.core.layout import Layout
 from tools.core.models import MODELS_DIR, preset_ids
 from tools.core.plan import Plan, parse_plan
 from tools.engines import features
+from tools.engines.flags import FlagTable, check_argv, flag_table
 
 __all__ = [
     "ENGINES",
     "EngineCannotExpress",
     "ExportResult",
+    "PlanRefused",
+    "engine_key",
+    "export_unchecked",
     "ImportResult",
     "export_plan",
     "import_command",
@@ -76,6 +80,17 @@ class EngineCannotExpress(PdagInputError):
     """The plan is valid for pdag but the engine has no way to launch it."""
 
 
+class PlanRefused(PdagInputError):
+    """validate_dag refuses the plan: export writes no command for it unless forced."""
+
+    def __init__(self, violations: list[Any]) -> None:
+        self.violations = violations
+        listed = "; ".join(f"{v.rule_id}: {v.message}" for v in violations)
+        super().__init__("plan", f"validate_dag refuses this plan ({len(violations)} error(s): {listed})",
+                         "a plan validate_dag accepts (autofix_dag repairs it), or force (--force, force: true) to "
+                         "write the command anyway")
+
+
 class ExportResult(BaseModel):
     engine: str
     command: str = Field(description="the launch command (one line per server when the engine needs several)")
@@ -88,6 +103,13 @@ class ExportResult(BaseModel):
         None, description="disaggregated TensorRT-LLM: the decode pool's --config YAML options")
     pool_servers: dict[str, int] | None = Field(
         None, description="disaggregated: the servers of each pool, prefill's first in argv")
+    pool_commands: dict[str, int] | None = Field(
+        None, description="disaggregated: the argv entries of each pool (a server over n nodes has n)")
+    servers: int = Field(1, description="independent servers (each its own endpoint, behind a load balancer); a "
+                                        "server spread over nodes has one argv per node")
+    engine_version: str | None = Field(None, description="the engine release whose flag table the command follows")
+    flag_problems: list[str] = Field(default_factory=list, description="flags or values that release does not accept "
+                                     "(empty when the command checks against its flag table)")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -168,12 +190,13 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     from tools.core.memory import memory_report
     from tools.estimate.serving import running_capacity
 
+    caps = plan.engine_options
     one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
     fits_len = memory_report(one).max_context_that_fits
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
     running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
                                memory_report(plan).max_batch_size_that_fits)
-    return max(plan.workload.batch_size, running), max_len
+    return caps.max_num_seqs or max(plan.workload.batch_size, running), caps.max_model_len or max_len
 
 
 def _hf_repo(plan: Plan) -> str:
@@ -250,7 +273,10 @@ def _export_aggregated(plan: Plan, key: str) -> ExportResult:
     on a MoE model, whose data-parallel ranks share one expert group)."""
     engine_form, form_note = _attention_dp_form(plan, key)
     p = engine_form.parallel
-    if p.dp > 1 and (key == "sglang" and p.attn_dp > 1 or key == "vllm" and engine_form.spec.is_moe):
+    spread = p.dp * p.tp * p.attn_dp * p.pp > engine_form.hardware.gpus_per_node
+    wide = p.tp * p.pp > engine_form.hardware.gpus_per_node
+    if p.dp > 1 and (key == "sglang" and (p.attn_dp > 1 or spread)
+                     or key == "vllm" and (engine_form.spec.is_moe or wide)):
         result = _export_replicas(engine_form, key)
     else:
         result = _EXPORTERS[key](engine_form, Layout(engine_form))
@@ -271,16 +297,26 @@ def _export_replicas(plan: Plan, key: str) -> ExportResult:
     argvs: list[list[str]] = []
     lines: list[str] = []
     for r in range(plan.parallel.dp):
+        if len(one.argv) > 1:  # a replica over several nodes: its per-node commands, with its own head node
+            for k, node_argv in enumerate(one.argv):
+                argv = [a.replace(HEAD, f"REPLICA{r}_{HEAD}") for a in node_argv] + ["--port", str(8000 + r)]
+                argvs.append(argv)
+                lines.append(f"# replica {r}, node {k}\n{shlex.join(argv)}")
+            continue
         env, where = _pinned(layout.replica_devices(r), plan.hardware.gpus_per_node, layout.gpus_needed)
         argv = [env, *one.argv[0], "--port", str(8000 + r)]
         argvs.append(argv)
         lines.append(_pinned_line(env, where, argv[1:], f"replica {r}"))
-    why = (f"the engine's data-parallel flag holds the {plan.parallel.attn_dp} attention-DP groups of one replica"
-           if plan.parallel.attn_dp > 1 else "vLLM's data-parallel ranks of a MoE model share one expert group")
+    if plan.parallel.attn_dp > 1:
+        why = f"the engine's data-parallel flag holds the {plan.parallel.attn_dp} attention-DP groups of one replica"
+    elif plan.spec.is_moe and key == "vllm":
+        why = "vLLM's data-parallel ranks of a MoE model share one expert group"
+    else:
+        why = "the replicas span more than one node"
     notes = [f"{plan.parallel.dp} independent replicas, one server each ({why}); put a load balancer in front",
              *one.notes]
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=one.gpus * plan.parallel.dp,
-                        config=one.config, notes=notes)
+                        config=one.config, servers=plan.parallel.dp, notes=notes)
 
 
 def _pinned(devices: list[int] | range, gpus_per_node: int, total_gpus: int) -> tuple[str, str | None]:
@@ -346,7 +382,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     if p.attn_dp > 1:
         return _export_vllm_attention_dp(plan)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
-            "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.dp)]
+            "--pipeline-parallel-size", str(p.pp)]
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "vLLM")
         if ep > 1:
@@ -371,11 +407,95 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     if split:
         env.append(f"VLLM_PP_LAYER_PARTITION={split}")
     gpus = p.tp * p.pp * p.dp
-    if p.tp * p.pp > plan.hardware.gpus_per_node:
-        notes.append("a replica spans nodes: start a Ray cluster first (or use --nnodes/--node-rank) as vLLM's "
-                     "multi-node guide describes")
-    command = " ".join([*env, shlex.join(argv)])
-    return ExportResult(engine="vllm", command=command, argv=[env + argv], gpus=gpus, notes=notes)
+    argvs = _vllm_dp_nodes(argv, p.dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)
+    argvs = [env + a for a in argvs]
+    return ExportResult(engine="vllm", command=_lines(argvs, "node"), argv=argvs, gpus=gpus, notes=notes)
+
+
+HEAD = "HEAD_NODE_IP"  # the address of the first node, to be filled in by whoever launches the commands
+_VLLM_DP_RPC_PORT = "13345"  # the port vLLM's data-parallel deployment docs use in their example
+
+
+def _lines(argvs: list[list[str]], label: str) -> str:
+    """Shell lines of the commands, each after a comment naming its node when there are several."""
+    if len(argvs) == 1:
+        return shlex.join(argvs[0])
+    return "\n".join(f"# {label} {i}\n{shlex.join(a)}" for i, a in enumerate(argvs))
+
+
+def _vllm_dp_nodes(argv: list[str], dp: int, rank_gpus: int, gpus_per_node: int, notes: list[str]) -> list[list[str]]:
+    """vLLM data parallelism as its data-parallel deployment docs write it (docs/serving/data_parallel_deployment.md,
+    "Internal Load Balancing"): within a node one command with ``--data-parallel-size``; across nodes one command
+    per node with the global size, the node's ``--data-parallel-size-local`` ranks and, on every node but the
+    first, ``--headless`` and the node's ``--data-parallel-start-rank``, all pointing at the first node's
+    ``--data-parallel-address`` and ``--data-parallel-rpc-port``.  A DP rank wider than a node is a multi-node
+    replica (``_vllm_replica_nodes``)."""
+    if rank_gpus > gpus_per_node:
+        if dp > 1:
+            raise EngineCannotExpress(
+                "parallel", f"each of the {dp} vLLM data-parallel ranks needs {rank_gpus} GPUs, more than a node "
+                f"of {gpus_per_node}; pdag writes multi-node data parallelism only for ranks within a node",
+                "tp * pp within a node, or dp = 1")
+        return _vllm_replica_nodes(argv, rank_gpus, gpus_per_node, notes)
+    if dp * rank_gpus <= gpus_per_node:
+        return [argv + ["--data-parallel-size", str(dp)]]
+    local = gpus_per_node // rank_gpus
+    nodes = -(-dp // local)
+    out = []
+    for k in range(nodes):
+        here = min(local, dp - k * local)
+        cmd = argv + (["--headless"] if k else []) + ["--data-parallel-size", str(dp),
+                                                       "--data-parallel-size-local", str(here)]
+        if k:
+            cmd += ["--data-parallel-start-rank", str(k * local)]
+        out.append(cmd + ["--data-parallel-address", HEAD, "--data-parallel-rpc-port", _VLLM_DP_RPC_PORT])
+    notes.append(f"{dp} data-parallel ranks over {nodes} nodes, {local} per node: run line k on node k (node 0 serves "
+                 f"the API; the others run --headless); {HEAD} is node 0's address (vLLM data-parallel deployment "
+                 "docs, internal load balancing)")
+    return out
+
+
+def _vllm_replica_nodes(argv: list[str], gpus: int, gpus_per_node: int, notes: list[str]) -> list[list[str]]:
+    """One vLLM server wider than a node, on the multiprocessing backend: the same command on each node with
+    ``--nnodes``, its ``--node-rank`` and the first node's ``--master-addr``; every node but the first runs
+    ``--headless`` (vLLM ParallelConfig nnodes / node_rank / master_addr, used when the executor is mp)."""
+    nodes = -(-gpus // gpus_per_node)
+    notes.append(f"one server over {nodes} nodes: run line k on node k; {HEAD} is node 0's address")
+    return [argv + ["--distributed-executor-backend", "mp", "--nnodes", str(nodes), "--node-rank", str(k),
+                    "--master-addr", HEAD] + (["--headless"] if k else []) for k in range(nodes)]
+
+
+def _sglang_nodes(argv: list[str], gpus: int, gpus_per_node: int, notes: list[str]) -> list[list[str]]:
+    """One SGLang server wider than a node: the same command on each node with ``--nnodes``, the node's
+    ``--node-rank`` and the first node's ``--dist-init-addr`` (SGLang server_args: --dist-init-addr, --nnodes,
+    --node-rank)."""
+    if gpus <= gpus_per_node:
+        return [argv]
+    nodes = -(-gpus // gpus_per_node)
+    notes.append(f"one server over {nodes} nodes: run line k on node k; {HEAD} is node 0's address")
+    return [argv + ["--dist-init-addr", f"{HEAD}:5000", "--nnodes", str(nodes), "--node-rank", str(k)]
+            for k in range(nodes)]
+
+
+def _trtllm_nodes(argv: list[str], devices: list[int] | range, gpus_per_node: int,
+                  notes: list[str]) -> list[str]:
+    """trtllm-serve wider than a node runs under MPI: one ``mpirun`` starting one rank per GPU over the nodes, each
+    through ``trtllm-llmapi-launch`` (TensorRT-LLM's multi-node serve examples: the MPI process count equals the
+    model's world size).  ``devices`` are the server's GPUs in pdag's global ids."""
+    if len(devices) <= gpus_per_node:
+        return argv
+    by_node: dict[int, list[int]] = {}
+    for g in devices:
+        by_node.setdefault(g // gpus_per_node, []).append(g % gpus_per_node)
+    hosts = ",".join(f"NODE{n}_IP:{len(ids)}" for n, ids in sorted(by_node.items()))
+    note = (f"one server over {len(by_node)} nodes under MPI: mpirun starts {len(devices)} ranks (NODE<k>_IP: the "
+            "addresses of the nodes); srun with trtllm-llmapi-launch works the same way on Slurm")
+    if len({tuple(ids) for ids in by_node.values()}) > 1:
+        note += "; set CUDA_VISIBLE_DEVICES on each node to " + "; ".join(
+            f"node {n}: {','.join(map(str, ids))}" for n, ids in sorted(by_node.items()))
+    if note not in notes:
+        notes.append(note)
+    return ["mpirun", "-H", hosts, "-n", str(len(devices)), "trtllm-llmapi-launch", *argv]
 
 
 def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]:
@@ -437,15 +557,17 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
              f"cache) whose MoE layers form one EP group of {p.ep} GPUs; idle ranks run dummy steps to keep "
              "the MoE collectives in step (vLLM data-parallel deployment docs)"]
     max_seqs, max_len = _serving_limits(plan, "vllm")
+    per_engine = plan.engine_options.max_num_seqs or -(-max_seqs // p.attn_dp)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
-            "--pipeline-parallel-size", str(p.pp), "--data-parallel-size", str(p.attn_dp),
-            "--enable-expert-parallel",
-            "--max-num-seqs", str(-(-max_seqs // p.attn_dp)), "--max-model-len", str(max_len)]
-    notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
-                 "rounded up")
+            "--pipeline-parallel-size", str(p.pp), "--enable-expert-parallel",
+            "--max-num-seqs", str(per_engine), "--max-model-len", str(max_len)]
+    if plan.engine_options.max_num_seqs is None:
+        notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
+                     "rounded up")
     argv += _dtype_flags(plan, notes, "vllm")
-    argv += _vllm_engine_flags(plan, -(-max_seqs // p.attn_dp), notes)
-    return ExportResult(engine="vllm", command=shlex.join(argv), argv=[argv], gpus=p.tp * p.pp * p.attn_dp,
+    argv += _vllm_engine_flags(plan, per_engine, notes)
+    argvs = _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)
+    return ExportResult(engine="vllm", command=_lines(argvs, "node"), argv=argvs, gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
 
 
@@ -495,25 +617,25 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     notes: list[str] = []
     adp = p.attn_dp > 1
     world = p.tp * p.attn_dp
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp", str(world)]
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp-size", str(world)]
     if p.pp > 1:
         argv += ["--pp-size", str(p.pp)]
     if adp:
         if p.dp > 1:
             raise EngineCannotExpress(
-                "parallel.dp", f"with --enable-dp-attention SGLang's --dp is the {p.attn_dp} attention groups; "
+                "parallel.dp", f"with --enable-dp-attention SGLang's --dp-size is the {p.attn_dp} attention groups; "
                 f"dp={p.dp} independent replicas on top need separate servers", "dp = 1")
-        argv += ["--dp", str(p.attn_dp), "--enable-dp-attention"]
+        argv += ["--dp-size", str(p.attn_dp), "--enable-dp-attention"]
         notes.append(f"DP attention: {p.attn_dp} groups carved out of the TP world of {world} GPUs (attention TP "
                      f"{p.tp} each); --max-running-requests is the whole server's")
     elif p.dp > 1:
-        argv += ["--dp", str(p.dp)]
-        notes.append(f"plain --dp launches {p.dp} independent replicas (no --enable-dp-attention), "
+        argv += ["--dp-size", str(p.dp)]
+        notes.append(f"plain --dp-size launches {p.dp} independent replicas (no --enable-dp-attention), "
                      f"{p.tp * p.pp} GPUs each")
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "SGLang")
         if ep > 1:
-            argv += ["--ep", str(ep)]
+            argv += ["--ep-size", str(ep)]
             prof = engine_profile("sglang")
             a2a = prof.alltoall.launch_flags
             if adp and a2a:
@@ -535,11 +657,8 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     argv += _scheduler_export(plan, "sglang", notes)
     argv += features.export_flags(plan, "sglang", notes)
     replica = world * p.pp
-    if replica > plan.hardware.gpus_per_node:
-        nodes = -(-replica // plan.hardware.gpus_per_node)
-        argv += ["--nnodes", str(nodes)]
-        notes.append(f"run the command on each of the {nodes} nodes with --node-rank i and a shared --dist-init-addr")
-    return ExportResult(engine="sglang", command=shlex.join(argv), argv=[argv], gpus=replica * p.dp, notes=notes)
+    argvs = _sglang_nodes(argv, replica * (1 if adp else p.dp), plan.hardware.gpus_per_node, notes)
+    return ExportResult(engine="sglang", command=_lines(argvs, "node"), argv=argvs, gpus=replica * p.dp, notes=notes)
 
 
 def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
@@ -550,6 +669,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         raise EngineCannotExpress(
             "parallel.tp", f"TensorRT-LLM's attention DP runs attention with TP 1 on each of the tp_size ranks; "
             f"this plan has {p.attn_dp} groups of attention TP {p.tp}", "tp = 1 with attn_dp = ep")
+    _trtllm_weights(plan, notes)
     base = ["trtllm-serve", _hf_repo(plan), "--tp_size", str(world), "--pp_size", str(p.pp)]
     config: dict[str, Any] = {}
     if p.attn_dp > 1:
@@ -563,8 +683,6 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     max_seqs, max_len = _serving_limits(plan, "trtllm")
     base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
     base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
-    if plan.dtype not in _DTYPE_FLAG:
-        notes.append(f"{plan.dtype} weights: serve a quantised checkpoint (e.g. nvidia/*-FP8 from ModelOpt)")
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
     off_key = engine_profile("trtllm").scheduler.off_config_key
@@ -576,39 +694,113 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"write {TRTLLM_CONFIG_FILE} with these LLM-API options (JSON is valid YAML): "
                      + json.dumps(config, sort_keys=True))
     replica = world * p.pp
-    if replica > plan.hardware.gpus_per_node:
-        notes.append("a replica spans nodes: launch under mpirun/srun (trtllm-llmapi-launch) across the nodes")
+    gpn = plan.hardware.gpus_per_node
     argvs: list[list[str]] = []
     if p.dp == 1:
-        argvs.append(base)
-        command = shlex.join(base)
+        argvs.append(_trtllm_nodes(base, range(replica), gpn, notes))
+        command = shlex.join(argvs[0])
     else:
         notes.append(f"trtllm-serve has no plain data-parallel flag (its attention DP is a different strategy): "
                      f"{p.dp} independent servers, one per replica, behind a load balancer")
         lines = []
         for r in range(p.dp):
-            env, where = _pinned(layout.replica_devices(r), plan.hardware.gpus_per_node, layout.gpus_needed)
-            argv = [env, *base, "--port", str(8000 + r)]
+            cmd = _trtllm_nodes([*base, "--port", str(8000 + r)], layout.replica_devices(r), gpn, notes)
+            if replica > gpn:
+                argvs.append(cmd)
+                lines.append(f"# replica {r}\n{shlex.join(cmd)}")
+                continue
+            env, where = _pinned(layout.replica_devices(r), gpn, layout.gpus_needed)
+            argv = [env, *cmd]
             argvs.append(argv)
             lines.append(_pinned_line(env, where, argv[1:], f"replica {r}"))
         command = "\n".join(lines)
     return ExportResult(engine="trtllm", command=command, argv=argvs, gpus=replica * p.dp, config=config or None,
-                        notes=notes)
+                        servers=p.dp, notes=notes)
+
+
+def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
+    """trtllm-serve has no quantization flag and does not quantize a 16-bit checkpoint at load time: it runs what
+    the checkpoint's quantization config declares.  A plan priced on quantized weights (fp8, AWQ, GPTQ, int4, ...)
+    therefore exports only when the served checkpoint stores them; otherwise the server would run 16-bit weights
+    the plan did not price, so the export is refused with the reason."""
+    fmt = plan.weights or (None if plan.dtype in _DTYPE_FLAG else plan.dtype)
+    if fmt is None or fmt in _DTYPE_FLAG:
+        return
+    stored = checkpoint_format(_hf_repo(plan), plan.spec)
+    if stored != fmt:
+        raise EngineCannotExpress(
+            "weights", f"{fmt} weights: trtllm-serve takes no quantization flag and loads the quantization its "
+            f"checkpoint declares; {_hf_repo(plan)} does not store {fmt} weights, so the server would run "
+            f"{stored or 'bf16'} weights the plan did not price",
+            "plan.checkpoint naming a checkpoint that stores these weights (e.g. an nvidia/*-FP8 ModelOpt export), "
+            "or another engine")
+    notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
 
 
-def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> ExportResult:
-    """The launch command of ``engine`` (vllm, sglang, trtllm; default: the plan's own ``engine``) for ``plan``;
-    raises EngineCannotExpress (with the reason) for plans the engine cannot launch."""
-    parsed = parse_plan(plan)
-    if engine is None:
-        engine = parsed.engine
+def engine_key(engine: str) -> str:
+    """vllm, sglang or trtllm for an engine name as users spell it (TensorRT-LLM, trt, trtllm-cpp)."""
     raw = str(engine).strip().lower().replace("-", "").replace("_", "")
     key = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllmcpp": "trtllm"}.get(raw, raw)
     if key not in ENGINES:
         raise PdagInputError("engine", f"unknown engine {engine!r}", ", ".join(ENGINES))
+    return key
+
+
+def export_plan(plan: Plan | dict[str, Any], engine: str | None = None, *, force: bool = False,
+                engine_version: str | None = None) -> ExportResult:
+    """The launch command of ``engine`` (vllm, sglang, trtllm; default: the plan's own ``engine``) for ``plan``,
+    spelt for the release ``engine_version`` (default: the current one with a flag table).  A plan validate_dag
+    refuses raises PlanRefused (with its violations) unless ``force``; a plan the engine cannot launch raises
+    EngineCannotExpress (with the reason)."""
+    parsed = parse_plan(plan)
+    refused = _errors(parsed)
+    if refused and not force:
+        raise PlanRefused(refused)
+    result = export_unchecked(parsed, engine, engine_version)
+    if refused:
+        result.notes.insert(0, "forced: validate_dag refuses this plan (" + "; ".join(
+            f"{v.rule_id}: {v.message}" for v in refused) + "); the engine may refuse it or run it other than "
+            "pdag prices it")
+    return result
+
+
+def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
+                     engine_version: str | None = None) -> ExportResult:
+    """export_plan without validate_dag: for callers that judged the rules already (search asks only whether an
+    engine launches a layout it found valid)."""
+    parsed = parse_plan(plan)
+    if engine is None:
+        engine = parsed.engine
+    key = engine_key(engine)
+    table = flag_table(key, engine_version)
+    result = _export(parsed, key)
+    own = parsed.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else parsed.engine == key
+    for argv in result.argv:
+        _passthrough(parsed, key, argv, own, table, result.notes)
+    if own and parsed.engine_options.extra_args:
+        result.command = _rejoin(result)
+    elif parsed.engine_options.extra_args:
+        result.notes.append(f"engine_options.extra_args are {parsed.engine}'s flags: not carried to {key}")
+    result.engine_version = table.version
+    result.flag_problems = sorted({p for argv in result.argv for p in check_argv(key, argv, table.version)})
+    if result.flag_problems:
+        result.notes.append(f"{key} {table.version} does not accept: " + "; ".join(result.flag_problems))
+    if str(engine).strip().lower().replace("_", "-") == "trtllm-cpp":
+        result.notes.append("the plan's engine profile is TensorRT-LLM's C++ runtime (built TensorRT engines); this "
+                            "command starts trtllm-serve, whose default is the PyTorch backend (profile trtllm)")
+    return result
+
+
+def _errors(plan: Plan) -> list[Any]:
+    from tools.rules.validate import validate_dag
+
+    return [v for v in validate_dag(plan=plan).violations if v.severity == "error"]
+
+
+def _export(parsed: Plan, key: str) -> ExportResult:
     layout = Layout(parsed)
     if parsed.options.disaggregated:
         return _export_disaggregated(parsed, layout, key)
@@ -616,10 +808,53 @@ def export_plan(plan: Plan | dict[str, Any], engine: str | None = None) -> Expor
     result = _export_aggregated(parsed, key)
     if layout.gpus_needed != result.gpus:
         result.notes.append(f"pdag counts {layout.gpus_needed} GPUs for this plan, {key} uses {result.gpus}")
-    if raw == "trtllmcpp":
-        result.notes.append("the plan's engine profile is TensorRT-LLM's C++ runtime (built TensorRT engines); this "
-                            "command starts trtllm-serve, whose default is the PyTorch backend (profile trtllm)")
     return result
+
+
+def _groups(args: list[str]) -> list[list[str]]:
+    """Arguments grouped as flag plus its values."""
+    out: list[list[str]] = []
+    for a in args:
+        if a.startswith("-") or not out:
+            out.append([a])
+        else:
+            out[-1].append(a)
+    return out
+
+
+def _passthrough(plan: Plan, key: str, argv: list[str], own: bool, table: FlagTable, notes: list[str]) -> None:
+    """Append the imported command's flags pdag does not model (engine_options.extra_args) to ``argv``, for an
+    export to the engine they came from; a flag pdag writes itself wins, with a note."""
+    extra = plan.engine_options.extra_args
+    if not (own and extra):
+        return
+    written = {table.canonical(a.partition("=")[0]) or a.partition("=")[0] for a in argv if a.startswith("-")}
+    tail: list[str] = []
+    for group in _groups(extra):
+        flag = group[0].partition("=")[0]
+        if (table.canonical(flag) or flag) in written:
+            if any(argv[i:i + len(group)] == group for i in range(len(argv))):
+                continue
+            note = f"{flag} from the imported command replaced by pdag's own value"
+            if note not in notes:
+                notes.append(note)
+            continue
+        tail += group
+    argv[len(argv):] = tail
+
+
+def _rejoin(result: ExportResult) -> str:
+    """The command text after flags were appended to the argument lists: each line rebuilt from its argv."""
+    lines = result.command.split("\n")
+    out: list[str] = []
+    i = 0
+    for line in lines:
+        if line.startswith("# "):
+            out.append(line)
+        else:
+            out.append(shlex.join(result.argv[i]))
+            i += 1
+    return "\n".join(out)
 
 
 def _pool_plan(plan: Plan, phase: str, gpus: int) -> Plan:
@@ -628,6 +863,9 @@ def _pool_plan(plan: Plan, phase: str, gpus: int) -> Plan:
     data["parallel"] = plan.degrees(phase).model_dump()  # type: ignore[arg-type]
     data["phases"] = {}
     data["options"] = {**data.get("options", {}), "disaggregated": False}
+    if phase == "decode" and plan.decode_engine_options is not None:
+        data["engine_options"] = plan.decode_engine_options.model_dump(exclude_none=True)
+    data.pop("decode_engine_options", None)
     data["hardware"] = {**data["hardware"], "num_gpus": gpus}
     return parse_plan(data)
 
@@ -659,6 +897,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
     notes: list[str] = [_CONNECTOR_NOTE[key]]
     configs: dict[str, dict[str, Any] | None] = {}
     servers: dict[str, int] = {}
+    commands: dict[str, int] = {}
     gpus = 0
     port = 8000
     for phase in ("prefill", "decode"):
@@ -667,25 +906,30 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         _common_checks(sub, key)
         one = _export_aggregated(sub, key)
         configs[phase] = one.config
-        servers[phase] = len(one.argv)
+        servers[phase] = one.servers
+        commands[phase] = len(one.argv)
         gpus += one.gpus
         notes += [f"{phase}: {n}" for n in one.notes]
+        per_server = len(one.argv) // one.servers
         for i, argv in enumerate(one.argv):
             argv = [a for a in argv if not a.startswith("CUDA_VISIBLE_DEVICES=")]
             if "--port" in argv:  # replicas numbered their ports from 8000; number them across both pools
                 at = argv.index("--port")
                 argv = argv[:at] + argv[at + 2:]
-            env, where = _pinned(pool.replica_devices(i) if len(one.argv) > 1
+            full = [*argv, *_ROLE_FLAGS[key][phase], "--port", str(port + i // per_server)]
+            if per_server > 1:  # a server over several nodes: each node sees all of its GPUs
+                argvs.append(full)
+                lines.append(f"# {phase} pool, node {i % per_server}\n{shlex.join(full)}")
+                continue
+            env, where = _pinned(pool.replica_devices(i) if one.servers > 1
                                  else range(pool.offset, pool.offset + pool.gpus), plan.hardware.gpus_per_node,
                                  layout.gpus_needed)
-            full = [env, *argv, *_ROLE_FLAGS[key][phase]]
-            if "--port" not in full:
-                full += ["--port", str(port)]
-            port += 1
-            argvs.append(full)
-            lines.append(_pinned_line(env, where, full[1:], f"{phase} pool", heading=True))
+            argvs.append([env, *full])
+            lines.append(_pinned_line(env, where, full, f"{phase} pool", heading=True))
+        port += one.servers
     return ExportResult(engine=key, command="\n".join(lines), argv=argvs, gpus=gpus, notes=notes,
-                        config=configs["prefill"], decode_config=configs["decode"], pool_servers=servers)
+                        config=configs["prefill"], decode_config=configs["decode"], pool_servers=servers,
+                        pool_commands=commands, servers=sum(servers.values()))
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -1042,10 +1286,10 @@ def _scheduler_flags(engine: str) -> dict[str, str]:
 
 
 def _engine_options(values: dict[str, str], engine: str, graph_max: int | None,
-                    notes: list[str]) -> dict[str, int | bool]:
+                    notes: list[str]) -> dict[str, Any]:
     """plan.engine_options from the flags: the step's token budget, the largest graphed pass and whether the
     scheduler runs a step ahead (set only when a flag says so)."""
-    out: dict[str, int | bool] = {}
+    out: dict[str, Any] = {}
     if "ahead_off" in values or "ahead_on" in values:
         out["scheduler_ahead"] = "ahead_off" not in values
     if "chunk" in values:
@@ -1200,7 +1444,8 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
               if key in values]
     if limits:
         notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload: the plan keeps "
-                     "the default workload; set the real batch and lengths before estimating")
+                     "the default workload (set the real batch and lengths before estimating) and the caps in "
+                     "engine_options, which export writes back")
     dtype = values.get("dtype", "auto").lower()
     quant = values.get("quant", "").lower()
     if dtype in DTYPE_FROM_FLAG:
@@ -1220,11 +1465,10 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         plan["options"] = options
     engine_options = _engine_options(values, engine, _vllm_graph_max(values, sizes, dotted, notes) if engine == "vllm"
                                      else None, notes)
+    engine_options.update(_caps_and_extra(values, ignored, engine, notes))
     if engine_options:
         plan["engine_options"] = engine_options
     plan.update(features.import_features(values, engine, notes))
-    if ignored:
-        notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     if engine == "sglang" and any(t.split("=")[0] == "--disable-cuda-graph" for t in ignored):
         notes.append("--disable-cuda-graph: decode runs without CUDA graphs, which pdag does not price (its decode "
                      "is graphed): the estimate is optimistic for small batches")
@@ -1232,6 +1476,42 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     parse_plan(plan)  # fail here, with field paths, if the result is malformed
     notes.extend(_context_cap_note(plan, values, "--max-model-len" if engine == "vllm" else "--context-length"))
     return ImportResult(engine=engine, plan=plan, notes=notes)
+
+
+# Flags that say where a server runs (its node, address, port), not what it runs: export writes them per node or
+# replica, import reads past them instead of carrying them as the command's own flags.
+_PLACEMENT = {
+    "vllm": {"--config", "--data-parallel-size-local", "-dpl", "--data-parallel-start-rank", "-dpr",
+             "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp", "--headless", "--nnodes", "-n",
+             "--node-rank", "-r", "--master-addr", "--master-port", "--distributed-executor-backend", "--port",
+             "--host"},
+    "sglang": {"--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--port", "--host"},
+    "trtllm": {"--port", "--host", "--config", "--extra_llm_api_options"},
+}
+
+
+def _caps_and_extra(values: dict[str, str], ignored: list[str], engine: str, notes: list[str]) -> dict[str, Any]:
+    """engine_options a command states beyond the layout: its context and sequence caps as given, and the flags
+    pdag does not model (kept to be written back unchanged), less the placement flags."""
+    key = {"TensorRT-LLM": "trtllm"}.get(engine, engine)
+    out: dict[str, Any] = {}
+    for name, field, flag in (("context", "max_model_len", "context cap"), ("batch", "max_num_seqs", "sequence cap")):
+        if name in values:
+            try:
+                out[field] = int(values[name])
+            except ValueError:
+                notes.append(f"{flag} {values[name]!r} is not an integer: not kept")
+    extra: list[str] = []
+    for item in ignored:
+        flag, _, value = item.partition(" ")
+        if not flag.startswith("-") or flag.partition("=")[0] in _PLACEMENT[key]:
+            continue
+        extra += [flag, value] if value else [flag]
+    if extra:
+        out["extra_args"] = extra
+        notes.append("flags without a plan field, kept as they are in engine_options.extra_args (written back by an "
+                     "export to the same engine): " + " ".join(extra))
+    return out
 
 
 def _refuse_pool_role(args: list[str], worker: str) -> None:
@@ -1303,15 +1583,15 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
     if options:
         plan["options"] = options
     engine_options = _engine_options(values, "TensorRT-LLM", None, notes)
+    engine_options.update(_caps_and_extra(values, ignored, "trtllm", notes))
     if engine_options:
         plan["engine_options"] = engine_options
     limits = [f"{flag} {values[key]}" for key, flag in (("batch", "--max_batch_size"), ("context", "--max_seq_len"))
               if key in values]
     if limits:
-        notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload")
+        notes.append("serving limits (" + ", ".join(limits) + ") are engine caps, not the workload: kept in "
+                     "engine_options for the export")
     plan.update(features.import_features(values, "trtllm", notes))
-    if ignored:
-        notes.append("flags without a plan field, ignored: " + " ".join(ignored))
     plan["engine"] = "trtllm"
     parse_plan(plan)
     notes.extend(_context_cap_note(plan, values, "--max_seq_len"))
@@ -1364,7 +1644,10 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
             raise PdagInputError(f"decode_command.{key}", f"the pools serve {pre.plan.get(key)!r} and "
                                  f"{dec.plan.get(key)!r}", "the same checkpoint in both pools")
     plan = dict(pre.plan)
-    plan["phases"] = {"decode": dec.plan["parallel"]}
+    # every decode degree stated: one left out would inherit the prefill pool's (attention-DP groups above all)
+    plan["phases"] = {"decode": {"attn_dp": 1, **dec.plan["parallel"]}}
+    if dec.plan.get("engine_options", {}) != pre.plan.get("engine_options", {}):
+        plan["decode_engine_options"] = dec.plan.get("engine_options", {})
     if dec.plan.get("objective") == "throughput":
         plan["objective"] = "throughput"
     options = {**pre.plan.get("options", {}), **{k: v for k, v in dec.plan.get("options", {}).items() if v}}

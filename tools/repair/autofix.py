@@ -72,6 +72,9 @@ class AutofixResult(BaseModel):
                                                "against the submitted DAG")
     input: str
     summary: str
+    intents_not_kept: list[str] = Field(
+        default_factory=list, description="the degrees of the input plan that autofix had to change to clear an "
+                                          "error, each with the rule that forced it (empty: the strategy is kept)")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -94,6 +97,21 @@ def _improves(before: list[Violation], after: list[Violation], rule: str) -> boo
     n2 = sum(v.rule_id == rule for v in after)
     new = {v.rule_id for v in after} - {v.rule_id for v in before}
     return n2 < n1 and new <= CONSEQUENCES and len(after) <= len(before)
+
+
+_DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
+
+
+def degrees_of(raw: dict[str, Any]) -> dict[str, int]:
+    """The parallel degrees a plan states, per phase ('parallel.tp', 'phases.decode.tp'), defaults filled in: the
+    user's strategy, which autofix changes only when an error leaves no other way."""
+    par = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
+    out = {f"parallel.{d}": par.get(d, 1) for d in _DEGREES}
+    phases = raw.get("phases") if isinstance(raw.get("phases"), dict) else {}
+    for phase, over in sorted(phases.items()):
+        if isinstance(over, dict):
+            out.update({f"phases.{phase}.{d}": v for d, v in over.items() if d in _DEGREES})
+    return out
 
 
 def _evaluate(raw: dict[str, Any]) -> tuple[Context, list[Violation]] | None:
@@ -133,6 +151,11 @@ def fix_plan(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Change], Context
         if not proposed:
             blocked.add(rule)
             continue
+        warning_only = not any(v.rule_id == rule and v.severity == "error" for v in vs)
+        if warning_only and degrees_of(trial) != degrees_of(state):  # a warning never changes the user's strategy
+            blocked.add(rule)
+            ctx.__dict__.setdefault("_kept_degrees", set()).add(rule)
+            continue
         after = _evaluate(trial)
         key = repr(sorted(trial.items(), key=str))
         if after is None or key in visited or not _improves(vs, after[1], rule):
@@ -146,11 +169,89 @@ def fix_plan(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Change], Context
     return state, changes, ctx, vs, alternatives
 
 
+def _memory_options(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any], list[Change]]]:
+    """The edits that may make a plan fit that no layout search finds: an fp8 KV cache, fp8 weights, experts
+    spread over more GPUs (ep), more pipeline stages (pp), a smaller batch; each as (label, plan, changes)."""
+    from tools.core.plan import parse_plan
+
+    try:
+        plan = parse_plan(raw)
+    except PdagInputError:
+        return []
+    out: list[tuple[str, dict[str, Any], list[Change]]] = []
+
+    def option(label: str, edit: dict[str, Any], field: str, before: Any, after: Any) -> None:
+        trial = copy.deepcopy(raw)
+        for key, value in edit.items():
+            node = trial
+            *path, last = key.split(".")
+            for k in path:
+                node = node.setdefault(k, {})
+            node[last] = value
+        out.append((label, trial, [Change(rule_id="MEM-FITS", message=f"{label}: the plan did not fit in GPU memory",
+                                          field=f"plan.{field}", before=before, after=after)]))
+
+    if plan.effective_kv_dtype != "fp8":
+        option("fp8 KV cache", {"kv_dtype": "fp8"}, "kv_dtype", plan.effective_kv_dtype, "fp8")
+    if plan.weights is None and plan.dtype in ("bf16", "fp16"):
+        option("fp8 weights", {"dtype": "fp8"}, "dtype", plan.dtype, "fp8")
+    par, n = plan.parallel, plan.hardware.num_gpus
+    if plan.spec.is_moe and par.ep * 2 <= n and not plan.options.disaggregated:
+        option(f"ep {par.ep * 2}", {"parallel.ep": par.ep * 2}, "parallel.ep", par.ep, par.ep * 2)
+    if par.pp * 2 <= plan.spec.num_layers and par.pp * 2 * max(par.tp, par.ep, par.sp) * par.dp <= n \
+            and not plan.options.disaggregated:
+        option(f"pp {par.pp * 2}", {"parallel.pp": par.pp * 2}, "parallel.pp", par.pp, par.pp * 2)
+    batch = plan.workload.batch_size
+    if batch > 1:
+        from tools.core.memory import memory_report
+
+        fits = memory_report(plan).max_batch_size_that_fits or 0
+        if 1 <= fits < batch:
+            option(f"batch {fits}", {"workload.batch_size": fits}, "workload.batch_size", batch, fits)
+    return out
+
+
+def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[str, Any], list[Change]]:
+    """MEM-FITS left as an error by the layout search: try the other ways to fit (``_memory_options``, also two at
+    once), keep those that clear every error, rank them by the plan's objective (latency: e2e; throughput: output
+    tokens/s) and apply the best; the change lists the others in order."""
+    from tools.estimate import estimate_performance
+
+    single = _memory_options(state)
+    tried = list(single)
+    for i, (la, pa, ca) in enumerate(single):  # pairs: an fp8 cache and fp8 weights together, and so on
+        later = {c.field for _lb, _pb, cb in single[i + 1:] for c in cb}
+        for label, plan, chg in _memory_options(pa):
+            if chg[0].field in later:  # the same kind of edit, sized for the plan after the first one
+                tried.append((f"{la} + {label}", plan, ca + chg))
+    fitting: list[tuple[float, str, dict[str, Any], list[Change]]] = []
+    for label, plan, chg in tried:
+        got = _evaluate(plan)
+        if got is None or any(v.severity == "error" for v in got[1]):
+            continue
+        est = estimate_performance(plan=plan)
+        score = est.e2e_latency_ms if plan.get("objective", "latency") == "latency" else \
+            -est.throughput.output_tokens_per_s
+        fitting.append((score, label, plan, chg))
+    if not fitting:
+        return state, changes
+    fitting.sort(key=lambda t: (t[0], t[1]))
+    _, label, plan, chg = fitting[0]
+    objective = plan.get("objective", "latency")
+    ranked = ", ".join(f"{i + 1}. {lab}" for i, (_, lab, _p, _c) in enumerate(fitting))
+    for c in chg:
+        c.message += f" (ways to fit, best first for the {objective} objective: {ranked})"
+    return plan, changes + chg
+
+
 def _reason(v: Violation, ctx: Context | None, tried: set[str]) -> str:
     if v.rule_id in ("MEM-FITS", "GPU-EXCEEDS-CLUSTER") and ctx is not None and ctx.plan is not None:
         from tools.rules.memory import unfit_reason
 
         return unfit_reason(ctx.plan)
+    if v.severity == "warning" and v.rule_id in FIXERS:
+        return ("a warning, left as is: its repair would change the plan's parallel degrees, which autofix changes "
+                "only to clear an error (the plan stays valid): " + (v.hint or "review it"))
     if v.severity == "warning":
         return "a warning, left as is (the plan stays valid): " + (v.hint or "review it")
     if v.rule_id in FIXERS:
@@ -226,6 +327,7 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
                              summary=f"not fixed: {exc}", notes=notes or [])
     tried = {c.rule_id for c in changes}
     left = [RemainingViolation(**v.model_dump(), reason=_reason(v, ctx, tried)) for v in vs]
+    lost = _intents_not_kept(original, state, changes) if original is not None else []
     errors = sum(v.severity == "error" for v in left)
     if errors:
         summary = f"{len(changes)} change(s); {errors} error(s) could not be fixed"
@@ -234,9 +336,24 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
     return AutofixResult(
         valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
         alternatives=(_alternatives(found, state) if found else []) + _opt_in_alternatives(original, changes),
-        input=kind, summary=summary,
-        notes=(notes or []) + ctx.notes,
+        input=kind, summary=summary, intents_not_kept=lost,
+        notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []),
     )
+
+
+def _intents_not_kept(original: dict[str, Any], state: dict[str, Any], changes: list[Change]) -> list[str]:
+    """Each degree of the input plan that the repaired plan changed, with the error rule(s) whose repair did."""
+    before, after = degrees_of(original), degrees_of(state)
+    out = []
+    for key in sorted(set(before) | set(after)):
+        if before.get(key, 1) == after.get(key, 1) and key in before:
+            continue
+        if key not in before and after.get(key) == before.get("parallel." + key.rsplit(".", 1)[1], 1):
+            continue
+        rules = sorted({c.rule_id for c in changes if c.field and c.field.removeprefix("plan.").startswith(
+            key.rsplit(".", 1)[0])}) or sorted({c.rule_id for c in changes if c.severity == "error"})
+        out.append(f"{key} {before.get(key, 1)} -> {after.get(key, 1)} (forced by {', '.join(rules) or 'a repair'})")
+    return out
 
 
 def _plan_dict(plan: Any) -> dict[str, Any]:
@@ -277,7 +394,9 @@ def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] |
         if plan is not None:
             raw = _plan_dict(plan)
             plan_violations(raw, build=False)  # raises PdagInputError for what is not a plan at all
-            state, changes, _ctx, _vs, found = fix_plan(raw)
+            state, changes, _ctx, vs, found = fix_plan(raw)
+            if any(v.rule_id == "MEM-FITS" and v.severity == "error" for v in vs):
+                state, changes = _fit_by_options(state, changes)
             return _finish(state, changes, found, "plan", original=raw)
         return _fix_dag(dag)
 
@@ -315,7 +434,9 @@ def _fix_dag(dag: Any) -> AutofixResult:
                                  summary="valid: nothing to change" if not errors else f"not fixed: {why}",
                                  notes=ctx.notes)
         raw, notes = inferred, [why]
-    state, changes, _c, _v, found = fix_plan(raw)
+    state, changes, _c, left_vs, found = fix_plan(raw)
+    if any(v.rule_id == "MEM-FITS" and v.severity == "error" for v in left_vs):
+        state, changes = _fit_by_options(state, changes)
     if not changes and not any(v.severity == "error" for v in before):
         return _finish(state, [], found, "dag", dag, notes)  # nothing to repair: keep the DAG as drawn
     graph_rules = sorted({v.rule_id for v in before if v.location.nodes or v.rule_id.startswith("STRUCT")})
@@ -327,6 +448,11 @@ def _fix_dag(dag: Any) -> AutofixResult:
         changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
                               "rule is gone", field="dag"))
+    if not graph_rules:  # the drawing is replaced all the same: that is a change the answer must list
+        errors = [v.rule_id for v in before if v.severity == "error"]
+        changes.append(Change(rule_id=errors[0] if errors else "STRUCT-SCHEMA", message="replaced the submitted "
+                              "drawing with the DAG build_dag lays out for its (repaired) plan; nothing of the "
+                              "drawing is kept", field="dag"))
     out = _finish(state, changes, found, "dag", rebuilt, notes, original=raw)
     out.repair = "rebuilt"
     out.summary += "; the DAG was rebuilt from its plan (the drawing could not be repaired in place)"

@@ -112,6 +112,8 @@ class PlanSummary(BaseModel):
     engines: list[str] = Field(default_factory=list, description="engines whose launch command export_plan writes")
     engine_gaps: dict[str, str] = Field(
         default_factory=dict, description="engine -> the feature it lacks to launch this plan (export refuses it)")
+    launchable: bool = Field(True, description="an engine the search was asked for launches it (only plans no "
+                                               "such engine launches, listed on request, are false)")
 
 
 class SearchResult(BaseModel):
@@ -182,6 +184,8 @@ class _Point:
     dshape: _Shape | None = None  # disaggregated: the decode pool's layout (shape is the prefill pool's)
     dp_d: int = 0
     head: Headline | None = None
+    prefill_ms: float = 0.0  # one replica's prefill pass over its batch (static), for the work share of prefill
+    step_ms: float = 0.0  # one replica's decode step at its batch
 
     @property
     def disaggregated(self) -> bool:
@@ -243,6 +247,8 @@ class _Search:
         self._fast: dict[Any, FastEstimator] = {}
         self._mem_cache: dict[Any, Any] = {}
         self.serving = False  # price aggregated plans under continuous batching (search_strategies(serving=True))
+        self.launch_engines: list[str] = []  # engines one of which must launch a ranked plan
+        self._engines: dict[tuple[_Shape, _Shape | None], tuple[list[str], dict[str, str]]] = {}
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -259,6 +265,20 @@ class _Search:
         if any(s.attn_dp > 1 for s in shapes):
             options["allow_attention_dp"] = True
         return options
+
+    def exportability(self, p: _Point, plan: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The engines that launch ``p``'s layout (replicas and batch change nothing there), once per layout."""
+        key = (p.shape, p.dshape)
+        if key not in self._engines:
+            if plan is None:
+                plan = (self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None
+                        else self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch))
+                plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
+            self._engines[key] = _exportability(plan)
+        return self._engines[key]
+
+    def launched(self, p: _Point) -> bool:
+        return bool(set(self.exportability(p)[0]) & set(self.launch_engines))
 
     def plan_dict(self, s: _Shape, dp: int, batch: int) -> dict[str, Any]:
         d = dict(self.base)
@@ -328,7 +348,7 @@ class _Search:
             ttft, tpot, tput = sv.ttft_for(self.slo.arrivals), sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),
-                   float(mem.capacity_bytes))
+                   float(mem.capacity_bytes), prefill_ms=h.ttft_ms, step_ms=h.tpot_ms)
         self._misses(p)
         return p
 
@@ -700,7 +720,7 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
 
 def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """Which engines can launch the plan, and for the others the reason their exporter gives."""
-    from tools.engines.launch import ENGINES, EngineCannotExpress, export_plan
+    from tools.engines.launch import ENGINES, EngineCannotExpress, export_unchecked
 
     # Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
     # something else): judge one replica, so that a plan of thousands of replicas costs what one does.
@@ -714,7 +734,7 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     gaps: dict[str, str] = {}
     for engine in ENGINES:
         try:
-            export_plan(one, engine)
+            export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
         except EngineCannotExpress as exc:
             gaps[engine] = f"{exc.field}: {exc.problem}"
         else:
@@ -737,10 +757,11 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
             "pool_balance": p.head.pool_balance,
             "kv_transfer_ms": p.head.kv_transfer.ms if p.head.kv_transfer else None,
         }
-    engines, gaps = _exportability(plan)
+    engines, gaps = search.exportability(p, plan)
+    launchable = bool(set(engines) & set(search.launch_engines))
     return PlanSummary(
-        rank=rank, label=_point_label(p),
-        plan=plan, engines=engines, engine_gaps=gaps,
+        rank=rank, label=_point_label(p) + ("" if launchable else " (no engine launches it)"),
+        plan=plan, engines=engines, engine_gaps=gaps, launchable=launchable,
         gpus_used=p.gpus, batch_size=p.batch, ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
@@ -748,7 +769,19 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
     )
 
 
-def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: str) -> str | None:
+def prefill_work_share(prefill_ms: float, step_ms: float, output_len: int) -> float:
+    """The share of a replica's GPU time that goes to prefill: each batch of requests costs one prefill pass
+    over its prompts and ``output_len`` decode steps, whatever the requests' latencies are."""
+    work = prefill_ms + output_len * step_ms
+    return prefill_ms / work if work > 0 else 0.0
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f} %" if x < 0.1 else f"{100 * x:.0f} %"
+
+
+def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: str,
+                output_len: int) -> str | None:
     """Which kind wins for the workload, and why (one or two sentences)."""
     if dis is None or agg is None:
         return None
@@ -765,12 +798,13 @@ def _comparison(agg: _Point | None, dis: _Point | None, objective: str, metric: 
                f"{agg.tpot:.2f} vs {dis.tpot:.2f} ms. Disaggregation lets each phase run its own layout, but each "
                "phase gets only its own pool's GPUs")
         return f"{winner} wins for latency: {why}."
-    pre_share = agg.ttft / agg.e2e if agg.e2e else 0.0
+    pre_share = prefill_work_share(agg.prefill_ms, agg.step_ms, output_len)
     why = (f"{agg.tput:.0f} tok/s aggregated ({_point_label(agg)}, {agg.per_gpu:.0f}/GPU) vs {dis.tput:.0f} tok/s "
-           f"disaggregated ({dis.per_gpu:.0f}/GPU). In the aggregated plan prefill takes {pre_share:.0%} of a "
-           f"replica's time; the disaggregated decode pool never pauses for prefill but the {dis.gpus}-GPU split "
-           f"into pools balances them only to {dis.head.pool_balance:.2f} (prefill/decode rate) and each batch's KV "
-           f"moves in {hand:.1f} ms")
+           f"disaggregated ({dis.per_gpu:.0f}/GPU). In the aggregated plan prefill is {_percent(pre_share)} of a "
+           f"replica's GPU time (one prefill pass of {agg.prefill_ms:.1f} ms per {output_len} decode steps of "
+           f"{agg.step_ms:.2f} ms); the disaggregated decode pool never pauses for prefill but the {dis.gpus}-GPU "
+           f"split into pools balances them only to {dis.head.pool_balance:.2f} (prefill/decode rate) and each "
+           f"batch's KV moves in {hand:.1f} ms")
     return f"{winner} wins for throughput (the {loser} plan is the best of its kind): {why}."
 
 
@@ -803,6 +837,8 @@ def search_strategies(
     engine: str = "generic",
     serving: bool = False,
     engine_options: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+    unlaunchable: bool = False,
 ) -> SearchResult:
     """Search the parallel plans of ``model`` on ``hardware`` for ``objective`` (see the module doc for the
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
@@ -817,7 +853,10 @@ def search_strategies(
     (batch = requests in flight per replica, TTFT/TPOT under mixed prefill/decode steps), so that the
     throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets".  ``weights``: the
     checkpoint's storage format (e.g. ``awq-int4``, ``mxfp4``); default: the model config's
-    quantization_config, else ``dtype``."""
+    quantization_config, else ``dtype``.  ``checkpoint``: the repo the engine serves (its stored format and
+    unquantized modules set the weights' memory, as in estimate).  Only plans an engine launches are ranked:
+    ``engine`` vllm, sglang or trtllm names the one that must, any other profile accepts any of the three;
+    ``unlaunchable`` also lists plans no engine launches, labelled so."""
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
     if latency_metric not in ("e2e", "tpot", "ttft"):
@@ -843,6 +882,8 @@ def search_strategies(
         base["kv_dtype"] = kv_dtype
     if weights is not None:
         base["weights"] = weights
+    if checkpoint is not None:
+        base["checkpoint"] = checkpoint
     if engine != "generic":
         base["engine"] = engine
     if engine_options:
@@ -856,6 +897,10 @@ def search_strategies(
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
     search.serving = bool(serving)
+    from tools.engines.launch import ENGINES, engine_key
+
+    search.launch_engines = [engine_key(engine)] if engine in ("vllm", "sglang", "trtllm", "trtllm-cpp") else list(
+        ENGINES)
     shapes = search.shapes()
     fitting = search.fitting(shapes, 1 if not batch_fixed else wl.batch_size)
     points = search.run_latency(fitting) if objective == "latency" else search.run_throughput(fitting)
@@ -867,6 +912,12 @@ def search_strategies(
         for m in p.misses:
             search.slo_rejected["SLO-" + m.split()[0].upper()] += 1
     ranked = sorted(points, key=lambda p: _sort_key(p, objective, latency_metric))
+    if not unlaunchable:  # what no engine launches is not a recommendation
+        kept = [p for p in ranked if search.launched(p)]
+        dropped = len({(p.shape, p.dshape) for p in ranked}) - len({(p.shape, p.dshape) for p in kept})
+        ranked, points = kept, [p for p in points if search.launched(p)]
+    else:
+        dropped = 0
     # One entry per layout in the top list (the best batch of each), so top_k shows distinct strategies.
     top_points: list[_Point] = []
     seen_shapes: set[tuple[_Shape, _Shape | None]] = set()
@@ -877,6 +928,10 @@ def search_strategies(
         if len(top_points) == top_k:
             break
     notes: list[str] = []
+    if dropped:
+        who = " or ".join(search.launch_engines)
+        notes.append(f"{dropped} layout(s) that {who} cannot launch were left out (unlaunchable=true lists them, "
+                     "labelled)")
     if not points:
         notes.append("no plan fits: see 'rejected' (MEM-FITS usually means more GPUs, fp8 weights or a shorter "
                      "context are needed)")
@@ -902,7 +957,7 @@ def search_strategies(
         rank = next((i + 1 for i, q in enumerate(top_points) if q is p), 0)
         return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok))
 
-    comparison = _comparison(best_agg, best_dis, objective, latency_metric)
+    comparison = _comparison(best_agg, best_dis, objective, latency_metric, wl.output_len)
     if disaggregated and best_dis is None and points:
         comparison = "no disaggregated split fits: a prefill pool and a decode pool need more GPUs or memory"
     return SearchResult(
