@@ -163,6 +163,9 @@ class ExportAnswer(Checked):
     decode_config: dict[str, Any] | None = Field(None, description="disaggregated TensorRT-LLM: the decode pool's")
     pool_servers: dict[str, int] | None = Field(None, description="disaggregated: servers per pool, prefill first")
     argv: list[list[str]] | None = Field(None, description='each server as an argument list; detail="full"')
+    servers: int = Field(1, description="independent servers, each its own endpoint behind a load balancer")
+    engine_version: str | None = Field(None, description="the engine release whose flag table the command follows")
+    flag_problems: list[str] = Field(default_factory=list, description="flags or values that release refuses")
     notes: list[str] = Field(description="what the command cannot say or does differently from the plan")
 
 

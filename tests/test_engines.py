@@ -404,8 +404,8 @@ def test_vllm_import_reads_its_config_yaml_under_the_command_line() -> None:
               "max-num-batched-tokens": 8192, "cuda-graph-sizes": [1024, 2048], "tensor-parallel-size": 2}
     plan = import_command(cmd, gpu="h200", engine_config=config).plan
     assert plan["parallel"]["tp"] == 4 and plan["kv_dtype"] == "fp8"
-    assert plan["engine_options"] == {"scheduler_ahead": True, "max_batched_tokens": 8192, "graph_max_tokens": 2048,
-                                      "extra_args": ["--no-enable-prefix-caching"]}
+    assert plan["engine_options"] == {"scheduler_ahead": True, "max_batched_tokens": 8192, "graph_max_tokens": 2048}
+    assert plan["prefix_caching"] == {"enabled": False}  # a plan field now, not an unmodelled flag
     assert "kv_dtype" not in import_command(cmd, gpu="h200").plan
     off = import_command(cmd, gpu="h200", engine_config={"async-scheduling": False}).plan
     assert off["engine_options"]["scheduler_ahead"] is False

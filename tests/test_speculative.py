@@ -174,7 +174,7 @@ def test_published_commands_round_trip(command, config, gpu, spec, cache):
     assert validate_dag(plan=plan).valid
     est = estimate_performance(plan=plan)
     assert (est.speculative is not None) == (spec is not None)
-    out = export_plan(plan)
+    out = export_plan(plan, force=True)  # the round trip of the flags, even where validation names the engine
     again = import_command(out.command, gpu=gpu, engine_config=out.config).plan
     assert again.get("speculative") == spec and again.get("prefix_caching") == cache
 
@@ -191,7 +191,7 @@ def test_any_speculative_setting_exports_and_imports_back(method, k, engine, cac
     plan = {**R1, "engine": engine, "checkpoint": "deepseek-ai/DeepSeek-V3", "speculative": spec}
     if cache is not None:
         plan["prefix_caching"] = {"enabled": cache}
-    out = export_plan(plan)
+    out = export_plan(plan, force=True)  # the flags round-trip even where validation names the engine
     again = import_command(out.command, gpu="h200", engine_config=out.config).plan
     got = {key: v for key, v in again["speculative"].items() if key not in ("topk", "num_steps")}
     assert got == spec
