@@ -20,7 +20,12 @@ from evals.cases import Case, strategies_used
 
 PLAN_BLOCK = re.compile(r"<plan>(.*?)</plan>", re.DOTALL | re.IGNORECASE)
 RULE_ID = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
-CANNOT_FIT = re.compile(r"(cannot|can't|can not|does not|doesn't|won't|will not|no plan)\W+(\w+\W+){0,3}fits?\b", re.I)
+# A refusal says that nothing fits or meets the request, in whatever words: "cannot fit", "no configuration ... can
+# stream it", "I can't give you a plan", "out of reach", "infeasible" (recorded agents wrote all of these).
+CANNOT_FIT = re.compile(r"(cannot|can't|can not|does not|doesn't|won't|will not|no plan)\W+(\w+\W+){0,3}fits?\b"
+                        r"|\bno (?:\w+ ){0,3}(?:configuration|layout|plan|deployment)\b"
+                        r"|\b(?:can't|cannot|can not) (?:\w+ ){0,3}(?:give|meet|reach|serve|run|fit|stream|plan)\b"
+                        r"|\b(?:impossible|infeasible|not feasible|not possible|out of reach)\b", re.I)
 
 __all__ = ["CaseScore", "extract_plan", "reported_rules", "score_case"]
 
@@ -69,7 +74,7 @@ def extract_plan(text: str | None) -> tuple[str, dict[str, Any] | None, str | No
         return "none", None, "no final answer"
     blocks = PLAN_BLOCK.findall(text)
     if not blocks:
-        if "<plan>" in text.lower():
+        if re.search(r"<plan>\s*(?:```(?:json)?\s*)?\{", text, re.I):  # an opened block holding a plan
             return "malformed", None, "unterminated <plan> block"
         return "declined", None, None
     raw = blocks[-1].strip()
@@ -134,7 +139,8 @@ def _keeps_setting(case: Case, plan: dict[str, Any]) -> list[str]:
         problems.append(f"gpu changed to {hw.get('gpu')!r} (asked {s.gpu})")
     if int(hw.get("num_gpus") or 0) > s.num_gpus:
         problems.append(f"num_gpus {hw.get('num_gpus')} exceeds the cluster's {s.num_gpus}")
-    if s.dtype_fixed and plan.get("dtype", "bf16") != s.dtype:
+    # the precision the user fixed is the checkpoint's: fp8 weights with 16-bit compute keep an fp8 request
+    if s.dtype_fixed and s.dtype not in (plan.get("dtype", "bf16"), plan.get("weights")):
         problems.append(f"dtype changed to {plan.get('dtype', 'bf16')} (asked {s.dtype})")
     if plan.get("objective", "latency") != s.objective:
         problems.append(f"objective {plan.get('objective', 'latency')} (asked {s.objective})")
