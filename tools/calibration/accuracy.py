@@ -10,7 +10,8 @@ correlation and the held-out group of the runs it does not compare with, and opt
 publication several sources belong to (pages of one site written with one harness), held out together.  A file's
 ``defaults`` fill keys a point leaves out.  Metrics:
 
-* ``ttft_ms``: time to first token of a batch of ``batch_size`` prompts processed together (prefill);
+* ``ttft_ms``: the prefill of a static batch of ``batch_size`` prompts processed together (the estimate's
+  ``prefill_latency_ms``; the name is the measurement files', kept for compatibility);
 * ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
 * ``e2e_ms``: prefill plus all decode steps of one static batch;
 * ``output_tokens_per_s`` / ``output_tokens_per_s_per_gpu``: ``batch_size * output_len / e2e`` of a static batch,

@@ -44,6 +44,7 @@ from tools.core.memory import MemoryReport, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
+from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
@@ -119,7 +120,21 @@ class Provenance(BaseModel):
 
 
 class Estimate(BaseModel):
-    prefill_latency_ms: float = Field(description="TTFT: the prefill pass (plus the KV hand-off when disaggregated)")
+    ttft_ms: float = Field(
+        description="time to first token of a served request at the load the workload states (`load`): what "
+                    "'time to first token' means everywhere in pdag; aggregated and disaggregated plans alike")
+    tpot_ms: float = Field(
+        description="time per output token of a served request at that load, (e2e - ttft) / (output_len - 1)")
+    ttft_p50_ms: float | None = Field(None, description="median TTFT at the load (null where not known)")
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = Field(None, description="median TPOT at the load (null where not known)")
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    load: str = Field("", description="the load ttft_ms and tpot_ms are stated at (the workload's, or the default)")
+    prefill_latency_ms: float = Field(
+        description="the prefill pass of one whole static batch of batch_size prompts (plus its KV hand-off when "
+                    "disaggregated): the static view, not a served request's time to first token (see ttft_ms)")
     decode_latency_ms_per_token: float
     e2e_latency_ms: float
     tpot_with_prefill_ms: float = Field(
@@ -157,8 +172,9 @@ class Estimate(BaseModel):
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
         lines = [
-            f"TTFT (prefill) {self.prefill_latency_ms:.2f} ms | TPOT {self.decode_latency_ms_per_token:.3f} ms | "
-            f"e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
+            f"served at {self.load}: TTFT {self.ttft_ms:.1f} ms | TPOT {self.tpot_ms:.2f} ms",
+            f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
+            f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
             f"throughput: {self.throughput.output_tokens_per_s:,.0f} output tok/s deployment "
             f"({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU), "
             f"decode {self.throughput.decode_tokens_per_s:,.0f} tok/s, "
@@ -570,6 +586,15 @@ def estimate_performance(
         if sla_m is not None:
             best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
+    if serving is not None:
+        ttft, tpot = serving.ttft_ms, serving.tpot_ms
+        load = f"{wl.batch_size} requests in flight per replica (continuous batching, arrivals spread)"
+    else:  # disaggregated: one request's prefill, its own KV hand-off and its first decode step
+        one = pre if wl.batch_size == 1 else _phase(
+            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3)
+        ttft = one.latency_ms + kv_handoff(full, layout, eff, 1).seconds_per_batch * 1e3 + dec.latency_ms
+        tpot = dec.latency_ms
+        load = f"{wl.batch_size} requests decoding per decode replica, prompts prefilled one at a time"
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
@@ -588,6 +613,9 @@ def estimate_performance(
                           full.engine)
     warnings.extend(track_record_warnings(record))
     return Estimate(
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        load=load,
         prefill_latency_ms=figures.ttft_ms,
         decode_latency_ms_per_token=figures.tpot_ms,
         e2e_latency_ms=figures.e2e_ms,
