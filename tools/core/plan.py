@@ -71,6 +71,31 @@ class Workload(_Strict):
     input_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN, description="prompt tokens per sequence")
     output_len: int = Field(256, ge=1, le=MAX_SEQ_LEN, description="generated tokens per sequence")
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences processed together per DP replica")
+    # The load a served request is measured at (tools/estimate/simulate.py), as a benchmark client states it.
+    concurrency: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="clients of the whole deployment, each sending its next request when "
+        "the last one ends (closed loop; vllm bench serve --max-concurrency); with request_rate, a cap on requests "
+        "in flight; default: batch_size per DP replica")
+    request_rate: float | None = Field(
+        None, gt=0, le=1e6, description="requests per second arriving as a Poisson process (open loop; vllm bench "
+        "serve --request-rate); default: none (closed loop)")
+    num_requests: int | None = Field(
+        None, ge=1, le=100_000, description="requests the run sends; without concurrency and request_rate, all at "
+        "once (a burst); default: 10 x concurrency (InferenceX's --num-prompts), at least 64, at most 4000")
+    input_len_range: tuple[int, int] | None = Field(
+        None, description="prompt lengths drawn uniformly from [lo, hi] (a benchmark's random range); default: "
+        "input_len for every request")
+    output_len_range: tuple[int, int] | None = Field(
+        None, description="output lengths drawn uniformly from [lo, hi]; default: output_len for every request")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of the simulated lengths and arrivals")
+
+    @model_validator(mode="after")
+    def _ranges_ordered(self) -> Workload:
+        for name in ("input_len_range", "output_len_range"):
+            r = getattr(self, name)
+            if r is not None and not 1 <= r[0] <= r[1] <= MAX_SEQ_LEN:
+                raise ValueError(f"{name} must be [lo, hi] with 1 <= lo <= hi <= {MAX_SEQ_LEN}")
+        return self
 
 
 class Options(_Strict):
@@ -105,6 +130,12 @@ class EngineOptions(_Strict):
     graph_max_tokens: int | None = Field(
         None, ge=0, le=MAX_SEQ_LEN, description="largest pass replayed as a CUDA graph (vLLM's largest capture size; "
         "0: none); larger prefills run eagerly")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="requests one replica runs at once (vLLM --max-num-seqs, SGLang "
+        "--max-running-requests, TRT-LLM --max_batch_size); default: the engine's")
+    kv_cache_tokens: int | None = Field(
+        None, ge=1, le=2**40, description="tokens the KV cache holds per replica, as the engine logs it at start-up "
+        "(e.g. vLLM's 'GPU KV cache size'); default: what pdag's memory model leaves for KV")
     scheduler_ahead: bool | None = Field(
         None, description="scheduler runs a step ahead (vLLM async, SGLang/TRT-LLM overlap "
         "scheduling): a new request waits a step more")
