@@ -47,6 +47,8 @@ from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_ke
 from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.simulate import SimResult
+from tools.estimate.simulate import simulate as simulate_serving
 from tools.estimate.track_record import TrackRecord, track_record, track_record_warnings
 
 __all__ = ["Estimate", "PhasePath", "estimate_performance", "replica_graph"]
@@ -162,6 +164,9 @@ class Estimate(BaseModel):
     serving: Serving | None = Field(
         None, description="aggregated: continuous batching with chunked prefill at concurrency = batch_size per "
                           "replica (TTFT and TPOT under mixed prefill/decode); the fields above are the static batch")
+    served: SimResult | None = Field(
+        None, description="the serving simulation behind ttft_ms and tpot_ms: TTFT, TPOT, ITL, E2E and queue time "
+                          "(mean, p50, p90, p99), throughput per deployment, GPU and user, preemptions and KV use")
     best_under_sla: Serving | None = Field(
         None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
                           "(null when even one request misses it)")
@@ -172,7 +177,10 @@ class Estimate(BaseModel):
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
         lines = [
-            f"served at {self.load}: TTFT {self.ttft_ms:.1f} ms | TPOT {self.tpot_ms:.2f} ms",
+            f"served at {self.load}: TTFT {self.ttft_ms:.1f} ms | TPOT {self.tpot_ms:.2f} ms"
+            + (f" (p50/p99 TTFT {self.ttft_p50_ms:.1f}/{self.ttft_p99_ms:.1f} ms, TPOT {self.tpot_p50_ms:.2f}/"
+               f"{self.tpot_p99_ms:.2f} ms)" if self.ttft_p50_ms is not None and self.ttft_p99_ms is not None
+               and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
             f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
             f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
             f"throughput: {self.throughput.output_tokens_per_s:,.0f} output tok/s deployment "
@@ -193,6 +201,15 @@ class Estimate(BaseModel):
             lines.append(f"KV hand-off: {self.kv_transfer.bytes_per_request / 1e6:.1f} MB per request "
                          f"({self.kv_transfer.wire_bytes_per_request / 1e6:.1f} MB on the wire), "
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
+        if self.served:
+            s = self.served
+            lines.append(f"simulated {s.engine} scheduler: {s.output_tokens_per_s:,.0f} output tok/s "
+                         f"({s.output_tokens_per_s_per_gpu:,.1f}/GPU, {s.output_tokens_per_s_per_user:,.1f}/user), "
+                         f"ITL {s.itl_ms.mean:.2f} ms, E2E {s.e2e_ms.mean / 1e3:,.2f} s, "
+                         f"queue {s.queue_ms.mean:,.1f} ms, "
+                         f"{s.mean_running:.1f} running on average (most {s.max_running}), {s.preemptions} "
+                         f"preemptions, KV peak {s.kv_peak_fraction:.0%} of {s.kv_cache_tokens:,} tokens, "
+                         f"run {s.duration_ms / 1e3:,.1f} s")
         if self.serving:
             sv = self.serving
             held = "" if sv.running == sv.concurrency else \
@@ -540,6 +557,7 @@ def estimate_performance(
     balanced_experts: bool = False,
     sla: Sla | dict[str, Any] | None = None,
     trace: dict[str, PhasePath] | None = None,
+    simulate: bool = True,
 ) -> Estimate:
     """Estimate latency, throughput, KV cache and memory of a plan, or of a submitted DAG: the DAG's own nodes,
     devices and folds are priced (its embedded plan gives hardware and workload), and a DAG that fails
@@ -586,7 +604,14 @@ def estimate_performance(
         if sla_m is not None:
             best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
     figures = headline(full, layout, eff, pre.latency_ms, dec.latency_ms, prep.replica_gpus)
-    if serving is not None:
+    served = pcts = None
+    if simulate:  # the served request at the workload's load (simulate.py)
+        served = simulate_serving(full, eff=eff, overlap=use_overlap)
+        ttft, tpot, load = served.ttft_ms.mean, served.tpot_ms.mean, served.load
+        pcts = {"ttft_p50_ms": served.ttft_ms.p50, "ttft_p90_ms": served.ttft_ms.p90,
+                "ttft_p99_ms": served.ttft_ms.p99, "tpot_p50_ms": served.tpot_ms.p50,
+                "tpot_p90_ms": served.tpot_ms.p90, "tpot_p99_ms": served.tpot_ms.p99}
+    elif serving is not None:
         ttft, tpot = serving.ttft_ms, serving.tpot_ms
         load = f"{wl.batch_size} requests in flight per replica (continuous batching, arrivals spread)"
     else:  # disaggregated: one request's prefill, its own KV hand-off and its first decode step
@@ -616,6 +641,8 @@ def estimate_performance(
         ttft_ms=ttft,
         tpot_ms=tpot,
         load=load,
+        **(pcts or {}),
+        served=served,
         prefill_latency_ms=figures.ttft_ms,
         decode_latency_ms_per_token=figures.tpot_ms,
         e2e_latency_ms=figures.e2e_ms,

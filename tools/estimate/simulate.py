@@ -61,7 +61,9 @@ Deterministic: same plan, same load, same seed, same result, byte for byte.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
@@ -108,7 +110,8 @@ class Load(BaseModel):
     def describe(self) -> str:
         lens = (f"{_span(self.input_len_range)} in / {_span(self.output_len_range)} out tokens")
         if self.mode == "closed":
-            return f"closed loop of {self.concurrency} clients, {self.num_requests} requests, {lens}"
+            who = f"{self.concurrency} client" + ("" if self.concurrency == 1 else "s")
+            return f"closed loop of {who}, {self.num_requests} requests, {lens}"
         if self.mode == "burst":
             return f"burst of {self.num_requests} requests sent at once, {lens}"
         cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
@@ -327,9 +330,9 @@ class _Engine:
 
     def _grow(self, r: _Req, tokens: int) -> bool:
         """Pages for ``r`` to hold ``tokens`` tokens; False when the cache has too few."""
-        need = self._pages(tokens) - r.blocks
-        if self.policy == "trtllm":
-            return True  # reserved at admission
+        if tokens <= r.blocks * self.bs or self.policy == "trtllm":  # fits its pages (TensorRT-LLM: reserved)
+            return True
+        need = -(-tokens // self.bs) - r.blocks
         if need <= self.free:
             if need > 0:
                 self.free -= need
@@ -581,17 +584,14 @@ def _stat(xs: list[float], weights: list[float] | None = None) -> Stat:
     total = sum(w)
     mean = sum(x * wt for x, wt in pairs) / total
 
+    cum = list(itertools.accumulate(wt for _, wt in pairs))
+
     def q(f: float) -> float:
         if weights is None:  # numpy's linear interpolation, as the benchmark clients compute percentiles
             pos = f * (len(pairs) - 1)
             lo, hi = math.floor(pos), math.ceil(pos)
             return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (pos - lo)
-        acc = 0.0
-        for x, wt in pairs:
-            acc += wt
-            if acc >= f * total - 1e-9:
-                return x
-        return pairs[-1][0]
+        return pairs[min(len(pairs) - 1, bisect.bisect_left(cum, f * total - 1e-9))][0]
 
     return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
 
