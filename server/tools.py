@@ -315,13 +315,11 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     Use it on a valid plan to compare alternatives or to check an objective or SLO. Figures are roofline
     estimates over the DAG's critical path, not measurements: trust differences between plans more than
     absolute values. Give `plan`, or a `dag` carrying its plan (priced as drawn, refused if it fails
-    validation). A disaggregated plan also gets `pools`, `kv_transfer` (the KV hand-off per request) and
-    `pool_balance` with a balanced split.
+    validation). A disaggregated plan also gets `pools`, `kv_transfer` and `pool_balance`.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
-    Returns ttft_ms and tpot_ms (time to first token and time per output token of a served request at the load
-    the workload states, described in `load`), prefill_latency_ms (the prefill pass of one whole static batch, not
-    a time to first token), decode_latency_ms_per_token, e2e_latency_ms,
+    Returns ttft_ms, tpot_ms (served, at `load`), prefill_latency_ms (a static batch's, not TTFT),
+    decode_latency_ms_per_token, e2e_latency_ms,
     throughput.output_tokens_per_s (whole deployment), kv_cache.bytes_total / bytes_per_gpu_max,
     memory.fits / max_gpu_bytes / capacity_bytes, gpus_used, the bottleneck and critical path per phase. It
     does not validate a plan: call validate_dag first. `render`: true adds images (folded DAG, prefill/decode

@@ -29,7 +29,7 @@ def test_top_level_ttft_and_tpot_are_served_figures() -> None:
 def test_disaggregated_ttft_is_per_request_like_aggregated() -> None:
     agg, dis = estimate_performance(plan=AGG), estimate_performance(plan=DISAGG)
     # the static batch's prefill of 64 prompts is seconds; one request's TTFT is not
-    assert dis.prefill_latency_ms > 5 * dis.ttft_ms
+    assert dis.prefill_latency_ms > 2 * dis.ttft_ms
     assert 0.2 < dis.ttft_ms / agg.ttft_ms < 5
 
 

@@ -73,21 +73,17 @@ class Workload(_Strict):
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences processed together per DP replica")
     # The load a served request is measured at (tools/estimate/simulate.py), as a benchmark client states it.
     concurrency: int | None = Field(
-        None, ge=1, le=MAX_BATCH, description="clients of the whole deployment, each sending its next request when "
-        "the last one ends (closed loop; vllm bench serve --max-concurrency); with request_rate, a cap on requests "
-        "in flight; default: batch_size per DP replica")
+        None, ge=1, le=MAX_BATCH, description="closed-loop clients (with request_rate: a cap in flight); default: "
+        "batch_size per DP replica")
     request_rate: float | None = Field(
-        None, gt=0, le=1e6, description="requests per second arriving as a Poisson process (open loop; vllm bench "
-        "serve --request-rate); default: none (closed loop)")
+        None, gt=0, le=1e6, description="Poisson arrivals, requests/s (open loop)")
     num_requests: int | None = Field(
-        None, ge=1, le=100_000, description="requests the run sends; without concurrency and request_rate, all at "
-        "once (a burst); default: 10 x concurrency (InferenceX's --num-prompts), at least 64, at most 4000")
-    input_len_range: tuple[int, int] | None = Field(
-        None, description="prompt lengths drawn uniformly from [lo, hi] (a benchmark's random range); default: "
-        "input_len for every request")
-    output_len_range: tuple[int, int] | None = Field(
-        None, description="output lengths drawn uniformly from [lo, hi]; default: output_len for every request")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of the simulated lengths and arrivals")
+        None, ge=1, le=100_000, description="requests sent (alone: a burst at t=0); default 10 per client")
+    input_len_range: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="prompt lengths drawn uniformly from [lo, hi]")
+    output_len_range: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="output lengths drawn uniformly from [lo, hi]")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of drawn lengths and arrivals")
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> Workload:
@@ -131,11 +127,9 @@ class EngineOptions(_Strict):
         None, ge=0, le=MAX_SEQ_LEN, description="largest pass replayed as a CUDA graph (vLLM's largest capture size; "
         "0: none); larger prefills run eagerly")
     max_num_seqs: int | None = Field(
-        None, ge=1, le=MAX_BATCH, description="requests one replica runs at once (vLLM --max-num-seqs, SGLang "
-        "--max-running-requests, TRT-LLM --max_batch_size); default: the engine's")
+        None, ge=1, le=MAX_BATCH, description="requests a replica runs at once (--max-num-seqs)")
     kv_cache_tokens: int | None = Field(
-        None, ge=1, le=2**40, description="tokens the KV cache holds per replica, as the engine logs it at start-up "
-        "(e.g. vLLM's 'GPU KV cache size'); default: what pdag's memory model leaves for KV")
+        None, ge=1, le=2**40, description="KV cache tokens per replica (default: the memory model's)")
     scheduler_ahead: bool | None = Field(
         None, description="scheduler runs a step ahead (vLLM async, SGLang/TRT-LLM overlap "
         "scheduling): a new request waits a step more")

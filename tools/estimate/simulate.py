@@ -126,8 +126,8 @@ def resolve_load(plan: Plan, dp: int) -> Load:
     """The workload's load with its defaults: a closed loop of ``batch_size`` clients per DP replica, 10 requests
     per client (InferenceX's ``--num-prompts``), clamped to [64, 4000]."""
     wl = plan.workload
-    ins = wl.input_len_range or (wl.input_len, wl.input_len)
-    outs = wl.output_len_range or (wl.output_len, wl.output_len)
+    ins = tuple(wl.input_len_range or (wl.input_len, wl.input_len))
+    outs = tuple(wl.output_len_range or (wl.output_len, wl.output_len))
     if wl.request_rate is not None:
         mode: Literal["closed", "poisson", "burst"] = "poisson"
         conc = wl.concurrency
@@ -138,7 +138,7 @@ def resolve_load(plan: Plan, dp: int) -> Load:
     base = conc or 64
     n = wl.num_requests or min(4000, max(64, 10 * base))
     return Load(mode=mode, concurrency=conc, request_rate=wl.request_rate, num_requests=min(n, MAX_REQUESTS),
-                input_len_range=ins, output_len_range=outs, seed=wl.seed)
+                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed)
 
 
 # ---------------------------------------------------------------------------------------------- results
