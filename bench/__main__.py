@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("build", "validate", "estimate", "search", "report", "server", "scale", "oversized")
+BENCHES = ("build", "validate", "estimate", "simulate", "search", "report", "server", "scale", "oversized")
 
 
 def main(names: list[str]) -> None:

@@ -115,7 +115,11 @@ class EstimateAnswer(Paged):
     model_config = ConfigDict(extra="allow")
     core_result = Estimate
 
-    prefill_latency_ms: float | None = Field(None, description="time to first token for the batch, ms")
+    ttft_ms: float | None = Field(None, description="time to first token of a served request at `load`, ms")
+    tpot_ms: float | None = Field(None, description="time per output token at `load`, ms")
+    load: str | None = None
+    prefill_latency_ms: float | None = Field(None, description="a whole static batch's prefill, ms (not the time "
+                                                               "to first token)")
     decode_latency_ms_per_token: float | None = Field(None, description="time per output token (one step), ms")
     e2e_latency_ms: float | None = Field(None, description="prefill plus all decode steps for one request, ms")
     throughput: dict[str, Any] | None = Field(None, description="output_tokens_per_s of the whole deployment, ...")

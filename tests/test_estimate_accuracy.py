@@ -33,7 +33,7 @@ from tools.estimate.track_record import TRACK_RECORD_FILE
 @cache
 def _held_out_report():  # noqa: ANN202 - an AccuracyReport
     """Every catalog point scored with each publication held out: about 80 s, so computed once per run."""
-    return accuracy_report(load_measurements(), leave_one_out=True)
+    return accuracy_report(load_measurements(), leave_one_out=True, serving_model="analytic")
 
 
 def test_published_file_has_enough_sourced_points() -> None:
@@ -189,7 +189,7 @@ def test_published_points_are_within_the_ideal_bound() -> None:
     (per node read as per GPU, seconds as ms) or a wrong degree shows up here; known exceptions are listed."""
     beyond = set()
     for p in load_measurements():
-        bound = predict(p, IDEAL).value
+        bound = predict(p, IDEAL, "analytic").value
         faster = p["value"] > bound if "tokens_per_s" in p["metric"] else p["value"] < bound
         if faster:
             beyond.add(p["id"])
@@ -203,7 +203,7 @@ def test_catalog_accuracy_figures_hold() -> None:
     DeepSeek-R1, the SGLang cookbook's DeepSeek and Qwen3 pages, GPUStack's gpt-oss and DeepSeek-R1; 510 each): TPOT
     9.7 % / 26.6 %, throughput 10.5 % / 28.3 %, held with some margin.  Serving TTFT under load is not held to a
     bound: the README states how far it misses."""
-    rep = accuracy_report(load_measurements(), leave_one_out=False)
+    rep = accuracy_report(load_measurements(), leave_one_out=False, serving_model="analytic")
     parts = breakdown(rep.rows)
     static = parts["mode: static batch"]
     assert static["points"] >= 250 and static["median_ape"] <= 0.10 and static["p90_ape"] <= 0.30
@@ -419,7 +419,7 @@ def test_serving_metrics_score_the_continuous_batching_estimate(metric: str, fie
     pt = {"id": "s", "model": "llama-3.1-70b", "gpu": "h100-sxm", "parallel": {"tp": 2}, "dtype": "fp8",
           "kv_dtype": "bf16", "input_len": 2000, "output_len": 500, "batch_size": 32, "metric": metric, "value": 1.0,
           "engine": "vLLM"}
-    pred = predict(pt)
+    pred = predict(pt, serving_model="analytic")
     serving = estimate_performance(plan=point_plan(pt)).serving
     assert serving is not None and pred.value == pytest.approx(getattr(serving, field))
     total = sum(pred.parts.values())
@@ -450,7 +450,7 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     spread end (MoE prefill is under-predicted about 2x, README)."""
     pts = [p for p in load_measurements() if p["metric"] == "serving_ttft_ms" and p["batch_size"] > 1]
     unqueued = [p for p in pts if estimate_performance(plan=point_plan(p)).serving.queue_ms == 0]
-    rows = accuracy_report(unqueued, leave_one_out=False).rows
+    rows = accuracy_report(unqueued, leave_one_out=False, serving_model="analytic").rows
     fixed = [r for r in rows if "fixed-length clients" in r.regimes]
     b = ttft_bracket(fixed)
     assert b["points"] >= 50

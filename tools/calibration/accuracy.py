@@ -10,14 +10,17 @@ correlation and the held-out group of the runs it does not compare with, and opt
 publication several sources belong to (pages of one site written with one harness), held out together.  A file's
 ``defaults`` fill keys a point leaves out.  Metrics:
 
-* ``ttft_ms``: time to first token of a batch of ``batch_size`` prompts processed together (prefill);
+* ``ttft_ms``: the prefill of a static batch of ``batch_size`` prompts processed together (the estimate's
+  ``prefill_latency_ms``; the name is the measurement files', kept for compatibility);
 * ``tpot_ms``: time per output token of one sequence while ``batch_size`` sequences decode together;
 * ``e2e_ms``: prefill plus all decode steps of one static batch;
 * ``output_tokens_per_s`` / ``output_tokens_per_s_per_gpu``: ``batch_size * output_len / e2e`` of a static batch,
   whole deployment or per GPU;
-* ``serving_ttft_ms``, ``serving_tpot_ms``, ``serving_output_tokens_per_s(_per_gpu)``: continuous batching with
-  ``batch_size`` requests in flight per DP replica (a benchmark's fixed concurrency), the estimate's ``serving``
-  block.
+* ``serving_ttft_ms``, ``serving_tpot_ms``, ``serving_output_tokens_per_s(_per_gpu)``: a benchmark's clients at a
+  fixed concurrency of ``batch_size`` per DP replica, priced by the serving simulator (``tools/estimate/simulate.py``)
+  at the point's load (``point_load``) and compared with the statistic the point reports (``statistic``: mean,
+  p50, p90 or p99; default mean, or p50 where its note says median); ``serving_model="analytic"`` scores the older
+  steady-state formula (the estimate's ``serving`` block) instead.
 
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
@@ -63,6 +66,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,10 +316,14 @@ def _point_overlay(pt: dict[str, Any], overlay: dict[str, Any] | str | None) -> 
     return {"defaults": {**flat, **(base.get("defaults") or {})}, "accelerators": accels}
 
 
-def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> Prediction:
+SERVING_MODELS = ("simulator", "analytic")
+
+
+def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None,
+            serving_model: str = "simulator") -> Prediction:
     from tools.estimate.core import estimate_performance
 
-    est = estimate_performance(plan=point_plan(pt), efficiency=_point_overlay(pt, overlay))
+    est = estimate_performance(plan=point_plan(pt), efficiency=_point_overlay(pt, overlay), simulate=False)
     pre, dec = est.prefill.breakdown_ms, est.decode.breakdown_ms
     out = pt["output_len"]
     metric = pt["metric"]
@@ -324,7 +332,10 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None) -> 
     if metric == "tpot_ms":
         return Prediction(est.decode_latency_ms_per_token, dict(dec), "time")
     if is_serving(metric):
-        return _serving_prediction(pt, est)
+        pred = _serving_prediction(pt, est)
+        if serving_model == "simulator":
+            return _simulated(pt, _point_overlay(pt, overlay), pred)
+        return pred
     e2e = {k: pre[k] + out * dec[k] for k in PARTS}
     if metric == "e2e_ms":
         return Prediction(est.e2e_latency_ms, e2e, "time")
@@ -357,6 +368,74 @@ def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
                           "time", lockstep=sv.ttft_lockstep_ms if sv.concurrency > 1 else None)
     value = sv.output_tokens_per_s_per_gpu if pt["metric"].endswith("_per_gpu") else sv.output_tokens_per_s
     return Prediction(value, step, "rate", value * sv.step_ms)
+
+
+_SIM_CACHE: dict[str, Any] = {}
+
+
+def point_load(pt: dict[str, Any], dp: int) -> dict[str, Any]:
+    """The client load a serving point was measured under, as workload fields: a closed loop of ``batch_size``
+    clients per DP replica; lengths as the point's harness drew them (``client_lengths``: fixed; jittered:
+    InferenceX's random range of [0.8 L, L] around the stated mean, or uniform from 1 for ShareGPT-like and
+    SGLang-random rows); ``--num-prompts`` when the point's table states it, else 10 per client."""
+    text = " ".join(str(pt.get(k) or "") for k in ("table", "note", "engine")).lower()
+    conc = pt["batch_size"] * dp
+    out: dict[str, Any] = {"concurrency": conc}
+    m = re.search(r"--num-prompts[ =](\d+)", text)
+    if m:
+        out["num_requests"] = max(conc, int(m.group(1)))
+    if pt.get("client_lengths") == "jittered":
+        def span(mean: int) -> list[int]:
+            if "sharegpt" in text or "uniformly from 1" in text:
+                return [1, max(1, 2 * mean - 1)]
+            return [max(1, round(mean * 0.8 / 0.9)), max(1, round(mean / 0.9))]
+        out["input_len_range"] = span(pt["input_len"])
+        out["output_len_range"] = span(pt["output_len"])
+    return out
+
+
+def point_statistic(pt: dict[str, Any]) -> str:
+    """Which statistic a serving point reports: its ``statistic`` (mean, p50, p90, p99), else median where its
+    note says so, else mean."""
+    if pt.get("statistic"):
+        return str(pt["statistic"])
+    return "p50" if "median" in str(pt.get("note") or "").lower() else "mean"
+
+
+def _simulated(pt: dict[str, Any], overlay: Any, analytic: Prediction) -> Prediction:
+    """A serving point priced by the simulator (``tools/estimate/simulate.py``) at the point's load; the parts (only
+    the fits use them) are the analytic prediction's, scaled to the simulated value."""
+    from tools.core.efficiency import plan_efficiency
+    from tools.core.layout import Layout
+    from tools.core.plan import Workload, parse_plan
+    from tools.estimate.simulate import simulate
+
+    plan = parse_plan(point_plan(pt))
+    lay = Layout(plan)
+    dp = lay.pools["decode"].dp if lay.disaggregated else lay.dp
+    wl = Workload.model_validate({**plan.workload.model_dump(), **point_load(pt, dp)})
+    plan = plan.model_copy(update={"workload": wl})
+    key = plan.model_dump_json() + json.dumps(overlay, sort_keys=True, default=str)
+    sim = _SIM_CACHE.get(key)
+    if sim is None:
+        if len(_SIM_CACHE) > 4096:
+            _SIM_CACHE.clear()
+        sim = _SIM_CACHE[key] = simulate(plan, eff=plan_efficiency(plan, overlay))
+    stat = point_statistic(pt)
+    metric = pt["metric"]
+    if metric == "serving_ttft_ms":
+        value = getattr(sim.ttft_ms, stat)
+    elif metric == "serving_tpot_ms":
+        value = getattr(sim.tpot_ms, stat)
+    elif metric.endswith("_per_gpu"):
+        value = sim.output_tokens_per_s_per_gpu
+    else:
+        value = sim.output_tokens_per_s
+    ratio = value / analytic.value if analytic.value else 1.0
+    if analytic.kind == "time":
+        return Prediction(value, {k: v * ratio for k, v in analytic.parts.items()}, "time",
+                          lockstep=analytic.lockstep)
+    return Prediction(value, analytic.parts, "rate", value * sum(analytic.parts.values()))
 
 
 def _linear(pred: Prediction, s: dict[str, float]) -> float:
@@ -529,13 +608,15 @@ def fit_efficiency(points: list[dict[str, Any]], rounds: int = 3) -> dict[str, d
 
 
 def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: set[int],
-              key: Callable[[dict[str, Any]], str] = gpu_engine_generation) -> dict[int, float]:
+              key: Callable[[dict[str, Any]], str] = gpu_engine_generation,
+              serving_model: str = "simulator") -> dict[int, float]:
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``'s static-batch
     points: a serving figure also holds the engine's scheduling and front-end time, which says nothing about the
     GPU's compute or memory speed."""
     train = [pt for pt in train if not is_serving(pt["metric"])]
     scales = fit_scales(train, rounds=2, min_sources=2, parts=HARDWARE_PARTS, key=key) if train else {}
-    return {i: predict(pt, scaled_overlay(pt, scales[key(pt)]) if key(pt) in scales else None).value
+    return {i: predict(pt, scaled_overlay(pt, scales[key(pt)]) if key(pt) in scales else None,
+                       serving_model).value
             for i, pt in enumerate(points) if i in test}
 
 
@@ -601,6 +682,18 @@ def by_source(rows: list[Row]) -> dict[str, dict[str, float]]:
     return out
 
 
+def over_sources(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, float]]:
+    """Per metric class: the median over publications of each publication's median APE (one harness with most of
+    the points sets any pooled figure; this one gives every publication one vote), and how many publications."""
+    out: dict[str, dict[str, float]] = {}
+    for cls in dict.fromkeys(METRIC_CLASS.values()):
+        mine = [r for r in rows if METRIC_CLASS[r.metric] == cls and getattr(r, attr) is not None]
+        per = [scores([r for r in mine if r.source == s], attr)["median_ape"] for s in sorted({r.source for r in mine})]
+        if per:
+            out[cls] = {"sources": len(per), "median_of_source_medians": median(per)}
+    return out
+
+
 def ttft_bracket(rows: list[Row]) -> dict[str, int]:
     """Where measured serving TTFT under load falls against pdag's two ends: arrivals spread over time (the
     scored figure) and every client's prompt in one burst (``ttft_lockstep_ms``)."""
@@ -640,6 +733,7 @@ class AccuracyReport:
             out.update(loso_median_ape=smed, loso_p90_ape=sp90)
             out["breakdown"]["leave_one_source_out"] = breakdown(self.rows, "loso")
         out["by_source"] = by_source(self.rows)
+        out["over_sources"] = over_sources(self.rows)
         out["choices_under_tpot_target"] = {
             "all": summary(self.choices), "dense": summary([c for c in self.choices if not c.moe]),
             "moe": summary([c for c in self.choices if c.moe])}
@@ -693,6 +787,10 @@ class AccuracyReport:
             if "loso_median_ape" in sc:
                 line += f"  {sc['loso_median_ape']:>16.1%}"
             lines.append(line)
+        lines.append("")
+        lines.append(f"{'median over sources (each publication one vote)':<50} {'sources':>7} {'median APE':>11}")
+        for cls, sc in over_sources(self.rows).items():
+            lines.append(f"{'metric: ' + cls:<50} {sc['sources']:>7} {sc['median_of_source_medians']:>11.1%}")
         for kind in CLIENT_LENGTHS:
             b = ttft_bracket(_ttft_rows(self.rows, kind))
             if b["points"]:
@@ -727,7 +825,7 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total): the report t
 
 def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, Any] | None = None,
                     leave_one_out: bool = True, fit_key: str = "generation",
-                    progress: Progress | None = None) -> AccuracyReport:
+                    serving_model: str = "simulator", progress: Progress | None = None) -> AccuracyReport:
     """Scores of the catalog (or ``efficiency``) and, with ``leave_one_out``, held-out scores whose scales are
     fitted per ``fit_key`` (``FIT_KEYS``: per GPU, engine and engine generation by default; ``engine`` and ``gpu``
     are the older, looser fits). ``progress`` hears of each stage's advance; it never changes the result."""
@@ -739,7 +837,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
     for k, (pt, n) in enumerate(zip(points, gpus, strict=True)):
         if k % 250 == 0:
             tell("catalog estimates", k, len(points))
-        p = predict(pt, efficiency)
+        p = predict(pt, efficiency, serving_model)
         rows.append(Row(pt.get("id", f"{pt['model']}/{pt['gpu']}"), _group(pt), pt["metric"], float(pt["value"]),
                         p.value, source=publication(pt), regimes=regimes(pt, n), lockstep=p.lockstep,
                         engine=point_engine(pt)))
@@ -757,7 +855,8 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
         for k, g in enumerate(groups):
             tell("held out by model@GPU group", k, len(groups))
             test = {i for i, pt in enumerate(points) if _group(pt) == g}
-            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key).items():
+            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key,
+                                  serving_model).items():
                 rows[i].loo = v
         report.loo_note = (f"{len(groups)} model@GPU groups; each held out in turn, efficiency scales fitted per "
                            f"{report.fit} on the remaining groups (a key seen in fewer than two other "
@@ -766,7 +865,8 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
         for k, src in enumerate(sources):
             tell("held out by publication", k, len(sources))
             test = {i for i, r in enumerate(rows) if r.source == src}
-            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key).items():
+            for i, v in _held_out(points, [pt for i, pt in enumerate(points) if i not in test], test, key,
+                                  serving_model).items():
                 rows[i].loso = v
     return report
 

@@ -77,6 +77,27 @@ class Workload(_Strict):
     input_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN, description="prompt tokens per sequence")
     output_len: int = Field(256, ge=1, le=MAX_SEQ_LEN, description="generated tokens per sequence")
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences processed together per DP replica")
+    # The load a served request is measured at (tools/estimate/simulate.py), as a benchmark client states it.
+    concurrency: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="closed-loop clients (with request_rate: a cap in flight); default: "
+        "batch_size per DP replica")
+    request_rate: float | None = Field(
+        None, gt=0, le=1e6, description="Poisson arrivals, requests/s (open loop)")
+    num_requests: int | None = Field(
+        None, ge=1, le=100_000, description="requests sent (alone: a burst at t=0); default 10 per client")
+    input_len_range: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="prompt lengths drawn uniformly from [lo, hi]")
+    output_len_range: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="output lengths drawn uniformly from [lo, hi]")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of drawn lengths and arrivals")
+
+    @model_validator(mode="after")
+    def _ranges_ordered(self) -> Workload:
+        for name in ("input_len_range", "output_len_range"):
+            r = getattr(self, name)
+            if r is not None and not 1 <= r[0] <= r[1] <= MAX_SEQ_LEN:
+                raise ValueError(f"{name} must be [lo, hi] with 1 <= lo <= hi <= {MAX_SEQ_LEN}")
+        return self
 
 
 class Options(_Strict):
@@ -111,6 +132,10 @@ class EngineOptions(_Strict):
     graph_max_tokens: int | None = Field(
         None, ge=0, le=MAX_SEQ_LEN, description="largest pass replayed as a CUDA graph (vLLM's largest capture size; "
         "0: none); larger prefills run eagerly")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="requests a replica runs at once (--max-num-seqs)")
+    kv_cache_tokens: int | None = Field(
+        None, ge=1, le=2**40, description="KV cache tokens per replica (default: the memory model's)")
     scheduler_ahead: bool | None = Field(
         None, description="scheduler runs a step ahead (vLLM async, SGLang/TRT-LLM overlap "
         "scheduling): a new request waits a step more")

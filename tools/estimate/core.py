@@ -45,8 +45,11 @@ from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
+from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.simulate import SimResult
+from tools.estimate.simulate import simulate as simulate_serving
 from tools.estimate.speculative import (
     PrefixFigures,
     SpeculativeFigures,
@@ -127,7 +130,21 @@ class Provenance(BaseModel):
 
 
 class Estimate(BaseModel):
-    prefill_latency_ms: float = Field(description="TTFT: the prefill pass (plus the KV hand-off when disaggregated)")
+    ttft_ms: float = Field(
+        description="time to first token of a served request at the load the workload states (`load`): what "
+                    "'time to first token' means everywhere in pdag; aggregated and disaggregated plans alike")
+    tpot_ms: float = Field(
+        description="time per output token of a served request at that load, (e2e - ttft) / (output_len - 1)")
+    ttft_p50_ms: float | None = Field(None, description="median TTFT at the load (null where not known)")
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = Field(None, description="median TPOT at the load (null where not known)")
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    load: str = Field("", description="the load ttft_ms and tpot_ms are stated at (the workload's, or the default)")
+    prefill_latency_ms: float = Field(
+        description="the prefill pass of one whole static batch of batch_size prompts (plus its KV hand-off when "
+                    "disaggregated): the static view, not a served request's time to first token (see ttft_ms)")
     decode_latency_ms_per_token: float
     e2e_latency_ms: float
     tpot_with_prefill_ms: float = Field(
@@ -155,6 +172,9 @@ class Estimate(BaseModel):
     serving: Serving | None = Field(
         None, description="aggregated: continuous batching with chunked prefill at concurrency = batch_size per "
                           "replica (TTFT and TPOT under mixed prefill/decode); the fields above are the static batch")
+    served: SimResult | None = Field(
+        None, description="the serving simulation behind ttft_ms and tpot_ms: TTFT, TPOT, ITL, E2E and queue time "
+                          "(mean, p50, p90, p99), throughput per deployment, GPU and user, preemptions and KV use")
     best_under_sla: Serving | None = Field(
         None, description="with an SLA: the concurrency giving the most output tokens/s per GPU within it "
                           "(null when even one request misses it)")
@@ -170,8 +190,12 @@ class Estimate(BaseModel):
     def summary(self) -> str:
         """A readable multi-line breakdown (the CLI prints it)."""
         lines = [
-            f"TTFT (prefill) {self.prefill_latency_ms:.2f} ms | TPOT {self.decode_latency_ms_per_token:.3f} ms | "
-            f"e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
+            f"served at {self.load}: TTFT {self.ttft_ms:.1f} ms | TPOT {self.tpot_ms:.2f} ms"
+            + (f" (p50/p99 TTFT {self.ttft_p50_ms:.1f}/{self.ttft_p99_ms:.1f} ms, TPOT {self.tpot_p50_ms:.2f}/"
+               f"{self.tpot_p99_ms:.2f} ms)" if self.ttft_p50_ms is not None and self.ttft_p99_ms is not None
+               and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
+            f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
+            f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
             f"throughput: {self.throughput.output_tokens_per_s:,.0f} output tok/s deployment "
             f"({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU), "
             f"decode {self.throughput.decode_tokens_per_s:,.0f} tok/s, "
@@ -190,6 +214,15 @@ class Estimate(BaseModel):
             lines.append(f"KV hand-off: {self.kv_transfer.bytes_per_request / 1e6:.1f} MB per request "
                          f"({self.kv_transfer.wire_bytes_per_request / 1e6:.1f} MB on the wire), "
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
+        if self.served:
+            s = self.served
+            lines.append(f"simulated {s.engine} scheduler: {s.output_tokens_per_s:,.0f} output tok/s "
+                         f"({s.output_tokens_per_s_per_gpu:,.1f}/GPU, {s.output_tokens_per_s_per_user:,.1f}/user), "
+                         f"ITL {s.itl_ms.mean:.2f} ms, E2E {s.e2e_ms.mean / 1e3:,.2f} s, "
+                         f"queue {s.queue_ms.mean:,.1f} ms, "
+                         f"{s.mean_running:.1f} running on average (most {s.max_running}), {s.preemptions} "
+                         f"preemptions, KV peak {s.kv_peak_fraction:.0%} of {s.kv_cache_tokens:,} tokens, "
+                         f"run {s.duration_ms / 1e3:,.1f} s")
         if self.serving:
             sv = self.serving
             held = "" if sv.running == sv.concurrency else \
@@ -550,6 +583,7 @@ def estimate_performance(
     balanced_experts: bool = False,
     sla: Sla | dict[str, Any] | None = None,
     trace: dict[str, PhasePath] | None = None,
+    simulate: bool = True,
 ) -> Estimate:
     """Estimate latency, throughput, KV cache and memory of a plan, or of a submitted DAG: the DAG's own nodes,
     devices and folds are priced (its embedded plan gives hardware and workload), and a DAG that fails
@@ -619,6 +653,23 @@ def estimate_performance(
     prefix_fig = _prefix_figures(full, pre.latency_ms if wl.batch_size == 1 else one.latency_ms, overhead_ms,
                                  serving, serving_plain) if full.prefix_caching is not None and \
         not layout.disaggregated else None
+    served = pcts = None
+    if simulate and full.speculative is None:  # the served request at the workload's load (simulate.py;
+        # speculation is priced by the continuous-batching model until the simulator takes speculative_step)
+        served = simulate_serving(full, eff=eff, overlap=use_overlap)
+        ttft, tpot, load = served.ttft_ms.mean, served.tpot_ms.mean, served.load
+        pcts = {"ttft_p50_ms": served.ttft_ms.p50, "ttft_p90_ms": served.ttft_ms.p90,
+                "ttft_p99_ms": served.ttft_ms.p99, "tpot_p50_ms": served.tpot_ms.p50,
+                "tpot_p90_ms": served.tpot_ms.p90, "tpot_p99_ms": served.tpot_ms.p99}
+    elif serving is not None:
+        ttft, tpot = serving.ttft_ms, serving.tpot_ms
+        load = f"{wl.batch_size} requests in flight per replica (continuous batching, arrivals spread)"
+    else:  # disaggregated: one request's prefill, its own KV hand-off and its first decode step
+        one = pre if wl.batch_size == 1 else _phase(
+            model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3)
+        ttft = one.latency_ms + kv_handoff(full, layout, eff, 1).seconds_per_batch * 1e3 + dec.latency_ms
+        tpot = dec.latency_ms
+        load = f"{wl.batch_size} requests decoding per decode replica, prompts prefilled one at a time"
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
@@ -637,6 +688,11 @@ def estimate_performance(
                           full.engine)
     warnings.extend(track_record_warnings(record))
     return Estimate(
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        load=load,
+        **(pcts or {}),
+        served=served,
         prefill_latency_ms=figures.ttft_ms,
         decode_latency_ms_per_token=figures.tpot_ms,
         e2e_latency_ms=figures.e2e_ms,

@@ -12,6 +12,7 @@ plan whose prefill and decode differ in SP re-shards the KV after prefill; the s
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -185,6 +186,16 @@ class FastEstimator:
     def phase_ms(self, phase: Phase, batch: int) -> float:
         """Latency of one prefill pass / one decode step of ``batch`` sequences, as ``core._phase`` computes it."""
         return self.phase_parts(phase, batch)[0]
+
+    def for_lengths(self, input_len: int, output_len: int) -> FastEstimator:
+        """The same sub-DAGs priced for other sequence lengths (the layout does not depend on them): the serving
+        simulator prices steps of any prompt length or context this way without rebuilding anything."""
+        other = copy.copy(self)
+        wl = self.plan.workload.model_copy(update={"input_len": max(1, input_len), "output_len": max(1, output_len)})
+        other.plan = self.plan.model_copy(update={"workload": wl})
+        other.model = CostModel(other.plan, self.layout, self.eff, self.model.overlap, self.model.balanced_experts)
+        other._phase_ms = {}
+        return other
 
     def headline(self, batch: int, num_gpus: int | None = None) -> Headline:
         """TTFT, TPOT, e2e and throughput at ``batch`` (``num_gpus``: the cluster used to balance pools)."""

@@ -36,7 +36,7 @@ class PlanPictures:
         """What the pictures show, in words (for hosts that display no images)."""
         e = self.estimate
         lines = [self.title,
-                 f"TTFT {e.prefill_latency_ms:.1f} ms, TPOT {e.decode_latency_ms_per_token:.2f} ms, "
+                 f"TTFT {e.ttft_ms:.1f} ms, TPOT {e.tpot_ms:.2f} ms at {e.load}, "
                  f"{e.throughput.output_tokens_per_s_per_gpu:,.1f} output tok/s per GPU, {e.gpus_used} GPUs; "
                  f"validation: {self.validation.summary}"]
         for tl in self.timelines:
@@ -158,7 +158,8 @@ def _rules_html(rules: list[dict[str, Any]]) -> str:
 def report_html(pics: PlanPictures, search: SearchResult | None = None) -> str:
     """One HTML page with inline SVG and CSS only: no script, no font or image fetched from anywhere."""
     e = pics.estimate
-    kpis = [("TTFT", f"{e.prefill_latency_ms:,.1f} ms"), ("TPOT", f"{e.decode_latency_ms_per_token:.2f} ms"),
+    kpis = [("TTFT", f"{e.ttft_ms:,.1f} ms"), ("TPOT", f"{e.tpot_ms:.2f} ms"),
+            ("static prefill", f"{e.prefill_latency_ms:,.1f} ms"),
             ("throughput", f"{e.throughput.output_tokens_per_s:,.0f} tok/s"),
             ("per GPU", f"{e.throughput.output_tokens_per_s_per_gpu:,.1f} tok/s"), ("GPUs", str(e.gpus_used)),
             ("memory", f"{e.memory.max_gpu_bytes / 1e9:.1f} / {e.memory.capacity_bytes / 1e9:.0f} GB"),

@@ -57,7 +57,7 @@ from tools.core.errors import PdagInputError
 from tools.core.layout import Layout
 from tools.core.memory import memory_report
 from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
-from tools.estimate.disagg import balanced_split
+from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.fast import FastEstimator
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
@@ -79,7 +79,7 @@ DISAGG_DECODE_CANDIDATES = 3
 class Slo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_ttft_ms: float | None = Field(None, gt=0, description="time to first token of the batch")
+    max_ttft_ms: float | None = Field(None, gt=0, description="time to first token of a served request")
     max_tpot_ms: float | None = Field(None, gt=0, description="time per output token")
     min_throughput_tokens_per_s: float | None = Field(None, gt=0, description="output tokens/s of the deployment")
     arrivals: Arrivals = Field(
@@ -642,7 +642,12 @@ class _Search:
         layout = Layout(plan)
         h = headline(plan, layout, fe.eff, pre_ms, dec_ms, sp_.gpus, num_gpus=self.hw.num_gpus)
         mem = self.disagg_memory(sp_, sd, batch)
-        p = _Point(sp_, batch, n_p, layout.gpus_needed, h.ttft_ms, h.tpot_ms, h.e2e_ms,
+        ttft, e2e = h.ttft_ms, h.e2e_ms
+        if self.serving:  # per request, on the terms of the aggregated plans' serving TTFT: its own prefill, its
+            # own KV hand-off and its first decode step (not the whole batch's lockstep prefill)
+            ttft = fe.phase_ms("prefill", 1) + kv_handoff(plan, layout, fe.eff, 1).seconds_per_batch * 1e3 + dec_ms
+            e2e = ttft + (self.wl.output_len - 1) * dec_ms
+        p = _Point(sp_, batch, n_p, layout.gpus_needed, ttft, h.tpot_ms, e2e,
                    h.throughput.output_tokens_per_s, float(mem.max_gpu_bytes), float(mem.capacity_bytes),
                    dshape=sd, dp_d=n_d, head=h)
         self._misses(p)

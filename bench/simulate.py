@@ -1,0 +1,47 @@
+"""Benchmark: one serving simulation (tools/estimate/simulate.py) of typical loads, cold (pricing the cost surface)
+and warm; the target is a 64-client, 1,000-request run in well under a second."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from tools.core.plan import parse_plan
+from tools.estimate.simulate import simulate
+
+BASE = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+        "engine": "vllm"}
+CASES = {
+    "llama-3.1-70b TP8 vLLM, 64 clients, 1,000 requests, 1k in / 1k out +-11%": {
+        **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 1000,
+                             "input_len_range": [910, 1138], "output_len_range": [910, 1138]}},
+    "llama-3.1-70b TP8 vLLM, 64 clients, 1,000 requests, fixed 1k / 1k": {
+        **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 1000}},
+    "llama-3.1-70b TP8 SGLang, Poisson 4 req/s, 1,000 requests, 2k in / 256 out": {
+        **BASE, "engine": "sglang", "workload": {"input_len": 2048, "output_len": 256, "request_rate": 4.0,
+                                                 "num_requests": 1000}},
+    "gpt-oss-120b TP8 vLLM, 64 clients, 1k in / 8k out, KV of 300k tokens (preempts)": {
+        "model": "gpt-oss-120b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+        "weights": "mxfp4", "engine": "vllm", "engine_options": {"kv_cache_tokens": 300_000},
+        "workload": {"input_len": 1024, "output_len": 8192, "concurrency": 64, "num_requests": 640}},
+}
+
+
+def main(repeats: int = 3) -> None:
+    for name, data in CASES.items():
+        plan = parse_plan(data)
+        t0 = time.perf_counter()
+        result = simulate(plan)
+        cold = (time.perf_counter() - t0) * 1000
+        warm = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            simulate(plan)
+            warm.append((time.perf_counter() - t0) * 1000)
+        print(f"{name}: {cold:.0f} ms cold, {statistics.median(warm):.0f} ms median of {repeats}; "
+              f"{result.requests} requests, {result.steps} steps, TTFT {result.ttft_ms.mean:.0f} ms, "
+              f"TPOT {result.tpot_ms.mean:.2f} ms, {result.preemptions} preemptions")
+
+
+if __name__ == "__main__":
+    main()

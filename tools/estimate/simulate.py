@@ -1,0 +1,829 @@
+"""A discrete-event simulator of the serving engine under a benchmark client's load, priced by the cost model.
+
+Why: a user judges a deployment by what a benchmark client sees at a load (TTFT, TPOT, throughput at a concurrency
+or a request rate), and those figures come from queueing and from how the engine forms each step, which a static
+batch or a steady-state formula does not show (bursts of prompts, the long-output tail of a finite run, a KV cache
+that runs out and preempts).
+
+Clients (``Load``), as ``vllm bench serve`` defines them (``../shared/notes/serving.md`` §1, [VS]):
+
+* closed loop of ``C`` clients (``--request-rate inf --max-concurrency C``): every client sends its first request at
+  t = 0 and its next one the moment the previous one ends, until ``num_requests`` are sent;
+* open loop at ``request_rate`` (Poisson, i.e. gamma gaps of shape 1, rescaled so that the last arrival lands at
+  ``N / rate`` as the client does), optionally capped at ``concurrency`` in flight: a capped request waits in the
+  client and its TTFT starts when it is sent (the client's ``client_queue_time`` is not part of TTFT);
+* a burst: ``num_requests`` sent at t = 0 (``--request-rate inf`` without a cap).
+
+Lengths are fixed, or drawn uniformly from ``[lo, hi]`` with a seeded generator.  Metrics as the client computes
+them: TTFT = first token - send; TPOT = (E2E - TTFT) / (output_len - 1) per request (requests of one token left
+out); ITL = the gaps between a request's tokens, pooled over all tokens; throughput = output tokens / the run's
+wall time, ramp and drain included.
+
+One engine step per replica, formed as its scheduler forms it (``plan.engine``):
+
+* vLLM V1 (``vllm/v1/core/sched/scheduler.py`` at 00024d314514900f361ad072af6931e403b7f589, [VSC]): a token budget
+  of ``max_num_batched_tokens`` per step; RUNNING requests first, in order, each taking ``min(remaining, budget)``
+  tokens (one for a decode, a chunk of an unfinished prompt); when the KV cache has no page for a running request,
+  the last running request is preempted (pages freed, its prompt and generated tokens recomputed later) and put at
+  the front of the waiting queue; WAITING requests are admitted first come, first served, only in a step that
+  preempted nothing, while fewer than ``max_num_seqs`` run and their first chunk finds pages (chunked prefill);
+* SGLang (``python/sglang/srt/managers/scheduler.py``, ``get_next_batch_to_run``, [SGS]): prefill first; a step is
+  a prefill batch of waiting prompts (at most ``chunked_prefill_size`` tokens, one prompt carried over in chunks)
+  whenever one can be formed, else a decode step of every running request; admission reserves KV for part of the
+  running requests' remaining outputs (``new_token_ratio``) and a decode step that finds no page retracts the newest
+  request to the waiting queue;
+* TensorRT-LLM (in-flight batching, GUARANTEED_NO_EVICT capacity policy by default, [TRTS][TRTF]): every generation
+  request and context chunks of admitted requests share a step of at most ``max_num_tokens`` tokens; a request is
+  admitted only when pages for its prompt and its whole output are free, so nothing is ever evicted.
+
+With ``scheduler_ahead`` (vLLM async scheduling, SGLang and TensorRT-LLM overlap schedulers) a step is scheduled
+while the previous one runs, so a request joins a step only if it arrived before the previous step started.
+
+Step time comes from the cost model (``fast.py``'s per-layer sub-DAGs, priced for other lengths with
+``FastEstimator.for_lengths``) as a cost surface of the step's mix, evaluated lazily and cached per shape:
+a decode step of ``d`` sequences at mean context ``c`` is linear in ``c`` between two priced contexts and
+interpolated between priced batch sizes; a prefill of ``k`` chunks of mean length ``L`` is the prefill pass of ``k``
+prompts of ``L`` tokens (interpolated on a geometric grid of ``L``); a mixed step adds that pass's GPU work beyond
+its fixed costs (step overhead, one read of the weights, which the decode step already pays) to the decode step.
+Runs of decode-only steps between events (a completion, an arrival, the KV cache running out) are advanced in
+one go: their times grow linearly with the context, so their sum is closed-form.
+
+KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
+context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
+requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
+replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
+random routing is not simulated).  Disaggregated plans: a prefill pool and a decode pool of replicas, each with its
+own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then waits
+for admission on its decode replica; its first token is streamed after its first decode step there.
+
+Deterministic: same plan, same load, same seed, same result, byte for byte.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools.core.memory import memory_report
+from tools.core.plan import Plan
+from tools.estimate.disagg import kv_handoff
+from tools.estimate.fast import FastEstimator
+from tools.estimate.serving import weights_ms
+
+Policy = Literal["vllm", "sglang", "trtllm"]
+POLICY_OF_ENGINE: dict[str, Policy] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-cpp": "trtllm",
+                                       "generic": "vllm", "gpt-fast": "vllm"}
+# Defaults where the plan states none (engine_options.max_num_seqs):
+# vLLM: 1024 on GPUs of >= 70 GiB, else 256 (EngineArgs.get_batch_defaults, notes §2.1 [VARG]);
+# TensorRT-LLM: max_batch_size 2048 (performance tuning guide [TRTT]); SGLang sizes max_running_requests from
+# the KV pool, so its cache is the bound (a large cap here).
+MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (2048, 2048)}
+# KV page size in tokens: vLLM's block_size 16, SGLang's page_size 1, TensorRT-LLM's tokens_per_block 32
+# (assumptions: the engines' documented defaults at the time of writing; a page is only the rounding of a request).
+BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
+# SGLang reserves new_token_ratio x (remaining max_new_tokens) of every running request before admitting a prompt;
+# the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here.
+SGLANG_NEW_TOKEN_RATIO = 0.4
+MAX_REQUESTS = 100_000
+_BIG = 1 << 60
+
+
+class Load(BaseModel):
+    """The load a served request is measured at (the plan's workload fields, resolved)."""
+
+    mode: Literal["closed", "poisson", "burst"]
+    concurrency: int | None = Field(description="closed loop: clients; poisson: cap on requests in flight")
+    request_rate: float | None = Field(description="poisson: requests per second")
+    num_requests: int
+    input_len_range: tuple[int, int]
+    output_len_range: tuple[int, int]
+    seed: int
+
+    def describe(self) -> str:
+        lens = (f"{_span(self.input_len_range)} in / {_span(self.output_len_range)} out tokens")
+        if self.mode == "closed":
+            who = f"{self.concurrency} client" + ("" if self.concurrency == 1 else "s")
+            return f"closed loop of {who}, {self.num_requests} requests, {lens}"
+        if self.mode == "burst":
+            return f"burst of {self.num_requests} requests sent at once, {lens}"
+        cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
+        return f"Poisson arrivals at {self.request_rate:g} req/s{cap}, {self.num_requests} requests, {lens}"
+
+
+def _span(r: tuple[int, int]) -> str:
+    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
+
+
+def resolve_load(plan: Plan, dp: int) -> Load:
+    """The workload's load with its defaults: a closed loop of ``batch_size`` clients per DP replica, 10 requests
+    per client (InferenceX's ``--num-prompts``), clamped to [64, 4000]."""
+    wl = plan.workload
+    ins = tuple(wl.input_len_range or (wl.input_len, wl.input_len))
+    outs = tuple(wl.output_len_range or (wl.output_len, wl.output_len))
+    if wl.request_rate is not None:
+        mode: Literal["closed", "poisson", "burst"] = "poisson"
+        conc = wl.concurrency
+    elif wl.concurrency is None and wl.num_requests is not None:
+        mode, conc = "burst", None
+    else:
+        mode, conc = "closed", wl.concurrency or wl.batch_size * dp
+    base = conc or 64
+    n = wl.num_requests or min(4000, max(64, 10 * base))
+    return Load(mode=mode, concurrency=conc, request_rate=wl.request_rate, num_requests=min(n, MAX_REQUESTS),
+                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed)
+
+
+# ---------------------------------------------------------------------------------------------- results
+class Stat(BaseModel):
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class SimResult(BaseModel):
+    """What a benchmark client prints for the run (all times in ms)."""
+
+    load: str = Field(description="the simulated load, in words")
+    engine: str = Field(description="the scheduler simulated (vllm, sglang or trtllm)")
+    requests: int
+    ttft_ms: Stat
+    tpot_ms: Stat
+    itl_ms: Stat = Field(description="gaps between consecutive tokens, pooled over every token (weighted by token)")
+    e2e_ms: Stat
+    queue_ms: Stat = Field(description="from sending to the first step that schedules the request")
+    duration_ms: float = Field(description="the run's wall time, first send to last token (a burst's makespan)")
+    output_tokens_per_s: float = Field(description="whole deployment")
+    output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_user: float = Field(description="1000 / mean TPOT")
+    request_throughput_per_s: float
+    mean_in_flight: float = Field(description="time-averaged requests sent and not finished (Little's law: "
+                                              "request throughput x mean E2E)")
+    max_running: int = Field(description="most requests running at once on one replica")
+    mean_running: float = Field(description="time-averaged requests running (holding KV) per replica")
+    preemptions: int = Field(description="requests preempted (vLLM) or retracted (SGLang) for lack of KV pages")
+    kv_cache_tokens: int = Field(description="tokens the KV cache of one (decode) replica holds")
+    kv_peak_fraction: float = Field(description="largest share of a replica's KV pages in use")
+    steps: int = Field(description="engine steps simulated, all replicas")
+
+
+# ---------------------------------------------------------------------------------------------- cost surface
+def _grid_below(x: float, ratio: float) -> tuple[int, int]:
+    """Neighbouring points of a grid of integers 1, 2, ... growing by ``ratio`` that bracket ``x``."""
+    if x <= 1:
+        return 1, 1
+    k = math.floor(math.log(x) / math.log(ratio))
+    lo = max(1, round(ratio ** k))
+    hi = max(lo + 1, round(ratio ** (k + 1)))
+    while hi < x:  # rounding at small k
+        lo, hi = hi, max(hi + 1, round(hi * ratio))
+    while lo > x:
+        lo -= 1
+    return lo, hi
+
+
+class StepCost:
+    """Time of one engine step of any token mix, from the plan's priced sub-DAGs (module doc); cached per shape."""
+
+    def __init__(self, fast: FastEstimator, shared_ms: float, ctx_lo: int, ctx_hi: int) -> None:
+        self.fast = fast
+        self.pre_fixed_ms = fast.eff["step_overhead_ms"] + shared_ms
+        self.ctx = (max(1, ctx_lo), max(ctx_lo + 1, ctx_hi))
+        self._var: dict[tuple[int, int], FastEstimator] = {}
+        self._dec: dict[int, tuple[float, float]] = {}
+        self._pre: dict[tuple[int, int], float] = {}
+
+    def _at(self, input_len: int, output_len: int) -> FastEstimator:
+        key = (input_len, output_len)
+        hit = self._var.get(key)
+        if hit is None:
+            hit = self._var[key] = self.fast.for_lengths(input_len, output_len)
+        return hit
+
+    def _decode_line(self, d: int) -> tuple[float, float]:
+        hit = self._dec.get(d)
+        if hit is None:
+            c0, c1 = self.ctx
+            t0 = self._at(c0, 1).phase_ms("decode", d)
+            t1 = self._at(c1, 1).phase_ms("decode", d)
+            slope = max(0.0, (t1 - t0) / (c1 - c0))
+            hit = self._dec[d] = (t0 - slope * (c0 + 0.5), slope)
+        return hit
+
+    def decode_line(self, d: int) -> tuple[float, float]:
+        """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
+        lo, hi = _grid_below(d, 1.25)
+        a0, b0 = self._decode_line(lo)
+        if hi == lo or d == lo:
+            return a0, b0
+        a1, b1 = self._decode_line(hi)
+        w = (d - lo) / (hi - lo)
+        return a0 + w * (a1 - a0), b0 + w * (b1 - b0)
+
+    def decode_ms(self, d: int, ctx_sum: float) -> float:
+        a, b = self.decode_line(d)
+        return a + b * ctx_sum / d
+
+    def _prefill(self, k: int, length: int) -> float:
+        key = (k, length)
+        hit = self._pre.get(key)
+        if hit is None:
+            hit = self._pre[key] = self._at(length, 1).phase_ms("prefill", k)
+        return hit
+
+    def prefill_ms(self, tokens: int, chunks: int) -> float:
+        """A pass over ``chunks`` prompt chunks holding ``tokens`` tokens (their mean length interpolated)."""
+        k = max(1, chunks)
+        mean = tokens / k
+        lo, hi = _grid_below(mean, 1.15)
+        t0 = self._prefill(k, lo)
+        if hi == lo or mean == lo:
+            return t0
+        t1 = self._prefill(k, hi)
+        return t0 + (mean - lo) / (hi - lo) * (t1 - t0)
+
+    def step_ms(self, tokens: int, chunks: int, d: int, ctx_sum: float) -> float:
+        if tokens <= 0:
+            return self.decode_ms(d, ctx_sum) if d else 0.0
+        pre = self.prefill_ms(tokens, chunks)
+        if not d:
+            return pre
+        return self.decode_ms(d, ctx_sum) + max(0.0, pre - self.pre_fixed_ms)
+
+
+# ---------------------------------------------------------------------------------------------- requests
+@dataclass(eq=False)
+class _Req:
+    rid: int
+    client: int
+    in_len: int
+    out_len: int
+    sent_ms: float = 0.0
+    ready_ms: float = 0.0  # when it reached the engine it waits in
+    prompt: int = 0  # tokens to (re)compute before the next token: the prompt, plus generated tokens after preemption
+    computed: int = 0  # of ``prompt``
+    generated: int = 0
+    blocks: int = 0
+    scheduled_ms: float = -1.0
+    first_ms: float = -1.0
+    last_ms: float = 0.0
+    done_ms: float = -1.0
+    prefilled: bool = False  # disaggregated: its prompt is done on the prefill pool
+    reserved: int = 0  # TensorRT-LLM: pages held for the whole output
+    base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
+
+
+@dataclass
+class _Plan:
+    """One planned engine iteration: an explicit step or a run of ``k`` decode-only steps."""
+
+    start_ms: float
+    end_ms: float
+    k: int = 1
+    a_ms: float = 0.0  # decode run: step i (0-based) takes a_ms + b_ms * i
+    b_ms: float = 0.0
+    chunks: list[tuple[_Req, int]] = field(default_factory=list)
+    decodes: list[_Req] = field(default_factory=list)
+
+
+class _Engine:
+    """One replica's scheduler, KV pages and clock (``role``: both, prefill or decode)."""
+
+    def __init__(self, idx: int, role: str, policy: Policy, cost: StepCost, budget: int, max_seqs: int,
+                 kv_tokens: int, ahead: bool) -> None:
+        self.idx, self.role, self.policy, self.cost = idx, role, policy, cost
+        self.budget, self.max_seqs, self.ahead = max(1, budget), max(1, max_seqs), ahead
+        self.bs = BLOCK_TOKENS[policy]
+        self.capacity = max(1, kv_tokens // self.bs)
+        self.free = self.capacity
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self.plan: _Plan | None = None
+        self.version = 0
+        self.prev_start = -1.0  # start of the step before the one being formed
+        self.steps = 0
+        self.preemptions = 0
+        self.max_running = 0
+        self.peak_used = 0
+        self.run_area = 0.0  # running requests x ms
+
+    # -- KV pages
+    def _pages(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    @staticmethod
+    def _held(r: _Req) -> int:
+        """Tokens in ``r``'s KV: its (re)computed prompt and the tokens generated since."""
+        return r.computed + r.generated - r.base
+
+    def _release(self, r: _Req) -> None:
+        self.free += r.blocks
+        r.blocks = 0
+
+    def _grow(self, r: _Req, tokens: int) -> bool:
+        """Pages for ``r`` to hold ``tokens`` tokens; False when the cache has too few."""
+        if tokens <= r.blocks * self.bs or self.policy == "trtllm":  # fits its pages (TensorRT-LLM: reserved)
+            return True
+        need = -(-tokens // self.bs) - r.blocks
+        if need <= self.free:
+            if need > 0:
+                self.free -= need
+                r.blocks += need
+            return True
+        return False
+
+    # -- admission
+    def eligible(self, r: _Req, start: float) -> bool:
+        cutoff = self.prev_start if self.ahead and self.prev_start >= 0 else start
+        return r.ready_ms <= cutoff + 1e-9
+
+    def _sglang_reserve(self) -> int:
+        return sum(self._pages(int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated))) for r in self.running)
+
+    def _admissible(self, r: _Req, budget: int) -> bool:
+        if len(self.running) >= self.max_seqs:
+            return False
+        if self.role == "decode":
+            need = self._pages(r.in_len + r.generated + 1)
+        elif self.policy == "trtllm":
+            need = self._pages(r.in_len + r.out_len)
+        else:
+            need = self._pages(min(r.prompt, max(1, budget)))
+        if self.policy == "sglang" and self.role != "prefill":
+            need += self._sglang_reserve()
+        return need <= self.free
+
+    # -- forming a step
+    def form(self, start: float) -> _Plan | None:
+        """The next iteration starting at ``start`` (None: nothing to run)."""
+        if not self.running and not self.waiting:
+            return None
+        if self.role != "prefill" and self._decode_run_ok(start):
+            return self._decode_run(start)
+        if self.policy == "sglang":
+            return self._form_sglang(start)
+        return self._form_budget(start)
+
+    def _decode_run_ok(self, start: float) -> bool:
+        """Only decodes can run: no unfinished prompt, and no waiting request this step could admit."""
+        if not self.running or any(r.computed < r.prompt for r in self.running):
+            return False
+        for r in self.waiting:
+            if not self.eligible(r, start):
+                return False  # it becomes eligible after one step: plan one step at a time
+        if self.waiting and self.policy == "sglang":
+            return not self._admissible(self.waiting[0], self.budget)
+        return not (self.waiting and self._admissible(self.waiting[0], self.budget - len(self.running)))
+
+    def _decode_run(self, start: float) -> _Plan:
+        rs = self.running
+        d = len(rs)
+        a, b = self.cost.decode_line(d)
+        ctx = sum(r.in_len + r.generated for r in rs)
+        k = min(r.out_len - r.generated for r in rs)
+        if self.policy != "trtllm":
+            k = min(k, self._steps_of_pages(rs))
+        if self.waiting and self.policy == "sglang":
+            k = min(k, 1)
+        if k < 1:  # the next step finds no page: the explicit step preempts
+            return self._form_sglang(start) if self.policy == "sglang" else self._form_budget(start)
+        a_ms, b_ms = a + b * ctx / d, b
+        end = start + k * a_ms + b_ms * k * (k - 1) / 2
+        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=list(rs))
+
+    def _steps_of_pages(self, rs: list[_Req]) -> int:
+        """Decode steps the free pages allow before one of ``rs`` needs a page that is not there."""
+        def need(k: int) -> int:
+            return sum(max(0, self._pages(self._held(r) + k) - r.blocks) for r in rs)
+        limit = min(r.out_len - r.generated for r in rs)
+        if need(limit) <= self.free:  # the usual case: pages to spare until the next request ends
+            return limit
+        if need(1) > self.free:
+            return 0
+        lo, hi = 1, 2
+        while hi <= limit and need(hi) <= self.free:
+            lo, hi = hi, hi * 2
+        hi = min(hi, limit + 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if need(mid) <= self.free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _preempt(self, victim: _Req) -> None:
+        self.running.remove(victim)
+        self._release(victim)
+        victim.prompt = victim.in_len + victim.generated
+        victim.base = victim.generated
+        victim.computed = 0
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+
+    def _form_budget(self, start: float) -> _Plan:
+        """vLLM V1 and TensorRT-LLM: running first, then waiting, under one token budget."""
+        budget = self.budget
+        chunks: list[tuple[_Req, int]] = []
+        decodes: list[_Req] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else 1
+            while not self._grow(r, self._held(r) + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    break
+            else:
+                if r.computed < r.prompt:
+                    chunks.append((r, n))
+                else:
+                    decodes.append(r)
+                budget -= n
+                i += 1
+                continue
+            break
+        if not preempted:
+            while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
+                r = self.waiting[0]
+                if not self._admissible(r, budget):
+                    break
+                self.waiting.popleft()
+                if self.role == "decode":  # its KV arrived: it decodes from its generated first token
+                    r.computed = r.prompt
+                    self._grow(r, self._held(r) + 1)
+                    self.running.append(r)
+                    decodes.append(r)
+                    budget -= 1
+                    continue
+                n = min(r.prompt - r.computed, budget)
+                if self.policy == "trtllm":
+                    r.reserved = self._pages(r.in_len + r.out_len)
+                    self.free -= r.reserved
+                    r.blocks = r.reserved
+                else:
+                    self._grow(r, r.computed + n)
+                self.running.append(r)
+                chunks.append((r, n))
+                budget -= n
+        return self._priced(start, chunks, decodes)
+
+    def _form_sglang(self, start: float) -> _Plan:
+        """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
+        budget = self.budget
+        chunks: list[tuple[_Req, int]] = []
+        for r in self.running:  # the chunked request carries over first
+            if r.computed < r.prompt and budget > 0:
+                n = min(r.prompt - r.computed, budget)
+                if self._grow(r, r.computed + n):
+                    chunks.append((r, n))
+                    budget -= n
+        while self.waiting and budget > 0 and self.eligible(self.waiting[0], start) and self.role != "decode":
+            r = self.waiting[0]
+            if not self._admissible(r, budget):
+                break
+            self.waiting.popleft()
+            n = min(r.prompt - r.computed, budget)
+            self._grow(r, r.computed + n)
+            self.running.append(r)
+            chunks.append((r, n))
+            budget -= n
+        if chunks:
+            return self._priced(start, chunks, [])
+        if self.role == "decode":  # admit arrived KV, then decode everyone
+            while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0], 1):
+                r = self.waiting.popleft()
+                r.computed = r.prompt
+                self._grow(r, self._held(r))
+                self.running.append(r)
+        decodes = [r for r in self.running if r.computed >= r.prompt]
+        while decodes and sum(max(0, self._pages(self._held(r) + 1) - r.blocks) for r in decodes) > self.free:
+            victim = decodes.pop()  # retract the newest
+            self._preempt(victim)
+        for r in decodes:
+            self._grow(r, self._held(r) + 1)
+        return self._priced(start, [], decodes)
+
+    def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req]) -> _Plan:
+        tokens = sum(n for _, n in chunks)
+        ctx = sum(r.in_len + r.generated for r in decodes)
+        ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
+        return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
+
+    # -- running an iteration
+    def step_end(self, p: _Plan, i: int) -> float:
+        """End of the ``i``-th step (1-based) of a decode run."""
+        return p.start_ms + i * p.a_ms + p.b_ms * i * (i - 1) / 2
+
+    def truncate(self, at_ms: float) -> bool:
+        """Cut a planned decode run at the first step ending at or after ``at_ms``; True if it changed."""
+        p = self.plan
+        if p is None or p.k <= 1 or p.end_ms <= at_ms:
+            return False
+        lo, hi = 1, p.k
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.step_end(p, mid) >= at_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo >= p.k:
+            return False
+        p.k, p.end_ms = lo, self.step_end(p, lo)
+        return True
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.itl: list[tuple[float, float]] = []  # (gap, tokens)
+
+    def run(self, a_ms: float, b_ms: float, k: int, d: int) -> None:
+        if k <= 2:
+            for i in range(k):
+                self.itl.append((a_ms + b_ms * i, float(d)))
+            return
+        h = k // 2
+        self.itl.append((a_ms + b_ms * (h - 1) / 2, float(d * h)))
+        self.itl.append((a_ms + b_ms * (h + (k - 1)) / 2, float(d * (k - h))))
+
+
+# ---------------------------------------------------------------------------------------------- the simulation
+def _lengths(rng: random.Random, span: tuple[int, int]) -> int:
+    return span[0] if span[0] == span[1] else rng.randint(span[0], span[1])
+
+
+def _arrivals(load: Load, rng: random.Random) -> list[float]:
+    """Open-loop send times (ms): gamma(1) gaps rescaled so the last lands at N / rate, as vllm bench does."""
+    n, rate = load.num_requests, load.request_rate or 1.0
+    gaps = [rng.expovariate(1.0) for _ in range(n)]
+    total = sum(gaps) or 1.0
+    scale = n / rate * 1e3 / total
+    out, t = [], 0.0
+    for g in gaps:
+        t += g * scale
+        out.append(t)
+    return out
+
+
+def _stat(xs: list[float], weights: list[float] | None = None) -> Stat:
+    if not xs:
+        return Stat(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+    w = weights or [1.0] * len(xs)
+    pairs = sorted(zip(xs, w, strict=True))
+    total = sum(w)
+    mean = sum(x * wt for x, wt in pairs) / total
+
+    cum = list(itertools.accumulate(wt for _, wt in pairs))
+
+    def q(f: float) -> float:
+        if weights is None:  # numpy's linear interpolation, as the benchmark clients compute percentiles
+            pos = f * (len(pairs) - 1)
+            lo, hi = math.floor(pos), math.ceil(pos)
+            return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (pos - lo)
+        return pairs[min(len(pairs) - 1, bisect.bisect_left(cum, f * total - 1e-9))][0]
+
+    return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
+
+
+@dataclass
+class _Setup:
+    policy: Policy
+    engines: list[_Engine]
+    prefill_pool: list[int]  # engine indices receiving new requests
+    decode_pool: list[int]  # disaggregated: engines receiving transferred KV (else empty)
+    transfer_ms: float
+    gpus: int
+    kv_tokens: int
+
+
+def _kv_tokens(plan: Plan, mem_batch: int, context: int) -> int:
+    if plan.engine_options.kv_cache_tokens:
+        return plan.engine_options.kv_cache_tokens
+    return max(1, mem_batch) * context
+
+
+def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
+           ) -> _Setup:
+    policy = POLICY_OF_ENGINE.get(plan.engine, "vllm")
+    layout = fast.layout
+    big = plan.accelerator.memory_bytes >= 70 * 2**30 and "a100" not in plan.accelerator.id
+    seqs = plan.engine_options.max_num_seqs or MAX_SEQS_DEFAULT[policy][0 if big else 1]
+    budget = int(eff["prefill_chunk_tokens"])
+    ahead = eff["scheduler_ahead_steps"] >= 0.5
+    mem = memory_report(plan, layout)
+    context = plan.workload.input_len + plan.workload.output_len
+    ins, outs = load.input_len_range, load.output_len_range
+    pp = layout.pools["prefill"].pp
+    shared = weights_ms(plan, eff, mem.weights_bytes, pp)
+    cost = StepCost(fast, shared, ins[0], ins[1] + outs[1])
+    if not layout.disaggregated:
+        groups = layout.phases["decode"].attn_dp
+        kv = _kv_tokens(plan, mem.max_batch_size_that_fits, context)
+        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead)
+                   for i in range(layout.dp)]
+        return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
+    pools = mem.pools or {}
+    p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
+    p_groups, d_groups = layout.phases["prefill"].attn_dp, layout.phases["decode"].attn_dp
+    kv_p = max(1, (pools["prefill"].max_batch_size_that_fits if "prefill" in pools else 1)) * plan.workload.input_len
+    kv_d = _kv_tokens(plan, pools["decode"].max_batch_size_that_fits if "decode" in pools else 1, context)
+    assert decode_fast is not None
+    dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1])
+    engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
+                       plan.engine_options.kv_cache_tokens or kv_p, ahead) for i in range(p_pool.dp)]
+    engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead)
+                for j in range(d_pool.dp)]
+    hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
+    return _Setup(policy, engines, list(range(p_pool.dp)), list(range(p_pool.dp, p_pool.dp + d_pool.dp)), hand,
+                  layout.gpus_needed, kv_d)
+
+
+def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None = None,
+             overlap: bool | None = None) -> SimResult:
+    """Simulate the plan's serving engine under ``load`` (default: the workload's, ``resolve_load``)."""
+    fast = FastEstimator(plan, eff=eff, overlap=overlap)
+    decode_fast = None
+    if fast.layout.disaggregated:
+        decode_fast = fast  # the fast estimator prices each phase on its own pool's layout
+    load = load or resolve_load(plan, fast.layout.dp if not fast.layout.disaggregated else
+                                fast.layout.pools["decode"].dp)
+    return run(plan, fast, load, _setup(plan, fast, load, fast.eff, decode_fast))
+
+
+def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult:
+    """The event loop (module doc)."""
+    rng = random.Random(load.seed)
+    n = load.num_requests
+    lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
+    engines = setup.engines
+    heap: list[tuple[float, int, int, int, int]] = []  # (time, order, kind, engine or request, version)
+    order = 0
+    ARRIVE, STEP, SEND = 0, 1, 2
+    reqs: list[_Req] = []
+    rr = {"p": 0, "d": 0}
+    rec = _Recorder()
+    in_flight = 0
+    client_queue: deque[int] = deque()
+    sent = 0
+    area = 0.0
+    last_t = 0.0
+
+    def push(t: float, kind: int, who: int, version: int = 0) -> None:
+        nonlocal order
+        heapq.heappush(heap, (t, order, kind, who, version))
+        order += 1
+
+    def plan_engine(e: _Engine, t: float) -> None:
+        p = e.form(t)
+        e.plan = p
+        e.version += 1
+        if p is not None:
+            push(p.end_ms, STEP, e.idx, e.version)
+
+    def deliver(e: _Engine, r: _Req, t: float) -> None:
+        r.ready_ms = t
+        e.waiting.append(r)
+        if e.plan is None:
+            plan_engine(e, t)
+        elif e.truncate(t):
+            e.version += 1
+            push(e.plan.end_ms, STEP, e.idx, e.version)
+
+    def send(t: float) -> None:
+        nonlocal sent, in_flight
+        i = sent
+        sent += 1
+        in_flight += 1
+        r = _Req(i, i, lens[i][0], lens[i][1], sent_ms=t, prompt=lens[i][0])
+        reqs.append(r)
+        pool = setup.prefill_pool
+        e = engines[pool[rr["p"] % len(pool)]]
+        rr["p"] += 1
+        deliver(e, r, t)
+
+    if load.mode == "closed":
+        for _ in range(min(load.concurrency or 1, n)):
+            send(0.0)
+    elif load.mode == "burst":
+        for _ in range(n):
+            send(0.0)
+    else:
+        for i, t in enumerate(_arrivals(load, rng)):
+            push(t, SEND, i)
+
+    def finish(r: _Req, t: float) -> None:
+        nonlocal in_flight
+        r.done_ms = t
+        in_flight -= 1
+        if load.mode == "closed" and sent < n:
+            send(t)
+        elif load.mode == "poisson" and client_queue:
+            client_queue.popleft()
+            send(t)
+
+    while heap:
+        t, _, kind, who, version = heapq.heappop(heap)
+        area += in_flight * (t - last_t)
+        last_t = t
+        if kind == SEND:
+            if load.concurrency and in_flight >= load.concurrency:
+                client_queue.append(who)
+            else:
+                send(t)
+            continue
+        if kind == ARRIVE:  # a prompt's KV reaches its decode replica
+            deliver(engines[version], reqs[who], t)
+            continue
+        e = engines[who]
+        if version != e.version or e.plan is None:
+            continue
+        p = e.plan
+        e.steps += p.k
+        e.run_area += (len(p.decodes) + len(p.chunks)) * (t - p.start_ms)
+        e.prev_start = p.start_ms if p.k == 1 else e.step_end(p, p.k - 1)
+        for r, n_tok in p.chunks:
+            if r.scheduled_ms < 0:
+                r.scheduled_ms = p.start_ms
+            r.computed += n_tok
+        if p.k > 1:
+            rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
+        done: list[_Req] = []
+        for r in p.decodes:
+            if r.scheduled_ms < 0:
+                r.scheduled_ms = p.start_ms
+            if p.k == 1:
+                if r.first_ms >= 0:
+                    rec.itl.append((t - r.last_ms, 1.0))
+                else:
+                    r.first_ms = t  # disaggregated: the first token streams after the first decode step
+            r.generated += p.k
+            r.last_ms = t
+            if r.generated >= r.out_len:
+                done.append(r)
+        for r, _ in p.chunks:
+            if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
+                if r.first_ms < 0 and e.role != "prefill":
+                    r.first_ms = t
+                elif e.role != "prefill":
+                    rec.itl.append((t - r.last_ms, 1.0))
+                if e.role == "prefill":
+                    r.prefilled = True
+                    e.running.remove(r)
+                    e._release(r)
+                    dst = engines[setup.decode_pool[rr["d"] % len(setup.decode_pool)]]
+                    rr["d"] += 1
+                    r.generated = 1
+                    r.last_ms = t
+                    push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
+                    continue
+                r.generated += 1
+                r.last_ms = t
+                if r.generated >= r.out_len:
+                    done.append(r)
+        used = e.capacity - e.free
+        e.peak_used = max(e.peak_used, used)
+        e.max_running = max(e.max_running, len(e.running))
+        for r in done:
+            e.running.remove(r)
+            e._release(r)
+            finish(r, t)
+        plan_engine(e, t)
+    return _result(load, setup, reqs, rec, area)
+
+
+def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: float) -> SimResult:
+    done = [r for r in reqs if r.done_ms >= 0]
+    start = min((r.sent_ms for r in reqs), default=0.0)
+    end = max((r.done_ms for r in done), default=start)
+    dur = max(end - start, 1e-9)
+    ttft = [r.first_ms - r.sent_ms for r in done]
+    tpot = [(r.done_ms - r.first_ms) / (r.out_len - 1) for r in done if r.out_len > 1]
+    e2e = [r.done_ms - r.sent_ms for r in done]
+    queue = [max(0.0, r.scheduled_ms - r.sent_ms) for r in done]
+    out_tokens = sum(r.out_len for r in done)
+    itl = [g for g, _ in rec.itl]
+    tp = _stat(tpot)
+    thr = out_tokens / dur * 1e3
+    kv_frac = max((e.peak_used / e.capacity for e in setup.engines), default=0.0)
+    return SimResult(
+        load=load.describe(), engine=setup.policy, requests=len(done), ttft_ms=_stat(ttft), tpot_ms=tp,
+        itl_ms=_stat(itl, [w for _, w in rec.itl]), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
+        output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / max(1, setup.gpus),
+        output_tokens_per_s_per_user=1e3 / tp.mean if tp.mean > 0 else 0.0,
+        request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area / dur,
+        max_running=max((e.max_running for e in setup.engines), default=0),
+        mean_running=sum(e.run_area for e in setup.engines if e.role != "prefill")
+        / (dur * max(1, sum(e.role != "prefill" for e in setup.engines))),
+        preemptions=sum(e.preemptions for e in setup.engines), kv_cache_tokens=setup.kv_tokens,
+        kv_peak_fraction=kv_frac, steps=sum(e.steps for e in setup.engines))
