@@ -247,7 +247,7 @@ def test_a_valid_plan_exports_or_names_the_missing_engine_feature(dp, pp, tp, ep
     assert out.gpus == dp * pp * width
     line = next(ln for ln in out.command.splitlines() if not ln.startswith("#"))
     back = import_command(line, gpu="h100-sxm", engine_config=out.config)
-    assert back.plan["hardware"]["num_gpus"] * len(out.argv) == out.gpus
+    assert back.plan["hardware"]["num_gpus"] * out.servers == out.gpus  # a server over n nodes has n commands
 
 
 
