@@ -83,6 +83,7 @@ class ScriptedModel:
         self.reported: list[str] = []  # rule ids the tools reported
         self.rounds = 0
         self.autofix_tried = False
+        self.filled = False  # DP added once on idle GPUs, when a throughput plan validates with GPU-IDLE
         self.infeasible = False
         self.calls = 0
         self.dag_edits = [m.dag_edit for m in case.mistakes if m.dag_edit is not None]
@@ -174,6 +175,16 @@ class ScriptedModel:
             )
             return self._turn(text, [("validate_dag", _p(self.plan))])
         errors = [v for v in violations if v.get("severity") == "error"]
+        used, have = payload.get("gpus_used"), (self.plan.get("hardware") or {}).get("num_gpus")
+        if (not errors and "GPU-IDLE" in ids and self.case.setting.objective == "throughput" and not self.filled
+                and isinstance(used, int) and isinstance(have, int) and 0 < used < have and have % used == 0):
+            # autofix leaves a warning's degree change to the user: follow the warning's hint, as a user would
+            self.filled = True
+            par = self.plan.setdefault("parallel", {})
+            par["dp"] = int(par.get("dp", 1)) * (have // used)
+            text = f"Valid, but GPU-IDLE: {used} of {have} GPUs used. For throughput, DP replicas on the idle GPUs: " \
+                + _degrees(self.plan)
+            return self._turn(text, [("validate_dag", _p(self.plan))])
         if not errors and payload.get("valid", True):
             note = " Remaining warnings accepted: " + ", ".join(ids) + "." if ids else ""
             return self._turn(
