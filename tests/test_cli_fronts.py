@@ -51,6 +51,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_readme_commands_run_as_typed(workdir, capsys):
     commands = readme_commands()
     assert len(commands) >= 15 and all(c[0] == "pdag" for c in commands)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r"""
@@ -47,5 +49,6 @@ def _digest(seed: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_answers_do_not_depend_on_the_hash_seed() -> None:
     assert _digest("1") == _digest("2") == _digest("12345")

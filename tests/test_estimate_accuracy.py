@@ -442,6 +442,7 @@ def test_held_out_hardware_scales_ignore_serving_points() -> None:
     assert held[0] == pytest.approx(predict(static).value)
 
 
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     """pdag's serving TTFT is the spread-arrival end and ttft_lockstep_ms the burst end.  Where the KV cache holds
     every client: fixed-length clients (NIM) are never below the first and mostly between the two (the rest are

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,7 @@ def test_a_wrong_estimate_misses_or_finds_none() -> None:
     assert at_30[0].outcome == "meets" and at_30[0].share_of_best == 300.0 / 900.0
 
 
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_published_sweeps_are_mostly_chosen_well() -> None:
     """InferenceMAX, NIM and GPUStack sweeps, TPOT targets 10-50 ms: for dense models pdag's pick meets the target in
     156 of 180 cases, 138 of them within 10 % of the best measured throughput; for MoE in 143 of 164 (112 near the

@@ -5,6 +5,7 @@ large-scale EP results say so, wider EP at the same per-GPU batch never lowers d
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,6 +56,7 @@ def test_moe_latency_monotonic_in_context(cfg: tuple, engine: str, b: int, i: in
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(st.sampled_from([(64, 128), (72, 144), (128, 256)]), st.sampled_from([32, 64, 128]),
        st.sampled_from(["h100-sxm", "h200"]))
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_wide_ep_decode_throughput_per_gpu_monotonic(widths: tuple[int, int], per_gpu: int, gpu: str) -> None:
     """Across nodes, as published: SGLang's EP72 on H100 and DeepSeek's EP128/EP144 on H800 decode DeepSeek-V3 with
     DeepEP low-latency kernels and two-batch overlap at 128-256 sequences per GPU, and SGLang attributes its slower

@@ -620,6 +620,7 @@ def test_native_mxfp4_expert_prefill_matches_lmsys_blackwell_chart() -> None:
     assert tps(8192, model="mixtral-8x7b") == pytest.approx(tps(8192, model="mixtral-8x7b", key=0.5))
 
 
+@pytest.mark.slow  # tens of seconds (the serving simulator prices every point); .ci/run runs it
 def test_vllm_fused_moe_streams_block_fp8_experts_at_its_published_rate() -> None:
     """vLLM PR #13932 times vLLM's fused-MoE kernel on DeepSeek-V3's block-fp8 experts at TP8 on H100: 1732 us per
     layer at 128 tokens (every GPU's 1.41 GB of expert slices).  The vllm profile prices that layer within 10 %;
