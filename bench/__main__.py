@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("build", "validate", "estimate", "simulate", "search", "report", "server", "scale", "oversized")
+BENCHES = ("build", "validate", "estimate", "simulate", "search", "report", "server", "scale", "oversized",
+           "accuracy")
 
 
 def main(names: list[str]) -> None:
