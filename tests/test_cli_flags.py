@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tools.cli.common import _scalar, add_plan_args, plan_field, plan_flag_paths, plan_from_args
+from tools.cli.common import add_plan_args, is_flag_field, plan_field, plan_flag_paths, plan_from_args
 from tools.core.plan import Degrees, EngineOptions, Plan, Workload, parse_plan
 
 
@@ -30,7 +30,7 @@ def test_every_scalar_field_of_the_open_sections_has_a_flag() -> None:
     paths = set(plan_flag_paths().values())
     for sec, model in (("parallel", Degrees), ("workload", Workload), ("engine_options", EngineOptions)):
         for name, info in model.model_fields.items():
-            assert (sec, name) in paths or not _scalar(info), f"{sec}.{name} has no flag"
+            assert (sec, name) in paths or not is_flag_field(info), f"{sec}.{name} has no flag"
 
 
 def test_literal_fields_offer_their_values_as_choices() -> None:

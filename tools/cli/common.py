@@ -67,7 +67,8 @@ def _kinds(info: FieldInfo) -> list[Any]:
     return [a for a in (get_args(info.annotation) if union else (info.annotation,)) if a is not type(None)]
 
 
-def _scalar(info: FieldInfo) -> bool:
+def is_flag_field(info: FieldInfo) -> bool:
+    """A field one command-line value can set: a number, text, a switch or one of a Literal's values."""
     kinds = _kinds(info)
     return len(kinds) == 1 and (kinds[0] in (*_SCALARS, bool) or get_origin(kinds[0]) is Literal)
 
@@ -75,7 +76,8 @@ def _scalar(info: FieldInfo) -> bool:
 def plan_flag_paths() -> dict[str, tuple[str, ...]]:
     """Flag name (without its dashes) -> the Plan field it sets."""
     every = [(sec, name) for sec in _EVERY_FIELD_OF
-             for name, info in _model_of(Plan.model_fields[sec].annotation).model_fields.items() if _scalar(info)]
+             for name, info in _model_of(Plan.model_fields[sec].annotation).model_fields.items()
+             if is_flag_field(info)]
     return {_RENAMED.get(path, path[-1]).replace("_", "-"): path for path in (*_HEAD, *every, *_TAIL)}
 
 
