@@ -401,11 +401,49 @@ def shape_export(result: Any, validation: Any, detail: Detail) -> ExportAnswer:
     return ExportAnswer(**data, **_checked(validation, detail, "export_plan"))
 
 
+REPEAT_KEPT = ("label", "batch_size", "in_flight", "ttft_ms", "tpot_ms", "throughput_tokens_per_s",
+               "throughput_per_gpu", "user_tokens_per_s")  # what a repeated plan keeps in a summary
+
+
+def _name_repeats(data: dict[str, Any]) -> bool:
+    """In place: Pareto and best-of-kind entries that repeat a plan of ``top`` name it (``same_plan_as``) and keep
+    only their figures; agents read each plan once (a search answer repeated most plans up to four times)."""
+    where = {(e.get("label"), e.get("batch_size")): f"top[{i}]" for i, e in enumerate(data.get("top") or [])
+             if isinstance(e, dict) and "label" in e}
+    named = False
+
+    def short(entry: Any) -> Any:
+        nonlocal named
+        at = where.get((entry.get("label"), entry.get("batch_size"))) if isinstance(entry, dict) else None
+        if at is None:
+            return entry
+        named = True
+        return {k: entry[k] for k in REPEAT_KEPT if k in entry} | {"same_plan_as": at}
+
+    data["pareto"] = [short(e) for e in data.get("pareto") or []]
+    for side in ("best_aggregated", "best_disaggregated"):
+        data[side] = short(data.get(side))
+    return named
+
+
+def drop_empty(data: Any) -> Any:
+    """Keys whose value is null, {} or [] removed at any depth: absent and null mean the same to every tool."""
+    if isinstance(data, dict):
+        out = {k: drop_empty(v) for k, v in data.items()}
+        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
+    if isinstance(data, list):
+        return [drop_empty(v) for v in data]
+    return data
+
+
 def shape_search(result: Any, detail: Detail) -> SearchAnswer:
     data = as_dict(result)
     notes = data.pop("notes", None) or []
     if detail == "summary":
-        data = round_floats(data)
+        if _name_repeats(data):
+            notes.append("Entries of pareto and best_* that repeat a plan of top name it (same_plan_as).")
+        data = round_floats({k: drop_empty(v) if k in ("top", "pareto", "best_aggregated", "best_disaggregated")
+                             else v for k, v in data.items()})
         data, cut = trim(data)
         if cut:
             notes.append(cut + ' Call search_strategies with detail="full" for all of it.')

@@ -420,8 +420,9 @@ class SloArg(NullMeansAbsent):
 def search_strategies(
     model: Annotated[str | HFModel, Field(description="model preset id (pdag://models) or {'hf_config': {...}}")],
     hardware: Annotated[Hardware, Field(description="gpu preset id, num_gpus available, gpus_per_node")],
-    workload: Annotated[Workload | None, Field(description="input_len, output_len (tokens); batch_size "
-                                                           "(sequences per replica; searched if omitted for "
+    workload: Annotated[Workload | None, Field(description="input_len, output_len (tokens); concurrency (total "
+                                                           "in flight: every plan compared at it) or batch_size "
+                                                           "(per replica; searched if both omitted for "
                                                            "throughput)")] = None,
     objective: Annotated[Literal["latency", "throughput"], Field(description="what to optimise")] = "latency",
     slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,

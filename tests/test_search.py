@@ -252,3 +252,54 @@ def test_search_prices_the_engine_options_it_is_given() -> None:
     narrow = search_strategies(**args, engine_options={"max_batched_tokens": 1024}).top[0]
     assert narrow.plan["engine_options"] == {"max_batched_tokens": 1024} and "engine_options" not in wide.plan
     assert narrow.batch_size < wide.batch_size
+
+
+# ------------------------------------------------------------------ a total in flight (workload.concurrency)
+A100_8 = {"gpu": "a100-80gb", "num_gpus": 8}
+
+
+@pytest.fixture(scope="module")
+def mixtral_at_128():
+    wl = {"input_len": 1024, "output_len": 256, "concurrency": 128}
+    return search_strategies("mixtral-8x7b", A100_8, wl, "throughput", top_k=20)
+
+
+def test_concurrency_is_the_deployments_total(mixtral_at_128) -> None:
+    """Every plan is priced at the same 128 in flight, split over the replicas that hold them."""
+    plans = mixtral_at_128.top + [p for p in (mixtral_at_128.best_disaggregated,) if p]
+    assert any(p.plan["parallel"]["dp"] > 1 for p in plans if p.kind == "aggregated")
+    for p in plans:
+        replicas = p.plan["phases"]["decode"]["dp"] if p.kind == "disaggregated" else p.plan["parallel"]["dp"]
+        assert p.batch_size == -(-128 // replicas), p.label
+        assert p.in_flight == p.batch_size * replicas >= 128
+        assert p.plan["workload"]["concurrency"] == 128 and p.plan["workload"]["batch_size"] == p.batch_size
+        assert "128 in flight" in p.reason
+    assert any("128 in flight in all" in n for n in mixtral_at_128.notes)
+
+
+def test_a_total_changes_the_ranking_a_per_replica_batch_gave() -> None:
+    """At 128 per replica, DP4 x TP2 serves 512 and wins on tokens/s; at 128 in all, one TP8 replica beats two
+    TP4 replicas at 64 each (the comparison a user with 128 clients is asking for)."""
+    per_replica = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "batch_size": 128},
+                                    "throughput", top_k=20, disaggregated=False)
+    total = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "concurrency": 128},
+                              "throughput", top_k=20, disaggregated=False)
+
+    def rank(result, label):
+        return next(p.rank for p in result.top if p.label == label)
+
+    assert per_replica.top[0].plan["parallel"]["dp"] > 1
+    assert rank(per_replica, "DP2 x TP4 (expert TP4)") < rank(per_replica, "TP8 (expert TP8)")
+    assert rank(total, "TP8 (expert TP8)") < rank(total, "DP2 x TP4 (expert TP4)")
+    dp2 = next(p for p in total.top if p.label == "DP2 x TP4 (expert TP4)")
+    alone = estimate_performance(dp2.plan, simulate=False)
+    assert alone.throughput.output_tokens_per_s == pytest.approx(dp2.throughput_tokens_per_s, rel=0.01)
+
+
+def test_a_total_beyond_memory_queues() -> None:
+    r = search_strategies("llama-3.1-70b", {"gpu": "h100-sxm", "num_gpus": 4},
+                          {"input_len": 8192, "output_len": 1024, "concurrency": 100_000}, "throughput",
+                          disaggregated=False)
+    best = r.top[0]
+    assert best.in_flight < 100_000
+    assert "the rest queue" in best.reason

@@ -41,7 +41,8 @@ def cmd_search(args: Any) -> int:
     plan = plan_from_args(args)
     # Without a plan file only the workload flags given count: an absent batch size is searched (throughput).
     workload = plan.get("workload") if args.plan_file else {
-        k: v for k, v in (("input_len", args.input_len), ("output_len", args.output_len), ("batch_size", args.batch))
+        k: v for k, v in (("input_len", args.input_len), ("output_len", args.output_len), ("batch_size", args.batch),
+                          ("concurrency", args.concurrency), ("request_rate", args.request_rate))
         if v is not None}
     slo = {k: v for k, v in (("max_ttft_ms", args.max_ttft_ms), ("max_tpot_ms", args.max_tpot_ms),
                              ("min_throughput_tokens_per_s", args.min_throughput)) if v is not None}
@@ -67,7 +68,8 @@ def cmd_search(args: Any) -> int:
     print(f"{result.model} on {result.hardware['num_gpus']}x {result.hardware['gpu']}, objective {result.objective}"
           f" ({result.estimated} estimates)")
     for p in result.top:
-        print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size}]: {p.reason}")
+        print(f"{p.rank}. {p.label} [{p.gpus_used} GPUs, batch {p.batch_size} per replica, {p.in_flight} in flight]: "
+              f"{p.reason}")
         launch = f"launch with {', '.join(p.engines)}" if p.engines else "no engine launches it as planned"
         print(f"   {launch}" + "".join(f"; not {e}: {why}" for e, why in p.engine_gaps.items()))
     print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(

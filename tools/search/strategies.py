@@ -29,6 +29,11 @@ and the replica counts of each pair are chosen to balance the pools' request rat
 balanced rate that fits the cluster; latency: one replica of each, since more never shorten a request).
 The result names the best aggregated and the best disaggregated plan and says which wins and why.
 
+Load.  ``workload.concurrency`` (closed-loop clients, no ``request_rate``) is the deployment's total in flight:
+every plan is compared at that same total, split over its DP replicas (over the decode pool's replicas when
+disaggregated), each replica running at most what its memory holds (the rest queue, as an engine queues them).
+Without it the batch is per replica, as ``workload.batch_size`` states.
+
 Estimates.  DP replicas are independent copies, so a replica is estimated once (dp = 1) and the deployment's
 throughput is the replica's times dp.  For the throughput objective the batch per replica is searched over
 powers of two up to the largest that fits in memory (unless the workload fixes it): throughput grows and
@@ -93,6 +98,8 @@ class PlanSummary(BaseModel):
     plan: dict[str, Any] = Field(description="the complete plan; pass it to validate_dag / estimate_performance")
     gpus_used: int
     batch_size: int = Field(description="sequences per DP replica")
+    in_flight: int = Field(0, description="sequences in flight in the whole deployment (batch_size x the replicas "
+                                          "that hold them)")
     ttft_ms: float
     tpot_ms: float
     e2e_ms: float
@@ -236,6 +243,8 @@ class _Search:
         self.objective = objective
         self.slo = slo
         self.batch_fixed = batch_fixed
+        # the deployment's total in flight, when the workload states one (closed loop): every plan at that load
+        self.total = self.wl.concurrency if self.wl.request_rate is None else None
         self.allow_expert_tp = allow_expert_tp
         self.attention_dp = attention_dp
         self.metric = latency_metric
@@ -476,20 +485,26 @@ class _Search:
         return keep
 
     # -------------------------------------------------------------- objectives
+    def share(self, replicas: int, mem: Any) -> int:
+        """Sequences one of ``replicas`` runs when the workload states the deployment's total in flight: its share,
+        at most what its memory holds (an engine queues the rest); else the workload's per-replica batch."""
+        if self.total is None:
+            return self.wl.batch_size
+        return max(1, min(-(-self.total // replicas), int(mem.max_batch_size_that_fits)))
+
     def run_latency(self, fitting: list[tuple[_Shape, Any]]) -> list[_Point]:
-        batch = self.wl.batch_size
         points: list[_Point] = []
-        for s, _mem in fitting:
+        for s, mem in fitting:
             max_dp = self.hw.num_gpus // s.gpus
             dp = 1
-            p = self.point(s, batch, 1)
+            p = self.point(s, self.share(1, mem), 1)
             need = self.slo.min_throughput_tokens_per_s
             if need is not None and p.tput < need:
                 per_replica = p.tput
                 dp = min(max_dp, max(1, -(-int(need) // max(1, int(per_replica)))))
                 while dp < max_dp and per_replica * dp < need:
                     dp += 1
-                p = self.point(s, batch, dp)
+                p = self.point(s, self.share(dp, mem), dp)
             self.reject("DP-NOT-FOR-LATENCY", f"{s.what()}: dp>{dp} adds no latency benefit",
                         max(0, len(_candidates(max_dp)) - 1 - (dp > 1)))
             self.considered += 1
@@ -505,7 +520,7 @@ class _Search:
                         len([d for d in _candidates(dp) if d < dp]))
             if self.batch_fixed:
                 self.considered += 1
-                points.append(self.point(s, self.wl.batch_size, dp))
+                points.append(self.point(s, self.share(dp, mem), dp))
                 continue
             exps = _exponents(int(mem.max_batch_size_that_fits))
             self.considered += len(exps)
@@ -604,9 +619,16 @@ class _Search:
         out: list[_Point] = []
         for sp_, sd in pairs:
             what = f"prefill {sp_.what()} + decode {sd.what()}"
-            mem = self.disagg_memory(sp_, sd, 1 if not self.batch_fixed else self.wl.batch_size)
+            fixed = self.batch_fixed and self.total is None
+            mem = self.disagg_memory(sp_, sd, self.wl.batch_size if fixed else 1)
             if not mem.fits:
                 self.reject("MEM-FITS", f"{what}: {mem.message}")
+                continue
+            if self.total is not None:  # the total in flight held by the decode pool's replicas
+                self.considered += 1
+                first = self.dpoint(sp_, sd, self.share(1, mem))
+                out.append(first if first.dp_d == 1 else self.dpoint(
+                    sp_, sd, self.share(first.dp_d, mem), (first.dp, first.dp_d)))
                 continue
             if self.batch_fixed:
                 self.considered += 1
@@ -625,8 +647,9 @@ class _Search:
             self._mem_cache[key] = memory_report(plan, Layout(plan))
         return self._mem_cache[key]
 
-    def dpoint(self, sp_: _Shape, sd: _Shape, batch: int) -> _Point:
-        """A disaggregated plan at ``batch``, with the replica counts that balance the pools' rates."""
+    def dpoint(self, sp_: _Shape, sd: _Shape, batch: int, counts: tuple[int, int] | None = None) -> _Point:
+        """A disaggregated plan at ``batch``, with the replica counts that balance the pools' rates (or
+        ``counts``, prefill and decode replicas, when a total in flight has already been split over them)."""
         fe = self.fast(sp_, sd)
         self.estimates += 1
         pre_ms, dec_ms = fe.phase_ms("prefill", batch), fe.phase_ms("decode", batch)
@@ -634,7 +657,9 @@ class _Search:
         assert one.pools is not None
         r_p = one.pools["prefill"].requests_per_s_per_replica
         r_d = one.pools["decode"].requests_per_s_per_replica
-        if self.objective == "latency":
+        if counts is not None:
+            n_p, n_d = counts
+        elif self.objective == "latency":
             n_p = n_d = 1  # more replicas serve more requests, never one request faster (DP-NOT-FOR-LATENCY)
         else:
             n_p, n_d = balanced_split(r_p, sp_.gpus, r_d, sd.gpus, self.hw.num_gpus)
@@ -695,7 +720,8 @@ def _layout_note(p: _Point) -> str:
     return "; ".join(notes)
 
 
-def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: int) -> str:
+def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: int,
+            total: int | None = None) -> str:
     head = f"{p.mem_max / 1e9:.0f}/{p.mem_cap / 1e9:.0f} GB on the fullest GPU"
     layout = _layout_note(p)
     layout = f"; {layout}" if layout else ""
@@ -720,7 +746,12 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
     else:
         why = f"{p.tput:.0f} tok/s ({100 * (p.tput / best.tput - 1):.0f}% vs best), {p.per_gpu:.0f}/GPU"
     reps = f"DP{p.dp}" if not p.disaggregated else f"{p.dp}+{p.dp_d} replicas"
-    return f"{why} at batch {p.batch} x {reps}; TPOT {p.tpot:.2f} ms{layout}; {head}"
+    load = f"batch {p.batch} x {reps}"
+    if total is not None:
+        held = p.batch * (p.dp_d if p.disaggregated else p.dp)
+        load = f"{total} in flight ({p.batch} per replica x {reps}" + (
+            f"; memory holds {held}, the rest queue)" if held < total else ")")
+    return f"{why} at {load}; TPOT {p.tpot:.2f} ms{layout}; {head}"
 
 
 def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
@@ -752,7 +783,8 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
         plan = search.plan_dict(p.shape, p.dp, p.batch) | {"objective": search.objective}
     else:
         plan = search.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch) | {"objective": search.objective}
-    # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware): no idle GPUs to flag.
+    # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware, and a note says so): a
+    # cluster larger than the plan reads as idle GPUs, or as tp x ep counted twice when the sizes happen to match.
     plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
     extra: dict[str, Any] = {}
     if p.head is not None and p.head.pools is not None:
@@ -767,7 +799,8 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
     return PlanSummary(
         rank=rank, label=_point_label(p) + ("" if launchable else " (no engine launches it)"),
         plan=plan, engines=engines, engine_gaps=gaps, launchable=launchable,
-        gpus_used=p.gpus, batch_size=p.batch, ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
+        gpus_used=p.gpus, batch_size=p.batch, in_flight=p.batch * (p.dp_d if p.disaggregated else p.dp),
+        ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
         slo_misses=list(p.misses), reason=reason, **extra,
@@ -878,7 +911,8 @@ def search_strategies(
         title = exc.title.lower()
         root = "slo" if "slo" in title else "workload" if "workload" in title else "hardware"
         raise validation_error_to_input_error(exc, root) from None
-    batch_fixed = objective == "latency" or bool(workload and "batch_size" in workload)
+    batch_fixed = objective == "latency" or bool(workload and ("batch_size" in workload or (
+        workload.get("concurrency") is not None and workload.get("request_rate") is None)))
     base: dict[str, Any] = {
         "model": model, "hardware": hw.model_dump(), "workload": wl.model_dump(),
         "dtype": dtype, "objective": objective,
@@ -907,7 +941,7 @@ def search_strategies(
     search.launch_engines = [engine_key(engine)] if engine in ("vllm", "sglang", "trtllm", "trtllm-cpp") else list(
         ENGINES)
     shapes = search.shapes()
-    fitting = search.fitting(shapes, 1 if not batch_fixed else wl.batch_size)
+    fitting = search.fitting(shapes, 1 if not batch_fixed or search.total is not None else wl.batch_size)
     points = search.run_latency(fitting) if objective == "latency" else search.run_throughput(fitting)
     if disaggregated is None:
         disaggregated = hw.num_gpus >= 2
@@ -933,6 +967,12 @@ def search_strategies(
         if len(top_points) == top_k:
             break
     notes: list[str] = []
+    if any(p.gpus < hw.num_gpus for p in top_points):
+        notes.append(f"each plan's hardware.num_gpus is the GPUs it uses (gpus_used); the cluster's "
+                     f"{hw.num_gpus} are in 'hardware'")
+    if search.total is not None:
+        notes.append(f"every plan is priced at the workload's {search.total} in flight in all, split over its "
+                     "replicas (batch_size per replica, in_flight in all)")
     if dropped:
         who = " or ".join(search.launch_engines)
         notes.append(f"{dropped} layout(s) that {who} cannot launch were left out (unlaunchable=true lists them, "
@@ -944,7 +984,8 @@ def search_strategies(
         notes.append("no plan meets every SLO; the list shows the closest ones")
     n_ok = len({(p.shape, p.dshape) for p in points})
     top = [
-        _summary(search, p, i + 1, _reason(p, i + 1, top_points[0], objective, latency_metric, n_ok))
+        _summary(search, p, i + 1, _reason(p, i + 1, top_points[0], objective, latency_metric, n_ok,
+                                            search.total))
         for i, p in enumerate(top_points)
     ]
     feasible = [p for p in points if not p.misses] or points
@@ -960,7 +1001,8 @@ def search_strategies(
         if p is None:
             return None
         rank = next((i + 1 for i, q in enumerate(top_points) if q is p), 0)
-        return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok))
+        return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok,
+                                                          search.total))
 
     comparison = _comparison(best_agg, best_dis, objective, latency_metric, wl.output_len)
     if disaggregated and best_dis is None and points:
