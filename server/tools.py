@@ -430,6 +430,8 @@ def search_strategies(
     dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="compute dtype")] = "bf16",
     weights: Annotated[WeightFormat | None, Field(description="checkpoint storage (default: the model's)")] = None,
     attention_dp: Annotated[bool, Field(description="also try attention-DP (MoE)")] = True,
+    allow_expert_tp: Annotated[bool, Field(description="also try TP inside experts (MoE; vLLM's default without "
+                                                       "expert parallelism; disallowed unless opted in)")] = False,
     disaggregated: Annotated[bool | None, Field(description="also try separate prefill/decode pools (default: "
                                                             ">= 2 GPUs)")] = None,
     engine: Annotated[EngineId, Field(description="engine profile")] = "generic",
@@ -476,6 +478,8 @@ def search_strategies(
         args["checkpoint"] = checkpoint
     if unlaunchable:
         args["unlaunchable"] = True
+    if allow_expert_tp:
+        args["allow_expert_tp"] = True
     if not render:
         return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                          lambda: R.shape_search(fn(**args), detail))

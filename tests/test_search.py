@@ -281,9 +281,9 @@ def test_a_total_changes_the_ranking_a_per_replica_batch_gave() -> None:
     """At 128 per replica, DP4 x TP2 serves 512 and wins on tokens/s; at 128 in all, one TP8 replica beats two
     TP4 replicas at 64 each (the comparison a user with 128 clients is asking for)."""
     per_replica = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "batch_size": 128},
-                                    "throughput", top_k=20, disaggregated=False)
+                                    "throughput", top_k=20, disaggregated=False, allow_expert_tp=True)
     total = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "concurrency": 128},
-                              "throughput", top_k=20, disaggregated=False)
+                              "throughput", top_k=20, disaggregated=False, allow_expert_tp=True)
 
     def rank(result, label):
         return next(p.rank for p in result.top if p.label == label)

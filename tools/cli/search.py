@@ -20,6 +20,9 @@ def search_args(p: Any) -> None:
     p.add_argument("--min-throughput", type=float, help="output tokens/s of the deployment")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--no-attention-dp", action="store_true", help="leave attention-DP layouts out (MoE models)")
+    p.add_argument("--allow-expert-tp", action="store_true",
+                   help="also try TP inside experts (MoE; vLLM's default without expert parallelism, disallowed "
+                        "by the rules unless a plan opts in)")
     p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
     p.add_argument("--serving", action="store_true",
                    help="price plans under continuous batching (batch = requests in flight per replica); with "
@@ -52,7 +55,7 @@ def cmd_search(args: Any) -> int:
         model=plan["model"], hardware=plan["hardware"], workload=workload or None,
         objective=plan.get("objective", "latency"), slo=slo or None, top_k=args.top,
         dtype=plan.get("dtype", "bf16"), kv_dtype=plan.get("kv_dtype"),
-        weights=plan.get("weights"), attention_dp=not args.no_attention_dp,
+        weights=plan.get("weights"), attention_dp=not args.no_attention_dp, allow_expert_tp=args.allow_expert_tp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
         serving=args.serving, engine_options=plan.get("engine_options"), checkpoint=plan.get("checkpoint"),
         unlaunchable=args.unlaunchable,

@@ -868,7 +868,7 @@ def search_strategies(
     dtype: str = "bf16",
     kv_dtype: str | None = None,
     weights: str | None = None,
-    allow_expert_tp: bool = True,
+    allow_expert_tp: bool = False,
     latency_metric: Literal["e2e", "tpot", "ttft"] = "e2e",
     attention_dp: bool = True,
     disaggregated: bool | None = None,
@@ -882,7 +882,8 @@ def search_strategies(
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
     batch_size (per replica; searched for the throughput objective when absent).  ``slo``: max_ttft_ms,
     max_tpot_ms, min_throughput_tokens_per_s.  ``allow_expert_tp`` lets MoE plans shard experts over the
-    TP ranks (what vLLM and SGLang do without EP), stated in each plan's options.  ``attention_dp`` adds the
+    TP ranks (what vLLM and SGLang do without EP), stated in each plan's options; off by default, as the seeds
+    disallow TP inside experts unless a plan opts in.  ``attention_dp`` adds the
     attention-DP layouts of MoE models; ``disaggregated`` (default: when the cluster has >= 2 GPUs) also
     searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
     ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side.  ``engine`` selects
