@@ -364,9 +364,12 @@ def shape_estimate(result: Any, detail: Detail) -> EstimateAnswer:
                 holder = holder.get(key) if isinstance(holder, dict) else None
             if isinstance(holder, dict):
                 holder.pop(path[-1], None)
+        # the overlap of communication changes every figure: say it even when the other assumptions are left out
+        overlap = [a for a in data.get("assumptions") or [] if isinstance(a, str) and a.startswith("overlap_comm")]
         data = round_floats(drop_keys(data, ESTIMATE_DROPPED, dropped))
         data, cut = trim(data)
         parts = [note] if note else []
+        parts += [f"Priced with {a}." for a in overlap]
         if dropped:
             parts.append(f"Omitted: {', '.join(sorted(set(dropped)))}; numbers rounded to 4 significant digits.")
         if cut:

@@ -260,7 +260,21 @@ def test_a_moe_that_does_not_fit_is_told_to_spread_its_experts() -> None:
     assert validate_dag({**plan, "parallel": {"tp": 8, "ep": 8}}).valid
     dense = {"model": "llama-3.1-405b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2}}
     hint = next(v.hint for v in validate_dag(dense).violations if v.rule_id == "MEM-FITS")
-    assert hint and "raise tp" in hint and "expert" not in hint
+    assert hint and "more GPUs" in hint and "raise tp" not in hint and "expert" not in hint  # 812 GB on 2 GPUs
+    spread = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 1}}
+    hint = next(v.hint for v in validate_dag(spread).violations if v.rule_id == "MEM-FITS")
+    assert hint and "raise tp up to 8" in hint and "more GPUs" not in hint
+
+
+def test_a_plan_whose_weights_the_cluster_cannot_hold_is_told_so() -> None:
+    """The recorded agents met 'raise tp' on one GPU and 'fp8 weights' for a checkpoint already in fp8."""
+    one = {"model": "llama-4-scout", "dtype": "fp8", "weights": "fp8", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}}
+    hint = next(v.hint for v in validate_dag(one).violations if v.rule_id == "MEM-FITS")
+    assert "about 2 GPUs" in hint and "4-bit" in hint and "fp8" not in hint and "raise tp" not in hint
+    kv = {"model": "llama-3.1-8b", "hardware": {"gpu": "l40s", "num_gpus": 1},
+          "workload": {"input_len": 128000, "output_len": 1000, "batch_size": 32}}
+    hint = next(v.hint for v in validate_dag(kv).violations if v.rule_id == "MEM-FITS")
+    assert "at most 1 sequences" in hint and "kv_dtype" in hint
 
 
 @pytest.mark.parametrize(("command", "ok"), [

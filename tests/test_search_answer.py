@@ -22,3 +22,15 @@ def test_summary_names_repeated_plans_and_full_keeps_them() -> None:
     for entry in summary["top"]:  # nulls left out: the plan still passes to validate_dag as it is
         assert "null" not in json.dumps(entry["plan"])
         assert validate_dag(plan=entry["plan"]).valid
+
+
+def test_estimate_summary_states_the_overlap_it_priced_with() -> None:
+    """The summary leaves the assumptions out, but not the one that moves every communication figure."""
+    from server.responses import shape_estimate
+    from tools import estimate_performance
+
+    plan = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8}}
+    on = shape_estimate(estimate_performance(plan, simulate=False), "summary").note
+    off = shape_estimate(estimate_performance(plan, simulate=False, overlap=False), "summary").note
+    assert "Priced with overlap_comm on" in on and "EP all-to-all" in on
+    assert "Priced with overlap_comm off" in off

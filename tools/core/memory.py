@@ -162,16 +162,38 @@ class _Terms:
         return self.weights + self.kv(batch, context) + self.act(batch, prompt, chunk) + self.comm(batch, prompt, chunk)
 
 
-def unfit_hint(plan: Plan, layout: Layout | None) -> str:
-    """What to change when a plan does not fit: a MoE layout whose experts sit whole on fewer GPUs than the TP group
-    that could share them first says how to spread them."""
+def unfit_hint(plan: Plan, layout: Layout | None, report: MemoryReport | None = None) -> str:
+    """What to change when a plan does not fit, named for the case: weights the whole cluster cannot hold need more
+    GPUs or fewer bytes per weight (no batch or context helps); weights alone over one GPU need spreading (wider TP
+    while the NVLink domain allows it, else PP); otherwise the batch or context is what is too large.  A MoE layout
+    whose experts sit whole on fewer GPUs than its TP group first says how to spread them."""
+    usable = report.capacity_bytes - report.reserved_bytes if report is not None else 0.0
+    if report is not None and report.weights_bytes > usable:
+        weights = sum(g.weights_bytes for g in report.per_gpu)  # one replica's weights, replicated parts included
+        need = ceil(weights / usable) if usable > 0 else 0
+        if need > plan.hardware.num_gpus or usable <= 0:
+            per = weight_bytes(plan, "expert" if plan.spec.is_moe else "dense")
+            smaller = "fp8 or 4-bit weights, " if per > 1.5 else "4-bit weights, " if per > 0.75 else ""
+            return (f"the weights alone need about {need} GPUs of this kind ({weights / 1e9:,.0f} GB at "
+                    f"{usable / 1e9:.0f} GB each) and the cluster has {plan.hardware.num_gpus}: use more GPUs, "
+                    f"{smaller}or a larger accelerator; no batch or context size helps")
     if plan.spec.is_moe and layout is not None:
         width = max(p.tp * p.attn_dp for p in layout.phases.values())
         ep = max(p.ep for p in layout.phases.values())
         if ep < width and not plan.options.allow_expert_tp:
             return (f"spread the experts: ep {width} (or options.allow_expert_tp to shard them over the {width} TP "
                     "ranks, as vLLM and SGLang do without EP); then pp, or shrink the batch/context")
-    return "raise tp (within a node), then pp, or shrink the batch/context"
+    if report is None or layout is None:
+        return "raise tp (within a node), then pp, or shrink the batch/context"
+    tp = max(p.tp for p in layout.phases.values())
+    wider = "raise pp" if tp >= plan.cluster.nvlink_domain else f"raise tp up to {plan.cluster.nvlink_domain} (the " \
+        "NVLink domain), then pp"
+    if report.weights_bytes > usable:
+        return f"the weights alone overflow one GPU: {wider}"
+    if report.max_batch_size_that_fits >= 1 and plan.workload.batch_size > report.max_batch_size_that_fits:
+        return (f"at most {report.max_batch_size_that_fits} sequences per replica fit at this context: lower the "
+                f"batch, or fp8 KV (kv_dtype), or {wider}")
+    return f"shorten the context, fp8 KV (kv_dtype), or {wider}"
 
 
 def _attention_split(plan: Plan) -> tuple[int, int]:

@@ -676,7 +676,7 @@ def estimate_performance(
     warnings = []
     if not mem.fits:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
-                        + "; to fit: " + unfit_hint(full, layout))
+                        + "; to fit: " + unfit_hint(full, layout, mem))
     if figures.gpus > full.hardware.num_gpus:
         warnings.append(f"the DAG uses {figures.gpus} GPUs but hardware.num_gpus is {full.hardware.num_gpus}")
     if figures.pool_balance is not None and not 0.5 <= figures.pool_balance <= 2:

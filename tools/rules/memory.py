@@ -201,7 +201,7 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
     if not r.fits:
         plan = ctx.plan
         assert plan is not None
-        hint = unfit_hint(plan, ctx.layout)
+        hint = unfit_hint(plan, ctx.layout, r)
         parts = (f"weights {r.weights_bytes / GB:.1f} GB + KV cache {r.kv_cache_bytes / GB:.1f} GB + activations "
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
                  "reserve "
