@@ -512,6 +512,10 @@ def import_deployment(
     decode_engine_config: Annotated[dict[str, Any] | None,
                                     Field(description="the decode pool's YAML, if not engine_config")] = None,
     decode_replicas: ReplicasArg = 1,
+    workload: Annotated[Workload | None, Field(description="the user's load (a command states none); default: "
+                                                           "batch 1, 2048 in / 256 out")] = None,
+    objective: Annotated[Literal["latency", "throughput"] | None, Field(description="the user's goal; default "
+                                                                                  "latency")] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.ImportAnswer:
@@ -529,6 +533,10 @@ def import_deployment(
     args = dict(command=command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
                 replicas=replicas, decode_command=decode_command, decode_engine_config=decode_engine_config,
                 decode_replicas=decode_replicas)
+    if workload is not None:
+        args["workload"] = workload.model_dump(mode="json", exclude_unset=True)
+    if objective is not None:
+        args["objective"] = objective
 
     def make() -> R.ImportAnswer:
         result = fn(**args)

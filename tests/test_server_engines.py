@@ -151,3 +151,22 @@ def test_any_command_gives_a_checked_plan_or_a_field_error(command, decode, conf
         assert data["valid"] == (data["error_count"] == 0)
     else:
         assert "invalid `" in data
+
+
+def test_import_takes_the_users_workload_and_objective() -> None:
+    """A command states no load and no goal: the recorded agents re-added both by hand after every import."""
+    from tools.core.errors import PdagInputError
+    from tools.engines.launch import import_deployment
+
+    cmd = "vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 4 -pp 2 --max-num-seqs 128"
+    bare = import_deployment(cmd)
+    assert "workload" not in bare.plan and "objective" not in bare.plan
+    assert any("the default workload (1 x 2048 in / 256 out" in n and "objective latency" in n for n in bare.notes)
+    given = import_deployment(cmd, workload={"input_len": 4096, "output_len": 512, "concurrency": 64},
+                              objective="throughput")
+    assert given.plan["workload"] == {"input_len": 4096, "output_len": 512, "concurrency": 64}
+    assert given.plan["objective"] == "throughput"
+    assert not any("default workload" in n for n in given.notes)
+    with pytest.raises(PdagInputError) as exc:
+        import_deployment(cmd, objective="cheapest")
+    assert exc.value.field == "objective"

@@ -130,6 +130,11 @@ def import_args(p: Any) -> None:
     p.add_argument("--decode-engine-config", metavar="FILE",
                    help="the decode command's --config YAML as a JSON file, when it differs from the prefill pool's")
     p.add_argument("--decode-replicas", type=int, default=1, help="servers running the decode command")
+    p.add_argument("--input-len", type=int, help="the user's prompt tokens per request (a command states no load)")
+    p.add_argument("--output-len", type=int, help="the user's output tokens per request")
+    p.add_argument("--batch", type=int, help="sequences per replica")
+    p.add_argument("--concurrency", type=int, help="clients in flight in all")
+    p.add_argument("--objective", choices=("latency", "throughput"), help="the user's goal (default latency)")
 
 
 def cmd_import(args: Any) -> int:
@@ -137,7 +142,11 @@ def cmd_import(args: Any) -> int:
     decode = read_json(args.decode_engine_config, "--decode-engine-config") if args.decode_engine_config else None
     result = import_deployment(args.launch_command, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                                engine_config=config, replicas=args.replicas, decode_command=args.decode_command,
-                               decode_engine_config=decode, decode_replicas=args.decode_replicas)
+                               decode_engine_config=decode, decode_replicas=args.decode_replicas,
+                               workload={k: v for k, v in (
+                                   ("input_len", args.input_len), ("output_len", args.output_len),
+                                   ("batch_size", args.batch), ("concurrency", args.concurrency)) if v is not None},
+                               objective=args.objective)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)

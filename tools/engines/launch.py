@@ -37,7 +37,7 @@ from tools.core.errors import PdagInputError
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
 from tools.core.models import MODELS_DIR, preset_ids
-from tools.core.plan import Plan, parse_plan
+from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
 
@@ -1665,14 +1665,34 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
 def import_deployment(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                       engine_config: dict[str, Any] | None = None, replicas: int = 1,
                       decode_command: str | None = None, decode_engine_config: dict[str, Any] | None = None,
-                      decode_replicas: int = 1) -> ImportResult:
+                      decode_replicas: int = 1, workload: dict[str, Any] | None = None,
+                      objective: str | None = None) -> ImportResult:
     """Every front's import: one server's ``command`` (``import_command``), or with ``decode_command`` a
     disaggregated deployment (``import_disaggregated``), whose decode pool reads the prefill pool's engine config
-    unless it has its own (one YAML file shared by both pools is the common recipe)."""
+    unless it has its own (one YAML file shared by both pools is the common recipe).  A command states no load and
+    no goal: ``workload`` and ``objective`` are the user's, written into the plan so that its checks (and every later
+    call) judge the deployment at them; without them the note says which defaults the checks assumed."""
     if decode_command is None:
-        return import_command(command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
-                              replicas=replicas)
-    decode = engine_config if decode_engine_config is None else decode_engine_config
-    return import_disaggregated(command, decode_command, gpu=gpu, gpus_per_node=gpus_per_node,
-                                engine_config=engine_config, decode_engine_config=decode, replicas=replicas,
-                                decode_replicas=decode_replicas)
+        out = import_command(command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
+                             replicas=replicas)
+    else:
+        decode = engine_config if decode_engine_config is None else decode_engine_config
+        out = import_disaggregated(command, decode_command, gpu=gpu, gpus_per_node=gpus_per_node,
+                                   engine_config=engine_config, decode_engine_config=decode, replicas=replicas,
+                                   decode_replicas=decode_replicas)
+    if objective is not None:
+        if objective not in ("latency", "throughput"):
+            raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
+        out.plan["objective"] = objective
+    if workload:
+        out.plan["workload"] = {**(out.plan.get("workload") or {}), **workload}
+        out.notes = [n.replace("the plan keeps the default workload (set the real batch and lengths before "
+                               "estimating)", "the plan takes the workload given") for n in out.notes]
+    if not workload or objective is None:
+        wl = Workload.model_validate(out.plan.get("workload") or {})
+        out.notes.append("checked at " + " and ".join(
+            ([] if workload else [f"the default workload ({wl.batch_size} x {wl.input_len} in / {wl.output_len} "
+                                  "out per replica)"])
+            + ([] if objective is not None else [f"objective {out.plan.get('objective', 'latency')}"]))
+            + ": pass workload and objective to judge the deployment at the user's load and goal")
+    return out
