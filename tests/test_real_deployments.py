@@ -293,3 +293,13 @@ def test_block_scaled_fp8_checkpoints_shard_in_whole_blocks(command: str, ok: bo
     plan = import_command(command, gpu="h200").plan
     errors = {v.rule_id for v in validate_dag(plan).violations if v.severity == "error"}
     assert ("TP-QUANT-BLOCK-SHARD" not in errors) is ok and errors <= {"TP-QUANT-BLOCK-SHARD"}
+
+
+def test_a_context_beyond_the_models_positions_is_an_error() -> None:
+    """vLLM refuses such a max-model-len; an agent reading only 'valid' shipped a 66k plan for an 8k model."""
+    plan = {"model": "gemma-2-27b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "parallel": {"tp": 4},
+            "workload": {"input_len": 65536, "output_len": 1024}}
+    result = validate_dag(plan)
+    found = [v for v in result.violations if v.rule_id == "KV-CONTEXT-WITHIN-MODEL"]
+    assert not result.valid and found and found[0].severity == "error" and "8192" in found[0].message
+    assert validate_dag({**plan, "workload": {"input_len": 6144, "output_len": 1024}}).valid
