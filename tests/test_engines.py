@@ -589,3 +589,20 @@ def test_cli_imports_a_disaggregated_deployment_from_both_pools_commands(tmp_pat
     assert plan["options"]["disaggregated"] and plan["hardware"]["num_gpus"] == 16
     assert (plan["parallel"]["dp"], plan["parallel"]["tp"]) == (6, 2)
     assert (plan["phases"]["decode"]["tp"], plan["phases"]["decode"]["ep"]) == (4, 4)
+
+
+def test_export_says_why_its_caps_exceed_the_workload() -> None:
+    """Caps sized to memory read as a contradiction of the estimate unless the answer says what they are."""
+    from tools.engines.launch import export_plan
+
+    plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+            "workload": {"input_len": 3000, "output_len": 500, "batch_size": 4}}
+    for engine, seqs, length in (("vllm", "--max-num-seqs", "--max-model-len"),
+                                 ("sglang", "--max-running-requests", "--context-length"),
+                                 ("trtllm", "--max_batch_size", "--max_seq_len")):
+        notes = " ".join(export_plan(plan, engine).notes)
+        assert f"{seqs} " in notes and "not the 4 per replica" in notes, engine
+        assert f"{length} " in notes and "needs 3500 tokens" in notes, engine
+    capped = {**plan, "engine_options": {"max_num_seqs": 4, "max_model_len": 3500}}
+    assert "not the 4 per replica" not in " ".join(export_plan(capped, "vllm").notes)
+    assert "--max-num-seqs 4 " in export_plan(capped, "vllm").command + " "

@@ -181,6 +181,22 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     )
 
 
+def _limit_notes(plan: Plan, max_seqs: int, max_len: int, seqs_flag: str, len_flag: str) -> list[str]:
+    """Why the written caps differ from the workload: they are sized to what the memory holds (the command serves
+    more than one operating point), which agents took for a disagreement with the estimate."""
+    caps, wl, out = plan.engine_options, plan.workload, []
+    if caps.max_num_seqs is None and max_seqs > wl.batch_size:
+        out.append(f"{seqs_flag} {max_seqs}: the sequences the KV cache can run at once (pages taken as they grow, "
+                   f"so more than estimate's max_batch_size_that_fits at full length), not the {wl.batch_size} per "
+                   f"replica the plan is priced at; engine_options.max_num_seqs = {wl.batch_size} holds the priced "
+                   "TPOT under a larger load")
+    need = wl.input_len + wl.output_len
+    if caps.max_model_len is None and max_len > need:
+        out.append(f"{len_flag} {max_len}: the model's window (or the longest sequence the memory holds); the "
+                   f"workload needs {need} tokens (engine_options.max_model_len to write less)")
+    return out
+
+
 def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     """Engine limits from the model and the memory, not from the estimated workload (which is one operating
     point): the longest sequence is the model's context window, cut to what one sequence's KV fits beside the
@@ -399,6 +415,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
     max_seqs, max_len = _serving_limits(plan, "vllm")
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
+    notes += _limit_notes(plan, max_seqs, max_len, "--max-num-seqs", "--max-model-len")
     argv += _dtype_flags(plan, notes, "vllm")
     argv += _vllm_engine_flags(plan, max_seqs, notes)
     argv += features.export_flags(plan, "vllm", notes)
@@ -564,6 +581,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     if plan.engine_options.max_num_seqs is None:
         notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
                      "rounded up")
+    notes += _limit_notes(plan, max_seqs, max_len, "the sequence cap", "--max-model-len")
     argv += _dtype_flags(plan, notes, "vllm")
     argv += _vllm_engine_flags(plan, per_engine, notes)
     argvs = _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)
@@ -652,6 +670,7 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
+    notes += _limit_notes(plan, max_seqs, max_len, "--max-running-requests", "--context-length")
     argv += _dtype_flags(plan, notes, "sglang")
     argv += _other_engine_flags(plan, "SGLang", "--chunked-prefill-size", notes)
     argv += _scheduler_export(plan, "sglang", notes)
@@ -682,6 +701,7 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
         notes.append(f"MoE: moe_ep_size={ep}, moe_tp_size={moe_tp} (TensorRT-LLM requires tp = moe_tp * moe_ep)")
     max_seqs, max_len = _serving_limits(plan, "trtllm")
     base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
+    notes += _limit_notes(plan, max_seqs, max_len, "--max_batch_size", "--max_seq_len")
     base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
