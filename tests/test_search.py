@@ -303,3 +303,11 @@ def test_a_total_beyond_memory_queues() -> None:
     best = r.top[0]
     assert best.in_flight < 100_000
     assert "the rest queue" in best.reason
+
+
+def test_search_says_which_rejections_validate_only_warns_about() -> None:
+    """TP 16 across two nodes was 'valid' in validate_dag and 'rejected' in search, with nothing saying why."""
+    r = search_strategies("llama-3.1-405b", {"gpu": "h100-sxm", "num_gpus": 16})
+    assert r.rejected.get("TP-WITHIN-NODE")
+    note = next(n for n in r.notes if n.startswith("left out on rules validate_dag only warns about"))
+    assert "TP-WITHIN-NODE" in note and "GPU-EXCEEDS-CLUSTER" not in note

@@ -66,7 +66,7 @@ from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.fast import FastEstimator
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
-from tools.rules.registry import param
+from tools.rules.registry import catalog, param
 
 __all__ = ["PlanSummary", "SearchResult", "Slo", "search_strategies"]
 
@@ -974,6 +974,10 @@ def search_strategies(
     if search.total is not None:
         notes.append(f"every plan is priced at the workload's {search.total} in flight in all, split over its "
                      "replicas (batch_size per replica, in_flight in all)")
+    # pruned on a rule validate_dag only warns about: say so, since validate accepts what search left out
+    soft = sorted(r for r in search.rejected if r in catalog() and catalog()[r].get("severity") != "error")
+    if soft:
+        notes.append("left out on rules validate_dag only warns about (it accepts such plans): " + ", ".join(soft))
     if dropped:
         who = " or ".join(search.launch_engines)
         notes.append(f"{dropped} layout(s) that {who} cannot launch were left out (unlaunchable=true lists them, "
