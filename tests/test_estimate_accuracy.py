@@ -518,3 +518,26 @@ def test_unscored_measurements_keep_their_evidence() -> None:
     early = load_measurements(UNSCORED / "dstack_deepseek_r1_early_2025.json")
     builds = ("0.4.2", "0.4.3", "0.7.3", "0.7.4", "0.17")
     assert len(early) == 135 and all(any(b in p["engine"] for b in builds) for p in early)
+
+
+def test_request_rate_points_are_priced_under_poisson_arrivals(tmp_path) -> None:
+    """Published sweeps over a request rate (vllm bench serve --request-rate) are scored at that rate, capped at
+    the run's max concurrency when it states one."""
+    import json as _json
+
+    from tools.calibration.accuracy import load_measurements, point_load
+    from tools.core.errors import PdagInputError
+
+    base = {"source": "x", "engine": "vLLM", "model": "llama-3.1-8b", "gpu": "h100-sxm", "parallel": {"tp": 1},
+            "input_len": 1000, "output_len": 200, "metric": "serving_ttft_ms", "value": 50}
+    f = tmp_path / "rate.json"
+    f.write_text(_json.dumps({"points": [{**base, "id": "open", "request_rate": 4, "client_lengths": "sharegpt"},
+                                         {**base, "id": "capped", "request_rate": 4, "batch_size": 8}]}))
+    open_, capped = load_measurements(f)
+    assert point_load(open_, 1)["request_rate"] == 4 and "concurrency" not in point_load(open_, 1)
+    assert point_load(open_, 1)["input_len_range"] == [1, 1999]
+    assert point_load(capped, 2) == {"request_rate": 4.0, "concurrency": 16}
+    f.write_text(_json.dumps({"points": [{**base, "id": "bad", "request_rate": -1}]}))
+    with pytest.raises(PdagInputError) as exc:
+        load_measurements(f)
+    assert exc.value.field.endswith("request_rate")

@@ -20,7 +20,8 @@ publication several sources belong to (pages of one site written with one harnes
   fixed concurrency of ``batch_size`` per DP replica, priced by the serving simulator (``tools/estimate/simulate.py``)
   at the point's load (``point_load``) and compared with the statistic the point reports (``statistic``: mean,
   p50, p90 or p99; default mean, or p50 where its note says median); ``serving_model="analytic"`` scores the older
-  steady-state formula (the estimate's ``serving`` block) instead.
+  steady-state formula (the estimate's ``serving`` block) instead.  A point with ``request_rate`` was measured under
+  Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size).
 
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
@@ -83,7 +84,8 @@ METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens
            "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu")
 # How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
 # together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
-CLIENT_LENGTHS = ("fixed", "jittered")
+# "sharegpt": lengths drawn from a dataset, priced as uniform from 1 to twice the stated mean.
+CLIENT_LENGTHS = ("fixed", "jittered", "sharegpt")
 PARTS = ("compute", "memory", "communication", "overhead")
 HARDWARE_PARTS = ("compute", "memory")
 SCALED_KEYS = {
@@ -189,6 +191,13 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
     for i, pt in enumerate(points):
         if not isinstance(pt, dict):
             raise PdagInputError(f"measurements.points[{i}]", "expected an object", "a measurement point")
+        rate = pt.get("request_rate")
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+                raise PdagInputError(f"measurements.points[{i}].request_rate",
+                                     f"expected a positive number, got {rate!r}", "requests per second > 0")
+            if "batch_size" not in pt:  # an open loop with no cap on requests in flight
+                pt = points[i] = {**pt, "batch_size": 1, "uncapped": True}
         for key in ("model", "gpu", "metric", "value", "input_len", "output_len", "batch_size"):
             if key not in pt:
                 raise PdagInputError(f"measurements.points[{i}].{key}", "missing", "see published.json")
@@ -381,12 +390,14 @@ def point_load(pt: dict[str, Any], dp: int) -> dict[str, Any]:
     text = " ".join(str(pt.get(k) or "") for k in ("table", "note", "engine")).lower()
     conc = pt["batch_size"] * dp
     out: dict[str, Any] = {"concurrency": conc}
+    if pt.get("request_rate"):  # Poisson arrivals, capped at batch_size per replica in flight when the run states one
+        out = {"request_rate": float(pt["request_rate"])} | ({} if pt.get("uncapped") else {"concurrency": conc})
     m = re.search(r"--num-prompts[ =](\d+)", text)
     if m:
         out["num_requests"] = max(conc, int(m.group(1)))
-    if pt.get("client_lengths") == "jittered":
+    if pt.get("client_lengths") in ("jittered", "sharegpt"):
         def span(mean: int) -> list[int]:
-            if "sharegpt" in text or "uniformly from 1" in text:
+            if pt.get("client_lengths") == "sharegpt" or "sharegpt" in text or "uniformly from 1" in text:
                 return [1, max(1, 2 * mean - 1)]
             return [max(1, round(mean * 0.8 / 0.9)), max(1, round(mean / 0.9))]
         out["input_len_range"] = span(pt["input_len"])
