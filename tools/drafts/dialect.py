@@ -70,10 +70,9 @@ class _Notes:
 
 def _columns(doc: dict[str, Any], part: str) -> list[str] | None:
     """The column names of a tabular ``nodes`` / ``edges`` list (``"node_columns": ["id", "type", "devices"]``)."""
-    singular = part.removesuffix("s")
+    names = {f"{stem}{suffix}" for stem in (part, part.removesuffix("s")) for suffix in words("table_header_suffixes")}
     for k, v in doc.items():
-        if key(k) in (f"{singular}columns", f"{part}columns", f"{singular}fields", f"{singular}header") \
-                and isinstance(v, list) and v and all(isinstance(c, str) for c in v):
+        if key(k) in names and isinstance(v, list) and v and all(isinstance(c, str) for c in v):
             return v
     return None
 
@@ -257,7 +256,8 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
     # a sampler is read as the LM head's end (tools/drafts/implicit.py), or as the head where none is drawn before it
     notes.add(f"type '{raw}' as a sampler ({canon}, role '{SAMPLER}')" if node.get("role") == SAMPLER
               else f"type '{raw}' as {canon}")
-    phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
+    suffixes = "|".join(sorted(words("phase_type_suffixes"), key=len, reverse=True))
+    phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(rf"(?:{suffixes}|\d+)+$", "", k))
     if canon == NodeType.PHASE.value and phase and "phase" not in node:
         node["phase"] = phase
 
@@ -438,7 +438,7 @@ def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
 
 def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> None:
     """A ``metadata`` block's model name and stated GPU count, which the checkers compare with the drawing."""
-    model = block.get("model") or block.get("model_name") or block.get("model_id")
+    model = next((v for k, v in block.items() if key(k) in words("metadata_model_fields") and v), None)
     if isinstance(model, str) and "model" not in out:
         out["model"] = model
         notes.add("metadata.model as the DAG's model")
@@ -466,7 +466,7 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     def holds_nodes(block: dict[str, Any]) -> bool:
         return any(tables()["document"].get(key(k)) == "nodes" for k in block)
 
-    for wrapper in ("graph", "dag"):
+    for wrapper in [k for k in doc if key(k) in words("graph_wrappers")]:
         inner = doc.get(wrapper)
         if "nodes" not in doc and isinstance(inner, dict) and (holds_nodes(inner) or any(
                 isinstance(v, dict) and "nodes" in v for v in inner.values())):
@@ -484,7 +484,8 @@ def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     out = _top_level(doc, notes)
     if isinstance(out.get("model"), dict):
         model = out["model"]
-        name = next((model[k] for k in ("id", "name", "preset", "hf_id") if isinstance(model.get(k), str)), None)
+        name = next((v for k, v in model.items() if key(k) in words("model_name_fields") and isinstance(v, str)),
+                    None)
         out.pop("model")
         if name:
             out["model"] = name
@@ -531,8 +532,8 @@ def _letter_phases(nodes: list[Any], notes: _Notes) -> None:
         return
     parts = {n["id"]: re.split(r"[./:_\-\s]+", n["id"]) for n in nodes if isinstance(n, dict)
              and isinstance(n.get("id"), str)}
-    letters = {"p": "prefill", "d": "decode"}
-    if not {"p", "d"} <= {parts[n["id"]][0].lower() for n in ops}:
+    letters = tables()["phase_initials"]
+    if not set(letters) <= {parts[n["id"]][0].lower() for n in ops}:
         return
     for n in nodes:
         words_of = parts.get(n.get("id")) if isinstance(n, dict) else None
