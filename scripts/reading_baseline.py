@@ -4,6 +4,8 @@ change to the draft reader can be compared before and after: ``{document: [valid
     python -m scripts.reading_baseline write before.json      # on the old reader
     python -m scripts.reading_baseline compare before.json    # on the new one: every document that differs
 
+With ``--fix`` each entry also holds autofix_dag's verdict and notes (slower: autofix rebuilds many drafts).
+
 Documents: both sides of each rule fixture (tests/fixtures/rules), the same rewritten in drafted spellings as
 tests/test_dialect.py rewrites them (seeded by rule and side), every blind draft (tests/data/blind_dags*) and every
 eval case's scripted draft (evals/cases).  A document refused as input is recorded with its error's field.
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.test_dialect import to_dialect
-from tools import validate_dag
+from tools import autofix_dag, validate_dag
 from tools.core.errors import PdagInputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,20 +47,25 @@ def documents() -> Iterator[tuple[str, Any]]:
             yield f"{f.relative_to(ROOT)}#draft", draft
 
 
-def reading(doc: Any) -> list[Any]:
-    """[valid, sorted error rule ids, notes], or ["input error", field, message] for a refused document."""
+def reading(doc: Any, fix: bool) -> list[Any]:
+    """[valid, sorted error rule ids, notes] of validate_dag (with ``fix``, then autofix_dag's valid and notes),
+    or ["input error", field, message] for a refused document."""
     try:
         r = validate_dag(dag=copy.deepcopy(doc))
+        fixed = autofix_dag(dag=copy.deepcopy(doc)) if fix else None
     except PdagInputError as e:
         return ["input error", e.field, str(e)]
-    return [r.valid, sorted({v.rule_id for v in r.violations if v.severity == "error"}), list(r.notes)]
+    out = [r.valid, sorted({v.rule_id for v in r.violations if v.severity == "error"}), list(r.notes)]
+    return out + ([fixed.valid, list(fixed.notes)] if fixed is not None else [])
 
 
 def main(argv: list[str]) -> int:
+    fix = "--fix" in argv
+    argv = [a for a in argv if a != "--fix"]
     if len(argv) != 2 or argv[0] not in ("write", "compare"):
         print(__doc__)
         return 2
-    now = {name: reading(doc) for name, doc in documents()}
+    now = {name: reading(doc, fix) for name, doc in documents()}
     if argv[0] == "write":
         Path(argv[1]).write_text(json.dumps(now, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         valid = sum(1 for r in now.values() if r[0] is True)
