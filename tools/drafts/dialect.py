@@ -715,8 +715,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
                         for r in (rs if isinstance(rs, list) else [rs])]
             found = []
             for r in refs:
-                ref, kind = (r.get("id") or r.get("node") or r.get("source"), r.get("type")) if isinstance(r, dict) \
-                    else (r, None)
+                ref, kind = (_reference(r), r.get("type")) if isinstance(r, dict) else (r, None)
                 if isinstance(ref, str) and ref in ids:
                     u, v = (ref, n["id"]) if before else (n["id"], ref)
                     found.append({"source": u, "target": v, **({"type": kind} if isinstance(kind, str) else {})})
@@ -727,6 +726,13 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
         if len(kept) < len(meta):
             nodes[i] = {**{f: v for f, v in n.items() if f != "meta"}, **({"meta": kept} if kept else {})}
     return [_edge(e, notes) for e in out]
+
+
+def _reference(ref: dict[str, Any]) -> Any:
+    """The node an edge written inside a node refers to, in an object (``{"id": "b", "type": "sync"}``): under a
+    ``reference_fields`` key, else an edge's source spelling."""
+    return next((v for k, v in ref.items() if key(k) in words("reference_fields")), None) or next(
+        (v for k, v in ref.items() if tables()["edge_fields"].get(key(k)) == "source"), None)
 
 
 def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
         parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
         if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
             return device_list(parts, gpus_per_node, hosts)
-        machine_gpu, host_gpu, _ = _patterns()
+        machine_gpu, host_gpu, gpu_word = _patterns()
         named = host_gpu.fullmatch(text) if hosts else None
         if named and hosts and named.group(1) in hosts:
             base = hosts[named.group(1)] * gpus_per_node
@@ -55,7 +55,7 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
             return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
         nums = [int(x) for x in re.findall(r"\d+", text)]
         if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", text) and nums[0] <= nums[1] \
-                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", text):
+                and not re.search(rf"(?:{gpu_word.pattern})\s*:\s*\d+\s*$", text):
             return list(range(nums[0], nums[1] + 1)) if nums[1] - nums[0] < 100_000 else None
         if len(nums) > 1 and re.search(r"\d\s*[,;]\s*\D*\d", text):  # "gpu[0, 3]"
             return nums
