@@ -4,9 +4,10 @@ An agent that drafts a DAG by hand spells it its own way: ``{"from": .., "to": .
 id, ``"gpu": 3`` for the devices, ``"attention"`` or ``"AllReduce(TP)"`` for the node type, nodes keyed by id,
 edges as ``["a", "b"]`` pairs or ``"a -> b"`` strings, a ``metadata`` block beside the graph.  Judging such a
 draft by the published schema alone fails it on spelling before its meaning is looked at.  ``translate`` maps
-every spelling listed in ``knowledge/dag_vocabulary.json`` onto the canonical one and says what it read how, so
-that the checkers judge the structure.  What it cannot read (a node type no table names) is left as written and
-fails the schema with the closest canonical names offered.
+every spelling listed in ``knowledge/dag_vocabulary.json`` onto the canonical one through ``STAGES``, a declared
+order of named stages, and says what it read how, so that the checkers judge the structure.  What it cannot read
+(a node type no table names) is left as written and fails the schema with the closest canonical names offered; a
+word the draft gives two meanings at once is read neither way and refused (STRUCT-ONE-READING).
 
 Translation never overrides: a canonical field present in the draft wins over any alias beside it.  Fields no
 table knows move into the node's ``meta`` (a drafter's ``label`` or ``description`` is not an error).  The result
