@@ -16,12 +16,20 @@ from tools.rules.validate import validate_dag
 DRAFT = Path(__file__).parent / "data" / "blind_dags5" / "dag_04.json"
 
 
+REFUSED = Path(__file__).parent / "fixtures" / "rules" / "STRUCT-ONE-READING.json"  # carries its plan: fix rebuilds
+
+
 @pytest.mark.parametrize("command", ["validate", "fix"])
-def test_text_page_shows_every_reading(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = json.loads(DRAFT.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("draft", ["blind", "rebuilt"])
+def test_text_page_shows_every_reading(command: str, draft: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(DRAFT.read_text(encoding="utf-8")) if draft == "blind" else \
+        json.loads(REFUSED.read_text(encoding="utf-8"))["reject"]["dag"]
+    path = tmp_path / "draft.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
     notes = (validate_dag if command == "validate" else autofix_dag)(dag=doc).notes
-    assert notes
-    main([command, str(DRAFT)])
+    assert any("read the draft's own vocabulary" in n for n in notes)
+    main([command, str(path)])
     out = capsys.readouterr().out
     for note in notes:
         assert f"reading: {note}" in out

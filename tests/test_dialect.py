@@ -54,7 +54,9 @@ def to_dialect(doc: dict[str, Any], rng: random.Random) -> dict[str, Any]:
         spellings = _type_spellings(n["type"])
         m[id_key] = n["id"]
         m[rng.choice(["type", "kind", "op_type"])] = rng.choice(spellings) if spellings else n["type"]
-        m[dev_key] = _devices(n["devices"], rng) if n.get("devices") else n.get("devices", [])
+        if "devices" in n:  # a list of GPU ids respelled; a mesh placement or no devices kept as they are
+            m[dev_key] = _devices(n["devices"], rng) if isinstance(n["devices"], list) and n["devices"] \
+                else n["devices"]
         if rng.random() < 0.2:
             m["description"] = "drafted by hand"
         nodes.append(m)
@@ -98,7 +100,7 @@ def test_any_drafted_spelling_of_a_built_dag_is_judged_as_the_canonical_one(seed
 
 def test_a_canonical_document_is_read_unchanged_and_without_notes() -> None:
     dag = dag_of(P_MOE)
-    out, notes = translate(copy.deepcopy(dag))
+    out, notes, _ = translate(copy.deepcopy(dag))
     assert out == dag and notes == []
 
 
@@ -111,7 +113,7 @@ def test_the_validator_says_what_it_read_how() -> None:
 def test_a_canonical_field_wins_over_an_alias_beside_it() -> None:
     doc = {"nodes": [{"id": "a", "name": "b", "type": "AttentionNode", "kind": "FFNNode", "devices": [1], "gpu": 2}],
            "edges": []}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     node = out["nodes"][0]
     assert (node["id"], node["type"], node["devices"]) == ("a", "AttentionNode", [1])
     assert node["meta"] == {"name": "b", "kind": "FFNNode", "gpu": 2}
@@ -179,7 +181,7 @@ def test_autofix_repairs_a_drafted_dag_as_it_repairs_the_canonical_one() -> None
                         max_leaves=20))
 def test_arbitrary_documents_never_crash_the_reader(doc: Any) -> None:
     if isinstance(doc, dict):
-        out, notes = translate(doc)
+        out, notes, _ = translate(doc)
         assert isinstance(out, dict) and isinstance(notes, list)
 
 
@@ -336,10 +338,10 @@ def test_layers_named_in_ids_and_phases_by_p_and_d() -> None:
     doc = {"nodes": [{"id": "P.L39.attn", "type": "attention", "devices": [0]},
                      {"id": "D/blk3/ffn", "type": "ffn", "devices": [0]},
                      {"id": "L7", "type": "ffn", "devices": [0]}], "edges": []}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     got = {n["id"]: (n.get("layer"), n.get("phase")) for n in out["nodes"]}
     assert got == {"P.L39.attn": (39, "prefill"), "D/blk3/ffn": (3, "decode"), "L7": (None, None)}
-    alone, _ = translate({"nodes": [{"id": "P.L0.attn", "type": "attention", "devices": [0]}], "edges": []})
+    alone, _, _ = translate({"nodes": [{"id": "P.L0.attn", "type": "attention", "devices": [0]}], "edges": []})
     assert "phase" not in alone["nodes"][0]  # a lone "P" could stand for anything
 
 
@@ -494,7 +496,7 @@ def test_the_token_sent_into_the_middle_of_decode_is_still_refused() -> None:
 
 def test_vertex_ids_and_kv_read_edges() -> None:
     """Graph-library habits: a vertex's id as ``vid``, an edge of kind ``kv_read``."""
-    out, _ = translate({"vertices": [{"vid": "a", "kind": "KVCacheUpdateNode", "devices": [0]},
+    out, _, _ = translate({"vertices": [{"vid": "a", "kind": "KVCacheUpdateNode", "devices": [0]},
                                      {"vid": "b", "kind": "AttentionNode", "devices": [0]}],
                         "arcs": [{"src": "a", "dst": "b", "kind": "kv_read"}]})
     assert [n["id"] for n in out["nodes"]] == ["a", "b"]

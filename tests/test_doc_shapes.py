@@ -81,7 +81,7 @@ _DOT_DOC = {"format": "my-dot", "dot": """digraph {
 
 
 def test_a_dot_string_is_read_as_the_graph() -> None:
-    out, notes = translate(_DOT_DOC)
+    out, notes, _ = translate(_DOT_DOC)
     assert _ids(out) == {"request", "emb", "attn"}
     assert ("emb", "attn", "data") in _edges(out)
     by = {n["id"]: n for n in out["nodes"]}
@@ -100,7 +100,7 @@ def test_node_objects_anywhere_with_successor_fields() -> None:
     doc = {"request": {"id": "req", "is": "Request", "next": ["r0/emb"], "fan_out": [
         {"replica": 0, "prefill": [{"id": "r0/emb", "is": "Embed", "devices": "0-1", "next": ["r0/attn [sync]"]},
                                    {"id": "r0/attn", "is": "Attention", "devices": "0-1"}]}]}}
-    out, notes = translate(doc)
+    out, notes, _ = translate(doc)
     assert _ids(out) == {"req", "r0/emb", "r0/attn"}
     assert _edges(out) == {("req", "r0/emb", "data"), ("r0/emb", "r0/attn", "sync")}
     by = {n["id"]: n for n in out["nodes"]}
@@ -115,7 +115,7 @@ def test_id_keyed_maps_under_phase_sections_share_ids() -> None:
                                   "kv": {"op": "KVWrite", "on": "0-1", "inputs": [{"from": "embed", "as": "sync"}]}},
                       "decode": {"embed": {"op": "Embed", "on": "0-1",
                                            "inputs": [{"from": "prefill:kv", "as": "kv"}]}}}}
-    out, notes = translate(doc)
+    out, notes, _ = translate(doc)
     assert _ids(out) == {"REQ", "prefill:embed", "kv", "decode:embed"}  # only the shared id is qualified
     assert _edges(out) == {("REQ", "prefill:embed", "data"), ("prefill:embed", "kv", "sync"),
                            ("kv", "decode:embed", "kv")}
@@ -135,7 +135,7 @@ def test_torch_fx_list_with_args_kwargs_and_meta() -> None:
          "device": ["cuda:0"], "meta": {"phase": "prefill", "layer_idx": 0, "desc": "write"}},
         {"name": "%attn", "op": "call_module", "node_type": "AttentionNode", "args": ["%req"],
          "kwargs": {"past_key_values": ["%kv"]}, "device": ["cuda:0"], "meta": {"phase": "decode"}}]}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     assert _edges(out) == {("%req", "%kv", "data"), ("%req", "%attn", "data"), ("%kv", "%attn", "kv")}
     by = {n["id"]: n for n in out["nodes"]}
     assert by["%kv"]["type"] == "KVCacheUpdateNode" and by["%kv"]["layer"] == 0 and by["%kv"]["phase"] == "prefill"
@@ -147,7 +147,7 @@ def test_stage_containers_and_a_flow_of_typed_arrows() -> None:
            "phases": {"prefill": {"stages": [{"stage": 1, "ops": [{"id": "a", "op": "attention", "on": "hA:cuda:0"},
                                                                    {"id": "b", "op": "ffn", "on": "hB:cuda:0"}]}]}},
            "flow": ["req --data--> a", "a --sync--> b"]}
-    out, notes = translate(doc)
+    out, notes, _ = translate(doc)
     assert _edges(out) == {("req", "a", "data"), ("a", "b", "sync")}
     by = {n["id"]: n for n in out["nodes"]}
     assert by["a"]["stage"] == 1 and by["a"]["phase"] == "prefill"
@@ -159,14 +159,14 @@ def test_stage_containers_and_a_flow_of_typed_arrows() -> None:
 def test_an_edge_list_naming_other_things_is_not_read_as_edges() -> None:
     doc = {"g": [{"id": "a", "type": "Attention"}, {"id": "b", "type": "FFN"}],
            "pairs": [["x", "y"], ["y", "z"]]}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     assert out.get("edges", []) == []
 
 
 def test_documented_nodes_win_and_nothing_else_is_searched() -> None:
     doc = {"nodes": [{"id": "a", "type": "AttentionNode", "devices": [0]}], "edges": [],
            "elsewhere": [{"id": "b", "type": "FFN"}, {"id": "c", "type": "FFN"}]}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     assert _ids(out) == {"a"}
 
 
@@ -178,7 +178,7 @@ def test_a_document_without_node_objects_is_still_not_a_dag() -> None:
 def test_table_rows_under_node_rows() -> None:
     doc = {"node_columns": ["id", "type", "ranks"], "node_rows": [["a", "AttentionNode", "r0-r1"], ["b", "FFN", "-"]],
            "edge_columns": ["from", "to"], "edge_rows": [["a", "b"]]}
-    out, _ = translate(doc)
+    out, _, _ = translate(doc)
     assert {n["id"]: n.get("devices") for n in out["nodes"]}["a"] == [0, 1]
     assert _edges(out) == {("a", "b", "data")}
 
@@ -288,7 +288,7 @@ def test_operator_field_as_name_beside_a_type_field() -> None:
                    {"op": "prefill.0.kv_write", "kind": "KVCacheUpdateNode", "gpus": [0],
                     "after": ["prefill.0.attn"]}]},
                {"layer": "1-4", "elided": True, "op": "prefill.rest", "repeat": 4, "after": ["prefill.0.attn"]}]}]}
-    out, notes = translate(doc)
+    out, notes, _ = translate(doc)
     by = {n["id"]: n for n in out["nodes"]}
     assert set(by) == {"request", "prefill.0.attn", "prefill.0.kv_write", "prefill.rest"}
     assert by["prefill.0.attn"]["type"] == "AttentionNode" and "op" not in by["prefill.0.attn"]
@@ -307,13 +307,13 @@ def test_parallelism_block_devices_and_kv_source_fields() -> None:
         {"id": "p.attn", "type": "AttentionNode", "phase": "prefill", "tp": {"degree": 2, "gpus": [0, 1]}},
         {"id": "p.kv", "type": "KVCacheUpdateNode", "phase": "prefill", "gpus": [0, 1], "inputs": ["p.attn"]},
         {"id": "d.attn", "type": "AttentionNode", "phase": "decode", "gpus": [0, 1], "reads_kv": "p.kv"}]}
-    out, notes = translate(doc)
+    out, notes, _ = translate(doc)
     by = {n["id"]: n for n in out["nodes"]}
     assert by["p.attn"]["devices"] == [0, 1]
     assert ("p.kv", "d.attn", "kv") in _edges(out)
     assert any("node field 'reads_kv' as edges" in n for n in notes)
     # a block that is no parallelism block gives no devices
-    plain, _ = translate({"graph": [{**doc["graph"][0], "tp": None, "misc": {"gpus": [0, 1]}}, doc["graph"][1]]})
+    plain, _, _ = translate({"graph": [{**doc["graph"][0], "tp": None, "misc": {"gpus": [0, 1]}}, doc["graph"][1]]})
     assert "devices" not in {n["id"]: n for n in plain["nodes"]}["p.attn"]
 
 
@@ -342,14 +342,14 @@ def test_predecessor_maps_section_ids_in_edge_text_and_more_placeholder_spans() 
     from tools.drafts.implicit import _elided_span
     from tools.drafts.vocabulary import node_type
 
-    out, notes = translate({"ops": [{"id": "a", "type": "AttentionNode", "devices": [0]},
+    out, notes, _ = translate({"ops": [{"id": "a", "type": "AttentionNode", "devices": [0]},
                                     {"id": "b", "type": "FFNNode", "devices": [0]}], "deps": {"a": [], "b": ["a"]}})
     assert _edges(out) == {("a", "b", "data")}
     assert any("'deps' as each node's predecessors" in n for n in notes)
     # a successor map under an edge word stays a successor map
-    succ, _ = translate({"ops": out["nodes"], "links": {"a": ["b"]}})
+    succ, _, _ = translate({"ops": out["nodes"], "links": {"a": ["b"]}})
     assert _edges(succ) == {("a", "b", "data")}
-    edges, _ = translate({"nodes": out["nodes"], "edges": ["x:L0 -> prefill:lm_head", "a -> b : sync"]})
+    edges, _, _ = translate({"nodes": out["nodes"], "edges": ["x:L0 -> prefill:lm_head", "a -> b : sync"]})
     assert {(e["source"], e["target"], e.get("type", "data")) for e in edges["edges"]} == {
         ("x:L0", "prefill:lm_head", "data"), ("a", "b", "sync")}
     assert _elided_span({"id": "P_L1_78", "type": "ElidedLayers", "count": 78}) == (1, 78)
@@ -370,7 +370,7 @@ def _steps_tree(decode: bool = True) -> dict[str, Any]:
 
 
 def test_steps_listed_in_order_as_a_chain() -> None:
-    out, notes = translate(_steps_tree())
+    out, notes, _ = translate(_steps_tree())
     by = {n["id"]: n for n in out["nodes"]}
     attn, kv, ar = "r0/prefill/layer0/AttentionNode", "r0/prefill/layer0/KVCacheUpdateNode", \
         "r0/prefill/layer0/AllReduceNode"
@@ -386,7 +386,7 @@ def test_steps_listed_in_order_as_a_chain() -> None:
     assert any("steps listed in order ('sequence') as a chain of nodes" in n for n in notes)
     assert any("a decode section after the prefill section beside it" in n for n in notes)
     # without a decode section nothing is linked across; a list of objects naming no node type is no chain
-    alone, notes2 = translate(_steps_tree(decode=False))
+    alone, notes2, _ = translate(_steps_tree(decode=False))
     assert not any("decode section" in n for n in notes2) and "r0/decode/EmbeddingNode" not in _ids(alone)
     with pytest.raises(PdagInputError):
         validate_dag(dag={"plan": {"steps": [{"what": "buy"}, {"what": "sell"}]}})
@@ -395,12 +395,12 @@ def test_steps_listed_in_order_as_a_chain() -> None:
 def test_a_request_the_steps_wait_for_is_drawn_as_the_root() -> None:
     ops = [{"name": "embed", "op": "EmbeddingNode", "gpus": [0], "depends_on": ["request"]},
            {"name": "attn", "op": "AttentionNode", "gpus": [0], "depends_on": ["embed"]}]
-    out, notes = translate({"prefill_pool": {"ops": ops}, "decode_pool": {"ops": []}})
+    out, notes, _ = translate({"prefill_pool": {"ops": ops}, "decode_pool": {"ops": []}})
     assert {"id": "request", "type": "RequestNode", "devices": []} in out["nodes"]
     assert ("request", "embed", "data") in _edges(out)
     assert any("the RequestNode 'request' the steps wait for drawn as the root" in n for n in notes)
     # a name that spells no request, or a request already drawn, draws nothing
-    other, _ = translate({"prefill_pool": {"ops": [{**ops[0], "depends_on": ["start"]}, ops[1]]}})
+    other, _, _ = translate({"prefill_pool": {"ops": [{**ops[0], "depends_on": ["start"]}, ops[1]]}})
     assert all(n.get("type") != "RequestNode" for n in other["nodes"])
-    drawn, _ = translate({"prefill_pool": {"ops": [{"name": "req", "op": "RequestNode"}, *ops]}})
+    drawn, _, _ = translate({"prefill_pool": {"ops": [{"name": "req", "op": "RequestNode"}, *ops]}})
     assert [n["id"] for n in drawn["nodes"] if n.get("type") == "RequestNode"] == ["req"]

@@ -366,3 +366,22 @@ async def test_estimate_sla_and_search_engine_serving_reach_the_core(client):
     assert served.structured_content["top"] != generic["top"]
     unknown = await client.call_tool("search_strategies", args | {"engine": "tgi"})
     assert unknown.is_error and "engine" in unknown.content[0].text
+
+
+@pytest.mark.parametrize("tool", ["validate_dag", "autofix_dag"])
+async def test_a_drafts_readings_and_refusals_reach_the_mcp_answer(client, tool):
+    """What the reader read how (the notes) and a word refused for its two meanings reach the agent, in the
+    default summary as in the core's result."""
+    from tools import autofix_dag, validate_dag
+
+    draft = json.loads((Path(__file__).parent / "fixtures" / "rules" / "STRUCT-ONE-READING.json").read_text())
+    dag = draft["reject"]["dag"]
+    core = (validate_dag if tool == "validate_dag" else autofix_dag)(dag=json.loads(json.dumps(dag)))
+    assert core.notes
+    s = (await client.call_tool(tool, {"dag": dag})).structured_content
+    assert s["notes"] == core.notes
+    if tool == "validate_dag":
+        assert "STRUCT-ONE-READING" in {v["rule_id"] for v in s["violations"]}
+        assert "'rank'" in json.dumps(s["violations"])
+    else:  # the draft carries its plan: rebuilt from it, the refused word is gone, and the change says which rule
+        assert "STRUCT-ONE-READING" in {c["rule_id"] for c in s["changes"]}

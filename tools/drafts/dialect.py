@@ -4,9 +4,10 @@ An agent that drafts a DAG by hand spells it its own way: ``{"from": .., "to": .
 id, ``"gpu": 3`` for the devices, ``"attention"`` or ``"AllReduce(TP)"`` for the node type, nodes keyed by id,
 edges as ``["a", "b"]`` pairs or ``"a -> b"`` strings, a ``metadata`` block beside the graph.  Judging such a
 draft by the published schema alone fails it on spelling before its meaning is looked at.  ``translate`` maps
-every spelling listed in ``knowledge/dag_vocabulary.json`` onto the canonical one and says what it read how, so
-that the checkers judge the structure.  What it cannot read (a node type no table names) is left as written and
-fails the schema with the closest canonical names offered.
+every spelling listed in ``knowledge/dag_vocabulary.json`` onto the canonical one through ``STAGES``, a declared
+order of named stages, and says what it read how, so that the checkers judge the structure.  What it cannot read
+(a node type no table names) is left as written and fails the schema with the closest canonical names offered; a
+word the draft gives two meanings at once is read neither way and refused (STRUCT-ONE-READING).
 
 Translation never overrides: a canonical field present in the draft wins over any alias beside it.  Fields no
 table knows move into the node's ``meta`` (a drafter's ``label`` or ``description`` is not an error).  The result
@@ -18,8 +19,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as default
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import knowledge
 from tools.core.dag import CONTROL_TYPES, Dag, Edge, EdgeType, Node, NodeType
@@ -36,7 +40,7 @@ from tools.drafts.gpus import (
     mesh_place,
     node_local,
 )
-from tools.drafts.vocabulary import SAMPLER, is_int, key, names_sampler, node_type, tables, words
+from tools.drafts.vocabulary import SAMPLER, is_int, key, names_sampler, node_type, tables, vocabulary, words
 
 _CONTROL = {t.value for t in CONTROL_TYPES}
 _LAYERLESS = _CONTROL - {NodeType.MOE.value, NodeType.ATTN_DP_GROUP.value}  # containers above the layers
@@ -70,10 +74,9 @@ class _Notes:
 
 def _columns(doc: dict[str, Any], part: str) -> list[str] | None:
     """The column names of a tabular ``nodes`` / ``edges`` list (``"node_columns": ["id", "type", "devices"]``)."""
-    singular = part.removesuffix("s")
+    names = {f"{stem}{suffix}" for stem in (part, part.removesuffix("s")) for suffix in words("table_header_suffixes")}
     for k, v in doc.items():
-        if key(k) in (f"{singular}columns", f"{part}columns", f"{singular}fields", f"{singular}header") \
-                and isinstance(v, list) and v and all(isinstance(c, str) for c in v):
+        if key(k) in names and isinstance(v, list) and v and all(isinstance(c, str) for c in v):
             return v
     return None
 
@@ -257,7 +260,8 @@ def _read_type(node: dict[str, Any], notes: _Notes) -> None:
     # a sampler is read as the LM head's end (tools/drafts/implicit.py), or as the head where none is drawn before it
     notes.add(f"type '{raw}' as a sampler ({canon}, role '{SAMPLER}')" if node.get("role") == SAMPLER
               else f"type '{raw}' as {canon}")
-    phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(r"(?:phase|pool|branch|\d+)+$", "", k))
+    suffixes = "|".join(sorted(words("phase_type_suffixes"), key=len, reverse=True))
+    phase = tables()["phases"].get(k) or tables()["phases"].get(re.sub(rf"(?:{suffixes}|\d+)+$", "", k))
     if canon == NodeType.PHASE.value and phase and "phase" not in node:
         node["phase"] = phase
 
@@ -438,7 +442,7 @@ def _top_level(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:
 
 def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> None:
     """A ``metadata`` block's model name and stated GPU count, which the checkers compare with the drawing."""
-    model = block.get("model") or block.get("model_name") or block.get("model_id")
+    model = next((v for k, v in block.items() if key(k) in words("metadata_model_fields") and v), None)
     if isinstance(model, str) and "model" not in out:
         out["model"] = model
         notes.add("metadata.model as the DAG's model")
@@ -460,67 +464,199 @@ def _plan_fields() -> frozenset[str]:
     return frozenset(knowledge.load_json("schemas/plan.schema.json")["properties"])
 
 
-def translate(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``doc`` in pdag's vocabulary, and one note saying what was read how (none for a canonical document)."""
-    notes = _Notes()
+@dataclass
+class _Draft:
+    """A draft while it is read: the document as written (``doc``, once unwrapped), what has been read so far in
+    pdag's vocabulary (``out``), the notes, the words refused for carrying two meanings, and the draft's own
+    statements of its machines and device mesh that the GPU spellings are read against."""
+
+    doc: dict[str, Any]
+    notes: _Notes = default(default_factory=_Notes)
+    out: dict[str, Any] = default(default_factory=dict)
+    refused: list[tuple[str, str]] = default(default_factory=list)
+    gpus_per_node: int = 8
+    mesh: Mesh = default(default_factory=dict)
+    hosts: dict[str, int] = default(default_factory=dict)
+
+
+def _unwrap(d: _Draft) -> None:
+    """A ``graph`` / ``dag`` wrapper (``graph_wrappers``) around the node and edge lists: its contents as the
+    document's."""
     def holds_nodes(block: dict[str, Any]) -> bool:
         return any(tables()["document"].get(key(k)) == "nodes" for k in block)
 
-    for wrapper in ("graph", "dag"):
-        inner = doc.get(wrapper)
-        if "nodes" not in doc and isinstance(inner, dict) and (holds_nodes(inner) or any(
+    for wrapper in [k for k in d.doc if key(k) in words("graph_wrappers")]:
+        inner = d.doc.get(wrapper)
+        if "nodes" not in d.doc and isinstance(inner, dict) and (holds_nodes(inner) or any(
                 isinstance(v, dict) and "nodes" in v for v in inner.values())):
-            doc = {**{k: v for k, v in doc.items() if k != wrapper}, **doc[wrapper]}
-            notes.add(f"the '{wrapper}' wrapper")
-    doc = _phase_sections(doc, notes)
-    if not any(k == "nodes" or tables()["document"].get(key(k)) == "nodes" for k in doc):
-        found = find_graph(doc, notes)  # the graph somewhere else in the document, or a DOT text
-        if found:
-            graph, used = found
-            if isinstance(doc.get("format"), str) and doc["format"] != "pdag.dag":  # the draft's own format name
-                used.add("format")
-                notes.add(f"the draft's format name '{doc['format'][:40]}' dropped")
-            doc = {**{k: v for k, v in doc.items() if k not in used}, **graph}
-    out = _top_level(doc, notes)
+            d.doc = {**{k: v for k, v in d.doc.items() if k != wrapper}, **inner}
+            d.notes.add(f"the '{wrapper}' wrapper")
+
+
+def _sections(d: _Draft) -> None:
+    """``"prefill": {nodes, edges}`` / ``"decode": {...}`` sections (``phases`` + ``section_suffixes``): one node
+    and edge list, each node's ``phase`` from its section."""
+    d.doc = _phase_sections(d.doc, d.notes)
+
+
+def _elsewhere(d: _Draft) -> None:
+    """A graph kept outside ``nodes`` / ``edges`` (node objects in lists, id-keyed maps, trees, a DOT text;
+    tools/drafts/doc_shape.py): its nodes and edges as the document's; the draft's own ``format`` name dropped."""
+    if any(k == "nodes" or tables()["document"].get(key(k)) == "nodes" for k in d.doc):
+        return
+    found = find_graph(d.doc, d.notes)
+    if found:
+        graph, used = found
+        if isinstance(d.doc.get("format"), str) and d.doc["format"] != "pdag.dag":
+            used.add("format")
+            d.notes.add(f"the draft's format name '{d.doc['format'][:40]}' dropped")
+        d.doc = {**{k: v for k, v in d.doc.items() if k not in used}, **graph}
+
+
+def _document(d: _Draft) -> None:
+    """Top-level keys (``document``: ``vertices`` -> ``nodes``, ``links`` -> ``edges``; a ``deps`` map -> edges
+    into each node), a ``metadata`` block's model, opt-ins and GPU count (``metadata_blocks``) as the DAG's
+    ``model``, ``options`` and ``gpus_used``; the machines and mesh the draft states, for its GPU spellings."""
+    d.out = _top_level(d.doc, d.notes)
+    d.gpus_per_node = gpus_per_node_of(d.doc)
+
+
+def _model_and_plan(d: _Draft) -> None:
+    """A model object as its name (``model_name_fields``); a plan written as prose, and a plan's fields the plan
+    schema does not have, dropped."""
+    out = d.out
     if isinstance(out.get("model"), dict):
-        model = out["model"]
-        name = next((model[k] for k in ("id", "name", "preset", "hf_id") if isinstance(model.get(k), str)), None)
-        out.pop("model")
+        model = out.pop("model")
+        name = next((v for k, v in model.items() if key(k) in words("model_name_fields") and isinstance(v, str)),
+                    None)
         if name:
             out["model"] = name
-            notes.add("the model object by its name")
+            d.notes.add("the model object by its name")
     if isinstance(out.get("plan"), str):  # a sentence describing the plan, not the plan object
         out.pop("plan")
-        notes.add("a 'plan' written as prose ignored")
+        d.notes.add("a 'plan' written as prose ignored")
     if isinstance(out.get("plan"), dict):
         extra = sorted(k for k in out["plan"] if k not in _plan_fields())
         if extra:  # a drafter's own notes beside the plan's fields
             out["plan"] = {k: v for k, v in out["plan"].items() if k not in extra}
-            notes.add("plan fields ignored: " + ", ".join(extra[:4]))
-    gpn = gpus_per_node_of(doc)
+            d.notes.add("plan fields ignored: " + ", ".join(extra[:4]))
+
+
+def _table_rows(d: _Draft) -> None:
+    """Nodes or edges as rows of a table under column names (``node_columns`` + ``table_header_suffixes``) as
+    objects keyed by those names."""
     for part in ("nodes", "edges"):
-        if part in out:
-            out[part] = _rows(out[part], _columns(doc, part), part, notes)
-    if "nodes" in out:
-        nodes = _node_items(out["nodes"], notes)
-        mesh, hosts = mesh_of(doc, gpn), hosts_of(doc)
-        if not hosts and isinstance(nodes, list):
-            hosts = hosts_in_ids(nodes)
-            if hosts:
-                notes.add("machines named in the GPU ids (" + ", ".join(list(hosts)[:3])
-                          + ") numbered in order of first appearance")
-        out["nodes"] = [_node(n, notes, gpn, mesh, hosts) for n in nodes] if isinstance(nodes, list) else nodes
-    if isinstance(out.get("nodes"), list):
-        _letter_phases(out["nodes"], notes)
-    if "edges" in out:
-        edges = _edge_items(out["edges"], notes)
-        out["edges"] = [x for e in edges for x in _fan_out(_edge(e, notes), notes)] if isinstance(edges, list) \
-            else edges
-    if isinstance(out.get("nodes"), list):
-        embedded = _embedded_edges(out["nodes"], notes)
+        if part in d.out:
+            d.out[part] = _rows(d.out[part], _columns(d.doc, part), part, d.notes)
+
+
+def _node_list(d: _Draft) -> None:
+    """Nodes keyed by id as a list with ``id``; the draft's device mesh (``mesh_blocks``) and machines
+    (``host_list_fields``, else machine names inside the GPU ids) for reading its GPU spellings."""
+    if "nodes" not in d.out:
+        return
+    d.out["nodes"] = _node_items(d.out["nodes"], d.notes)
+    d.mesh, d.hosts = mesh_of(d.doc, d.gpus_per_node), hosts_of(d.doc)
+    if not d.hosts and isinstance(d.out["nodes"], list):
+        d.hosts = hosts_in_ids(d.out["nodes"])
+        if d.hosts:
+            d.notes.add("machines named in the GPU ids (" + ", ".join(list(d.hosts)[:3])
+                        + ") numbered in order of first appearance")
+
+
+def _two_readings(d: _Draft) -> None:
+    """A node key that is both a node field and a key of a mesh placement (``rank``: the node's GPU ids, or its
+    coordinate on the mesh axis it names beside it, ``refused_readings``) is read neither way: refused, naming
+    both readings, and kept in the node's ``meta``."""
+    nodes = d.out.get("nodes")
+    if not d.mesh or not isinstance(nodes, list):
+        return
+    table = vocabulary()["refused_readings"]["node_key_or_mesh_place"]
+    both = {s for s, canon in tables()["node_fields"].items() if canon == table["node_field"]} \
+        & words(table["mesh_fields"])
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict) or table["node_field"] in n:
+            continue
+        axis = next((v for k, v in n.items() if key(k) in words("mesh_axis_fields") and isinstance(v, str)
+                     and key(v) in d.mesh), None)
+        word = next((k for k in n if key(k) in both), None)
+        if axis is None or word is None:
+            continue
+        offered = ", or ".join(f"'{w}' for {what}" for w, what in table["write"].items())
+        d.refused.append((f"dag.nodes[{i}].{word}",
+                          f"node {str(n.get('id', i))[:40]!r}: '{word}' reads two ways here: the node's GPU ids "
+                          f"({n[word]!r}), or its coordinate on the mesh axis '{axis}' it names beside it; write "
+                          f"{offered}"))
+        meta = n["meta"] if isinstance(n.get("meta"), dict) else {}
+        nodes[i] = {**{k: v for k, v in n.items() if k not in (word, "meta")}, "meta": {**meta, word: n[word]}}
+
+
+def _nodes(d: _Draft) -> None:
+    """Each node's own spellings (``node_fields``, ``node_types``, ``roles``, ``phases``, GPU spellings, counts and
+    spans written as text, a layer or phase named in its id); fields no table knows kept in ``meta``."""
+    if isinstance(d.out.get("nodes"), list):
+        d.out["nodes"] = [_node(n, d.notes, d.gpus_per_node, d.mesh, d.hosts) for n in d.out["nodes"]]
+
+
+def _initials(d: _Draft) -> None:
+    """Ids opening with a lone ``P`` / ``D`` (``phase_initials``) as the node's ``phase``, where the draft marks no
+    phase otherwise."""
+    if isinstance(d.out.get("nodes"), list):
+        _letter_phases(d.out["nodes"], d.notes)
+
+
+def _edges(d: _Draft) -> None:
+    """Edges as a list of ``source`` / ``target`` / ``type`` objects (``edge_fields``, ``edge_types``): from an
+    adjacency object, edges grouped by kind, ``[a, b]`` pairs, ``"a -> b"`` text, an edge to several nodes."""
+    if "edges" in d.out:
+        edges = _edge_items(d.out["edges"], d.notes)
+        d.out["edges"] = [x for e in edges for x in _fan_out(_edge(e, d.notes), d.notes)] \
+            if isinstance(edges, list) else edges
+
+
+def _edges_in_nodes(d: _Draft) -> None:
+    """Edges written inside the nodes (``predecessor_fields``, ``successor_fields``) as edges, where every id
+    they name is a node of the draft."""
+    if isinstance(d.out.get("nodes"), list):
+        embedded = _embedded_edges(d.out["nodes"], d.notes)
         if embedded:
-            out["edges"] = (out["edges"] if isinstance(out.get("edges"), list) else []) + embedded
-    return out, notes.lines()
+            d.out["edges"] = (d.out["edges"] if isinstance(d.out.get("edges"), list) else []) + embedded
+
+
+class Stage(NamedTuple):
+    name: str
+    read: Callable[[_Draft], None]
+
+
+STAGES: tuple[Stage, ...] = (  # in this order: each reads what the stages before it have put in place
+    Stage("unwrap", _unwrap),
+    Stage("phase sections", _sections),
+    Stage("graph elsewhere", _elsewhere),
+    Stage("document keys", _document),
+    Stage("model and plan", _model_and_plan),
+    Stage("table rows", _table_rows),
+    Stage("node list", _node_list),
+    Stage("two readings", _two_readings),
+    Stage("nodes", _nodes),
+    Stage("phase initials", _initials),
+    Stage("edges", _edges),
+    Stage("edges in nodes", _edges_in_nodes),
+)
+
+
+class Reading(NamedTuple):
+    dag: dict[str, Any]
+    notes: list[str]
+    refused: list[tuple[str, str]]  # (JSON path, message): a word the draft gives two meanings, read neither way
+
+
+def translate(doc: dict[str, Any]) -> Reading:
+    """``doc`` in pdag's vocabulary read through ``STAGES``, one note saying what was read how (none for a
+    canonical document), and the words refused for carrying two meanings (STRUCT-ONE-READING)."""
+    d = _Draft(doc)
+    for stage in STAGES:
+        stage.read(d)
+    return Reading(d.out, d.notes.lines(), d.refused)
 
 
 def _letter_phases(nodes: list[Any], notes: _Notes) -> None:
@@ -531,8 +667,8 @@ def _letter_phases(nodes: list[Any], notes: _Notes) -> None:
         return
     parts = {n["id"]: re.split(r"[./:_\-\s]+", n["id"]) for n in nodes if isinstance(n, dict)
              and isinstance(n.get("id"), str)}
-    letters = {"p": "prefill", "d": "decode"}
-    if not {"p", "d"} <= {parts[n["id"]][0].lower() for n in ops}:
+    letters = tables()["phase_initials"]
+    if not set(letters) <= {parts[n["id"]][0].lower() for n in ops}:
         return
     for n in nodes:
         words_of = parts.get(n.get("id")) if isinstance(n, dict) else None
@@ -580,8 +716,7 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
                         for r in (rs if isinstance(rs, list) else [rs])]
             found = []
             for r in refs:
-                ref, kind = (r.get("id") or r.get("node") or r.get("source"), r.get("type")) if isinstance(r, dict) \
-                    else (r, None)
+                ref, kind = (_reference(r), r.get("type")) if isinstance(r, dict) else (r, None)
                 if isinstance(ref, str) and ref in ids:
                     u, v = (ref, n["id"]) if before else (n["id"], ref)
                     found.append({"source": u, "target": v, **({"type": kind} if isinstance(kind, str) else {})})
@@ -592,6 +727,13 @@ def _embedded_edges(nodes: list[Any], notes: _Notes) -> list[dict[str, Any]]:
         if len(kept) < len(meta):
             nodes[i] = {**{f: v for f, v in n.items() if f != "meta"}, **({"meta": kept} if kept else {})}
     return [_edge(e, notes) for e in out]
+
+
+def _reference(ref: dict[str, Any]) -> Any:
+    """The node an edge written inside a node refers to, in an object (``{"id": "b", "type": "sync"}``): under a
+    ``reference_fields`` key, else an edge's source spelling."""
+    return next((v for k, v in ref.items() if key(k) in words("reference_fields")), None) or next(
+        (v for k, v in ref.items() if tables()["edge_fields"].get(key(k)) == "source"), None)
 
 
 def _phase_sections(doc: dict[str, Any], notes: _Notes) -> dict[str, Any]:

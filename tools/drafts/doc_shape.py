@@ -259,7 +259,7 @@ class _Resolver:
         """(node id, edge kind or None) for a reference, or None when it names no node."""
         if isinstance(ref, dict):
             target = next((ref[k] for k in ref if isinstance(ref[k], str) and (
-                k in ("id", "node") or tables()["edge_fields"].get(key(k)) == "source")), None)
+                key(k) in words("reference_fields") or tables()["edge_fields"].get(key(k)) == "source")), None)
             kind = next((ref[k] for k in ref if isinstance(ref[k], str)
                          and tables()["edge_fields"].get(key(k)) == "type"), None)
             got = self.one(target, path) if isinstance(target, str) else None

@@ -26,8 +26,8 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
 def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None = None) -> list[int] | None:
     """GPU ids from the ways drafts write them: 3, "gpu3", "cuda:3", "0-7", "gpu0..gpu7", "cuda:0,cuda:1",
     "node1/gpu3" (a machine's local GPU, with ``gpus_per_node``), "pnode:gpu0-3" (a machine the draft names in its
-    hardware's ``hosts``, by position), a list of these, or an object holding one of them under ``gpus`` /
-    ``devices`` / ``ids`` / ``ranks``."""
+    hardware's ``hosts``, by position), a list of these, or an object holding one of them under a
+    ``device_object_fields`` key (``gpus``, ``ids``, ``ranks``)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -41,7 +41,7 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
         parts = [t for t in re.split(r"[,;\s]+(?![^\[]*\])", text) if t]
         if len(parts) > 1 and all(re.search(r"\d", t) for t in parts):  # "cuda:0,cuda:1", "gpu0 gpu1", not "GPU 2"
             return device_list(parts, gpus_per_node, hosts)
-        machine_gpu, host_gpu, _ = _patterns()
+        machine_gpu, host_gpu, gpu_word = _patterns()
         named = host_gpu.fullmatch(text) if hosts else None
         if named and hosts and named.group(1) in hosts:
             base = hosts[named.group(1)] * gpus_per_node
@@ -55,7 +55,7 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
             return [int(local.group(1)) * gpus_per_node + int(local.group(2))]
         nums = [int(x) for x in re.findall(r"\d+", text)]
         if len(nums) == 2 and re.search(r"\d\s*(-|\.\.|:|to)\s*\D*\d", text) and nums[0] <= nums[1] \
-                and not re.search(r"(cuda|gpu|device|rank)\s*:\s*\d+\s*$", text):
+                and not re.search(rf"(?:{gpu_word.pattern})\s*:\s*\d+\s*$", text):
             return list(range(nums[0], nums[1] + 1)) if nums[1] - nums[0] < 100_000 else None
         if len(nums) > 1 and re.search(r"\d\s*[,;]\s*\D*\d", text):  # "gpu[0, 3]"
             return nums
@@ -69,9 +69,9 @@ def device_list(value: Any, gpus_per_node: int = 8, hosts: dict[str, int] | None
             out += got
         return out
     if isinstance(value, dict):
-        for k in ("gpus", "devices", "ids", "ranks", "gpu_ids", "device_ids"):
-            if k in value:
-                return device_list(value[k], gpus_per_node, hosts)
+        for k, v in value.items():
+            if key(k) in words("device_object_fields"):
+                return device_list(v, gpus_per_node, hosts)
     return None
 
 
@@ -141,8 +141,8 @@ def node_local(devs: Any, gpus_per_node: int) -> list[int] | None:
         return None if any(p is None for p in parts) else sorted({i for p in parts for i in p or []})
     if not isinstance(devs, dict):
         return None
-    machine = next((devs[k] for k in ("node", "machine", "host", "node_rank") if is_int(devs.get(k))), None)
-    local = next((devs[k] for k in ("local_gpus", "local", "gpus", "local_ranks", "devices") if k in devs), None)
+    machine = next((v for k, v in devs.items() if key(k) in words("machine_index_fields") and is_int(v)), None)
+    local = next((v for k, v in devs.items() if key(k) in words("local_gpu_fields")), None)
     ids = device_list(local, gpus_per_node) if local is not None else None
     if machine is None or ids is None:
         return None

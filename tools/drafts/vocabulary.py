@@ -53,14 +53,56 @@ def tables() -> dict[str, dict[str, str]]:
         types.setdefault(key(t.value.removesuffix("Node")), t.value)
     roles = _aliases("roles")
     lives_on = vocabulary()["role_node_types"]
+    one_meaning_per_position()
     for spelling, role in roles.items():  # a role's spelling names the node the role lives on
-        meaning = types.setdefault(spelling, lives_on[role])
-        if meaning != lives_on[role]:
-            raise ValueError(f"dag_vocabulary.json: '{spelling}' is both a {meaning} and a {role} "
-                             f"({lives_on[role]}); a spelling may carry one meaning only")
+        types.setdefault(spelling, lives_on[role])
+    initials = {key(w): canon for canon, ws in vocabulary()["phase_initials"].items() for w in ws}
     return {"document": _aliases("document"), "node_fields": _aliases("node_fields"),
             "edge_fields": _aliases("edge_fields"), "edge_types": _aliases("edge_types"),
-            "phases": _aliases("phases"), "node_types": types, "roles": roles}
+            "phases": _aliases("phases"), "node_types": types, "roles": roles, "phase_initials": initials}
+
+
+_ALIAS_TABLES = ("document", "node_fields", "edge_fields", "edge_types", "phases", "node_types", "roles",
+                 "phase_initials")
+
+
+def one_meaning_per_position() -> None:
+    """Refuse the vocabulary when two of its tables or word lists read one spelling at one position of a draft
+    (``positions``) with different meanings, unless ``shared_spellings`` names that spelling there and says what
+    in the draft decides; refuse a table without a position and a shared entry that names no conflict."""
+    vocab = vocabulary()
+    positions, lives_on = vocab["positions"], vocab["role_node_types"]
+    spelled: dict[str, list[tuple[str, str]]] = {}  # table -> (spelling key, meaning)
+    for table in _ALIAS_TABLES:
+        for canon, names in vocab[table].items():
+            meaning = f"a {lives_on[canon] if table == 'roles' else canon}" if table in ("roles", "node_types") \
+                else f"{table} '{canon}'"  # a role's spelling, read as a type, names the node it lives on
+            own = [] if table == "phase_initials" else [canon]
+            spelled[table] = spelled.get(table, []) + [(key(n), meaning) for n in [*own, *names]]
+    for name, ws in vocab["readings"].items():
+        if name != "about":
+            spelled[name] = [(key(w), f"a word of {name}") for w in ws]
+    at: dict[tuple[str, str], dict[str, str]] = {}  # (position, spelling) -> table -> meaning
+    for table, pairs in spelled.items():
+        if table not in positions:
+            raise ValueError(f"dag_vocabulary.json: '{table}' has no entry in 'positions' (where a draft is read "
+                             "for it); add one")
+        for position in positions[table]:
+            for spelling, meaning in pairs:
+                at.setdefault((position, spelling), {}).setdefault(table, meaning)
+    declared = {(position, key(s)): set(e["tables"]) for e in vocab["shared_spellings"]["entries"]
+                for position in [e["position"]] for s in e["spellings"]}
+    for (position, spelling), by_table in sorted(at.items()):
+        if len(set(by_table.values())) < 2:
+            continue
+        if not set(by_table) <= declared.pop((position, spelling), set()):
+            (t1, m1), (t2, m2) = sorted(by_table.items())[:2]
+            raise ValueError(f"dag_vocabulary.json: '{spelling}' as a {position} is both {m1} ({t1}) and {m2} "
+                             f"({t2}); a spelling may carry one meaning only at one position, unless "
+                             "'shared_spellings' says what in the draft decides")
+    if declared:
+        raise ValueError(f"dag_vocabulary.json: shared_spellings names {sorted(declared)[0]}, which no two tables "
+                         "read there with different meanings; remove the entry")
 
 
 def node_type(text: str) -> str | None:

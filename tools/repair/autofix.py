@@ -405,18 +405,19 @@ def _fix_dag(dag: Any) -> AutofixResult:
     from tools.rules.validate import check
 
     ctx, _ = load_dag(dag)
+    read = list(ctx.notes)  # how the draft was read: every answer says it, whichever way the repair goes
     before = check(ctx)
     if isinstance(dag, dict) and oversized(dag):  # refused unread: nothing to repair or rebuild from
         left = [RemainingViolation(**v.model_dump(), reason="the document is over the size limit") for v in before]
         return AutofixResult(valid=False, changes=[], dag=None, violations=left, input="dag",
                              summary="not fixed: the document is over the size limit", notes=ctx.notes)
-    notes: list[str] = []
+    notes: list[str] = list(read)
     local: list[Change] = []
     if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list) \
             and isinstance(dag.get("edges", []), list):
         fixed, local, patch, left = repair_in_place(dag)
         if local and not any(v.severity == "error" for v in left):
-            return _in_place(fixed, local, patch, left, ctx.raw_plan)
+            return _in_place(fixed, local, patch, left, ctx.raw_plan, read)
         if local:
             rules = sorted({v.rule_id for v in left if v.severity == "error"})
             notes.append(f"{len(local)} local repair(s) were not enough ({', '.join(rules[:5])} remain): the "
@@ -427,13 +428,13 @@ def _fix_dag(dag: Any) -> AutofixResult:
         inferred, why = _infer_plan(ctx, dag) if isinstance(dag, dict) and "nodes" in dag else (None, "not a DAG")
         if inferred is None:
             if local:  # no plan to rebuild from: hand back what the local repairs achieved
-                return _in_place(fixed, local, patch, left, None, [why])
+                return _in_place(fixed, local, patch, left, None, [*read, why])
             left_ = [RemainingViolation(**v.model_dump(), reason=why) for v in before]
             errors = sum(v.severity == "error" for v in left_)
             return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left_, input="dag",
                                  summary="valid: nothing to change" if not errors else f"not fixed: {why}",
                                  notes=ctx.notes)
-        raw, notes = inferred, [why]
+        raw, notes = inferred, [*read, why]
     state, changes, _c, left_vs, found = fix_plan(raw)
     if any(v.rule_id == "MEM-FITS" and v.severity == "error" for v in left_vs):
         state, changes = _fit_by_options(state, changes)

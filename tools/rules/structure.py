@@ -52,6 +52,12 @@ def check_known_types(ctx: Context) -> Iterator[Finding]:
                       [u for u, _ in bad_e])
 
 
+@checker("STRUCT-ONE-READING", needs="any")
+def check_one_reading(ctx: Context) -> Iterator[Finding]:
+    """A word the draft gives two meanings (knowledge/dag_vocabulary.json, refused_readings), read neither way."""
+    yield from _schema(ctx, "STRUCT-ONE-READING", "write one of the spellings offered, which carries one meaning")
+
+
 @checker("STRUCT-NO-DANGLING-EDGES", needs="any")
 def check_dangling(ctx: Context) -> Iterator[Finding]:
     if ctx.dangling:

@@ -158,7 +158,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if "nodes" not in dag and isinstance(dag.get("dag"), dict):  # a build_dag answer pasted whole
         claims = {k: dag[k] for k in CLAIM_KEYS if k in dag}
         dag = dag["dag"]
-    dag, read_as = translate(dag)
+    dag, read_as, refused = translate(dag)
     dag, drawn = make_explicit(dag)
     read_as = legend_read + read_as + drawn
     if "nodes" not in dag:
@@ -179,6 +179,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     doc = {k: v for k, v in dag.items() if k not in CLAIM_KEYS}
     claims.update({k: dag[k] for k in CLAIM_KEYS if k in dag})
     ctx.claims = claims
+    ctx.schema_errors.extend(("STRUCT-ONE-READING", path, message) for path, message in refused)
     ctx.schema_errors.extend(_schema_errors(doc))
 
     g = nx.DiGraph()
