@@ -311,3 +311,19 @@ def test_search_says_which_rejections_validate_only_warns_about() -> None:
     assert r.rejected.get("TP-WITHIN-NODE")
     note = next(n for n in r.notes if n.startswith("left out on rules validate_dag only warns about"))
     assert "TP-WITHIN-NODE" in note and "GPU-EXCEEDS-CLUSTER" not in note
+
+
+def test_serving_search_ranks_by_the_figures_estimate_returns() -> None:
+    """With serving on, the ranked plans carry the served TTFT/TPOT/throughput estimate_performance gives the
+    same plan (agents saw two different TTFTs for one plan, one from each tool)."""
+    r = search_strategies("llama-3.1-8b", {"gpu": "h100-sxm", "num_gpus": 2},
+                          {"input_len": 1024, "output_len": 128, "concurrency": 16}, "throughput", serving=True,
+                          top_k=3)
+    assert all("served figures: simulated engine" in p.reason for p in r.top)
+    speeds = [p.throughput_tokens_per_s for p in r.top if not p.slo_misses]
+    assert speeds == sorted(speeds, reverse=True)
+    for p in r.top[:2]:
+        e = estimate_performance(p.plan)
+        assert e.ttft_ms == pytest.approx(p.ttft_ms, rel=1e-9) and e.tpot_ms == pytest.approx(p.tpot_ms, rel=1e-9)
+        assert e.served is not None
+        assert e.served.output_tokens_per_s == pytest.approx(p.throughput_tokens_per_s, rel=1e-9)

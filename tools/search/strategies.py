@@ -66,6 +66,7 @@ from tools.estimate.disagg import balanced_split, kv_handoff
 from tools.estimate.fast import FastEstimator
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
+from tools.estimate.simulate import simulate
 from tools.rules.registry import catalog, param
 
 __all__ = ["PlanSummary", "SearchResult", "Slo", "search_strategies"]
@@ -77,6 +78,7 @@ TIE_BREAK = {
                   "smaller pp, tp, ep, sp, dp, batch, no expert TP, no attention-DP, aggregated first",
 }
 REFINED_LAYOUTS = 6  # layouts whose batch is refined between powers of two (throughput objective)
+SERVED_LAYOUTS = 8  # with serving: layouts re-priced by the serving simulator (at least top_k)
 DISAGG_PREFILL_CANDIDATES = 3
 DISAGG_DECODE_CANDIDATES = 3
 
@@ -191,6 +193,7 @@ class _Point:
     dshape: _Shape | None = None  # disaggregated: the decode pool's layout (shape is the prefill pool's)
     dp_d: int = 0
     head: Headline | None = None
+    served: str = ""  # the simulated load when the figures are the serving simulator's (search_strategies serving)
     prefill_ms: float = 0.0  # one replica's prefill pass over its batch (static), for the work share of prefill
     step_ms: float = 0.0  # one replica's decode step at its batch
 
@@ -585,6 +588,28 @@ class _Search:
                 hi = mid
         return best
 
+    def serve_head(self, ranked: list[_Point], n: int) -> list[_Point]:
+        """The best point of each of the first ``n`` layouts re-priced by the serving simulator at the workload's
+        load (the figures estimate_performance returns for the same plan) and re-ranked among themselves; the
+        steady-state formula only chose which layouts to simulate."""
+        head: list[_Point] = []
+        seen: set[tuple[_Shape, _Shape | None]] = set()
+        for p in ranked:
+            if (p.shape, p.dshape) not in seen and len(head) < n:
+                seen.add((p.shape, p.dshape))
+                head.append(p)
+        for p in head:
+            d = self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None else \
+                self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
+            sim = simulate(Plan.model_validate(d))
+            self.estimates += 1
+            p.ttft, p.tpot, p.e2e = sim.ttft_ms.mean, sim.tpot_ms.mean, sim.e2e_ms.mean
+            p.tput, p.served = sim.output_tokens_per_s, sim.load
+            p.misses.clear()
+            self._misses(p)
+        return sorted(head, key=lambda q: _sort_key(q, self.objective, self.metric)) + [
+            p for p in ranked if (p.shape, p.dshape) not in seen]
+
     # -------------------------------------------------------------- disaggregated serving
     def run_disaggregated(self, points: list[_Point]) -> list[_Point]:
         """Pair the best prefill layouts with the best decode layouts, each pair with balanced replica counts."""
@@ -725,6 +750,8 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
     head = f"{p.mem_max / 1e9:.0f}/{p.mem_cap / 1e9:.0f} GB on the fullest GPU"
     layout = _layout_note(p)
     layout = f"; {layout}" if layout else ""
+    if p.served:
+        head += f"; served figures: simulated engine at {p.served}"
     if p.misses:
         return f"misses the SLO ({'; '.join(p.misses)}); best effort{layout}; {head}"
     if objective == "latency":
@@ -958,6 +985,8 @@ def search_strategies(
         ranked, points = kept, [p for p in points if search.launched(p)]
     else:
         dropped = 0
+    if search.serving:  # the head of the ranking priced as estimate_performance prices a served request
+        ranked = search.serve_head(ranked, max(top_k, SERVED_LAYOUTS))
     # One entry per layout in the top list (the best batch of each), so top_k shows distinct strategies.
     top_points: list[_Point] = []
     seen_shapes: set[tuple[_Shape, _Shape | None]] = set()
