@@ -105,7 +105,7 @@ def node_shares(g: nx.DiGraph, spec: ModelSpec) -> dict[str, Share]:
         of = _int(meta.get("of"))
         allowed = tuple(sorted({span, len(computing)}))
         if t == T.EXPERT:
-            out[n] = _expert(spec, a, devs, of, span, allowed)
+            out[n] = _expert(spec, a, devs, of, span)
             continue
         if t == T.KV_CACHE:  # the KV of an attention operator: its shards are the attention's
             att = next((m for m in computing if nodes[m]["type"] == T.ATTENTION), None)
@@ -131,14 +131,13 @@ def node_shares(g: nx.DiGraph, spec: ModelSpec) -> dict[str, Share]:
     return out
 
 
-def _expert(spec: ModelSpec, a: dict[str, Any], devs: int, of: int | None, span: int,
-            allowed: tuple[int, ...]) -> Share:
+def _expert(spec: ModelSpec, a: dict[str, Any], devs: int, of: int | None, span: int) -> Share:
     total = spec.moe.num_experts if spec.moe else 0
     etp = of or 1
     groups = max(1, span // etp)  # expert GPUs holding different experts
     declared = a.get("experts")
     held = len(declared) / max(1.0, devs / etp) if isinstance(declared, list) and declared else None
-    return Share(etp, (1, *sorted({etp, devs})) if of else (1,), of, experts_declared=held,
+    return Share(etp, (etp,), of, experts_declared=held,
                  experts_implied=(total // groups, math.ceil(total / groups)) if total else None)
 
 
