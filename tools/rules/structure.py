@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import networkx as nx
 
@@ -189,6 +190,12 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
     shares = node_shares(ctx.g, spec)
     # KV-TP-SHARDING already judges kv_heads on operators drawn one shard per TP rank
     ranked = {s for shards in ctx.ops.values() if ctx.tp_width(shards) > 1 for s in shards}
+    # and EP-EXPERT-NODES-EQ-GPUS Expert nodes that share a GPU (split experts are its finding, not a size's)
+    on_gpu: dict[tuple[Any, ...], list[str]] = {}
+    for x in ctx.of(NodeType.EXPERT):
+        for d in ctx.devices[x]:
+            on_gpu.setdefault((*ctx.key(x, "replica", "phase", "layer"), d), []).append(x)
+    stacked = {x for xs in on_gpu.values() if len(xs) > 1 for x in xs}
     found: dict[str, list[tuple[str, str]]] = {}
     for n in ctx.topo:
         s = shares.get(n)
@@ -217,7 +224,7 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
                                                         f"{spec.id}'s {spec.num_kv_heads} KV heads over {s.parts} "
                                                         f"shard(s) give {_n(s.kv_implied)} per GPU (sharded while "
                                                         "the shards are no more than the KV heads, replicated beyond)"))
-        if s.experts_declared is not None and s.experts_implied is not None and \
+        if s.experts_declared is not None and s.experts_implied is not None and n not in stacked and \
                 not s.experts_implied[0] <= s.experts_declared <= s.experts_implied[1]:
             lo, hi = s.experts_implied
             found.setdefault("experts", []).append((n, f"{n} holds {_n(s.experts_declared)} expert(s) per GPU but "
