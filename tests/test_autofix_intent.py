@@ -1,10 +1,10 @@
 """Issue 41, autofix: a warning never changes the user's degrees; an error that forces a change says which
 intent it could not keep; a rebuilt drawing is a change; MEM-FITS tries the other ways to fit, ranked by the
-objective."""
+objective, and returns those it did not apply as alternatives."""
 
 from __future__ import annotations
 
-from tools import autofix_dag, build_dag
+from tools import autofix_dag, build_dag, estimate_performance, validate_dag
 
 
 def test_a_warning_never_changes_a_degree() -> None:
@@ -43,8 +43,27 @@ def test_mem_fits_tries_the_other_ways_to_fit_ranked_by_the_objective() -> None:
     lat = autofix_dag(plan=base)
     thr = autofix_dag(plan={**base, "objective": "throughput"})
     assert lat.valid and thr.valid and lat.plan["parallel"] == thr.plan["parallel"] == {"tp": 2}
-    assert "best first for the latency objective" in lat.changes[0].message
-    assert "best first for the throughput objective" in thr.changes[0].message
+    assert "for the latency objective" in lat.changes[0].message
+    assert "for the throughput objective" in thr.changes[0].message
+    # the other ways to fit are alternatives (they used to be named only in the change message), best first,
+    # each a complete repair: a plan that validates
+    for r, objective in ((lat, "latency"), (thr, "throughput")):
+        fits = [a for a in r.alternatives if a.note.startswith("MEM-FITS")]
+        assert fits and all(objective in a.note for a in fits)
+        assert all(validate_dag(plan=a.plan).valid and a.max_gpu_bytes <= a.capacity_bytes for a in fits)
+        scores = [autofix_score(a, objective) for a in fits]
+        assert scores == sorted(scores)
+        assert autofix_score_of(r.plan, objective) <= scores[0]
     assert lat.plan["workload"]["batch_size"] < thr.plan["workload"]["batch_size"]  # latency: smallest batch
     one = autofix_dag(plan={"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}})
     assert one.valid and one.plan.get("dtype") == "fp8"
+
+
+def autofix_score(a, objective: str) -> float:
+    """The objective's figure of an alternative: e2e latency (lower is better), or minus output tokens/s."""
+    return autofix_score_of(a.plan, objective)
+
+
+def autofix_score_of(plan: dict, objective: str) -> float:
+    e = estimate_performance(plan=plan)
+    return e.e2e_latency_ms if objective == "latency" else -e.throughput.output_tokens_per_s

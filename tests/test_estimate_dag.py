@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from tests.fixtures.generate import P_DENSE, P_DIS, P_DP, P_MOE, P_PP, bypass, dag_of
+from tests.fixtures.generate import P_DENSE, P_DIS, P_DP, P_MOE, P_PP, bypass, dag_of, one_node
 from tests.test_drafted_checks import megatron
 from tests.test_normalize import renamed, shuffled, strip
 from tools import estimate_performance
@@ -28,13 +28,18 @@ def test_a_terse_shuffled_renamed_drawing_costs_the_same():
 
 
 def test_costs_come_from_the_dag_nodes():
-    """FFN shards drawn at full width (meta.of = 1) cost more than the plan's halves: priced as drawn."""
+    """Priced as drawn: the FFN of every layer drawn as one node over both GPUs (no meta.of) costs what its two
+    halves cost; the two halves claiming the full width each (meta.of = 1) contradict the model and are refused
+    (STRUCT-SHARD-SIZES), not priced as a model that is not the one served."""
+    d = one_node(copy.deepcopy(dag_of(P_DENSE)), lambda op: op.endswith(".ffn"))
+    assert figures(estimate_performance(dag=d)) == figures(estimate_performance(plan=P_DENSE))
     d = copy.deepcopy(dag_of(P_DENSE))
     for n in d["nodes"]:
         if n["type"] == "FFNNode":
             n["meta"] = {"of": 1}
-    drawn = estimate_performance(dag=d)
-    assert drawn.prefill_latency_ms > estimate_performance(plan=P_DENSE).prefill_latency_ms
+    with pytest.raises(PdagInputError) as exc:
+        estimate_performance(dag=d)
+    assert "STRUCT-SHARD-SIZES" in exc.value.problem
 
 
 def test_a_megatron_drawing_is_priced():

@@ -90,3 +90,14 @@ def test_every_unknown_name_is_reported_at_once() -> None:
     with pytest.raises(PdagInputError) as caught:
         search_strategies("llama-9", {"gpu": "h100-sxn", "num_gpus": 8})
     assert "llama-9" in str(caught.value) and "h100-sxn" in str(caught.value)
+
+
+@pytest.mark.parametrize("gpu", [{"id": "x", "memory_bytes": -5}, {"name": "h1000", "memory_gb": 80}])
+def test_an_unusable_inline_accelerator_is_an_input_error_in_every_tool(gpu: dict[str, Any]) -> None:
+    """validate_dag used to report it as HW-ACCELERATOR-SPEC while the other tools refused it as input."""
+    plan = _with(("hardware", "gpu"), gpu)
+    for tool in TOOLS:
+        with pytest.raises(PdagInputError) as exc:
+            tool(plan=copy.deepcopy(plan))
+        assert exc.value.field == "plan.hardware.gpu.memory_bytes", (tool.__name__, exc.value.field)
+        assert "inline accelerator" in exc.value.problem

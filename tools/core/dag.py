@@ -92,8 +92,10 @@ class Node(BaseModel):
     ep_rank: int | None = Field(None, ge=0)
     attn_group: int | None = Field(None, ge=0, description="attention-DP group (only with opt-in attention-DP)")
     experts: list[int] | None = Field(None, max_length=100_000, description="experts held by an Expert node")
-    heads: int | None = Field(None, ge=0, description="query heads in this attention shard")
-    kv_heads: int | None = Field(None, ge=0, description="KV heads held by this shard (after replication)")
+    heads: int | None = Field(None, ge=0, description="query heads in this attention shard (a node drawn over "
+                              "several GPUs of its operator: the node's total, shared by its GPUs)")
+    kv_heads: int | None = Field(None, ge=0, description="KV heads held by this shard (after replication; a node "
+                                 "over several GPUs: the node's, shared by its GPUs)")
     repeat: int | None = Field(None, ge=1, le=MAX_FOLD_COUNT,
                                description="layers this node stands for (set on the nodes of a layer fold)")
     meta: dict[str, Any] = Field(default_factory=dict)

@@ -390,7 +390,8 @@ def _what(kind: str) -> str:
 def screen_plan(raw: dict[str, Any], root: str = "plan") -> None:
     """Refuse, in one PdagInputError that lists every one of them, the mistakes of a plan that are mistakes of
     input rather than of strategy: a value of the wrong type, a field name that spells another field, a model or
-    GPU preset that does not exist (both reported, so a fix of one does not reveal the other).  Every tool runs
+    GPU preset that does not exist or an inline accelerator object that is incomplete or out of bounds (all
+    reported, so a fix of one does not reveal the other).  Every tool runs
     this first, so each classifies these the same way; bounds and unknown strategies are left to the rules.
     ``root`` prefixes the field paths ("" for a tool whose arguments are the plan's sections, as search's are)."""
     problems: dict[str, tuple[str, str | None]] = {}
@@ -421,6 +422,13 @@ def screen_plan(raw: dict[str, Any], root: str = "plan") -> None:
             resolve_accelerator(hardware["gpu"])
         except PdagInputError as exc:
             problems["plan.hardware.gpu"] = (exc.problem, exc.allowed)
+    elif isinstance(hardware, dict) and isinstance(hardware.get("gpu"), dict):  # an inline accelerator object
+        try:
+            resolve_accelerator(hardware["gpu"], field="hardware.gpu")
+        except PdagInputError as exc:
+            problems[f"plan.{exc.field}"] = (f"{exc.problem} (an inline accelerator states its memory, memory "
+                                             "bandwidth, dense compute per dtype and interconnect bandwidths)",
+                                             exc.allowed)
     if problems:
         if root != "plan":
             problems = {".".join(x for x in (root, f.removeprefix("plan").lstrip(".")) if x): p

@@ -43,6 +43,7 @@ from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
+from tools.core.shares import per_gpu_form
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.disagg import kv_handoff
@@ -524,7 +525,9 @@ class _Prepared:
     def __init__(self, full: Plan, graph: nx.DiGraph | None = None, replica_gpus: int | None = None) -> None:
         self.layout = Layout(full)
         with gc_paused():
-            self.graph = build_working(full, self.layout).graph if graph is None else graph
+            # every node priced by what one of its GPUs runs, whether drawn per shard or over its TP group
+            self.graph = per_gpu_form(build_working(full, self.layout).graph if graph is None else graph,
+                                      full.spec)
             order = list(nx.topological_sort(self.graph))
             # disaggregated: the KV hand-off is costed between the pools (disagg.py), not inside prefill
             skip = frozenset({NodeType.KV_TRANSFER}) if self.layout.disaggregated else frozenset()

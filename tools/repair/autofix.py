@@ -211,10 +211,11 @@ def _memory_options(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any], list
     return out
 
 
-def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[str, Any], list[Change]]:
+def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[str, Any], list[Change],
+                                                                           list[Alternative]]:
     """MEM-FITS left as an error by the layout search: try the other ways to fit (``_memory_options``, also two at
     once), keep those that clear every error, rank them by the plan's objective (latency: e2e; throughput: output
-    tokens/s) and apply the best; the change lists the others in order."""
+    tokens/s) and apply the best; the others come back as alternatives, best first, each a complete repair."""
     from tools.estimate import estimate_performance
 
     single = _memory_options(state)
@@ -224,7 +225,7 @@ def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[
         for label, plan, chg in _memory_options(pa):
             if chg[0].field in later:  # the same kind of edit, sized for the plan after the first one
                 tried.append((f"{la} + {label}", plan, ca + chg))
-    fitting: list[tuple[float, str, dict[str, Any], list[Change]]] = []
+    fitting: list[tuple[float, str, dict[str, Any], list[Change], Any]] = []
     for label, plan, chg in tried:
         got = _evaluate(plan)
         if got is None or any(v.severity == "error" for v in got[1]):
@@ -232,16 +233,27 @@ def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[
         est = estimate_performance(plan=plan)
         score = est.e2e_latency_ms if plan.get("objective", "latency") == "latency" else \
             -est.throughput.output_tokens_per_s
-        fitting.append((score, label, plan, chg))
+        fitting.append((score, label, plan, chg, est))
     if not fitting:
-        return state, changes
+        return state, changes, []
     fitting.sort(key=lambda t: (t[0], t[1]))
-    _, label, plan, chg = fitting[0]
+    _, label, plan, chg, _est = fitting[0]
     objective = plan.get("objective", "latency")
-    ranked = ", ".join(f"{i + 1}. {lab}" for i, (_, lab, _p, _c) in enumerate(fitting))
+    rest = fitting[1:]
     for c in chg:
-        c.message += f" (ways to fit, best first for the {objective} objective: {ranked})"
-    return plan, changes + chg
+        c.message += f" (the best of {len(fitting)} ways to fit for the {objective} objective" + \
+            (f"; the other {len(rest)} are in alternatives, best first)" if rest else ")")
+    alternatives = []
+    for rank, (_s, lab, p, _c, est) in enumerate(rest, start=2):
+        par = {k.removeprefix("parallel."): v for k, v in degrees_of(p).items() if k.startswith("parallel.")}
+        alternatives.append(Alternative(
+            plan=p, parallel=par, gpus_used=est.gpus_used, max_gpu_bytes=est.memory.max_gpu_bytes,
+            capacity_bytes=est.memory.capacity_bytes, prefill_latency_ms=est.prefill_latency_ms,
+            decode_latency_ms_per_token=est.decode_latency_ms_per_token,
+            output_tokens_per_s=est.throughput.output_tokens_per_s,
+            note=f"MEM-FITS way to fit {rank} of {len(fitting)} for the {objective} objective: {lab} (e2e "
+                 f"{est.e2e_latency_ms:.0f} ms, {est.throughput.output_tokens_per_s:.0f} output tok/s)"))
+    return plan, changes + chg, alternatives
 
 
 def _reason(v: Violation, ctx: Context | None, tried: set[str]) -> str:
@@ -317,7 +329,7 @@ def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change])
 
 def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str,
             dag: dict[str, Any] | None = None, notes: list[str] | None = None,
-            original: dict[str, Any] | None = None) -> AutofixResult:
+            original: dict[str, Any] | None = None, fits: list[Alternative] | None = None) -> AutofixResult:
     try:
         ctx, vs = plan_violations(state, build=True)
     except PdagInputError as exc:
@@ -335,7 +347,8 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         summary = f"valid after {len(changes)} change(s)" if changes else "valid: nothing to change"
     return AutofixResult(
         valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
-        alternatives=(_alternatives(found, state) if found else []) + _opt_in_alternatives(original, changes),
+        alternatives=(fits or []) + (_alternatives(found, state) if found else [])
+        + _opt_in_alternatives(original, changes),
         input=kind, summary=summary, intents_not_kept=lost,
         notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []),
     )
@@ -395,9 +408,10 @@ def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] |
             raw = _plan_dict(plan)
             plan_violations(raw, build=False)  # raises PdagInputError for what is not a plan at all
             state, changes, _ctx, vs, found = fix_plan(raw)
+            fits: list[Alternative] = []
             if any(v.rule_id == "MEM-FITS" and v.severity == "error" for v in vs):
-                state, changes = _fit_by_options(state, changes)
-            return _finish(state, changes, found, "plan", original=raw)
+                state, changes, fits = _fit_by_options(state, changes)
+            return _finish(state, changes, found, "plan", original=raw, fits=fits)
         return _fix_dag(dag)
 
 
@@ -436,15 +450,16 @@ def _fix_dag(dag: Any) -> AutofixResult:
                                  notes=ctx.notes)
         raw, notes = inferred, [*read, why]
     state, changes, _c, left_vs, found = fix_plan(raw)
+    fits: list[Alternative] = []
     if any(v.rule_id == "MEM-FITS" and v.severity == "error" for v in left_vs):
-        state, changes = _fit_by_options(state, changes)
+        state, changes, fits = _fit_by_options(state, changes)
     if not changes and not any(v.severity == "error" for v in before):
         return _finish(state, [], found, "dag", dag, notes)  # nothing to repair: keep the DAG as drawn
     graph_rules = sorted({v.rule_id for v in before if v.location.nodes or v.rule_id.startswith("STRUCT")})
     try:
         rebuilt = build_dag(state).dag
     except PdagInputError as exc:
-        return _finish(state, changes, found, "dag", None, notes + [f"could not rebuild the DAG: {exc}"])
+        return _finish(state, changes, found, "dag", None, notes + [f"could not rebuild the DAG: {exc}"], fits=fits)
     for rid in graph_rules:
         changes.append(Change(rule_id=rid, message="rebuilt the DAG from its plan with build_dag, which places every "
                               "shard, collective and KV edge by construction; the hand-drawn structure that broke this "
@@ -454,7 +469,7 @@ def _fix_dag(dag: Any) -> AutofixResult:
         changes.append(Change(rule_id=errors[0] if errors else "STRUCT-SCHEMA", message="replaced the submitted "
                               "drawing with the DAG build_dag lays out for its (repaired) plan; nothing of the "
                               "drawing is kept", field="dag"))
-    out = _finish(state, changes, found, "dag", rebuilt, notes, original=raw)
+    out = _finish(state, changes, found, "dag", rebuilt, notes, original=raw, fits=fits)
     out.repair = "rebuilt"
     out.summary += "; the DAG was rebuilt from its plan (the drawing could not be repaired in place)"
     return out

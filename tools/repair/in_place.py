@@ -4,8 +4,9 @@ autofix_dag tries these before rebuilding a DAG from its plan, so the agent's dr
 choices) survives whatever is only locally wrong: a TP operator whose shards are never rejoined gets its
 AllReduceNode, a dead-end shard its edge to the rejoin, a stage hand-off its SendRecvNode, a transfer the GPUs
 it reaches, the first decode step its edge from the prefill's LM head, a norm drawn as a collective its type,
-a shard stacked on a sibling's GPU the free GPU of its operator.  The analysis reads the normalized
-working form (tools.core.normalize); the edits apply to the document as submitted.  No plan is needed.
+a shard stacked on a sibling's GPU the free GPU of its operator, Expert nodes sharing a GPU one node.  The
+analysis reads the normalized working form (tools.core.normalize); the edits apply to the document as
+submitted.  No plan is needed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,26 @@ class _Doc:
                 del self.doc["edges"][i]
                 self.patch.append({"op": "remove", "path": f"/edges/{i}"})
                 return
+
+    def remove_node(self, nid: str) -> None:
+        """Drop a node with its edges and its place in any layer fold."""
+        for i in reversed(range(len(self.doc.get("edges", [])))):
+            e = self.doc["edges"][i]
+            if isinstance(e, dict) and nid in (e.get("source"), e.get("target")):
+                del self.doc["edges"][i]
+                self.patch.append({"op": "remove", "path": f"/edges/{i}"})
+        for i, n in enumerate(self.doc["nodes"]):
+            if isinstance(n, dict) and n.get("id") == nid:
+                del self.doc["nodes"][i]
+                self.patch.append({"op": "remove", "path": f"/nodes/{i}"})
+                break
+        folds = self.doc.get("folds")
+        for i, f in enumerate((folds.get("layers") or []) if isinstance(folds, dict) else []):
+            members = f.get("nodes") if isinstance(f, dict) else None
+            if isinstance(members, list) and nid in members:
+                j = members.index(nid)
+                del members[j]
+                self.patch.append({"op": "remove", "path": f"/folds/layers/{i}/nodes/{j}"})
 
     def set_field(self, nid: str, name: str, value: Any) -> None:
         for i, n in enumerate(self.doc["nodes"]):
@@ -216,7 +237,39 @@ def _stacked_shards(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Ch
                          ".devices", before=old, after=[gpu])
 
 
-REPAIRS = (_tp_rejoins, _stage_handoffs, _first_token, _retyped_norms, _stacked_shards)
+def _shared_expert_gpus(ctx: Context, doc: _Doc, vs: list[Violation]) -> Iterator[Change]:
+    """Expert nodes of one MoE layer on the same GPU(s) (one node per expert, say): an Expert node is the set of
+    experts on one GPU, so they become one node holding all their experts, wired as the first of them was."""
+    if not any(v.rule_id == "EP-EXPERT-NODES-EQ-GPUS" for v in vs):
+        return
+    stacks: dict[tuple[Any, ...], list[str]] = {}
+    for n in sorted(ctx.of(T.EXPERT)):
+        stacks.setdefault((*ctx.key(n, "replica", "phase", "layer"), tuple(sorted(ctx.devices[n]))), []).append(n)
+    for _where, nodes in sorted(stacks.items(), key=str):
+        if len(nodes) < 2:
+            continue
+        lists = [ctx.attr(n, "experts") for n in nodes]
+        if not all(isinstance(x, list) and x for x in lists):
+            continue  # without the experts each node holds, merging them would guess
+        keep, rest = nodes[0], nodes[1:]
+        held = sorted({e for x in lists for e in x})
+        before = list(lists[0])
+        for other in rest:
+            for u in ctx.pred[other]:
+                if u not in rest and keep not in ctx.succ[u]:
+                    doc.add_edge(u, keep, str(ctx.pred[other][u].get("type", "data")))
+            for v in ctx.succ[other]:
+                if v not in rest and v not in ctx.succ[keep]:
+                    doc.add_edge(keep, v, str(ctx.succ[other][v].get("type", "data")))
+            doc.remove_node(other)
+        doc.set_field(keep, "experts", held)
+        yield Change(rule_id="EP-EXPERT-NODES-EQ-GPUS", message=f"merged {', '.join(rest[:3])}"
+                     f"{' and more' if len(rest) > 3 else ''} into {keep}: Expert nodes on the same GPU(s) "
+                     f"{sorted(ctx.devices[keep])[:8]} are one Expert node holding all their experts",
+                     field=f"dag.nodes[{keep}].experts", before=before, after=held)
+
+
+REPAIRS = (_tp_rejoins, _stage_handoffs, _first_token, _retyped_norms, _stacked_shards, _shared_expert_gpus)
 
 
 def repair_in_place(dag: dict[str, Any]) -> tuple[dict[str, Any], list[Change], list[dict[str, Any]], list[Violation]]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from typing import Any
 
 import networkx as nx
 
 from tools.core.dag import CONTROL_TYPES, EdgeType, NodeType
+from tools.core.shares import node_shares
 from tools.rules.registry import EXTRA_RULES, Context, Finding, checker
 
 EXTRA_RULES["STRUCT-SCHEMA"] = {
@@ -177,3 +180,65 @@ def check_drawing_matches_plan(ctx: Context) -> Iterator[Finding]:
                           hint=f"set the plan's {degree} to {drawn[degree]}, or draw {want} "
                                f"{'replicas' if degree == 'dp' else 'pipeline stages'} (build_dag draws the plan)")
             return
+
+
+def _n(v: float) -> str:
+    return f"{v:g}"
+
+
+@checker("STRUCT-SHARD-SIZES")
+def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
+    """What a shard declares (heads, kv_heads, meta.of, experts) is what the estimator prices, so it must be what
+    the model split over the operator's GPUs gives (tools/core/shares.py says how a node's GPUs share its work)."""
+    spec = ctx.spec
+    if spec is None or ctx.graph is None:
+        return
+    shares = node_shares(ctx.g, spec)
+    # KV-TP-SHARDING already judges kv_heads on operators drawn one shard per TP rank
+    ranked = {s for shards in ctx.ops.values() if ctx.tp_width(shards) > 1 for s in shards}
+    # and EP-EXPERT-NODES-EQ-GPUS Expert nodes that share a GPU (split experts are its finding, not a size's)
+    on_gpu: dict[tuple[Any, ...], list[str]] = {}
+    for x in ctx.of(NodeType.EXPERT):
+        for d in ctx.devices[x]:
+            on_gpu.setdefault((*ctx.key(x, "replica", "phase", "layer"), d), []).append(x)
+    stacked = {x for xs in on_gpu.values() if len(xs) > 1 for x in xs}
+    found: dict[str, list[tuple[str, str]]] = {}
+    for n in ctx.topo:
+        s = shares.get(n)
+        if s is None:
+            continue
+        t, a = ctx.types[n], ctx.nattr[n]
+        gpus = len(ctx.devices[n])
+        if s.of_declared is not None and t in (NodeType.ATTENTION, NodeType.FFN) \
+                and s.of_declared not in s.parts_allowed:
+            kind, size = ("attention", "heads") if t == NodeType.ATTENTION else ("FFN", "intermediate size")
+            found.setdefault("of", []).append((n, f"{n} declares meta.of = {s.of_declared} (each of its GPUs runs "
+                                                  f"1/{s.of_declared} of the {kind}) but its operator is drawn over "
+                                                  f"{max(s.parts_allowed)} GPU(s): the model's {size} split over "
+                                                  f"them gives of = {' or '.join(map(str, s.parts_allowed))}"))
+            continue
+        if s.heads_declared is not None and s.heads_implied is not None and \
+                not math.isclose(s.heads_declared, s.heads_implied):
+            want = a["heads"] * s.heads_implied / s.heads_declared
+            found.setdefault("heads", []).append((n, f"{n} declares heads = {a['heads']} but {spec.id}'s "
+                                                     f"{spec.num_heads} query heads over {s.parts} shard(s) give "
+                                                     f"{_n(s.heads_implied)} per GPU: heads = {_n(want)} on its "
+                                                     f"{gpus} GPU(s)"))
+        if s.kv_declared is not None and s.kv_implied is not None and n not in ranked \
+                and a["kv_heads"] <= spec.num_kv_heads and not math.isclose(s.kv_declared, s.kv_implied):
+            found.setdefault("kv_heads", []).append((n, f"{n} declares kv_heads = {a['kv_heads']} on {gpus} GPU(s) but "
+                                                        f"{spec.id}'s {spec.num_kv_heads} KV heads over {s.parts} "
+                                                        f"shard(s) give {_n(s.kv_implied)} per GPU (sharded while "
+                                                        "the shards are no more than the KV heads, replicated beyond)"))
+        if s.experts_declared is not None and s.experts_implied is not None and n not in stacked and \
+                not s.experts_implied[0] <= s.experts_declared <= s.experts_implied[1]:
+            lo, hi = s.experts_implied
+            found.setdefault("experts", []).append((n, f"{n} holds {_n(s.experts_declared)} expert(s) per GPU but "
+                                                       f"{spec.id}'s {spec.moe.num_experts if spec.moe else 0} "
+                                                       f"experts over the layer's expert GPUs give "
+                                                       f"{lo if lo == hi else f'{lo}-{hi}'} per GPU"))
+    for _what, hits in found.items():
+        nodes = [n for n, _ in hits]
+        more = f" ({len(hits) - 1} more node(s) alike)" if len(hits) > 1 else ""
+        yield Finding(hits[0][1] + more, nodes, hint="state the shard's own part of the model (or leave the "
+                                                     "attribute out: pdag then derives it from the node's GPUs)")
