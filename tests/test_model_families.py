@@ -67,6 +67,14 @@ def test_parameter_count_matches_the_published_total(key: str, tolerance: float)
     assert spec.param_count() == pytest.approx(spec.published_params, rel=tolerance), key
 
 
+def test_kimi_k2_total_matches_the_hub_count_not_the_rounded_1t() -> None:
+    """The card rounds to 1T; the Hub's count (1026.5B, as a stored copy reproduces it) pins pdag's to 0.01 %."""
+    spec = load_preset("kimi-k2")
+    assert spec.published_params == 1026.5e9
+    assert spec.param_count() == pytest.approx(1026.5e9, rel=1e-3)
+    assert spec.param_count() != pytest.approx(1e12, rel=0.02)
+
+
 @pytest.mark.parametrize("key", ["qwen3-0.6b", "qwen3-1.7b", "qwen3-32b"])
 def test_qwen3_dense_sizes_match_the_cards_non_embedding_figure(key: str) -> None:
     """The cards round the totals to a tenth of a billion (0.6B, 1.7B); their non-embedding figures pin closer."""
