@@ -58,6 +58,7 @@ ERNIE_21B = {
 @pytest.mark.parametrize("key,tolerance", [
     ("llama-4-maverick", 0.01), ("deepseek-v3.1", 0.01), ("kimi-k2", 0.01),
     ("qwen3-32b", 0.01), ("gemma-3-27b", 0.01), ("gemma-2-27b", 0.01),
+    ("phi-4", 0.001),  # 14.6595B counted vs 14.66B published (the card rounds to 14B)
     # Meta's 109B counts the vision encoder too (~0.8B), which pdag leaves out of the language model
     ("llama-4-scout", 0.015),
 ])
@@ -106,6 +107,7 @@ def test_glm45_reader_matches_the_published_total() -> None:
     ("llama-4-scout", None, 48 * 2 * 8 * 128 * BF16),
     ("qwen3-32b", None, 64 * 2 * 8 * 128 * BF16),
     ("qwen3-0.6b", None, 28 * 2 * 8 * 128 * BF16),
+    ("phi-4", None, 40 * 2 * 10 * 128 * BF16),
     # MLA: one latent (kv_lora_rank 512) plus its RoPE key (64) per layer
     ("kimi-k2", None, 61 * (512 + 64) * BF16),
     ("deepseek-v3.1", None, 61 * (512 + 64) * BF16),
@@ -153,6 +155,13 @@ def test_layer_kinds_cut_the_folds_where_the_pattern_changes() -> None:
     spec = load_preset("llama-4-maverick")
     # global (NoPE) layers 3, 7, ... are all odd, hence MoE: dense-chunked, MoE-chunked, MoE-global
     assert {layer_kind(spec, i) for i in range(48)} == {(False, True), (True, True), (True, False)}
+
+
+def test_phi4_preset_has_no_window_and_untied_embeddings() -> None:
+    """Its config states sliding_window 16384 = max_position_embeddings: a window as long as the context."""
+    spec = load_preset("phi-4")
+    assert spec.sliding_window is None and not spec.sliding_window_layers and not spec.tie_embeddings
+    assert spec.kv_bytes(16384, BF16) == 40 * 2 * 10 * 128 * BF16 * 16384
 
 
 def test_cohere2_reader_reads_the_window_pattern_one_norm_and_tied_embeddings() -> None:
@@ -215,6 +224,7 @@ def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("Qwen/Qwen3-32B-FP8", "qwen3-32b"),
     ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"), ("google/gemma-3-27b-it", "gemma-3-27b"),
+    ("microsoft/phi-4", "phi-4"),
 ])
 def test_hugging_face_repo_ids_resolve_to_presets(name: str, key: str) -> None:
     assert load_preset(name).id == key
