@@ -257,6 +257,16 @@ def test_trtllm_serve_imports_with_its_config_yaml() -> None:
     assert yaml_only["options"] == {"allow_expert_tp": True}
 
 
+@pytest.mark.parametrize("flag", ["-dcp 4", "--decode-context-parallel-size 4", "--decode-context-parallel-size=4"])
+def test_vllm_decode_context_parallel_is_refused_naming_what_pdag_lacks(flag: str) -> None:
+    with pytest.raises(EngineCannotExpress) as exc:
+        import_command(f"vllm serve deepseek-ai/DeepSeek-V3 -tp 8 {flag}", gpu="h200")
+    assert exc.value.field == f"command.{flag.split()[0].split('=')[0]}"
+    for words in ("stripes each request's KV cache", "1/N", "all-to-all", "no plan field", "N times"):
+        assert words in exc.value.problem
+    assert import_command("vllm serve deepseek-ai/DeepSeek-V3 -tp 8 -dcp 1", gpu="h200").plan["parallel"]["tp"] == 8
+
+
 def test_trtllm_import_refuses_what_it_cannot_read() -> None:
     with pytest.raises(EngineCannotExpress):
         import_command("trtllm-serve disaggregated -c disagg.yaml")

@@ -33,9 +33,32 @@ GLM45 = {
 }
 
 
+# Command R7B (CohereForAI/c4ai-command-r7b-12-2024), cohere2: the shapes as the checkpoint's module tree prints them
+# in a stored copy of its 4-bit re-upload's card (https://hf-proxy.robus.us.kg/Svngoku/c4ai-command-r7b-12-2024-4bit/
+# resolve/main/README.md: Embedding(256000, 4096), 32 decoder layers, q_proj 4096->4096, k/v_proj 4096->1024,
+# gate/up_proj 4096->14336), with the window the transformers docs give (docs/source/en/model_doc/cohere2.md: three
+# sliding layers of 4096 tokens, then one global layer) in the sliding_window_pattern form Hub configs still carry.
+R7B = {
+    "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "hidden_size": 4096, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 256000,
+    "sliding_window": 4096, "sliding_window_pattern": 4, "max_position_embeddings": 131072,
+}
+# ERNIE-4.5-21B-A3B, ernie4_5_moe: the values transformers' Ernie4_5_MoeConfig defaults to, which its docstring says
+# "yield a similar configuration to that of baidu/ERNIE-4.5-21B-A3B-PT" (configuration_ernie4_5_moe.py @ 001f85b3);
+# no stored copy of the checkpoint's own config.json was found.
+ERNIE_21B = {
+    "architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "vocab_size": 103424,
+    "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 28, "num_attention_heads": 20,
+    "num_key_value_heads": 4, "max_position_embeddings": 131072, "tie_word_embeddings": True, "use_bias": False,
+    "moe_intermediate_size": 1536, "moe_k": 6, "moe_num_experts": 64, "moe_num_shared_experts": 2,
+    "moe_layer_start_index": 1, "moe_layer_end_index": -1, "moe_layer_interval": 1,
+}
+
+
 @pytest.mark.parametrize("key,tolerance", [
     ("llama-4-maverick", 0.01), ("deepseek-v3.1", 0.01), ("kimi-k2", 0.01),
     ("qwen3-32b", 0.01), ("gemma-3-27b", 0.01), ("gemma-2-27b", 0.01),
+    ("phi-4", 0.001),  # 14.6595B counted vs 14.66B published (the card rounds to 14B)
     # Meta's 109B counts the vision encoder too (~0.8B), which pdag leaves out of the language model
     ("llama-4-scout", 0.015),
 ])
@@ -43,6 +66,14 @@ def test_parameter_count_matches_the_published_total(key: str, tolerance: float)
     spec = load_preset(key)
     assert spec.published_params
     assert spec.param_count() == pytest.approx(spec.published_params, rel=tolerance), key
+
+
+def test_kimi_k2_total_matches_the_hub_count_not_the_rounded_1t() -> None:
+    """The card rounds to 1T; the Hub's count (1026.5B, as a stored copy reproduces it) pins pdag's to 0.01 %."""
+    spec = load_preset("kimi-k2")
+    assert spec.published_params == 1026.5e9
+    assert spec.param_count() == pytest.approx(1026.5e9, rel=1e-3)
+    assert spec.param_count() != pytest.approx(1e12, rel=0.02)
 
 
 @pytest.mark.parametrize("key", ["qwen3-0.6b", "qwen3-1.7b", "qwen3-32b"])
@@ -76,10 +107,13 @@ def test_glm45_reader_matches_the_published_total() -> None:
     ("llama-4-scout", None, 48 * 2 * 8 * 128 * BF16),
     ("qwen3-32b", None, 64 * 2 * 8 * 128 * BF16),
     ("qwen3-0.6b", None, 28 * 2 * 8 * 128 * BF16),
+    ("phi-4", None, 40 * 2 * 10 * 128 * BF16),
     # MLA: one latent (kv_lora_rank 512) plus its RoPE key (64) per layer
     ("kimi-k2", None, 61 * (512 + 64) * BF16),
     ("deepseek-v3.1", None, 61 * (512 + 64) * BF16),
     ("glm-4.5", GLM45, 92 * 2 * 8 * 128 * BF16),
+    ("command-r7b", R7B, 32 * 2 * 8 * 128 * BF16),
+    ("ernie-4.5-21b-a3b", ERNIE_21B, 28 * 2 * 4 * 128 * BF16),
 ])
 def test_kv_bytes_per_token_by_hand(key: str, config: dict[str, Any] | None, hand: int) -> None:
     spec = from_hf_config(config) if config else load_preset(key)
@@ -123,6 +157,56 @@ def test_layer_kinds_cut_the_folds_where_the_pattern_changes() -> None:
     assert {layer_kind(spec, i) for i in range(48)} == {(False, True), (True, True), (True, False)}
 
 
+def test_phi4_preset_has_no_window_and_untied_embeddings() -> None:
+    """Its config states sliding_window 16384 = max_position_embeddings: a window as long as the context."""
+    spec = load_preset("phi-4")
+    assert spec.sliding_window is None and not spec.sliding_window_layers and not spec.tie_embeddings
+    assert spec.kv_bytes(16384, BF16) == 40 * 2 * 10 * 128 * BF16 * 16384
+
+
+def test_cohere2_reader_reads_the_window_pattern_one_norm_and_tied_embeddings() -> None:
+    spec = from_hf_config(R7B)
+    h, kv, inter, vocab = 4096, 8 * 128, 14336, 256000
+    layer = 2 * h * h + 2 * h * kv + 3 * h * inter + h  # q, o; k, v; gate, up, down; one LayerNorm (parallel block)
+    assert spec.tie_embeddings and spec.norms_per_layer == 1
+    assert spec.param_count() == vocab * h + 32 * layer + h
+    # the card's "7 billion parameters" is the non-embedding count (6.98B); the tied 1.05B embedding makes 8.03B
+    assert spec.param_count() - spec.embedding_params() == pytest.approx(7e9, rel=0.01)
+    full = [i for i in range(32) if not spec.is_sliding_layer(i)]
+    assert full == list(range(3, 32, 4)) and spec.sliding_window == 4096
+    assert spec.kv_bytes(CTX_128K, BF16) == 2 * kv * BF16 * (8 * CTX_128K + 24 * 4096)
+    # the same pattern stated as layer_types, as newer Hub configs do
+    typed = dict(R7B, layer_types=["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(32)])
+    del typed["sliding_window_pattern"]
+    assert from_hf_config(typed).sliding_window_layers == spec.sliding_window_layers
+    assert from_hf_config({k: v for k, v in R7B.items() if k != "model_type"}).model_type == "cohere2"
+
+
+def test_ernie45_moe_reader_places_dense_and_moe_layers_from_the_config() -> None:
+    spec = from_hf_config(ERNIE_21B)
+    h, vocab, expert = 2560, 103424, 3 * 2560 * 1536
+    attn = 2 * h * h + 2 * h * 4 * 128
+    moe_layer = attn + 2 * h + 64 * expert + 3 * h * (2 * 1536) + h * 64 + 64  # routed, 2 shared, router + bias
+    dense_layer = attn + 2 * h + 3 * h * 12288
+    assert spec.moe is not None and spec.moe.moe_layers == tuple(range(1, 28))  # moe_layer_start_index 1
+    assert spec.param_count() == vocab * h + dense_layer + 27 * moe_layer + h
+    # published 21B total / 3B active (transformers model_doc/ernie4_5_moe.md): pdag's 21.83B is 3.9 % over the
+    # rounded total; active 3.35B counts the tied 0.26B LM head, 3.09B without it
+    assert spec.param_count() == pytest.approx(21e9, rel=0.05)
+    assert spec.active_param_count() - vocab * h == pytest.approx(3e9, rel=0.05)
+    spaced = from_hf_config(dict(ERNIE_21B, moe_layer_interval=2, moe_layer_end_index=20))
+    assert spaced.moe is not None and spaced.moe.moe_layers == tuple(range(1, 21, 2))
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(ERNIE_21B, moe_k=65))
+    assert info.value.field == "hf_config.moe_k"
+
+
+def test_an_unknown_type_with_ernie_style_experts_is_refused_not_read_dense() -> None:
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(ERNIE_21B, model_type="ernie4_5_vl_moe"))
+    assert info.value.field == "hf_config.moe_num_experts"
+
+
 def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
     for key in ("gemma-3-27b",):
         assert any("vision encoder" in n for n in load_preset(key).notes)
@@ -140,6 +224,7 @@ def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("Qwen/Qwen3-32B-FP8", "qwen3-32b"),
     ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"), ("google/gemma-3-27b-it", "gemma-3-27b"),
+    ("microsoft/phi-4", "phi-4"),
 ])
 def test_hugging_face_repo_ids_resolve_to_presets(name: str, key: str) -> None:
     assert load_preset(name).id == key
@@ -182,11 +267,12 @@ _keys = st.sampled_from(["model_type", "num_hidden_layers", "hidden_size", "num_
 
 
 @settings(max_examples=300, deadline=None)
-@given(base=st.sampled_from(["gemma-3-27b", "llama-4-scout", "kimi-k2", "qwen3-32b", "gemma-2-27b"]),
+@given(base=st.sampled_from(["gemma-3-27b", "llama-4-scout", "kimi-k2", "qwen3-32b", "gemma-2-27b", "R7B",
+                             "ERNIE_21B"]),
        edits=st.dictionaries(_keys, _json, max_size=4), extra=st.dictionaries(st.text(max_size=8), _json, max_size=3))
 def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[str, Any],
                                                          extra: dict[str, Any]) -> None:
-    cfg = load_preset_config(base)
+    cfg = dict({"R7B": R7B, "ERNIE_21B": ERNIE_21B}[base]) if base.isupper() else load_preset_config(base)
     target = cfg["text_config"] if "text_config" in cfg and "text_config" not in edits else cfg
     target.update(extra)
     target.update(edits)

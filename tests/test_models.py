@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -74,6 +75,11 @@ def test_counts_are_consistent(pid: str) -> None:
             assert spec.ffn_params(i) > 0
     if not spec.is_moe:
         assert spec.active_param_count() == spec.param_count()
+
+
+def test_docs_list_every_preset() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
+    assert [pid for pid in preset_ids() if f"`{pid}`" not in text] == []
 
 
 def test_presets_case_insensitive_and_cached() -> None:

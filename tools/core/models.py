@@ -75,6 +75,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gemma3_text": "gemma",
     "phi3": "phi3",
     "olmo2": "olmo2",
+    "cohere2": "cohere2",
+    "ernie4_5_moe": "ernie4_5_moe",
 }
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
@@ -104,6 +106,8 @@ _ARCHITECTURES: dict[str, str] = {
     "Glm4MoeForCausalLM": "glm4_moe",
     "Phi3ForCausalLM": "phi3",
     "Olmo2ForCausalLM": "olmo2",
+    "Cohere2ForCausalLM": "cohere2",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
 }
 
 
@@ -180,7 +184,8 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = False  # biases in the dense FFN
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma-3, GLM-4.5)
     qk_norm_full: bool = False  # RMSNorm over the whole q and k projections (OLMo-2) instead of per head
-    norms_per_layer: int = Field(default=2, ge=1, le=8)  # Gemma-2/3 have four (pre and post attention and FFN)
+    # Gemma-2/3 have four (pre and post attention and FFN); Cohere-2's parallel block has one
+    norms_per_layer: int = Field(default=2, ge=1, le=8)
     local_attention: Literal["sliding", "chunked"] = "sliding"  # what the windowed layers do (Llama-4: chunked)
     notes: tuple[str, ...] = ()  # what the reading left out or assumed (vision tower, unread fields)
     attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
@@ -304,10 +309,10 @@ class ModelSpec(BaseModel):
         return self._swiglu(self.moe.expert_intermediate_size, self.moe.expert_bias)
 
     def shared_expert_params(self) -> int:
-        """All shared experts of one MoE layer together."""
+        """All shared experts of one MoE layer together (biased like the routed experts)."""
         if self.moe is None or not self.moe.shared_expert_intermediate_size:
             return 0
-        return self._swiglu(self.moe.shared_expert_intermediate_size, False)
+        return self._swiglu(self.moe.shared_expert_intermediate_size, self.moe.expert_bias)
 
     def router_params(self) -> int:
         if self.moe is None:
@@ -558,13 +563,14 @@ def from_hf_config(
                                  f"a divisor of {hidden}, or an explicit head_dim")
         head_dim = hidden // num_heads
 
-    tie = c.bool("tie_word_embeddings", gemma)  # Gemma ties its embeddings unless the config says otherwise
+    # Gemma, Cohere-2 and ERNIE-4.5 tie their embeddings unless the config says otherwise (library defaults)
+    tie = c.bool("tie_word_embeddings", gemma or bool(_default(model_type, "tie_word_embeddings")))
     attention_bias = c.bool("attention_bias", False)
     attention_out_bias = attention_bias
     mlp_bias = c.bool("mlp_bias", False)
     qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text")
     qk_norm_full = model_type == "olmo2"
-    norms = 4 if gemma else 2
+    norms = 4 if gemma else 1 if model_type == "cohere2" else 2  # Cohere-2: one LayerNorm feeds both branches
     sinks = False
     mla: MLASpec | None = None
     moe: MoESpec | None = None
@@ -578,7 +584,7 @@ def from_hf_config(
         return tuple(range(num_layers))
 
     if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
-                                 "gemma3_text", "phi3", "olmo2"):
+                                 "gemma3_text", "phi3", "olmo2", "cohere2"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
@@ -626,6 +632,9 @@ def from_hf_config(
         mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
         first_dense = c.int("first_k_dense_replace", default=1, lo=0, hi=MAX_LAYERS)
         moe = _shared_moe(c, tuple(range(min(first_dense, num_layers), num_layers)), True)
+    elif model_type == "ernie4_5_moe":
+        moe, intermediate, mtp = _ernie_moe(c, num_layers)
+        attention_bias = attention_out_bias = mlp_bias = moe.expert_bias
     elif model_type == "llama4_text":
         intermediate = c.int("intermediate_size_mlp", hi=MAX_INTERMEDIATE)  # the dense layers' width
         expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)  # each expert's, and the shared expert's
@@ -723,9 +732,10 @@ def _moe(
     layers: tuple[int, ...],
     router_bias: bool,
     expert_bias: bool,
+    k_field: str = "num_experts_per_tok",
 ) -> MoESpec:
     if experts_per_token > num_experts:
-        raise PdagInputError(c.path("num_experts_per_tok"),
+        raise PdagInputError(c.path(k_field),
                              f"{experts_per_token} experts per token exceeds {num_experts} experts",
                              f"an integer in 1..{num_experts}")
     return MoESpec(
@@ -851,6 +861,30 @@ def _shared_moe(c: _Cfg, layers: tuple[int, ...], router_bias: bool) -> MoESpec:
                 expert_i, n_shared, n_shared * expert_i, layers, router_bias, False)
 
 
+def _ernie_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int, int]:
+    """ERNIE-4.5 MoE: layer i is MoE when (i + 1) % moe_layer_interval == 0 and it lies within
+    moe_layer_start_index..moe_layer_end_index (-1: the last layer), else a dense FFN of intermediate_size;
+    shared experts are one FFN of moe_num_shared_experts x moe_intermediate_size; the router carries a
+    per-expert score-correction bias; use_bias puts biases on every projection. Returns the MoE block, the
+    dense width and the MTP layers (never counted)."""
+    raw_end = c.raw.get("moe_layer_end_index", _default("ernie4_5_moe", "moe_layer_end_index"))
+    end = num_layers - 1 if raw_end == -1 else c.int("moe_layer_end_index", lo=0, hi=MAX_LAYERS)
+    start = c.int("moe_layer_start_index", default=_default("ernie4_5_moe", "moe_layer_start_index"), lo=0,
+                  hi=MAX_LAYERS)
+    every = c.int("moe_layer_interval", default=_default("ernie4_5_moe", "moe_layer_interval"), hi=MAX_LAYERS)
+    layers = tuple(i for i in range(num_layers) if (i + 1) % every == 0 and start <= i <= end)
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("moe_num_shared_experts", default=_default("ernie4_5_moe", "moe_num_shared_experts"), lo=0,
+                     hi=MAX_EXPERTS)
+    dense_i = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if len(layers) < num_layers and dense_i == 0:
+        raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense", "a positive integer")
+    bias = c.bool("use_bias", False)
+    moe = _moe(c, c.int("moe_num_experts", hi=MAX_EXPERTS), c.int("moe_k", hi=MAX_EXPERTS), expert_i, n_shared,
+               n_shared * expert_i, layers, True, bias, "moe_k")
+    return moe, dense_i, c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+
+
 _WINDOWED = {"sliding_attention": "sliding", "chunked_attention": "chunked"}
 _LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
@@ -891,7 +925,7 @@ def _windowed_layers(c: _Cfg, model_type: str, num_layers: int, max_pos: int) ->
             layers = tuple(range(min(first, num_layers), num_layers))
     elif model_type == "gemma2":
         layers = tuple(range(0, num_layers, 2))  # even layers slide, odd layers are global
-    elif model_type == "gemma3_text":
+    elif model_type in ("gemma3_text", "cohere2"):
         every = c.int("sliding_window_pattern", default=_default(model_type, "sliding_window_pattern"),
                       hi=MAX_LAYERS)
         layers = tuple(i for i in range(num_layers) if (i + 1) % every)

@@ -965,10 +965,19 @@ VLLM_FLAGS = {
 VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on", "--enforce-eager": "eager"}
 # flags taking a list of capture sizes (the older one deprecated by vLLM PR #26016)
 _VLLM_GRAPH_LISTS = ("--cuda-graph-sizes", "--cudagraph-capture-sizes")
+# What pdag would need to price vLLM's decode context parallel, said at import (docs/engines.md cites the sources).
+_DCP_MISSING = (
+    "decode context parallel (-dcp N / --decode-context-parallel-size N) stripes each request's KV cache over N "
+    "ranks of the TP group (token p on rank p mod N), so each GPU keeps about 1/N of the KV that TP alone "
+    "replicates (MLA's one latent per token; KV heads fewer than TP ranks), and merges the partial attention "
+    "outputs and log-sum-exps with an all-to-all every decode step. pdag has no plan field for KV sharded by "
+    "token inside TP (its sp re-partitions prefill attention) and does not price that exchange, so it refuses "
+    "rather than size memory as if the KV were replicated; without the flag pdag prices the replicated KV, "
+    "N times what DCP keeps per GPU"
+)
 _VLLM_REFUSE = {
-    "--decode-context-parallel-size": "decode context parallel (DCP) shards the KV cache over TP ranks in decode; "
-                                      "pdag's SP is prefill attention only",
-    "-dcp": "decode context parallel (DCP) is not pdag's SP",
+    "--decode-context-parallel-size": _DCP_MISSING,
+    "-dcp": _DCP_MISSING,
     "--prefill-context-parallel-size": "prefill context parallel adds ranks; pdag's SP re-partitions TP GPUs",
     "--data-parallel-size-local": None,
 }
