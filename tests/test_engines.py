@@ -143,7 +143,7 @@ def test_import_variants() -> None:
     assert r.plan["parallel"]["tp"] == 4 and r.plan["hardware"] == {"gpu": "h200", "num_gpus": 4, "gpus_per_node": 8}
     assert any("gpu-memory-utilization" in n for n in r.notes)
     r = import_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp-size=8 --ep-size 8")
-    assert r.plan["model"] == "deepseek-v3" and r.plan["parallel"]["ep"] == 8
+    assert r.plan["model"] == "deepseek-r1" and r.plan["parallel"]["ep"] == 8
     r = import_command("vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 --tensor-parallel-size 2")
     assert r.plan["options"] == {"allow_expert_tp": True}
 
@@ -170,7 +170,7 @@ def test_model_for_repo() -> None:
     assert model_for_repo("openai/gpt-oss-120b") == ("gpt-oss-120b", None)
     # AMD's Quark checkpoints (InferenceMAX's MI300X/MI325X runs) and Red Hat's compressed-tensors ones
     assert model_for_repo("amd/Llama-3.3-70B-Instruct-FP8-KV")[0] == "llama-3.1-70b"
-    assert model_for_repo("amd/DeepSeek-R1-MXFP4-Preview")[0] == "deepseek-v3"
+    assert model_for_repo("amd/DeepSeek-R1-MXFP4-Preview")[0] == "deepseek-r1"
     assert model_for_repo("RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w8a8")[0] == "llama-3.1-70b"
 
 
@@ -351,7 +351,7 @@ def test_vllm_reads_its_model_wherever_the_positional_stands() -> None:
     cmd = ("vllm serve --uvicorn-log-level=info /hf_cache/models/nvidia/DeepSeek-R1-0528-FP4/sharded "
            "--served-model-name nvidia/DeepSeek-R1-0528-FP4 llm --tensor-parallel-size 8")
     r = import_command(cmd, gpu="b200")
-    assert r.plan["model"] == "deepseek-v3" and r.plan["weights"] == "nvfp4" and r.plan["parallel"]["tp"] == 8
+    assert r.plan["model"] == "deepseek-r1" and r.plan["weights"] == "nvfp4" and r.plan["parallel"]["tp"] == 8
     assert r.plan["checkpoint"] == "/hf_cache/models/nvidia/DeepSeek-R1-0528-FP4/sharded"
     assert "/hf_cache" not in " ".join(n for n in r.notes if "ignored" in n)
     with pytest.raises(PdagInputError) as exc:  # SGLang has no positional model: a stray token is not one

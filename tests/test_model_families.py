@@ -220,9 +220,9 @@ def test_multimodal_wrappers_say_the_vision_encoder_is_left_out() -> None:
 
 
 @pytest.mark.parametrize("name,key", [
-    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("Qwen/Qwen3-32B-FP8", "qwen3-32b"),
-    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
+    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"), ("nvidia/DeepSeek-R1-FP4", "deepseek-r1"),
     ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama-4-maverick"), ("google/gemma-3-27b-it", "gemma-3-27b"),
     ("microsoft/phi-4", "phi-4"),
 ])
