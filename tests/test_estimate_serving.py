@@ -95,12 +95,12 @@ def test_search_under_sla_prices_continuous_batching() -> None:
     assert served.plan["engine"] == "vllm"
     assert served.batch_size > static.batch_size
     assert served.tpot_ms <= 50 and served.ttft_ms <= 1000
-    check = estimate_performance(plan=served.plan).serving
-    assert check is not None and check.tpot_ms == pytest.approx(served.tpot_ms, rel=1e-6)
+    check = estimate_performance(plan=served.plan)  # the served request's figures, as the search ranked them
+    assert check.tpot_ms == pytest.approx(served.tpot_ms, rel=1e-6)
+    assert check.ttft_ms == pytest.approx(served.ttft_ms, rel=1e-6)
     burst = search_strategies(**(args | {"slo": args["slo"] | {"arrivals": "lockstep"}}), serving=True).top[0]
-    assert burst.batch_size < served.batch_size and burst.ttft_ms <= 1000
-    again = estimate_performance(plan=burst.plan).serving
-    assert again is not None and again.ttft_lockstep_ms == pytest.approx(burst.ttft_ms, rel=1e-6)
+    assert burst.ttft_ms <= 1000 and burst.tpot_ms <= 50
+    assert estimate_performance(plan=burst.plan).ttft_ms == pytest.approx(burst.ttft_ms, rel=1e-6)
 
 
 def test_a_lone_client_waits_for_nothing_but_its_prefill() -> None:

@@ -246,12 +246,13 @@ def test_search_prices_the_engine_options_it_is_given() -> None:
     """A small step budget cuts an 8k prompt into many chunks: under a TTFT target the serving search then holds
     fewer requests in flight, and every plan it returns carries the budget."""
     args = dict(model="llama-3.1-70b", hardware={"gpu": "h200", "num_gpus": 8}, objective="throughput",
-                workload={"input_len": 8000, "output_len": 1000}, slo={"max_tpot_ms": 40, "max_ttft_ms": 450},
-                top_k=1, engine="vllm", serving=True, disaggregated=False)
-    wide = search_strategies(**args).top[0]
-    narrow = search_strategies(**args, engine_options={"max_batched_tokens": 1024}).top[0]
+                workload={"input_len": 8000, "output_len": 1000}, slo={"max_tpot_ms": 40, "max_ttft_ms": 1500},
+                top_k=5, engine="vllm", serving=True, disaggregated=False)
+    wide = next(p for p in search_strategies(**args).top if p.label == "TP8")
+    narrow = next(p for p in search_strategies(**args, engine_options={"max_batched_tokens": 1024}).top
+                  if p.label == "TP8")
     assert narrow.plan["engine_options"] == {"max_batched_tokens": 1024} and "engine_options" not in wide.plan
-    assert narrow.batch_size < wide.batch_size
+    assert narrow.batch_size < wide.batch_size and narrow.ttft_ms <= 1500 and wide.ttft_ms <= 1500
 
 
 # ------------------------------------------------------------------ a total in flight (workload.concurrency)

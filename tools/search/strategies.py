@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -591,24 +591,46 @@ class _Search:
     def serve_head(self, ranked: list[_Point], n: int) -> list[_Point]:
         """The best point of each of the first ``n`` layouts re-priced by the serving simulator at the workload's
         load (the figures estimate_performance returns for the same plan) and re-ranked among themselves; the
-        steady-state formula only chose which layouts to simulate."""
+        steady-state formula only chose which layouts to simulate.  Where the searched batch misses a TTFT or TPOT
+        target once simulated, the largest batch that meets it is found again on simulated figures."""
         head: list[_Point] = []
         seen: set[tuple[_Shape, _Shape | None]] = set()
         for p in ranked:
             if (p.shape, p.dshape) not in seen and len(head) < n:
                 seen.add((p.shape, p.dshape))
                 head.append(p)
+        served = []
         for p in head:
-            d = self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None else \
-                self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
-            sim = simulate(Plan.model_validate(d))
-            self.estimates += 1
-            p.ttft, p.tpot, p.e2e = sim.ttft_ms.mean, sim.tpot_ms.mean, sim.e2e_ms.mean
-            p.tput, p.served = sim.output_tokens_per_s, sim.load
-            p.misses.clear()
-            self._misses(p)
-        return sorted(head, key=lambda q: _sort_key(q, self.objective, self.metric)) + [
+            q = self._served(p)
+            if not _latency_ok(q) and not self.batch_fixed and q.dshape is None and q.batch > 1:
+                q = self._served_batch(q)
+            served.append(q)
+        return sorted(served, key=lambda q: _sort_key(q, self.objective, self.metric)) + [
             p for p in ranked if (p.shape, p.dshape) not in seen]
+
+    def _served(self, p: _Point) -> _Point:
+        d = self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None else \
+            self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
+        sim = simulate(Plan.model_validate(d))
+        self.estimates += 1
+        q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
+                    tput=sim.output_tokens_per_s, served=sim.load, misses=[])
+        self._misses(q)
+        return q
+
+    def _served_batch(self, p: _Point) -> _Point:
+        """The largest batch below ``p``'s that meets the latency SLOs on simulated figures (bisection to within
+        1/8 of the batch; TTFT and TPOT grow with the batch), else batch 1's point."""
+        lo, hi, best = 1, p.batch, None
+        while hi - lo > max(1, lo // 8):
+            mid = (lo + hi) // 2
+            q = self._served(self.point(p.shape, mid, p.dp))
+            self.considered += 1
+            if _latency_ok(q):
+                lo, best = mid, q
+            else:
+                hi = mid
+        return best or self._served(self.point(p.shape, 1, p.dp))
 
     # -------------------------------------------------------------- disaggregated serving
     def run_disaggregated(self, points: list[_Point]) -> list[_Point]:
