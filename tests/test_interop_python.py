@@ -58,11 +58,11 @@ def advertised() -> dict[str, dict[str, Any]]:
 
 
 def agents_server(transport: str, url: str | None):
-    mcp = interop_client("agents.mcp")
+    agents_mcp = interop_client("agents.mcp")
     if transport == "stdio":
-        return mcp.MCPServerStdio({"command": sys.executable, "args": SERVER_ARGS, "cwd": str(ROOT),
+        return agents_mcp.MCPServerStdio({"command": sys.executable, "args": SERVER_ARGS, "cwd": str(ROOT),
                                    "env": STDIO_ENV}, client_session_timeout_seconds=60)
-    return mcp.MCPServerStreamableHttp({"url": url, "timeout": 60}, client_session_timeout_seconds=60)
+    return agents_mcp.MCPServerStreamableHttp({"url": url, "timeout": 60}, client_session_timeout_seconds=60)
 
 
 async def invoke(tool, arguments: dict[str, Any]) -> str:
@@ -79,12 +79,12 @@ async def invoke(tool, arguments: dict[str, Any]) -> str:
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_openai_agents_strict_conversion_and_direct_calls(request, transport, advertised):
     agents = interop_client("agents")
-    mcp = interop_client("agents.mcp")
+    agents_mcp = interop_client("agents.mcp")
     server = agents_server(transport, request.getfixturevalue("url") if transport == "http" else None)
     async with server:
-        tools = await mcp.MCPUtil.get_function_tools(server, convert_schemas_to_strict=True,
-                                                     run_context=agents.RunContextWrapper(None),
-                                                     agent=agents.Agent(name="pdag-interop"))
+        tools = await agents_mcp.MCPUtil.get_function_tools(server, convert_schemas_to_strict=True,
+                                                            run_context=agents.RunContextWrapper(None),
+                                                            agent=agents.Agent(name="pdag-interop"))
         by_name = {t.name: t for t in tools}
         assert set(by_name) == TOOLS
 

@@ -21,7 +21,7 @@ function transportFor(argv) {
   if (kind === "stdio" && rest.length === 2) {
     const [python, cwd] = rest;
     return new StdioClientTransport({ command: python, args: ["-m", "server"], cwd, env: { PYTHONPATH: cwd },
-      stderr: "ignore" });
+      stderr: "inherit" });
   }
   if (kind === "http" && rest.length === 1) return new StreamableHTTPClientTransport(new URL(rest[0]));
   throw new Error("usage: node client.mjs stdio <python> <pdag checkout> | http <url>");
