@@ -2,7 +2,8 @@
 
 The complete plan and DAG schemas are published once, as resources (pdag://schema/plan, pdag://schema/dag);
 a tool's inline schema keeps the field names and types a model needs to write a call and drops what the
-server checks anyway (bounds, nested descriptions, titles). Every object of an input schema declares its
+server checks anyway (bounds, nested descriptions, titles; inside the plan, which five tools repeat, also the
+allowed values of its string fields: an error names them). Every object of an input schema declares its
 properties or says it is open (``additionalProperties: true``: an hf_config, a drafted DAG), so clients that
 convert schemas to a provider's strict form need not guess. Arguments are still validated against the full
 pydantic models, and an error names the field and the bound.
@@ -36,9 +37,10 @@ OPEN_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 
 
 def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, Any] | None = None,
-            keep_descriptions: int = 1, _level: int = 0, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+            keep_descriptions: int = 1, keep_enums: bool = True, _level: int = 0,
+            _seen: tuple[str, ...] = ()) -> dict[str, Any]:
     """``schema`` with $refs inlined, descriptions kept on the first ``keep_descriptions`` levels, optional-null
-    branches and bounds dropped.
+    branches and bounds dropped (and enums unless ``keep_enums``).
 
     ``depth=None`` (input schemas): every object keeps its properties, and an object that takes any keys says so
     (``additionalProperties: true``); nested closed objects do not repeat ``additionalProperties: false`` (the
@@ -49,7 +51,8 @@ def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, An
     if name is not None and name in _seen:
         return dict(OPEN_OBJECT)
     seen = (*_seen, name) if name is not None else _seen
-    sub = {"depth": depth, "defs": defs, "keep_descriptions": keep_descriptions, "_seen": seen}
+    sub = {"depth": depth, "defs": defs, "keep_descriptions": keep_descriptions, "keep_enums": keep_enums,
+           "_seen": seen}
     truncated = depth is not None and _level >= depth
     if "anyOf" in node:
         options = [compact(o, _level=_level, **sub) for o in _without_null(node["anyOf"])]
@@ -69,7 +72,8 @@ def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, An
             elif depth is None and value is not False:  # an open object says so; a closed one lists its fields
                 out[key] = compact(value, _level=_level + 1, **sub) if isinstance(value, dict) else value
             continue
-        if key in _DROPPED or key == "$defs" or (key == "description" and _level >= keep_descriptions):
+        if key in _DROPPED or key == "$defs" or (key == "description" and _level >= keep_descriptions) or \
+                (key == "enum" and not keep_enums):
             continue
         if key == "properties":
             if truncated:
@@ -86,10 +90,11 @@ def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, An
     return out
 
 
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+def inline_schema(model: type[BaseModel], keep_enums: bool = True) -> dict[str, Any]:
     """``model``'s JSON Schema with every $ref inlined and no descriptions: a value for ``WithJsonSchema`` that
-    advertises a model's fields on an argument the core checks itself (errors then name the field path)."""
-    return compact(model.model_json_schema(by_alias=True), keep_descriptions=0)
+    advertises a model's fields on an argument the core checks itself (errors then name the field path and,
+    for a value outside an enum, the allowed values)."""
+    return compact(model.model_json_schema(by_alias=True), keep_descriptions=0, keep_enums=keep_enums)
 
 
 def tokens(text: str) -> int:

@@ -44,11 +44,13 @@ CursorArg = Annotated[
     str | None,
     Field(description="next_cursor of the previous full page", max_length=40),
 ]
-PlanArg = Annotated[Plan, Field(description="the parallel plan (see pdag://schema/plan)")]
 RenderArg = Annotated[bool, Field(description="add PNG pictures")]
-# The plan argument of the tools after build_dag is a plain object checked by the core (errors name the field, as
-# the argument model's do); its advertised schema is the Plan model's, so every tool declares the plan's fields.
-PLAN_SCHEMA = WithJsonSchema(inline_schema(Plan))
+# Five tools take a plan, and each declares its fields with this one schema (strict clients and Gemini take no
+# $ref shared across tools): the Plan model's fields and types, without the allowed values of its string fields
+# (dtype, engine, weights...; pdag://schema/plan lists them, and an error names them). build_dag validates the
+# argument with the Plan model; the tools after it take a plain object the core checks (errors name the field).
+PLAN_SCHEMA = WithJsonSchema(inline_schema(Plan, keep_enums=False))
+PlanArg = Annotated[Plan, PLAN_SCHEMA, Field(description="the parallel plan (see pdag://schema/plan)")]
 OptPlanArg = Annotated[
     dict[str, Any] | None,
     PLAN_SCHEMA,

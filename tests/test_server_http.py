@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import anyio
 import httpx2
@@ -15,12 +12,12 @@ import pytest
 from mcp import Client
 
 from server.http import MAX_BODY_BYTES
+from tests.servers import ROOT, start, stop
 from tools.core.build import build_full_dag
 from tools.core.dag import MAX_NODES
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "test", "version": "0"}}}
@@ -32,33 +29,6 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(*flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
-    """A server on a free loopback port; returns it, its URL and the start-up line it printed."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "server", "--http", "--port", str(port), *flags], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})})
-    assert proc.stderr is not None
-    line = proc.stderr.readline().decode()  # the start-up line comes once the socket listens
-    if proc.poll() is not None or "listening" not in line:
-        raise RuntimeError(line + proc.stderr.read().decode())
-    return proc, f"http://127.0.0.1:{port}/mcp", line
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 @pytest.fixture(scope="module")
