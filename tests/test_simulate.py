@@ -116,3 +116,23 @@ def test_throughput_bounded_by_static_batch_ceiling(c: int, out: int) -> None:
     r = simulate(plan)
     ceiling = c / FastEstimator(plan).phase_ms("decode", c) * 1e3
     assert r.output_tokens_per_s <= ceiling * 1.01
+
+
+def test_a_request_the_kv_cache_cannot_hold_is_refused_not_simulated_forever() -> None:
+    """A 2,222-token request on a replica whose KV cache holds 2,048 tokens never runs: the simulator looped on
+    empty steps (a held-out point hung the scorer); now it names the workload."""
+    import pytest as _pytest
+
+    from tools.core.errors import PdagInputError
+    from tools.core.plan import parse_plan
+    from tools.estimate.simulate import simulate
+
+    plan = parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+                       "workload": {"input_len": 1000, "output_len": 1000, "input_len_range": [900, 1111],
+                                    "output_len_range": [900, 1111]},
+                       "engine": "sglang", "engine_options": {"kv_cache_tokens": 2048}})
+    with _pytest.raises(PdagInputError) as exc:
+        simulate(plan)
+    assert exc.value.field == "workload" and "2,222 tokens" in exc.value.problem
+    fits = plan.model_copy(update={"engine_options": plan.engine_options.model_copy(update={"kv_cache_tokens": 4096})})
+    assert simulate(fits).requests > 0

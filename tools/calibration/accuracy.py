@@ -431,7 +431,10 @@ def _simulated(pt: dict[str, Any], overlay: Any, analytic: Prediction) -> Predic
     if sim is None:
         if len(_SIM_CACHE) > 4096:
             _SIM_CACHE.clear()
-        sim = _SIM_CACHE[key] = simulate(plan, eff=plan_efficiency(plan, overlay))
+        try:
+            sim = _SIM_CACHE[key] = simulate(plan, eff=plan_efficiency(plan, overlay))
+        except PdagInputError:  # a request longer than the plan's KV cache: the steady-state formula's figure
+            return analytic
     stat = point_statistic(pt)
     metric = pt["metric"]
     if metric == "serving_ttft_ms":

@@ -72,6 +72,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tools.core.errors import PdagInputError
 from tools.core.memory import memory_report
 from tools.core.plan import Plan
 from tools.estimate.disagg import kv_handoff
@@ -658,7 +659,21 @@ def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None 
         decode_fast = fast  # the fast estimator prices each phase on its own pool's layout
     load = load or resolve_load(plan, fast.layout.dp if not fast.layout.disaggregated else
                                 fast.layout.pools["decode"].dp)
-    return run(plan, fast, load, _setup(plan, fast, load, fast.eff, decode_fast))
+    setup = _setup(plan, fast, load, fast.eff, decode_fast)
+    _check_fits(setup, load)
+    return run(plan, fast, load, setup)
+
+
+def _check_fits(setup: _Setup, load: Load) -> None:
+    """A request the KV cache of its replica cannot hold even alone would wait forever (engines refuse it): say so
+    instead of simulating a queue that never drains."""
+    for e in setup.engines:
+        need = load.input_len_range[1] + (0 if e.role == "prefill" else load.output_len_range[1])
+        if e._pages(need) > e.capacity:
+            raise PdagInputError(
+                "workload", f"a request of up to {need:,} tokens does not fit the KV cache of one replica "
+                f"({e.capacity * e.bs:,} tokens once the weights are held), so the engine could never run it",
+                "shorter requests, fp8 KV (kv_dtype), more GPUs per replica, or engine_options.kv_cache_tokens")
 
 
 def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult:
