@@ -66,7 +66,7 @@ import heapq
 import itertools
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -545,7 +545,11 @@ class _Engine:
 
 
 class _Recorder:
+    """Inter-token gaps: single tokens' gaps as bare floats (most of them, counted at the end), decode runs' as
+    (gap, tokens) pairs."""
+
     def __init__(self) -> None:
+        self.gaps: list[float] = []  # one token each
         self.itl: list[tuple[float, float]] = []  # (gap, tokens)
 
     def run(self, a_ms: float, b_ms: float, k: int, d: int) -> None:
@@ -556,6 +560,13 @@ class _Recorder:
         h = k // 2
         self.itl.append((a_ms + b_ms * (h - 1) / 2, float(d * h)))
         self.itl.append((a_ms + b_ms * (h + (k - 1)) / 2, float(d * (k - h))))
+
+    def counts(self) -> Counter[tuple[float, float]]:
+        """How many times each (gap, tokens) pair was recorded."""
+        out: Counter[tuple[float, float]] = Counter(self.itl)
+        for gap, c in Counter(self.gaps).items():
+            out[(gap, 1.0)] += c
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- the simulation
@@ -576,22 +587,35 @@ def _arrivals(load: Load, rng: random.Random) -> list[float]:
     return out
 
 
-def _stat(xs: list[float], weights: list[float] | None = None) -> Stat:
+def _stat(xs: list[float]) -> Stat:
+    """Mean and percentiles with numpy's linear interpolation, as the benchmark clients compute them; the mean sums
+    the sorted values (the order fixes the float rounding, so the bytes of the result)."""
     if not xs:
         return Stat(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
-    w = weights or [1.0] * len(xs)
-    pairs = sorted(zip(xs, w, strict=True))
-    total = sum(w)
-    mean = sum(x * wt for x, wt in pairs) / total
-
-    cum = list(itertools.accumulate(wt for _, wt in pairs))
+    ys = sorted(xs)
+    mean = sum(ys) / float(len(ys))
 
     def q(f: float) -> float:
-        if weights is None:  # numpy's linear interpolation, as the benchmark clients compute percentiles
-            pos = f * (len(pairs) - 1)
-            lo, hi = math.floor(pos), math.ceil(pos)
-            return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (pos - lo)
-        return pairs[min(len(pairs) - 1, bisect.bisect_left(cum, f * total - 1e-9))][0]
+        pos = f * (len(ys) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+    return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
+
+
+def _weighted_stat(counts: Counter[tuple[float, float]]) -> Stat:
+    """Token-weighted mean and percentiles of (value, weight) pairs given as counts of each distinct pair: the
+    sorted distinct pairs stand for their repeats (weights are whole token counts, so cumulative weights are exact
+    and a repeat's value is its pair's)."""
+    if not counts:
+        return Stat(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+    pairs = sorted(counts.items())
+    total = sum(w * c for (_, w), c in pairs)
+    mean = sum(itertools.chain.from_iterable(itertools.repeat(x * w, c) for (x, w), c in pairs)) / total
+    ends = list(itertools.accumulate(w * c for (_, w), c in pairs))
+
+    def q(f: float) -> float:
+        return pairs[min(len(pairs) - 1, bisect.bisect_left(ends, f * total - 1e-9))][0][0]
 
     return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
 
@@ -764,7 +788,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
                 r.scheduled_ms = p.start_ms
             if p.k == 1:
                 if r.first_ms >= 0:
-                    rec.itl.append((t - r.last_ms, 1.0))
+                    rec.gaps.append(t - r.last_ms)
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
             r.generated += p.k
@@ -776,7 +800,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
                 if r.first_ms < 0 and e.role != "prefill":
                     r.first_ms = t
                 elif e.role != "prefill":
-                    rec.itl.append((t - r.last_ms, 1.0))
+                    rec.gaps.append(t - r.last_ms)
                 if e.role == "prefill":
                     r.prefilled = True
                     e.running.remove(r)
@@ -812,13 +836,12 @@ def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: f
     e2e = [r.done_ms - r.sent_ms for r in done]
     queue = [max(0.0, r.scheduled_ms - r.sent_ms) for r in done]
     out_tokens = sum(r.out_len for r in done)
-    itl = [g for g, _ in rec.itl]
     tp = _stat(tpot)
     thr = out_tokens / dur * 1e3
     kv_frac = max((e.peak_used / e.capacity for e in setup.engines), default=0.0)
     return SimResult(
         load=load.describe(), engine=setup.policy, requests=len(done), ttft_ms=_stat(ttft), tpot_ms=tp,
-        itl_ms=_stat(itl, [w for _, w in rec.itl]), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
+        itl_ms=_weighted_stat(rec.counts()), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
         output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / max(1, setup.gpus),
         output_tokens_per_s_per_user=1e3 / tp.mean if tp.mean > 0 else 0.0,
         request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area / dur,
