@@ -374,47 +374,64 @@ class _Engine:
 
     def _decode_run_ok(self, start: float) -> bool:
         """Only decodes can run: no unfinished prompt, and no waiting request this step could admit."""
-        if not self.running or any(r.computed < r.prompt for r in self.running):
+        if not self.running:
             return False
         for r in self.waiting:
             if not self.eligible(r, start):
                 return False  # it becomes eligible after one step: plan one step at a time
-        if self.waiting and self.policy == "sglang":
-            return not self._admissible(self.waiting[0], self.budget)
-        return not (self.waiting and self._admissible(self.waiting[0], self.budget - len(self.running)))
+        if self.waiting:
+            if self.policy == "sglang":
+                if self._admissible(self.waiting[0], self.budget):
+                    return False
+            elif self._admissible(self.waiting[0], self.budget - len(self.running)):
+                return False
+        return all(r.computed >= r.prompt for r in self.running)
 
     def _decode_run(self, start: float) -> _Plan:
         rs = self.running
         d = len(rs)
         a, b = self.cost.decode_line(d)
-        ctx = sum(r.in_len + r.generated for r in rs)
-        k = min(r.out_len - r.generated for r in rs)
+        ctx, k = 0, _BIG
+        for r in rs:
+            g = r.generated
+            ctx += r.in_len + g
+            if r.out_len - g < k:
+                k = r.out_len - g
         if self.policy != "trtllm":
-            k = min(k, self._steps_of_pages(rs))
+            k = min(k, self._steps_of_pages(rs, k))
         if self.waiting and self.policy == "sglang":
             k = min(k, 1)
         if k < 1:  # the next step finds no page: the explicit step preempts
             return self._form_sglang(start) if self.policy == "sglang" else self._form_budget(start)
         a_ms, b_ms = a + b * ctx / d, b
         end = start + k * a_ms + b_ms * k * (k - 1) / 2
-        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=list(rs))
+        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=rs[:])
 
-    def _steps_of_pages(self, rs: list[_Req]) -> int:
-        """Decode steps the free pages allow before one of ``rs`` needs a page that is not there."""
-        def need(k: int) -> int:
-            return sum(max(0, self._pages(self._held(r) + k) - r.blocks) for r in rs)
-        limit = min(r.out_len - r.generated for r in rs)
-        if need(limit) <= self.free:  # the usual case: pages to spare until the next request ends
+    def _steps_of_pages(self, rs: list[_Req], limit: int) -> int:
+        """Decode steps (at most ``limit``, the fewest tokens any of ``rs`` has left) the free pages allow before one
+        of ``rs`` needs a page that is not there."""
+        bs, free = self.bs, self.free
+
+        def fits(k: int) -> bool:  # the new pages k more tokens of each need, counted until they exceed the free
+            need = 0
+            for r in rs:
+                extra = -(-(r.computed + r.generated - r.base + k) // bs) - r.blocks
+                if extra > 0:
+                    need += extra
+                    if need > free:
+                        return False
+            return True
+        if fits(limit):  # the usual case: pages to spare until the next request ends
             return limit
-        if need(1) > self.free:
+        if not fits(1):
             return 0
         lo, hi = 1, 2
-        while hi <= limit and need(hi) <= self.free:
+        while hi <= limit and fits(hi):
             lo, hi = hi, hi * 2
         hi = min(hi, limit + 1)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if need(mid) <= self.free:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid
@@ -435,12 +452,15 @@ class _Engine:
         chunks: list[tuple[_Req, int]] = []
         decodes: list[_Req] = []
         preempted = False
+        running, bs, trt = self.running, self.bs, self.policy == "trtllm"
         i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
+        while i < len(running) and budget > 0:
+            r = running[i]
             n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else 1
-            while not self._grow(r, self._held(r) + n):
-                victim = self.running[-1]
+            # within its pages (the common decode) it needs none; else _grow finds pages or preempts the last
+            fits = trt or r.computed + r.generated - r.base + n <= r.blocks * bs
+            while not fits and not self._grow(r, self._held(r) + n):
+                victim = running[-1]
                 self._preempt(victim)
                 preempted = True
                 if victim is r:
@@ -780,21 +800,29 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             if r.scheduled_ms < 0:
                 r.scheduled_ms = p.start_ms
             r.computed += n_tok
+        done: list[_Req] = []
         if p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
-        done: list[_Req] = []
-        for r in p.decodes:
-            if r.scheduled_ms < 0:
-                r.scheduled_ms = p.start_ms
-            if p.k == 1:
+            for r in p.decodes:
+                if r.scheduled_ms < 0:
+                    r.scheduled_ms = p.start_ms
+                r.generated += p.k
+                r.last_ms = t
+                if r.generated >= r.out_len:
+                    done.append(r)
+        else:
+            gaps = rec.gaps
+            for r in p.decodes:
+                if r.scheduled_ms < 0:
+                    r.scheduled_ms = p.start_ms
                 if r.first_ms >= 0:
-                    rec.gaps.append(t - r.last_ms)
+                    gaps.append(t - r.last_ms)
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
-            r.generated += p.k
-            r.last_ms = t
-            if r.generated >= r.out_len:
-                done.append(r)
+                r.generated += 1
+                r.last_ms = t
+                if r.generated >= r.out_len:
+                    done.append(r)
         for r, _ in p.chunks:
             if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
                 if r.first_ms < 0 and e.role != "prefill":
@@ -818,8 +846,12 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
         used = e.capacity - e.free
         e.peak_used = max(e.peak_used, used)
         e.max_running = max(e.max_running, len(e.running))
+        if len(done) > 1:  # one pass over the running list (finish never forms a step on this engine)
+            gone = set(done)
+            e.running[:] = [r for r in e.running if r not in gone]
+        elif done:
+            e.running.remove(done[0])
         for r in done:
-            e.running.remove(r)
             e._release(r)
             finish(r, t)
         plan_engine(e, t)
