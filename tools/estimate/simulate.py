@@ -366,43 +366,50 @@ class _Engine:
         """The next iteration starting at ``start`` (None: nothing to run)."""
         if not self.running and not self.waiting:
             return None
-        if self.role != "prefill" and self._decode_run_ok(start):
-            return self._decode_run(start)
+        if self.role != "prefill" and self.running and self._nothing_to_admit(start):
+            run = self._decode_run(start)
+            if run is not None:
+                return run
         if self.policy == "sglang":
             return self._form_sglang(start)
         return self._form_budget(start)
 
-    def _decode_run_ok(self, start: float) -> bool:
-        """Only decodes can run: no unfinished prompt, and no waiting request this step could admit."""
-        if not self.running:
-            return False
+    def _nothing_to_admit(self, start: float) -> bool:
+        """No waiting request this step could admit (with no unfinished prompt, only decodes can run)."""
         for r in self.waiting:
             if not self.eligible(r, start):
                 return False  # it becomes eligible after one step: plan one step at a time
         if self.waiting:
             if self.policy == "sglang":
-                if self._admissible(self.waiting[0], self.budget):
-                    return False
-            elif self._admissible(self.waiting[0], self.budget - len(self.running)):
-                return False
-        return all(r.computed >= r.prompt for r in self.running)
+                return not self._admissible(self.waiting[0], self.budget)
+            return not self._admissible(self.waiting[0], self.budget - len(self.running))
+        return True
 
-    def _decode_run(self, start: float) -> _Plan:
+    def _decode_run(self, start: float) -> _Plan | None:
+        """A run of decode-only steps up to the next event; None if a prompt is unfinished or the next step finds
+        no page (then an explicit step is formed, which preempts)."""
         rs = self.running
-        d = len(rs)
-        a, b = self.cost.decode_line(d)
-        ctx, k = 0, _BIG
-        for r in rs:
+        d, bs = len(rs), self.bs
+        ctx, k, deficit = 0, _BIG, 0
+        for r in rs:  # one pass: context, the fewest tokens left, pages the held tokens lack
+            if r.computed < r.prompt:
+                return None
             g = r.generated
             ctx += r.in_len + g
             if r.out_len - g < k:
                 k = r.out_len - g
-        if self.policy != "trtllm":
+            lack = -(-(r.computed + g - r.base) // bs) - r.blocks
+            if lack > 0:
+                deficit += lack
+        # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that fits, the
+        # exact count (_steps_of_pages) does too
+        if self.policy != "trtllm" and d * -(-k // bs) + deficit > self.free:
             k = min(k, self._steps_of_pages(rs, k))
         if self.waiting and self.policy == "sglang":
             k = min(k, 1)
-        if k < 1:  # the next step finds no page: the explicit step preempts
-            return self._form_sglang(start) if self.policy == "sglang" else self._form_budget(start)
+        if k < 1:
+            return None
+        a, b = self.cost.decode_line(d)
         a_ms, b_ms = a + b * ctx / d, b
         end = start + k * a_ms + b_ms * k * (k - 1) / 2
         return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=rs[:])
