@@ -260,7 +260,7 @@ class StepCost:
 
 
 # ---------------------------------------------------------------------------------------------- requests
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Req:
     rid: int
     client: int
@@ -281,7 +281,7 @@ class _Req:
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """One planned engine iteration: an explicit step or a run of ``k`` decode-only steps."""
 
@@ -460,7 +460,14 @@ class _Engine:
         decodes: list[_Req] = []
         preempted = False
         running, bs, trt = self.running, self.bs, self.policy == "trtllm"
-        i = 0
+        i, ctx = 0, 0
+        for r in running:  # the leading decodes within their pages (most of a step): one token each, no page
+            if budget <= 0 or r.computed < r.prompt or not (trt or r.computed + r.generated - r.base < r.blocks * bs):
+                break
+            decodes.append(r)
+            ctx += r.in_len + r.generated
+            budget -= 1
+            i += 1
         while i < len(running) and budget > 0:
             r = running[i]
             n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else 1
@@ -477,6 +484,7 @@ class _Engine:
                     chunks.append((r, n))
                 else:
                     decodes.append(r)
+                    ctx += r.in_len + r.generated
                 budget -= n
                 i += 1
                 continue
@@ -492,6 +500,7 @@ class _Engine:
                     self._grow(r, self._held(r) + 1)
                     self.running.append(r)
                     decodes.append(r)
+                    ctx += r.in_len + r.generated
                     budget -= 1
                     continue
                 n = min(r.prompt - r.computed, budget)
@@ -504,7 +513,7 @@ class _Engine:
                 self.running.append(r)
                 chunks.append((r, n))
                 budget -= n
-        return self._priced(start, chunks, decodes)
+        return self._priced(start, chunks, decodes, ctx)
 
     def _form_sglang(self, start: float) -> _Plan:
         """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
@@ -542,9 +551,12 @@ class _Engine:
             self._grow(r, self._held(r) + 1)
         return self._priced(start, [], decodes)
 
-    def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req]) -> _Plan:
+    def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
+                ) -> _Plan:
+        """The step's plan, timed by the cost surface (``ctx``: the decodes' summed context, when known)."""
         tokens = sum(n for _, n in chunks)
-        ctx = sum(r.in_len + r.generated for r in decodes)
+        if ctx is None:
+            ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
