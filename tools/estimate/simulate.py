@@ -292,6 +292,7 @@ class _Plan:
     b_ms: float = 0.0
     chunks: list[tuple[_Req, int]] = field(default_factory=list)
     decodes: list[_Req] = field(default_factory=list)
+    grown: bool = False  # every running request takes part and has the pages of its tokens after the step
 
 
 class _Engine:
@@ -314,6 +315,9 @@ class _Engine:
         self.max_running = 0
         self.peak_used = 0
         self.run_area = 0.0  # running requests x ms
+        # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
+        # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
+        self.lacking = 0
 
     # -- KV pages
     def _pages(self, tokens: int) -> int:
@@ -390,21 +394,20 @@ class _Engine:
         no page (then an explicit step is formed, which preempts)."""
         rs = self.running
         d, bs = len(rs), self.bs
-        ctx, k, deficit = 0, _BIG, 0
-        for r in rs:  # one pass: context, the fewest tokens left, pages the held tokens lack
+        ctx, k = 0, _BIG
+        for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
             if r.computed < r.prompt:
                 return None
             g = r.generated
             ctx += r.in_len + g
             if r.out_len - g < k:
                 k = r.out_len - g
-            lack = -(-(r.computed + g - r.base) // bs) - r.blocks
-            if lack > 0:
-                deficit += lack
-        # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that fits, the
-        # exact count (_steps_of_pages) does too
-        if self.policy != "trtllm" and d * -(-k // bs) + deficit > self.free:
-            k = min(k, self._steps_of_pages(rs, k))
+        # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that and the
+        # pages lacking fit, the exact count (_steps_of_pages) does too
+        if self.policy != "trtllm" and d * -(-k // bs) + self.lacking > self.free:
+            self.lacking = sum(max(0, -(-(r.computed + r.generated - r.base) // bs) - r.blocks) for r in rs)
+            if d * -(-k // bs) + self.lacking > self.free:
+                k = min(k, self._steps_of_pages(rs, k))
         if self.waiting and self.policy == "sglang":
             k = min(k, 1)
         if k < 1:
@@ -513,7 +516,9 @@ class _Engine:
                 self.running.append(r)
                 chunks.append((r, n))
                 budget -= n
-        return self._priced(start, chunks, decodes, ctx)
+        plan = self._priced(start, chunks, decodes, ctx)
+        plan.grown = len(decodes) + len(chunks) == len(running)
+        return plan
 
     def _form_sglang(self, start: float) -> _Plan:
         """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
@@ -813,6 +818,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             continue
         p = e.plan
         e.steps += p.k
+        e.lacking = 0 if p.grown else e.lacking + len(p.decodes) * -(-p.k // e.bs)
         e.run_area += (len(p.decodes) + len(p.chunks)) * (t - p.start_ms)
         e.prev_start = p.start_ms if p.k == 1 else e.step_end(p, p.k - 1)
         for r, n_tok in p.chunks:
