@@ -464,9 +464,17 @@ class _Engine:
         preempted = False
         running, bs, trt = self.running, self.bs, self.policy == "trtllm"
         i, ctx = 0, 0
-        for r in running:  # the leading decodes within their pages (most of a step): one token each, no page
-            if budget <= 0 or r.computed < r.prompt or not (trt or r.computed + r.generated - r.base < r.blocks * bs):
+        for r in running:  # the leading decodes (most of a step), one token each, as long as pages are free
+            if budget <= 0 or r.computed < r.prompt:
                 break
+            if not trt:
+                held = r.computed + r.generated - r.base + 1
+                if held > r.blocks * bs:  # _grow inlined
+                    need = -(-held // bs) - r.blocks
+                    if need > self.free:
+                        break  # the loop below preempts
+                    self.free -= need
+                    r.blocks += need
             decodes.append(r)
             ctx += r.in_len + r.generated
             budget -= 1
