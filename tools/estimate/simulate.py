@@ -836,9 +836,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
         done: list[_Req] = []
         if p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
+            # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
             for r in p.decodes:
-                if r.scheduled_ms < 0:
-                    r.scheduled_ms = p.start_ms
                 r.generated += p.k
                 r.last_ms = t
                 if r.generated >= r.out_len:
@@ -846,8 +845,6 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
         else:
             gaps = rec.gaps
             for r in p.decodes:
-                if r.scheduled_ms < 0:
-                    r.scheduled_ms = p.start_ms
                 if r.first_ms >= 0:
                     gaps.append(t - r.last_ms)
                 else:
