@@ -200,6 +200,8 @@ class StepCost:
         self._var: dict[tuple[int, int], FastEstimator] = {}
         self._dec: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], float] = {}
+        self._line: dict[int, tuple[float, float]] = {}  # decode_line per batch, interpolation included
+        self._pass: dict[tuple[int, int], float] = {}  # prefill_ms per (tokens, chunks)
 
     def _at(self, input_len: int, output_len: int) -> FastEstimator:
         key = (input_len, output_len)
@@ -220,6 +222,12 @@ class StepCost:
 
     def decode_line(self, d: int) -> tuple[float, float]:
         """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
+        hit = self._line.get(d)
+        if hit is None:
+            hit = self._line[d] = self._interpolated_line(d)
+        return hit
+
+    def _interpolated_line(self, d: int) -> tuple[float, float]:
         lo, hi = _grid_below(d, 1.25)
         a0, b0 = self._decode_line(lo)
         if hi == lo or d == lo:
@@ -241,6 +249,12 @@ class StepCost:
 
     def prefill_ms(self, tokens: int, chunks: int) -> float:
         """A pass over ``chunks`` prompt chunks holding ``tokens`` tokens (their mean length interpolated)."""
+        hit = self._pass.get((tokens, chunks))
+        if hit is None:
+            hit = self._pass[(tokens, chunks)] = self._interpolated_pass(tokens, chunks)
+        return hit
+
+    def _interpolated_pass(self, tokens: int, chunks: int) -> float:
         k = max(1, chunks)
         mean = tokens / k
         lo, hi = _grid_below(mean, 1.15)
