@@ -883,6 +883,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
                     r.last_ms = t
                     push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
                     continue
+                e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
                 r.generated += 1
                 r.last_ms = t
                 if r.generated >= r.out_len:
