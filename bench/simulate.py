@@ -1,17 +1,22 @@
 """Benchmark: one serving simulation (tools/estimate/simulate.py) of typical loads, cold (pricing the cost surface)
-and warm; the target is a 64-client, 1,000-request run in well under a second."""
+and warm, and a serving search that simulates its best layouts; issue 40's targets: 2,000 simulated requests in
+<= 0.5 s, a serving search over 64 GPUs in <= 2 s (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 
+from tools import search_strategies
 from tools.core.plan import parse_plan
 from tools.estimate.simulate import simulate
 
 BASE = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
         "engine": "vllm"}
 CASES = {
+    "llama-3.1-70b TP8 vLLM, 64 clients, 2,000 requests, 1k in / 1k out +-11% (target <= 500 ms)": {
+        **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 2000,
+                             "input_len_range": [910, 1138], "output_len_range": [910, 1138]}},
     "llama-3.1-70b TP8 vLLM, 64 clients, 1,000 requests, 1k in / 1k out +-11%": {
         **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 1000,
                              "input_len_range": [910, 1138], "output_len_range": [910, 1138]}},
@@ -41,6 +46,12 @@ def main(repeats: int = 3) -> None:
         print(f"{name}: {cold:.0f} ms cold, {statistics.median(warm):.0f} ms median of {repeats}; "
               f"{result.requests} requests, {result.steps} steps, TTFT {result.ttft_ms.mean:.0f} ms, "
               f"TPOT {result.tpot_ms.mean:.2f} ms, {result.preemptions} preemptions")
+    t0 = time.perf_counter()
+    found = search_strategies("deepseek-v3", {"gpu": "h200", "num_gpus": 64},
+                              {"input_len": 2048, "output_len": 1024, "concurrency": 1024}, "throughput", serving=True)
+    print(f"search deepseek-v3 on 64 H200, 1,024 clients, 2k in / 1k out, serving=True (target <= 2 s): "
+          f"{time.perf_counter() - t0:.1f} s; {len(found.top)} plans, the best at "
+          f"{found.top[0].throughput_tokens_per_s:.0f} tokens/s" if found.top else "no plan")
 
 
 if __name__ == "__main__":

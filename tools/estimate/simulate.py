@@ -66,7 +66,7 @@ import heapq
 import itertools
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -201,6 +201,8 @@ class StepCost:
         self._var: dict[tuple[int, int], FastEstimator] = {}
         self._dec: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], float] = {}
+        self._line: dict[int, tuple[float, float]] = {}  # decode_line per batch, interpolation included
+        self._pass: dict[tuple[int, int], float] = {}  # prefill_ms per (tokens, chunks)
 
     def _at(self, input_len: int, output_len: int) -> FastEstimator:
         key = (input_len, output_len)
@@ -221,6 +223,12 @@ class StepCost:
 
     def decode_line(self, d: int) -> tuple[float, float]:
         """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
+        hit = self._line.get(d)
+        if hit is None:
+            hit = self._line[d] = self._interpolated_line(d)
+        return hit
+
+    def _interpolated_line(self, d: int) -> tuple[float, float]:
         lo, hi = _grid_below(d, 1.25)
         a0, b0 = self._decode_line(lo)
         if hi == lo or d == lo:
@@ -242,6 +250,12 @@ class StepCost:
 
     def prefill_ms(self, tokens: int, chunks: int) -> float:
         """A pass over ``chunks`` prompt chunks holding ``tokens`` tokens (their mean length interpolated)."""
+        hit = self._pass.get((tokens, chunks))
+        if hit is None:
+            hit = self._pass[(tokens, chunks)] = self._interpolated_pass(tokens, chunks)
+        return hit
+
+    def _interpolated_pass(self, tokens: int, chunks: int) -> float:
         k = max(1, chunks)
         mean = tokens / k
         lo, hi = _grid_below(mean, 1.15)
@@ -261,7 +275,7 @@ class StepCost:
 
 
 # ---------------------------------------------------------------------------------------------- requests
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Req:
     rid: int
     client: int
@@ -282,7 +296,7 @@ class _Req:
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """One planned engine iteration: an explicit step or a run of ``k`` decode-only steps."""
 
@@ -293,6 +307,7 @@ class _Plan:
     b_ms: float = 0.0
     chunks: list[tuple[_Req, int]] = field(default_factory=list)
     decodes: list[_Req] = field(default_factory=list)
+    grown: bool = False  # every running request takes part and has the pages of its tokens after the step
 
 
 class _Engine:
@@ -315,6 +330,9 @@ class _Engine:
         self.max_running = 0
         self.peak_used = 0
         self.run_area = 0.0  # running requests x ms
+        # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
+        # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
+        self.lacking = 0
 
     # -- KV pages
     def _pages(self, tokens: int) -> int:
@@ -367,55 +385,78 @@ class _Engine:
         """The next iteration starting at ``start`` (None: nothing to run)."""
         if not self.running and not self.waiting:
             return None
-        if self.role != "prefill" and self._decode_run_ok(start):
-            return self._decode_run(start)
+        if self.role != "prefill" and self.running and self._nothing_to_admit(start):
+            run = self._decode_run(start)
+            if run is not None:
+                return run
         if self.policy == "sglang":
             return self._form_sglang(start)
         return self._form_budget(start)
 
-    def _decode_run_ok(self, start: float) -> bool:
-        """Only decodes can run: no unfinished prompt, and no waiting request this step could admit."""
-        if not self.running or any(r.computed < r.prompt for r in self.running):
-            return False
+    def _nothing_to_admit(self, start: float) -> bool:
+        """No waiting request this step could admit (with no unfinished prompt, only decodes can run)."""
         for r in self.waiting:
             if not self.eligible(r, start):
                 return False  # it becomes eligible after one step: plan one step at a time
-        if self.waiting and self.policy == "sglang":
-            return not self._admissible(self.waiting[0], self.budget)
-        return not (self.waiting and self._admissible(self.waiting[0], self.budget - len(self.running)))
+        if self.waiting:
+            if self.policy == "sglang":
+                return not self._admissible(self.waiting[0], self.budget)
+            return not self._admissible(self.waiting[0], self.budget - len(self.running))
+        return True
 
-    def _decode_run(self, start: float) -> _Plan:
+    def _decode_run(self, start: float) -> _Plan | None:
+        """A run of decode-only steps up to the next event; None if a prompt is unfinished or the next step finds
+        no page (then an explicit step is formed, which preempts)."""
         rs = self.running
-        d = len(rs)
-        a, b = self.cost.decode_line(d)
-        ctx = sum(r.in_len + r.generated for r in rs)
-        k = min(r.out_len - r.generated for r in rs)
-        if self.policy != "trtllm":
-            k = min(k, self._steps_of_pages(rs))
+        d, bs = len(rs), self.bs
+        ctx, k = 0, _BIG
+        for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
+            if r.computed < r.prompt:
+                return None
+            g = r.generated
+            ctx += r.in_len + g
+            if r.out_len - g < k:
+                k = r.out_len - g
+        # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that and the
+        # pages lacking fit, the exact count (_steps_of_pages) does too
+        if self.policy != "trtllm" and d * -(-k // bs) + self.lacking > self.free:
+            self.lacking = sum(max(0, -(-(r.computed + r.generated - r.base) // bs) - r.blocks) for r in rs)
+            if d * -(-k // bs) + self.lacking > self.free:
+                k = min(k, self._steps_of_pages(rs, k))
         if self.waiting and self.policy == "sglang":
             k = min(k, 1)
-        if k < 1:  # the next step finds no page: the explicit step preempts
-            return self._form_sglang(start) if self.policy == "sglang" else self._form_budget(start)
+        if k < 1:
+            return None
+        a, b = self.cost.decode_line(d)
         a_ms, b_ms = a + b * ctx / d, b
         end = start + k * a_ms + b_ms * k * (k - 1) / 2
-        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=list(rs))
+        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=rs[:])
 
-    def _steps_of_pages(self, rs: list[_Req]) -> int:
-        """Decode steps the free pages allow before one of ``rs`` needs a page that is not there."""
-        def need(k: int) -> int:
-            return sum(max(0, self._pages(self._held(r) + k) - r.blocks) for r in rs)
-        limit = min(r.out_len - r.generated for r in rs)
-        if need(limit) <= self.free:  # the usual case: pages to spare until the next request ends
+    def _steps_of_pages(self, rs: list[_Req], limit: int) -> int:
+        """Decode steps (at most ``limit``, the fewest tokens any of ``rs`` has left) the free pages allow before one
+        of ``rs`` needs a page that is not there."""
+        bs, free = self.bs, self.free
+
+        def fits(k: int) -> bool:  # the new pages k more tokens of each need, counted until they exceed the free
+            need = 0
+            for r in rs:
+                extra = -(-(r.computed + r.generated - r.base + k) // bs) - r.blocks
+                if extra > 0:
+                    need += extra
+                    if need > free:
+                        return False
+            return True
+        if fits(limit):  # the usual case: pages to spare until the next request ends
             return limit
-        if need(1) > self.free:
+        if not fits(1):
             return 0
         lo, hi = 1, 2
-        while hi <= limit and need(hi) <= self.free:
+        while hi <= limit and fits(hi):
             lo, hi = hi, hi * 2
         hi = min(hi, limit + 1)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if need(mid) <= self.free:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid
@@ -436,12 +477,30 @@ class _Engine:
         chunks: list[tuple[_Req, int]] = []
         decodes: list[_Req] = []
         preempted = False
-        i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
+        running, bs, trt = self.running, self.bs, self.policy == "trtllm"
+        i, ctx = 0, 0
+        for r in running:  # the leading decodes (most of a step), one token each, as long as pages are free
+            if budget <= 0 or r.computed < r.prompt:
+                break
+            if not trt:
+                held = r.computed + r.generated - r.base + 1
+                if held > r.blocks * bs:  # _grow inlined
+                    need = -(-held // bs) - r.blocks
+                    if need > self.free:
+                        break  # the loop below preempts
+                    self.free -= need
+                    r.blocks += need
+            decodes.append(r)
+            ctx += r.in_len + r.generated
+            budget -= 1
+            i += 1
+        while i < len(running) and budget > 0:
+            r = running[i]
             n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else 1
-            while not self._grow(r, self._held(r) + n):
-                victim = self.running[-1]
+            # within its pages (the common decode) it needs none; else _grow finds pages or preempts the last
+            fits = trt or r.computed + r.generated - r.base + n <= r.blocks * bs
+            while not fits and not self._grow(r, self._held(r) + n):
+                victim = running[-1]
                 self._preempt(victim)
                 preempted = True
                 if victim is r:
@@ -451,6 +510,7 @@ class _Engine:
                     chunks.append((r, n))
                 else:
                     decodes.append(r)
+                    ctx += r.in_len + r.generated
                 budget -= n
                 i += 1
                 continue
@@ -466,6 +526,7 @@ class _Engine:
                     self._grow(r, self._held(r) + 1)
                     self.running.append(r)
                     decodes.append(r)
+                    ctx += r.in_len + r.generated
                     budget -= 1
                     continue
                 n = min(r.prompt - r.computed, budget)
@@ -478,7 +539,9 @@ class _Engine:
                 self.running.append(r)
                 chunks.append((r, n))
                 budget -= n
-        return self._priced(start, chunks, decodes)
+        plan = self._priced(start, chunks, decodes, ctx)
+        plan.grown = len(decodes) + len(chunks) == len(running)
+        return plan
 
     def _form_sglang(self, start: float) -> _Plan:
         """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
@@ -516,9 +579,12 @@ class _Engine:
             self._grow(r, self._held(r) + 1)
         return self._priced(start, [], decodes)
 
-    def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req]) -> _Plan:
+    def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
+                ) -> _Plan:
+        """The step's plan, timed by the cost surface (``ctx``: the decodes' summed context, when known)."""
         tokens = sum(n for _, n in chunks)
-        ctx = sum(r.in_len + r.generated for r in decodes)
+        if ctx is None:
+            ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
@@ -546,7 +612,11 @@ class _Engine:
 
 
 class _Recorder:
+    """Inter-token gaps: single tokens' gaps as bare floats (most of them, counted at the end), decode runs' as
+    (gap, tokens) pairs."""
+
     def __init__(self) -> None:
+        self.gaps: list[float] = []  # one token each
         self.itl: list[tuple[float, float]] = []  # (gap, tokens)
 
     def run(self, a_ms: float, b_ms: float, k: int, d: int) -> None:
@@ -557,6 +627,13 @@ class _Recorder:
         h = k // 2
         self.itl.append((a_ms + b_ms * (h - 1) / 2, float(d * h)))
         self.itl.append((a_ms + b_ms * (h + (k - 1)) / 2, float(d * (k - h))))
+
+    def counts(self) -> Counter[tuple[float, float]]:
+        """How many times each (gap, tokens) pair was recorded."""
+        out: Counter[tuple[float, float]] = Counter(self.itl)
+        for gap, c in Counter(self.gaps).items():
+            out[(gap, 1.0)] += c
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- the simulation
@@ -577,22 +654,35 @@ def _arrivals(load: Load, rng: random.Random) -> list[float]:
     return out
 
 
-def _stat(xs: list[float], weights: list[float] | None = None) -> Stat:
+def _stat(xs: list[float]) -> Stat:
+    """Mean and percentiles with numpy's linear interpolation, as the benchmark clients compute them; the mean sums
+    the sorted values (the order fixes the float rounding, so the bytes of the result)."""
     if not xs:
         return Stat(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
-    w = weights or [1.0] * len(xs)
-    pairs = sorted(zip(xs, w, strict=True))
-    total = sum(w)
-    mean = sum(x * wt for x, wt in pairs) / total
-
-    cum = list(itertools.accumulate(wt for _, wt in pairs))
+    ys = sorted(xs)
+    mean = sum(ys) / float(len(ys))
 
     def q(f: float) -> float:
-        if weights is None:  # numpy's linear interpolation, as the benchmark clients compute percentiles
-            pos = f * (len(pairs) - 1)
-            lo, hi = math.floor(pos), math.ceil(pos)
-            return pairs[lo][0] + (pairs[hi][0] - pairs[lo][0]) * (pos - lo)
-        return pairs[min(len(pairs) - 1, bisect.bisect_left(cum, f * total - 1e-9))][0]
+        pos = f * (len(ys) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+    return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
+
+
+def _weighted_stat(counts: Counter[tuple[float, float]]) -> Stat:
+    """Token-weighted mean and percentiles of (value, weight) pairs given as counts of each distinct pair: the
+    sorted distinct pairs stand for their repeats (weights are whole token counts, so cumulative weights are exact
+    and a repeat's value is its pair's)."""
+    if not counts:
+        return Stat(mean=0.0, p50=0.0, p90=0.0, p99=0.0)
+    pairs = sorted(counts.items())
+    total = sum(w * c for (_, w), c in pairs)
+    mean = sum(itertools.chain.from_iterable(itertools.repeat(x * w, c) for (x, w), c in pairs)) / total
+    ends = list(itertools.accumulate(w * c for (_, w), c in pairs))
+
+    def q(f: float) -> float:
+        return pairs[min(len(pairs) - 1, bisect.bisect_left(ends, f * total - 1e-9))][0][0]
 
     return Stat(mean=mean, p50=q(0.5), p90=q(0.9), p99=q(0.99))
 
@@ -765,33 +855,39 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             continue
         p = e.plan
         e.steps += p.k
+        e.lacking = 0 if p.grown else e.lacking + len(p.decodes) * -(-p.k // e.bs)
         e.run_area += (len(p.decodes) + len(p.chunks)) * (t - p.start_ms)
         e.prev_start = p.start_ms if p.k == 1 else e.step_end(p, p.k - 1)
         for r, n_tok in p.chunks:
             if r.scheduled_ms < 0:
                 r.scheduled_ms = p.start_ms
             r.computed += n_tok
+        done: list[_Req] = []
         if p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
-        done: list[_Req] = []
-        for r in p.decodes:
-            if r.scheduled_ms < 0:
-                r.scheduled_ms = p.start_ms
-            if p.k == 1:
+            # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
+            for r in p.decodes:
+                r.generated += p.k
+                r.last_ms = t
+                if r.generated >= r.out_len:
+                    done.append(r)
+        else:
+            gaps = rec.gaps
+            for r in p.decodes:
                 if r.first_ms >= 0:
-                    rec.itl.append((t - r.last_ms, 1.0))
+                    gaps.append(t - r.last_ms)
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
-            r.generated += p.k
-            r.last_ms = t
-            if r.generated >= r.out_len:
-                done.append(r)
+                r.generated += 1
+                r.last_ms = t
+                if r.generated >= r.out_len:
+                    done.append(r)
         for r, _ in p.chunks:
             if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
                 if r.first_ms < 0 and e.role != "prefill":
                     r.first_ms = t
                 elif e.role != "prefill":
-                    rec.itl.append((t - r.last_ms, 1.0))
+                    rec.gaps.append(t - r.last_ms)
                 if e.role == "prefill":
                     r.prefilled = True
                     e.running.remove(r)
@@ -802,6 +898,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
                     r.last_ms = t
                     push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
                     continue
+                e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
                 r.generated += 1
                 r.last_ms = t
                 if r.generated >= r.out_len:
@@ -809,8 +906,12 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
         used = e.capacity - e.free
         e.peak_used = max(e.peak_used, used)
         e.max_running = max(e.max_running, len(e.running))
+        if len(done) > 1:  # one pass over the running list (finish never forms a step on this engine)
+            gone = set(done)
+            e.running[:] = [r for r in e.running if r not in gone]
+        elif done:
+            e.running.remove(done[0])
         for r in done:
-            e.running.remove(r)
             e._release(r)
             finish(r, t)
         plan_engine(e, t)
@@ -827,13 +928,12 @@ def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: f
     e2e = [r.done_ms - r.sent_ms for r in done]
     queue = [max(0.0, r.scheduled_ms - r.sent_ms) for r in done]
     out_tokens = sum(r.out_len for r in done)
-    itl = [g for g, _ in rec.itl]
     tp = _stat(tpot)
     thr = out_tokens / dur * 1e3
     kv_frac = max((e.peak_used / e.capacity for e in setup.engines), default=0.0)
     return SimResult(
         load=load.describe(), engine=setup.policy, requests=len(done), ttft_ms=_stat(ttft), tpot_ms=tp,
-        itl_ms=_stat(itl, [w for _, w in rec.itl]), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
+        itl_ms=_weighted_stat(rec.counts()), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
         output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / max(1, setup.gpus),
         output_tokens_per_s_per_user=1e3 / tp.mean if tp.mean > 0 else 0.0,
         request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area / dur,

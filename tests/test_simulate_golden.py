@@ -1,0 +1,112 @@
+"""Determinism harness of the serving simulator: a spread of plans and loads, each result's JSON digest pinned.
+
+Why: the simulator is optimised for speed (issue 40), and an optimisation must not move a figure.  The digests are
+those of the simulator before the optimisation; a change that alters any simulated result, on purpose or not, fails
+here (a deliberate model change re-pins them with ``python -m tests.test_simulate_golden``, saying why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from tests.fixtures.generate import ADP_DSV3, DIS_ADP_DSV3, P_ADP, P_DIS, TINY, TINY_MOE
+from tools.core.plan import parse_plan
+from tools.estimate.simulate import simulate
+
+H100 = {"gpu": "h100-sxm", "num_gpus": 1}
+BASE: dict[str, Any] = {"model": "llama-3.1-8b", "hardware": H100, "engine": "vllm"}
+RANGED = {"input_len_range": [500, 1500], "output_len_range": [32, 192]}
+
+
+def _wl(**kw: Any) -> dict[str, Any]:
+    return {"input_len": 1024, "output_len": 128, **kw}
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "closed fixed vllm": {**BASE, "workload": _wl(concurrency=16, num_requests=96)},
+    "closed ranged vllm": {**BASE, "workload": _wl(concurrency=24, num_requests=120, seed=3, **RANGED)},
+    "closed ranged sglang": {**BASE, "engine": "sglang", "workload": _wl(concurrency=24, num_requests=120, **RANGED)},
+    "closed ranged trtllm": {**BASE, "engine": "trtllm", "workload": _wl(concurrency=24, num_requests=120, **RANGED)},
+    "poisson uncapped vllm": {**BASE, "workload": _wl(request_rate=30.0, num_requests=150, **RANGED)},
+    "poisson capped sglang": {**BASE, "engine": "sglang",
+                              "workload": _wl(request_rate=60.0, concurrency=8, num_requests=120, seed=7)},
+    "poisson capped trtllm": {**BASE, "engine": "trtllm", "workload": _wl(request_rate=200.0, concurrency=12,
+                                                                          num_requests=100, **RANGED)},
+    "burst vllm": {**BASE, "workload": _wl(num_requests=150, output_len_range=[16, 512])},
+    "burst sglang": {**BASE, "engine": "sglang", "workload": _wl(num_requests=100, output_len_range=[16, 256])},
+    "kv wall vllm preempts": {**BASE, "engine_options": {"kv_cache_tokens": 20_000},
+                              "workload": _wl(concurrency=32, num_requests=96, output_len=1024, **{
+                                  "output_len_range": [512, 1536]})},
+    "kv wall sglang retracts": {**BASE, "engine": "sglang", "engine_options": {"kv_cache_tokens": 20_000},
+                                "workload": _wl(concurrency=32, num_requests=96, output_len=1024)},
+    "kv wall trtllm reserves": {**BASE, "engine": "trtllm", "engine_options": {"kv_cache_tokens": 20_000},
+                                "workload": _wl(concurrency=32, num_requests=64, output_len=1024)},
+    "vllm max_num_seqs": {**BASE, "engine_options": {"max_num_seqs": 8},
+                          "workload": _wl(concurrency=20, num_requests=80, **RANGED)},
+    "dp replicas": {**BASE, "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"dp": 2},
+                    "workload": _wl(concurrency=20, num_requests=100, **RANGED)},
+    "dp replicas poisson sglang": {**BASE, "engine": "sglang", "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                                   "parallel": {"dp": 2}, "workload": _wl(request_rate=40.0, num_requests=100)},
+    "tiny dense tp2": {"model": TINY, "hardware": {"gpu": "h100-sxm", "num_gpus": 2}, "parallel": {"tp": 2},
+                       "workload": _wl(concurrency=8, num_requests=40, output_len=64)},
+    "attention-dp moe": {**P_ADP, "workload": _wl(concurrency=32, num_requests=96, **RANGED)},
+    "attention-dp moe sglang kv wall": {**P_ADP, "engine": "sglang", "engine_options": {"kv_cache_tokens": 30_000},
+                                        "workload": _wl(concurrency=32, num_requests=64, output_len=512)},
+    "tiny moe ep2 trtllm": {"model": TINY_MOE, "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                            "parallel": {"ep": 2, "tp": 2}, "engine": "trtllm",
+                            "workload": _wl(request_rate=100.0, num_requests=80)},
+    "disaggregated vllm": {**P_DIS, "workload": _wl(concurrency=16, num_requests=64, **RANGED)},
+    "disaggregated sglang poisson": {**P_DIS, "engine": "sglang", "workload": _wl(request_rate=50.0,
+                                                                                  num_requests=80)},
+    "disaggregated trtllm burst": {**P_DIS, "engine": "trtllm", "workload": _wl(num_requests=60)},
+    "disaggregated kv wall": {**P_DIS, "engine_options": {"kv_cache_tokens": 8_000},
+                              "workload": _wl(concurrency=24, num_requests=72, output_len=512)},
+    "deepseek-v3 attention-dp pp2": {**ADP_DSV3, "workload": _wl(concurrency=128, num_requests=256, **RANGED)},
+    "deepseek-v3 disaggregated attention-dp decode sglang": {
+        **DIS_ADP_DSV3, "engine": "sglang", "workload": _wl(concurrency=64, num_requests=128, **RANGED)},
+}
+
+GOLDEN: dict[str, str] = {
+    'closed fixed vllm': 'e99d5b21df8fa2c921fc',
+    'closed ranged vllm': '864d141d174c9a1641be',
+    'closed ranged sglang': '9e050d9fe7faf03026b5',
+    'closed ranged trtllm': '37d757f7ca5aed500707',
+    'poisson uncapped vllm': '7aa209701d8c2ca43025',
+    'poisson capped sglang': '0bc332a563ae31c1036d',
+    'poisson capped trtllm': '13e1aabad0d36fa7d400',
+    'burst vllm': 'cde7ccca7b65335e4d37',
+    'burst sglang': 'ffac9c380b15f0fd6d76',
+    'kv wall vllm preempts': 'f87673480168508e6140',
+    'kv wall sglang retracts': '126c96dd43b7cddb1399',
+    'kv wall trtllm reserves': '8c29b949291181b97411',
+    'vllm max_num_seqs': 'da3348a7015ab7861ddb',
+    'dp replicas': '854b37af400dba769de8',
+    'dp replicas poisson sglang': 'e1c629e9267b6da4e3f8',
+    'tiny dense tp2': '505897dc15ce7cfa3106',
+    'attention-dp moe': 'd570a11c7bcc17fca7c2',
+    'attention-dp moe sglang kv wall': '49f8097fc34bf187f4f8',
+    'tiny moe ep2 trtllm': '28108edf9b2f22603b26',
+    'disaggregated vllm': '5c4602c989bf44388942',
+    'disaggregated sglang poisson': '0681bd1da40f036e944b',
+    'disaggregated trtllm burst': 'c3dc5a05d22d6ec4f00b',
+    'disaggregated kv wall': '04e9e64937902b795481',
+    'deepseek-v3 attention-dp pp2': '7ef36f3d8c996d389b76',
+    'deepseek-v3 disaggregated attention-dp decode sglang': 'a8f1c177fc75e2e105ec',
+}
+
+
+def digest(name: str) -> str:
+    return hashlib.sha256(simulate(parse_plan(CASES[name])).model_dump_json().encode()).hexdigest()[:20]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simulation_reproduces_its_pinned_digest(name: str) -> None:
+    assert digest(name) == GOLDEN[name]
+
+
+if __name__ == "__main__":
+    for case in CASES:
+        print(f"    {case!r}: {digest(case)!r},")
