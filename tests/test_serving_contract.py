@@ -49,3 +49,19 @@ def test_prefill_latency_is_never_called_time_to_first_token() -> None:
     metrics = (ROOT / "knowledge" / "09_metrics_and_objectives.md").read_text(encoding="utf-8")
     row = next(line for line in metrics.splitlines() if line.startswith("| `prefill_latency_ms`"))
     assert not _mentions_ttft(row.replace("not a served request's time to first token", ""))
+
+
+def test_concurrency_alone_sets_the_batch_the_static_figures_price() -> None:
+    """'concurrency: 128' with no batch_size gave TTFT/TPOT for 128 clients beside a batch-1 throughput (297 tok/s
+    against 5,310 at batch 128): the static figures now price the same load, shared by the decode replicas."""
+    from tools.core.plan import parse_plan
+
+    one = parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
+                      "parallel": {"dp": 4}, "workload": {"concurrency": 128}})
+    assert one.workload.batch_size == 32
+    stated = parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
+                         "parallel": {"dp": 4}, "workload": {"concurrency": 128, "batch_size": 8}})
+    assert stated.workload.batch_size == 8
+    rate = parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+                       "workload": {"concurrency": 64, "request_rate": 2.0}})
+    assert rate.workload.batch_size == 1  # a cap on an open loop is not the load

@@ -255,6 +255,11 @@ class Plan(_Strict):
     def _split_entries_positive(self) -> Plan:
         if self.options.layer_split is not None and any(n < 0 for n in self.options.layer_split):
             raise ValueError("layer_split entries must be >= 0")
+        wl = self.workload
+        if wl.concurrency is not None and wl.request_rate is None and "batch_size" not in wl.model_fields_set:
+            # clients in flight in all, shared by the decode replicas: the static figures price the same load
+            share = -(-wl.concurrency // max(1, self.degrees("decode").dp))
+            object.__setattr__(self, "workload", wl.model_copy(update={"batch_size": share}))
         pc = self.prefix_caching
         if pc is not None and (pc.shared_prefix_len or 0) > self.workload.input_len:
             raise ValueError(f"prefix_caching.shared_prefix_len {pc.shared_prefix_len} exceeds workload.input_len "
