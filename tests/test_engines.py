@@ -616,3 +616,16 @@ def test_export_says_why_its_caps_exceed_the_workload() -> None:
     capped = {**plan, "engine_options": {"max_num_seqs": 4, "max_model_len": 3500}}
     assert "not the 4 per replica" not in " ".join(export_plan(capped, "vllm").notes)
     assert "--max-num-seqs 4 " in export_plan(capped, "vllm").command + " "
+
+
+def test_a_version_that_is_the_models_own_number_is_not_stripped() -> None:
+    """'DeepSeek-V3.2' was read as DeepSeek-V3 (its '-v3.2' stripped as a release suffix), pricing a sparse-attention
+    model as dense MLA with no note; a blind recipe found it. Release suffixes of a named model still are."""
+    from tools.core.errors import PdagInputError
+    from tools.engines.launch import model_for_repo
+
+    with pytest.raises(PdagInputError):
+        model_for_repo("deepseek-ai/DeepSeek-V3.2")
+    assert model_for_repo("deepseek-ai/DeepSeek-V3.1-Terminus")[0] == "deepseek-v3.1"
+    assert model_for_repo("mistralai/Mistral-7B-Instruct-v0.3")[0] == "mistral-7b"
+    assert model_for_repo("deepseek-ai/DeepSeek-V3-0324")[0] == "deepseek-v3"

@@ -69,6 +69,7 @@ _ALIASES = {
     "meta-llama-3.1-8b": "llama-3.1-8b",
     "meta-llama-3.1-405b": "llama-3.1-405b",
 }
+_VERSION = re.compile(r"-v\d+(\.\d+)*")
 _SUFFIX = re.compile(
     r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
     r"|terminus|kv|ptpc|quark|preview)"
@@ -133,8 +134,13 @@ def _hub_repo(name: str) -> str:
 def _norm_name(name: str) -> str:
     base = _hub_repo(name).strip().rstrip("/").split("/")[-1].lower()
     while True:
-        stripped = _SUFFIX.sub("", base)
-        if stripped == base:
+        m = _SUFFIX.search(base)
+        if m is None:
+            break
+        stripped = base[:m.start()]
+        # a version is a release of the same model ("-Instruct-v0.3") unless it is all the name's number
+        # ("DeepSeek-V3.2": a sparse-attention successor, not a variant of DeepSeek-V3)
+        if _VERSION.fullmatch(m.group(0)) and not any(c.isdigit() for c in stripped):
             break
         base = stripped
     return base.removeprefix("meta-")
