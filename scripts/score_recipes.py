@@ -53,7 +53,8 @@ def main() -> int:
     ap.add_argument("path")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    entries = json.load(open(args.path, encoding="utf-8"))["entries"]
+    with open(args.path, encoding="utf-8") as f:
+        entries = json.load(f)["entries"]
     rows = [score(e) for e in entries]
     if args.json:
         print(json.dumps(rows, indent=1))
