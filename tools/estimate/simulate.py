@@ -99,6 +99,18 @@ MAX_REQUESTS = 100_000
 # Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
 # so that whole tokens come out deterministically and a run of steps is closed-form in integers.
 SPEC_ONE = 1 << 20
+
+
+def emitted(credit: int, steps: int, per_step: int) -> tuple[int, int]:
+    """Whole tokens ``steps`` speculative steps emit and the fraction carried after them (``credit`` and
+    ``per_step`` in 1/SPEC_ONE of a token): a run of steps emits what the steps one by one would."""
+    total = credit + steps * per_step
+    return total // SPEC_ONE, total % SPEC_ONE
+
+
+def steps_to(tokens: int, credit: int, per_step: int) -> int:
+    """The fewest speculative steps that emit ``tokens`` tokens (at least one step)."""
+    return max(1, -(-(tokens * SPEC_ONE - credit) // per_step))
 _BIG = 1 << 60
 
 
@@ -385,7 +397,7 @@ class _Engine:
         expected tokens, whole tokens only, capped at its output)."""
         if not self.spec_q:
             return k
-        return min(r.out_len - r.generated, (r.credit + k * self.spec_q) // SPEC_ONE)
+        return min(r.out_len - r.generated, emitted(r.credit, k, self.spec_q)[0])
 
     def _most(self, k: int) -> int:
         """The most tokens any request emits in ``k`` decode steps."""
@@ -394,18 +406,15 @@ class _Engine:
     def _steps_left(self, r: _Req) -> int:
         """Decode steps until ``r``'s output is complete."""
         left = r.out_len - r.generated
-        if not self.spec_q:
-            return left
-        return max(1, -(-(left * SPEC_ONE - r.credit) // self.spec_q))
+        return steps_to(left, r.credit, self.spec_q) if self.spec_q else left
 
     def advance(self, r: _Req, k: int) -> None:
         """``r`` took part in ``k`` decode steps: its tokens (the last step may overshoot: capped at the output)."""
         if not self.spec_q:
             r.generated += k
             return
-        total = r.credit + k * self.spec_q
-        r.generated = min(r.out_len, r.generated + total // SPEC_ONE)
-        r.credit = total % SPEC_ONE
+        n, r.credit = emitted(r.credit, k, self.spec_q)
+        r.generated = min(r.out_len, r.generated + n)
 
     # -- KV pages
     def _pages(self, tokens: int) -> int:

@@ -81,8 +81,9 @@ class SpeculativeFigures(BaseModel):
     acceptance_source: str
     draft_read_fraction: float = Field(description="bytes one draft pass reads / one target decode step")
     static: SpecStep = Field(description="at the plan's batch (decode_latency_ms_per_token uses it)")
-    tpot_without_ms: float = Field(description="serving TPOT at the same load without speculation")
-    tpot_with_ms: float = Field(description="serving TPOT with it (= serving.tpot_ms)")
+    tpot_without_ms: float = Field(description="served TPOT at the same load without speculation (simulated, "
+                                   "else the continuous-batching model's)")
+    tpot_with_ms: float = Field(description="served TPOT with it (= the estimate's tpot_ms)")
     output_tokens_per_s_without: float
     output_tokens_per_s_with: float
     assumptions: list[str]
