@@ -48,6 +48,13 @@ its fixed costs (step overhead, one read of the weights, which the decode step a
 Runs of decode-only steps between events (a completion, an arrival, the KV cache running out) are advanced in
 one go: their times grow linearly with the context, so their sum is closed-form.
 
+Speculative decoding (``plan.speculative``, ``speculative.py``): a decode step of ``d`` sequences costs
+``speculative_step`` at that batch (the verify pass over ``k + 1`` tokens per sequence, from sub-DAGs priced with
+``decode_queries = k + 1``, plus the draft passes) and advances each request by the expected accepted length,
+carried per request in fixed point so whole tokens come out deterministically (the last step's overshoot is capped
+at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
+against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
+
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
 context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one

@@ -9,9 +9,10 @@ batches speculation serves is bound by weight reads.  A step emits the expected 
 
     step = verify(k + 1) + passes * fraction * plain_step,   TPOT = step / tokens_per_step.
 
-``speculative_step`` is that arithmetic on step times priced elsewhere, for the estimator here and for a serving
-simulator that prices its own steps.  Not modelled: the draft's catch-up pass over the accepted tokens, rejected
-branches' KV writes, and a tree's wider verification (a top-k tree verifies ``k + 1`` tokens per sequence here).
+``speculative_step`` is that arithmetic on step times priced elsewhere, for the estimator here and for the serving
+simulator, which prices each decode step at its batch with it (``simulate.StepCost``).  Not modelled: the draft's
+catch-up pass over the accepted tokens, rejected branches' KV writes, and a tree's wider verification (a top-k tree
+verifies ``k + 1`` tokens per sequence here).
 
 Prefix caching: a prompt's cached share (``plan.prefix_hit_fraction``) is not recomputed, so a prefill pass costs
 its fixed step overhead plus ``1 - hit`` of its work; a prefix every request shares is held once in the KV cache,
