@@ -652,14 +652,19 @@ def estimate_performance(
     static_tpot = step_at(wl.batch_size).tpot_ms if step_at is not None else dec.latency_ms
     figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
                        prep.replica_gpus)
-    spec_fig = _speculative_figures(full, layout, step_at, serving, serving_plain) if step_at is not None else None
+    served = pcts = None
+    served_plain: SimResult | None = None
+    if simulate:  # the served request at the workload's load (simulate.py), speculation priced per step there
+        served = simulate_serving(full, eff=eff, overlap=use_overlap)
+        if sd is not None:  # the same load without speculation
+            served_plain = simulate_serving(full.model_copy(update={"speculative": None}), eff=eff,
+                                            overlap=use_overlap)
+    spec_fig = _speculative_figures(full, layout, step_at, serving, serving_plain, served, served_plain) \
+        if step_at is not None else None
     prefix_fig = _prefix_figures(full, pre.latency_ms if wl.batch_size == 1 else one.latency_ms, overhead_ms,
                                  serving, serving_plain) if full.prefix_caching is not None and \
         not layout.disaggregated else None
-    served = pcts = None
-    if simulate and full.speculative is None:  # the served request at the workload's load (simulate.py;
-        # speculation is priced by the continuous-batching model until the simulator takes speculative_step)
-        served = simulate_serving(full, eff=eff, overlap=use_overlap)
+    if served is not None:
         ttft, tpot, load = served.ttft_ms.mean, served.tpot_ms.mean, served.load
         pcts = {"ttft_p50_ms": served.ttft_ms.p50, "ttft_p90_ms": served.ttft_ms.p90,
                 "ttft_p99_ms": served.ttft_ms.p99, "tpot_p50_ms": served.tpot_ms.p50,
@@ -727,8 +732,10 @@ def estimate_performance(
 
 
 def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serving | None,
-                         plain: Serving | None) -> SpeculativeFigures:
-    """The speculative step at the plan's batch, and the served TPOT and throughput with and without it."""
+                         plain: Serving | None, served: SimResult | None = None,
+                         served_plain: SimResult | None = None) -> SpeculativeFigures:
+    """The speculative step at the plan's batch, and the served TPOT and throughput with and without it: from the
+    two simulations at the workload's load when given, else from the continuous-batching model."""
     sd = plan.speculative
     assert sd is not None
     acc = acceptance(sd)
@@ -745,6 +752,16 @@ def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serv
         "TPOT = step time / tokens per step; the draft's catch-up over accepted tokens and rejected drafts' KV "
         "writes are not priced; acceptance depends on prompts and temperature",
     ]
+    if served is not None and served_plain is not None:
+        notes.append("served TPOT and throughput with and without speculation: two simulations at the same load, "
+                     "each decode step priced as above at its batch and emitting the expected tokens per step "
+                     "(whole tokens, the fraction carried per request)")
+        return SpeculativeFigures(
+            method=sd.method, num_draft_tokens=sd.num_draft_tokens, topk=sd.topk, draft_passes=draft_passes(plan),
+            tokens_per_step=acc.tokens_per_step, acceptance_source=src, draft_read_fraction=frac, static=st,
+            tpot_without_ms=served_plain.tpot_ms.mean, tpot_with_ms=served.tpot_ms.mean,
+            output_tokens_per_s_without=served_plain.output_tokens_per_s,
+            output_tokens_per_s_with=served.output_tokens_per_s, assumptions=notes)
     return SpeculativeFigures(
         method=sd.method, num_draft_tokens=sd.num_draft_tokens, topk=sd.topk, draft_passes=draft_passes(plan),
         tokens_per_step=acc.tokens_per_step, acceptance_source=src, draft_read_fraction=frac, static=st,

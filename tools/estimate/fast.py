@@ -193,7 +193,8 @@ class FastEstimator:
         other = copy.copy(self)
         wl = self.plan.workload.model_copy(update={"input_len": max(1, input_len), "output_len": max(1, output_len)})
         other.plan = self.plan.model_copy(update={"workload": wl})
-        other.model = CostModel(other.plan, self.layout, self.eff, self.model.overlap, self.model.balanced_experts)
+        other.model = CostModel(other.plan, self.layout, self.eff, self.model.overlap, self.model.balanced_experts,
+                                decode_queries=self.model.decode_queries)
         other._phase_ms = {}
         return other
 

@@ -48,6 +48,13 @@ its fixed costs (step overhead, one read of the weights, which the decode step a
 Runs of decode-only steps between events (a completion, an arrival, the KV cache running out) are advanced in
 one go: their times grow linearly with the context, so their sum is closed-form.
 
+Speculative decoding (``plan.speculative``, ``speculative.py``): a decode step of ``d`` sequences costs
+``speculative_step`` at that batch (the verify pass over ``k + 1`` tokens per sequence, from sub-DAGs priced with
+``decode_queries = k + 1``, plus the draft passes) and advances each request by the expected accepted length,
+carried per request in fixed point so whole tokens come out deterministically (the last step's overshoot is capped
+at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
+against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
+
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
 context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
@@ -75,9 +82,11 @@ from pydantic import BaseModel, Field
 from tools.core.errors import PdagInputError
 from tools.core.memory import memory_report
 from tools.core.plan import Plan
+from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.disagg import kv_handoff
 from tools.estimate.fast import FastEstimator
 from tools.estimate.serving import weights_ms
+from tools.estimate.speculative import draft_passes, speculative_step
 
 Policy = Literal["vllm", "sglang", "trtllm"]
 POLICY_OF_ENGINE: dict[str, Policy] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-cpp": "trtllm",
@@ -94,6 +103,21 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here.
 SGLANG_NEW_TOKEN_RATIO = 0.4
 MAX_REQUESTS = 100_000
+# Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
+# so that whole tokens come out deterministically and a run of steps is closed-form in integers.
+SPEC_ONE = 1 << 20
+
+
+def emitted(credit: int, steps: int, per_step: int) -> tuple[int, int]:
+    """Whole tokens ``steps`` speculative steps emit and the fraction carried after them (``credit`` and
+    ``per_step`` in 1/SPEC_ONE of a token): a run of steps emits what the steps one by one would."""
+    total = credit + steps * per_step
+    return total // SPEC_ONE, total % SPEC_ONE
+
+
+def steps_to(tokens: int, credit: int, per_step: int) -> int:
+    """The fewest speculative steps that emit ``tokens`` tokens (at least one step)."""
+    return max(1, -(-(tokens * SPEC_ONE - credit) // per_step))
 _BIG = 1 << 60
 
 
@@ -191,11 +215,36 @@ def _grid_below(x: float, ratio: float) -> tuple[int, int]:
     return lo, hi
 
 
-class StepCost:
-    """Time of one engine step of any token mix, from the plan's priced sub-DAGs (module doc); cached per shape."""
+@dataclass(frozen=True)
+class SpecPricing:
+    """A speculative plan's step (``tools.estimate.speculative``): the verifying pass's sub-DAGs (k + 1 tokens per
+    sequence), the drafter's passes and the bytes each reads relative to a plain step, the expected tokens per step."""
 
-    def __init__(self, fast: FastEstimator, shared_ms: float, ctx_lo: int, ctx_hi: int) -> None:
+    verify: FastEstimator
+    read_fraction: float
+    passes: int
+    tokens_per_step: float
+
+
+def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
+    """How the simulator prices a speculative plan's decode steps (None: no speculation)."""
+    sd = plan.speculative
+    if sd is None:
+        return None
+    verify = FastEstimator(plan, fast.layout, fast.eff, fast.model.overlap, decode_queries=sd.num_draft_tokens + 1)
+    return SpecPricing(verify, draft_read_fraction(plan, fast.layout.phases["decode"].tp), draft_passes(plan),
+                       acceptance(sd).tokens_per_step)
+
+
+class StepCost:
+    """Time of one engine step of any token mix, from the plan's priced sub-DAGs (module doc); cached per shape.
+    With ``spec``, a decode step is the speculative step (``speculative_step``: verify + draft passes)."""
+
+    def __init__(self, fast: FastEstimator, shared_ms: float, ctx_lo: int, ctx_hi: int,
+                 spec: SpecPricing | None = None) -> None:
         self.fast = fast
+        self.spec = spec
+        self._var_v: dict[int, FastEstimator] = {}  # the verifying pass per context
         self.pre_fixed_ms = fast.eff["step_overhead_ms"] + shared_ms
         self.ctx = (max(1, ctx_lo), max(ctx_lo + 1, ctx_hi))
         self._var: dict[tuple[int, int], FastEstimator] = {}
@@ -217,9 +266,20 @@ class StepCost:
             c0, c1 = self.ctx
             t0 = self._at(c0, 1).phase_ms("decode", d)
             t1 = self._at(c1, 1).phase_ms("decode", d)
+            if self.spec is not None:
+                t0, t1 = self._spec_ms(c0, d, t0), self._spec_ms(c1, d, t1)
             slope = max(0.0, (t1 - t0) / (c1 - c0))
             hit = self._dec[d] = (t0 - slope * (c0 + 0.5), slope)
         return hit
+
+    def _spec_ms(self, ctx: int, d: int, plain_ms: float) -> float:
+        sp = self.spec
+        assert sp is not None
+        v = self._var_v.get(ctx)
+        if v is None:
+            v = self._var_v[ctx] = sp.verify.for_lengths(ctx, 1)
+        return speculative_step(plain_ms, v.phase_ms("decode", d), sp.read_fraction, sp.passes,
+                                sp.tokens_per_step).step_ms
 
     def decode_line(self, d: int) -> tuple[float, float]:
         """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
@@ -294,6 +354,7 @@ class _Req:
     prefilled: bool = False  # disaggregated: its prompt is done on the prefill pool
     reserved: int = 0  # TensorRT-LLM: pages held for the whole output
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
+    credit: int = 0  # speculative decoding: the fraction of a token carried to the next step, in 1/SPEC_ONE
 
 
 @dataclass(slots=True)
@@ -314,8 +375,11 @@ class _Engine:
     """One replica's scheduler, KV pages and clock (``role``: both, prefill or decode)."""
 
     def __init__(self, idx: int, role: str, policy: Policy, cost: StepCost, budget: int, max_seqs: int,
-                 kv_tokens: int, ahead: bool) -> None:
+                 kv_tokens: int, ahead: bool, spec_q: int = 0, width: int = 1) -> None:
         self.idx, self.role, self.policy, self.cost = idx, role, policy, cost
+        # speculative decoding: tokens a decode step emits, in 1/SPEC_ONE (0: one token, no speculation), and the
+        # step budget a decode takes (k + 1: vLLM and TensorRT-LLM count the verified drafts)
+        self.spec_q, self.width = spec_q, width
         self.budget, self.max_seqs, self.ahead = max(1, budget), max(1, max_seqs), ahead
         self.bs = BLOCK_TOKENS[policy]
         self.capacity = max(1, kv_tokens // self.bs)
@@ -333,6 +397,31 @@ class _Engine:
         # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
         # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
         self.lacking = 0
+
+    # -- tokens a decode step emits
+    def emits(self, r: _Req, k: int) -> int:
+        """Tokens ``r`` emits in its next ``k`` decode steps (speculative: the carried fraction plus ``k`` steps'
+        expected tokens, whole tokens only, capped at its output)."""
+        if not self.spec_q:
+            return k
+        return min(r.out_len - r.generated, emitted(r.credit, k, self.spec_q)[0])
+
+    def _most(self, k: int) -> int:
+        """The most tokens any request emits in ``k`` decode steps."""
+        return k if not self.spec_q else (SPEC_ONE - 1 + k * self.spec_q) // SPEC_ONE
+
+    def _steps_left(self, r: _Req) -> int:
+        """Decode steps until ``r``'s output is complete."""
+        left = r.out_len - r.generated
+        return steps_to(left, r.credit, self.spec_q) if self.spec_q else left
+
+    def advance(self, r: _Req, k: int) -> None:
+        """``r`` took part in ``k`` decode steps: its tokens (the last step may overshoot: capped at the output)."""
+        if not self.spec_q:
+            r.generated += k
+            return
+        n, r.credit = emitted(r.credit, k, self.spec_q)
+        r.generated = min(r.out_len, r.generated + n)
 
     # -- KV pages
     def _pages(self, tokens: int) -> int:
@@ -401,7 +490,7 @@ class _Engine:
         if self.waiting:
             if self.policy == "sglang":
                 return not self._admissible(self.waiting[0], self.budget)
-            return not self._admissible(self.waiting[0], self.budget - len(self.running))
+            return not self._admissible(self.waiting[0], self.budget - self.width * len(self.running))
         return True
 
     def _decode_run(self, start: float) -> _Plan | None:
@@ -417,11 +506,14 @@ class _Engine:
             ctx += r.in_len + g
             if r.out_len - g < k:
                 k = r.out_len - g
+        if self.spec_q:
+            k = min(self._steps_left(r) for r in rs)
         # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that and the
         # pages lacking fit, the exact count (_steps_of_pages) does too
-        if self.policy != "trtllm" and d * -(-k // bs) + self.lacking > self.free:
+        most = self._most(k)
+        if self.policy != "trtllm" and d * -(-most // bs) + self.lacking > self.free:
             self.lacking = sum(max(0, -(-(r.computed + r.generated - r.base) // bs) - r.blocks) for r in rs)
-            if d * -(-k // bs) + self.lacking > self.free:
+            if d * -(-most // bs) + self.lacking > self.free:
                 k = min(k, self._steps_of_pages(rs, k))
         if self.waiting and self.policy == "sglang":
             k = min(k, 1)
@@ -429,6 +521,8 @@ class _Engine:
             return None
         a, b = self.cost.decode_line(d)
         a_ms, b_ms = a + b * ctx / d, b
+        if self.spec_q:  # the context grows by the expected tokens per step
+            b_ms = b * self.spec_q / SPEC_ONE
         end = start + k * a_ms + b_ms * k * (k - 1) / 2
         return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b_ms, decodes=rs[:])
 
@@ -440,7 +534,7 @@ class _Engine:
         def fits(k: int) -> bool:  # the new pages k more tokens of each need, counted until they exceed the free
             need = 0
             for r in rs:
-                extra = -(-(r.computed + r.generated - r.base + k) // bs) - r.blocks
+                extra = -(-(r.computed + r.generated - r.base + self.emits(r, k)) // bs) - r.blocks
                 if extra > 0:
                     need += extra
                     if need > free:
@@ -477,13 +571,13 @@ class _Engine:
         chunks: list[tuple[_Req, int]] = []
         decodes: list[_Req] = []
         preempted = False
-        running, bs, trt = self.running, self.bs, self.policy == "trtllm"
+        running, bs, trt, width = self.running, self.bs, self.policy == "trtllm", self.width
         i, ctx = 0, 0
         for r in running:  # the leading decodes (most of a step), one token each, as long as pages are free
             if budget <= 0 or r.computed < r.prompt:
                 break
             if not trt:
-                held = r.computed + r.generated - r.base + 1
+                held = r.computed + r.generated - r.base + (self.emits(r, 1) if self.spec_q else 1)
                 if held > r.blocks * bs:  # _grow inlined
                     need = -(-held // bs) - r.blocks
                     if need > self.free:
@@ -492,11 +586,11 @@ class _Engine:
                     r.blocks += need
             decodes.append(r)
             ctx += r.in_len + r.generated
-            budget -= 1
+            budget -= width
             i += 1
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else 1
+            n = min(r.prompt - r.computed, budget) if r.computed < r.prompt else self.emits(r, 1)
             # within its pages (the common decode) it needs none; else _grow finds pages or preempts the last
             fits = trt or r.computed + r.generated - r.base + n <= r.blocks * bs
             while not fits and not self._grow(r, self._held(r) + n):
@@ -508,10 +602,11 @@ class _Engine:
             else:
                 if r.computed < r.prompt:
                     chunks.append((r, n))
+                    budget -= n
                 else:
                     decodes.append(r)
                     ctx += r.in_len + r.generated
-                budget -= n
+                    budget -= width
                 i += 1
                 continue
             break
@@ -523,11 +618,11 @@ class _Engine:
                 self.waiting.popleft()
                 if self.role == "decode":  # its KV arrived: it decodes from its generated first token
                     r.computed = r.prompt
-                    self._grow(r, self._held(r) + 1)
+                    self._grow(r, self._held(r) + self.emits(r, 1))
                     self.running.append(r)
                     decodes.append(r)
                     ctx += r.in_len + r.generated
-                    budget -= 1
+                    budget -= width
                     continue
                 n = min(r.prompt - r.computed, budget)
                 if self.policy == "trtllm":
@@ -572,11 +667,12 @@ class _Engine:
                 self._grow(r, self._held(r))
                 self.running.append(r)
         decodes = [r for r in self.running if r.computed >= r.prompt]
-        while decodes and sum(max(0, self._pages(self._held(r) + 1) - r.blocks) for r in decodes) > self.free:
+        while decodes and sum(max(0, self._pages(self._held(r) + self.emits(r, 1)) - r.blocks)
+                              for r in decodes) > self.free:
             victim = decodes.pop()  # retract the newest
             self._preempt(victim)
         for r in decodes:
-            self._grow(r, self._held(r) + 1)
+            self._grow(r, self._held(r) + self.emits(r, 1))
         return self._priced(start, [], decodes)
 
     def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
@@ -717,11 +813,15 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     ins, outs = load.input_len_range, load.output_len_range
     pp = layout.pools["prefill"].pp
     shared = weights_ms(plan, eff, mem.weights_bytes, pp)
-    cost = StepCost(fast, shared, ins[0], ins[1] + outs[1])
+    sp = spec_pricing(plan, fast)
+    cost = StepCost(fast, shared, ins[0], ins[1] + outs[1], sp)
+    # speculative: each decode step emits the expected accepted tokens and takes k + 1 of a token budget
+    spec_q = round(sp.tokens_per_step * SPEC_ONE) if sp else 0
+    width = plan.speculative.num_draft_tokens + 1 if plan.speculative and policy != "sglang" else 1
     if not layout.disaggregated:
         groups = layout.phases["decode"].attn_dp
         kv = _kv_tokens(plan, mem.max_batch_size_that_fits, context)
-        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead)
+        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
     pools = mem.pools or {}
@@ -730,11 +830,11 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     kv_p = max(1, (pools["prefill"].max_batch_size_that_fits if "prefill" in pools else 1)) * plan.workload.input_len
     kv_d = _kv_tokens(plan, pools["decode"].max_batch_size_that_fits if "decode" in pools else 1, context)
     assert decode_fast is not None
-    dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1])
+    dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
                        plan.engine_options.kv_cache_tokens or kv_p, ahead) for i in range(p_pool.dp)]
-    engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead)
-                for j in range(d_pool.dp)]
+    engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
+                        spec_q, width) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
     return _Setup(policy, engines, list(range(p_pool.dp)), list(range(p_pool.dp, p_pool.dp + d_pool.dp)), hand,
                   layout.gpus_needed, kv_d)
@@ -855,7 +955,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             continue
         p = e.plan
         e.steps += p.k
-        e.lacking = 0 if p.grown else e.lacking + len(p.decodes) * -(-p.k // e.bs)
+        e.lacking = 0 if p.grown else e.lacking + len(p.decodes) * -(-e._most(p.k) // e.bs)
         e.run_area += (len(p.decodes) + len(p.chunks)) * (t - p.start_ms)
         e.prev_start = p.start_ms if p.k == 1 else e.step_end(p, p.k - 1)
         for r, n_tok in p.chunks:
@@ -867,18 +967,21 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
             # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
             for r in p.decodes:
-                r.generated += p.k
+                e.advance(r, p.k)
                 r.last_ms = t
                 if r.generated >= r.out_len:
                     done.append(r)
         else:
-            gaps = rec.gaps
+            gaps, spec = rec.gaps, e.spec_q
             for r in p.decodes:
                 if r.first_ms >= 0:
                     gaps.append(t - r.last_ms)
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
-                r.generated += 1
+                if spec:
+                    e.advance(r, 1)
+                else:
+                    r.generated += 1
                 r.last_ms = t
                 if r.generated >= r.out_len:
                     done.append(r)

@@ -9,9 +9,10 @@ batches speculation serves is bound by weight reads.  A step emits the expected 
 
     step = verify(k + 1) + passes * fraction * plain_step,   TPOT = step / tokens_per_step.
 
-``speculative_step`` is that arithmetic on step times priced elsewhere, for the estimator here and for a serving
-simulator that prices its own steps.  Not modelled: the draft's catch-up pass over the accepted tokens, rejected
-branches' KV writes, and a tree's wider verification (a top-k tree verifies ``k + 1`` tokens per sequence here).
+``speculative_step`` is that arithmetic on step times priced elsewhere, for the estimator here and for the serving
+simulator, which prices each decode step at its batch with it (``simulate.StepCost``).  Not modelled: the draft's
+catch-up pass over the accepted tokens, rejected branches' KV writes, and a tree's wider verification (a top-k tree
+verifies ``k + 1`` tokens per sequence here).
 
 Prefix caching: a prompt's cached share (``plan.prefix_hit_fraction``) is not recomputed, so a prefill pass costs
 its fixed step overhead plus ``1 - hit`` of its work; a prefix every request shares is held once in the KV cache,
@@ -81,8 +82,9 @@ class SpeculativeFigures(BaseModel):
     acceptance_source: str
     draft_read_fraction: float = Field(description="bytes one draft pass reads / one target decode step")
     static: SpecStep = Field(description="at the plan's batch (decode_latency_ms_per_token uses it)")
-    tpot_without_ms: float = Field(description="serving TPOT at the same load without speculation")
-    tpot_with_ms: float = Field(description="serving TPOT with it (= serving.tpot_ms)")
+    tpot_without_ms: float = Field(description="served TPOT at the same load without speculation (simulated, "
+                                   "else the continuous-batching model's)")
+    tpot_with_ms: float = Field(description="served TPOT with it (= the estimate's tpot_ms)")
     output_tokens_per_s_without: float
     output_tokens_per_s_with: float
     assumptions: list[str]
