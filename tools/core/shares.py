@@ -95,13 +95,16 @@ def node_shares(g: nx.DiGraph, spec: ModelSpec) -> dict[str, Share]:
     """The per-GPU part of every attention, KV cache, FFN and Expert node of a normalized graph."""
     nodes = g._node
     out: dict[str, Share] = {}
+    spans: dict[int, tuple[list[str], int]] = {}  # per operator (its members list): computing nodes, GPUs spanned
     for n, members in _operators(g).items():
         a = nodes[n]
         t = a["type"]
         meta = a.get("meta") or {}
         devs = max(1, len(a.get("devices") or ()))
-        computing = [m for m in members if nodes[m]["type"] != T.KV_CACHE] or members
-        span = max(1, len({d for m in computing for d in nodes[m].get("devices") or ()}))
+        if id(members) not in spans:  # an EP layer's 64+ Expert nodes share one operator: count its GPUs once
+            computing = [m for m in members if nodes[m]["type"] != T.KV_CACHE] or members
+            spans[id(members)] = computing, max(1, len({d for m in computing for d in nodes[m].get("devices") or ()}))
+        computing, span = spans[id(members)]
         of = _int(meta.get("of"))
         allowed = tuple(sorted({span, len(computing)}))
         if t == T.EXPERT:
