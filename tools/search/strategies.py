@@ -283,8 +283,7 @@ class _Search:
         key = (p.shape, p.dshape)
         if key not in self._engines:
             if plan is None:
-                plan = (self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None
-                        else self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch))
+                plan = self.point_dict(p)
                 plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
             self._engines[key] = _exportability(plan)
         return self._engines[key]
@@ -313,6 +312,12 @@ class _Search:
         d["workload"] = {**self.base["workload"], "batch_size": batch}
         d["options"] = self._options([sp_, sd]) | {"disaggregated": True}
         return d
+
+    def point_dict(self, p: _Point) -> dict[str, Any]:
+        """The plan of a point, aggregated or disaggregated."""
+        if p.dshape is None:
+            return self.plan_dict(p.shape, p.dp, p.batch)
+        return self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
 
     def plan(self, s: _Shape, dp: int, batch: int) -> Plan:
         return Plan.model_validate(self.plan_dict(s, dp, batch))
@@ -609,9 +614,7 @@ class _Search:
             p for p in ranked if (p.shape, p.dshape) not in seen]
 
     def _served(self, p: _Point) -> _Point:
-        d = self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None else \
-            self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
-        sim = simulate(Plan.model_validate(d))
+        sim = simulate(Plan.model_validate(self.point_dict(p)))
         self.estimates += 1
         q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                     tput=sim.output_tokens_per_s, served=sim.load, misses=[])
@@ -828,10 +831,7 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
 
 
 def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
-    if p.dshape is None:
-        plan = search.plan_dict(p.shape, p.dp, p.batch) | {"objective": search.objective}
-    else:
-        plan = search.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch) | {"objective": search.objective}
+    plan = search.point_dict(p) | {"objective": search.objective}
     # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware, and a note says so): a
     # cluster larger than the plan reads as idle GPUs, or as tp x ep counted twice when the sizes happen to match.
     plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
