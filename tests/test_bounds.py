@@ -7,6 +7,7 @@ import time
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,7 @@ def huge_plans(draw: Any) -> dict[str, Any]:
     return plan
 
 
+@pytest.mark.slow  # 40 huge plans, each to its time bound: ~8 s; .ci/run runs it
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(huge_plans())
 def test_huge_plans_are_answered_or_refused_in_bounded_time(plan):
@@ -77,6 +79,7 @@ def test_huge_strings_are_cut_before_matching(text):
         <= SECONDS
 
 
+@pytest.mark.slow  # the largest accepted inputs, each to its bound: ~10 s; .ci/run runs it
 def test_worst_known_inputs_stay_within_memory():
     cases = [
         (validate_dag, {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2},

@@ -89,6 +89,7 @@ def test_layout_flags_fill_engine_defaults() -> None:
     assert s["dp_attention"] == "on" and s["ep"] == "1"
 
 
+@pytest.mark.slow  # imports, validates and estimates the whole recipe corpus: ~12 s; .ci/run runs it
 def test_cli_prints_the_table(capsys) -> None:
     from tools.cli import main
 

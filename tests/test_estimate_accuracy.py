@@ -184,6 +184,7 @@ ENGINE_MISRANKS = ("qwen3-8b@h100-sxm/serving_ttft_ms [GPUStack", "qwen3-8b@h100
 MOE_PREFILL_MISRANK = "gpt-oss-120b@b200/serving_ttft_ms [https://github.com/denosys/"
 
 
+@pytest.mark.slow  # prices every published point: ~13 s; .ci/run runs it
 def test_published_points_are_within_the_ideal_bound() -> None:
     """With every efficiency at 0.98 and no overhead, no measured point may be faster than the estimate: a unit slip
     (per node read as per GPU, seconds as ms) or a wrong degree shows up here; known exceptions are listed."""
@@ -196,6 +197,7 @@ def test_published_points_are_within_the_ideal_bound() -> None:
     assert beyond == BEYOND_IDEAL
 
 
+@pytest.mark.slow  # prices every catalog point: ~14 s; .ci/run runs it
 def test_catalog_accuracy_figures_hold() -> None:
     """Catalog factors and engine profiles (nothing fitted).  Static-batch points (281): median 7.9 %, p90 25.6 %.
     Serving TPOT and throughput of dense models (581 each: NIM, vLLM, InferenceMAX, the SGLang cookbook and GPUStack

@@ -134,6 +134,7 @@ async def _call_checked(name: str, plan: dict[str, Any], detail: str) -> bool:
     return True
 
 
+@pytest.mark.slow  # 40 corpus answers checked against their schemas: ~6 s; .ci/run runs it
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=paths, value=hostile | st.integers(1, 16), name=st.sampled_from(list(ANSWERS)),
        detail=st.sampled_from(["summary", "full"]))

@@ -117,6 +117,7 @@ async def test_estimate_summary_does_not_repeat_fields():
     assert data["kv_cache"]["bytes_total"] > 0
 
 
+@pytest.mark.slow  # pages a whole 64-GPU DAG over MCP: ~13 s; .ci/run runs it
 async def test_full_detail_is_paged_and_reassembles():
     plan = LARGEST["deepseek-v3 64x h200"]
     async with Client(create_server()) as c:

@@ -141,6 +141,7 @@ configs = st.none() | st.dictionaries(st.sampled_from(["tp_size", "tensor_parall
                                       max_size=3)
 
 
+@pytest.mark.slow  # 40 fuzzed commands, each estimated: ~7 s; .ci/run runs it
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command=commands, decode=st.none() | commands, config=configs)
 def test_any_command_gives_a_checked_plan_or_a_field_error(command, decode, config):

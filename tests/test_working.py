@@ -7,6 +7,7 @@ import copy
 import json
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +42,7 @@ def _both(plan):
     return folded, build_full_dag(plan)
 
 
+@pytest.mark.slow  # every sampled plan drawn layer by layer and validated twice: ~16 s; .ci/run runs it
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plans)
 def test_expanded_and_folded_get_the_same_verdict(plan):
