@@ -278,7 +278,7 @@ class Builder:
     def layer(self, c: BuildContext, s: int, layer: int, inputs: list[str]) -> list[str]:
         """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
         and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
-        key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer))
+        key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer))
         tmpl = self.templates.get(key)
         if tmpl is not None:
             return self.copy_layer(tmpl, c, s, layer, inputs)
@@ -355,6 +355,8 @@ class Builder:
         hs, sp = pl.head_shards, pl.sp
         heads = spec.num_heads // hs
         kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
+        # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V
+        mixer = {"mixer": spec.recurrent.kind} if spec.recurrent and spec.is_recurrent_layer(layer) else {}
         shards = []
         for h in range(hs):
             for j in range(sp):
@@ -362,7 +364,7 @@ class Builder:
                 suffix = _shard_suffix(h, j, sp)
                 a = self.node(f"{op}.{suffix}", NodeType.ATTENTION, dev, op=op, tp_rank=h,
                               sp_rank=j if sp > 1 else None, heads=heads, kv_heads=kv_heads,
-                              meta={"of": hs * sp, "seq_shards": sp} if sp > 1 else {"of": hs}, **common)
+                              meta=({"of": hs * sp, "seq_shards": sp} if sp > 1 else {"of": hs}) | mixer, **common)
                 self.edge(src, a)
                 kv = self.node(f"{kv_prefix}.{suffix}", NodeType.KV_CACHE, dev, op=op, tp_rank=h,
                                sp_rank=j if sp > 1 else None, kv_heads=kv_heads,

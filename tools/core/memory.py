@@ -17,6 +17,10 @@ as quantised checkpoints such as DeepSeek-V3 FP8 or AWQ/GPTQ models ship them; q
 KV cache: ``batch * (input_len + output_len)`` tokens per layer of the stage (sliding-window layers capped),
 GQA/MHA KV heads divided by the head shards until they run out (then one head per shard, i.e. replicated),
 an MLA latent whole on every attention GPU, tokens divided by ``sp``; ``plan.effective_kv_dtype``.
+DeepSeek-V3.2's indexer adds its own fp8 key cache per token and layer, whole on every attention GPU.  A
+recurrent layer (gated DeltaNet, Mamba-2) holds no KV but a fixed conv + recurrent state per sequence, split by
+heads like attention, at the engines' 16-bit state dtype (``knowledge/models/layer_kinds.json``), so it counts
+against the batch and not the context; its weights are split by heads like attention's.
 The larger of the prefill and decode layouts counts (they differ only in ``sp``).
 
 Activations (peak prefill working set, 16-bit): with ``T = min(batch*input_len, prefill_chunk_tokens)``
@@ -137,12 +141,14 @@ class _Terms:
     groups: int = 1  # attention-DP groups sharing the batch: the GPU's group holds ceil(batch / groups)
     expert_act_per_token: float = 0.0  # routed-expert working set: every group's tokens reach the experts
     shared_per_token: float = 0.0  # EP dispatch/combine buffers, per token of all groups
+    state_per_seq: float = 0.0  # recurrent layers' fixed state per sequence (conv + recurrent), whatever its length
 
     def seqs(self, batch: int) -> int:
         return ceil(batch / self.groups)
 
     def kv(self, batch: int, context: int) -> float:
-        return self.seqs(batch) * (self.kv_full * context + self.kv_window * min(context, self.window))
+        return self.seqs(batch) * (self.kv_full * context + self.kv_window * min(context, self.window)
+                                   + self.state_per_seq)
 
     def tokens(self, batch: int, prompt: int, chunk: int) -> tuple[int, int]:
         """(tokens of the GPU's group, tokens of all groups) in one forward pass."""
@@ -208,6 +214,8 @@ def _attention_split(plan: Plan) -> tuple[int, int]:
     rep = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
     if m.q_lora_rank:
         rep += h * m.q_lora_rank + m.q_lora_rank
+        if spec.indexer is not None:  # the sparse-attention indexer runs whole on every rank
+            rep += spec.indexer.params(h, m.q_lora_rank)
     return rep, total - rep
 
 
@@ -256,25 +264,29 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
         n_dense = len(layers) - n_moe
         dense_ffn = sum(spec.ffn_params(i) for i in layers)
         n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
-        n_full = len(layers) - n_slide
+        n_rec = sum(1 for i in layers if spec.is_recurrent_layer(i))  # a fixed state, no KV per token
+        n_full = len(layers) - n_slide - n_rec
         last = s == pool.pp - 1
         for local in range(w):
             gpu = pool.device(0, s, local)
             # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
             j = local % attn_width if local < groups * attn_width else local
             # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
-            key = (len(layers), n_moe, dense_ffn, n_slide, s == 0, last, j < attn_width, j < tp,
+            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, s == 0, last, j < attn_width, j < tp,
                    tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
                    (local // expert_tp) < extra, draft is not None and local < draft_tp)
             if key in shapes:
                 out.append(_Terms(gpu, s, local, **shapes[key]))
                 continue
             weights = 0.0
-            kv_elems = 0.0
+            kv_elems = index_bytes = state = 0.0
             act_attn = 0.0
             for pl in phases:
                 if local < pl.attention_gpus:
                     kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp)
+                    index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp)
+                    if spec.recurrent is not None:  # split by heads like attention; every sequence shard holds it
+                        state = max(state, n_rec * spec.recurrent.state_bytes(pl.head_shards))
                     q_local = spec.num_heads / pl.head_shards
                     kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
                     hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
@@ -282,7 +294,11 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             attn_gpu = j < attn_width
             if attn_gpu:
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
-                weights += len(layers) * ((rep_attn + shard_attn / shards) * wba + spec.layer_norm_params() * hb)
+                weights += (len(layers) - n_rec) * (rep_attn + shard_attn / shards) * wba
+                weights += len(layers) * spec.layer_norm_params() * hb
+                if n_rec:
+                    assert spec.recurrent is not None
+                    weights += n_rec * spec.recurrent.params(h) / shards * wba
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks
@@ -328,7 +344,8 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if moe and n_moe and ep > 1 and local < ep * expert_tp:
                 shared += 2 * moe.experts_per_token * h * ab / ep
             shapes[key] = dict(
-                weights=weights, kv_full=(n_full + extra_kv_layers) * kv_elems * kvb + extra_kv,
+                weights=weights, kv_full=(n_full + extra_kv_layers) * (kv_elems * kvb + index_bytes) + extra_kv,
+                state_per_seq=state,
                 kv_window=n_slide * kv_elems * kvb, window=window,
                 resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
                 comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
@@ -380,7 +397,7 @@ class _PoolTerms:
         for t in self.terms:
             out.setdefault((t.weights, t.kv_full, t.kv_window, t.window, t.resid_per_token, t.act_per_token,
                             t.logits_per_seq, t.comm_per_token, t.groups, t.expert_act_per_token,
-                            t.shared_per_token), t)
+                            t.shared_per_token, t.state_per_seq), t)
         return list(out.values())
 
     def worst(self, batch: int, context: int | None, chunk: int, fixed: float) -> float:

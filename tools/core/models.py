@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.core.errors import MAX_MATCHED, PdagInputError, closest, shown
 from tools.core.formats import format_of_config
+from tools.core.layerkinds import IndexerSpec, RecurrentSpec
 
 __all__ = [
     "MLASpec",
@@ -77,13 +78,14 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "olmo2": "olmo2",
     "cohere2": "cohere2",
     "ernie4_5_moe": "ernie4_5_moe",
+    # layer kinds beyond K/V attention (tools/core/layerkinds.py)
+    "qwen3_next": "qwen3_next",
+    "deepseek_v32": "deepseek",
 }
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
 # Families pdag does not price yet, with the field whose meaning it would otherwise drop.
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "deepseek_v32": ("index_topk", "DeepSeek-V3.2's sparse attention indexer (its own KV and top-k cost)"),
-    "qwen3_next": ("layer_types", "Qwen3-Next's gated DeltaNet linear-attention layers (a recurrent state)"),
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
     "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
     "nemotron_h": ("hybrid_override_pattern", "Nemotron-H's Mamba-2 layers (a recurrent state)"),
@@ -108,6 +110,8 @@ _ARCHITECTURES: dict[str, str] = {
     "Olmo2ForCausalLM": "olmo2",
     "Cohere2ForCausalLM": "cohere2",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
 }
 
 
@@ -190,6 +194,11 @@ class ModelSpec(BaseModel):
     notes: tuple[str, ...] = ()  # what the reading left out or assumed (vision tower, unread fields)
     attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)  # DeepSeek MTP modules, never counted
+    # layers whose token mixer is recurrent (a fixed state per request, no KV), and the sparse-attention indexer
+    recurrent: RecurrentSpec | None = None
+    indexer: IndexerSpec | None = None
+    attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared expert's output (Qwen2/3-Next)
     hf_repo: str | None = None
     # the checkpoint's storage format (its config's quantization_config) and the modules it leaves unquantized
     checkpoint_format: str | None = None
@@ -214,6 +223,10 @@ class ModelSpec(BaseModel):
             raise ValueError("sliding_window_layers out of range")
         if self.sliding_window_layers and self.sliding_window is None:
             raise ValueError("sliding_window_layers given without sliding_window")
+        if self.recurrent is not None and any(not 0 <= i < self.num_layers for i in self.recurrent.layers):
+            raise ValueError("recurrent layers out of range")
+        if self.indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
+            raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
         return self
 
     # ------------------------------------------------------------------ structure
@@ -228,6 +241,25 @@ class ModelSpec(BaseModel):
     def is_sliding_layer(self, layer: int) -> bool:
         self._check_layer(layer)
         return layer in self.sliding_window_layers
+
+    def is_recurrent_layer(self, layer: int) -> bool:
+        """The layer mixes tokens through a recurrent state (no attention, no KV per token)."""
+        self._check_layer(layer)
+        return self.recurrent is not None and layer in self._recurrent_set()
+
+    def mixer_kind(self, layer: int) -> str:
+        """What mixes tokens in ``layer``: its recurrent kind, else ``attention`` (sparse when indexed)."""
+        if self.is_recurrent_layer(layer):
+            assert self.recurrent is not None
+            return self.recurrent.kind
+        return "sparse_attention" if self.indexer is not None else "attention"
+
+    @property
+    def recurrent_layer_count(self) -> int:
+        return len(self.recurrent.layers) if self.recurrent is not None else 0
+
+    def _recurrent_set(self) -> frozenset[int]:
+        return frozenset(self.recurrent.layers) if self.recurrent is not None else frozenset()
 
     @property
     def dense_layer_indices(self) -> tuple[int, ...]:
@@ -270,6 +302,8 @@ class ModelSpec(BaseModel):
             kv_b = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
             o = nh * m.v_head_dim * h
             total = q + kv_a + kv_b + o
+            if self.indexer is not None and m.q_lora_rank:
+                total += self.indexer.params(h, m.q_lora_rank)
             if self.attention_bias:
                 total += nh * m.qk_head_dim + m.kv_lora_rank + m.qk_rope_head_dim
             if self.attention_out_bias:
@@ -278,6 +312,8 @@ class ModelSpec(BaseModel):
         q_out = self.num_heads * self.head_dim
         kv_out = self.num_kv_heads * self.head_dim
         total = h * q_out + 2 * h * kv_out + q_out * h
+        if self.attention_output_gate:
+            total += h * q_out
         if self.attention_bias:
             total += q_out + 2 * kv_out
         if self.attention_out_bias:
@@ -289,6 +325,13 @@ class ModelSpec(BaseModel):
         if self.attention_sinks:
             total += self.num_heads
         return total
+
+    def mixer_params(self, layer: int) -> int:
+        """The token mixer of ``layer``: its recurrent block, else attention (with any indexer)."""
+        if self.is_recurrent_layer(layer):
+            assert self.recurrent is not None
+            return self.recurrent.params(self.hidden_size)
+        return self.attention_params_per_layer()
 
     def _swiglu(self, inter: int, bias: bool) -> int:
         n = 3 * self.hidden_size * inter
@@ -312,7 +355,8 @@ class ModelSpec(BaseModel):
         """All shared experts of one MoE layer together (biased like the routed experts)."""
         if self.moe is None or not self.moe.shared_expert_intermediate_size:
             return 0
-        return self._swiglu(self.moe.shared_expert_intermediate_size, self.moe.expert_bias)
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self._swiglu(self.moe.shared_expert_intermediate_size, self.moe.expert_bias) + gate
 
     def router_params(self) -> int:
         if self.moe is None:
@@ -329,7 +373,7 @@ class ModelSpec(BaseModel):
     def layer_params(self, layer: int) -> int:
         """Every parameter of decoder block ``layer``."""
         ffn = self.moe_params() if self.is_moe_layer(layer) else self.ffn_params(layer)
-        return self.attention_params_per_layer() + self.layer_norm_params() + ffn
+        return self.mixer_params(layer) + self.layer_norm_params() + ffn
 
     def active_layer_params(self, layer: int) -> int:
         """Parameters of ``layer`` one token uses (only ``experts_per_token`` routed experts)."""
@@ -337,7 +381,7 @@ class ModelSpec(BaseModel):
             return self.layer_params(layer)
         assert self.moe is not None
         ffn = self.moe.experts_per_token * self.expert_params() + self.shared_expert_params()
-        return self.attention_params_per_layer() + self.layer_norm_params() + ffn + self.router_params()
+        return self.mixer_params(layer) + self.layer_norm_params() + ffn + self.router_params()
 
     def param_count(self) -> int:
         """Total parameters (MTP modules excluded)."""
@@ -355,8 +399,11 @@ class ModelSpec(BaseModel):
 
     # ------------------------------------------------------------------ KV cache
     def kv_elements_per_token_per_layer(self, layer: int = 0) -> int:
-        """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key."""
+        """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key; none in a
+        recurrent layer (its state is per request: ``state_bytes_per_sequence``)."""
         self._check_layer(layer)
+        if self.is_recurrent_layer(layer):
+            return 0
         if self.attention == "mla":
             assert self.mla is not None
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
@@ -370,12 +417,27 @@ class ModelSpec(BaseModel):
             return min(context_len, self.sliding_window)
         return context_len
 
+    def indexer_bytes_per_token_per_layer(self, layer: int = 0) -> float:
+        """The sparse-attention indexer's own key cache per token in ``layer`` (its fixed fp8 layout), 0 without."""
+        if self.indexer is None or self.is_recurrent_layer(layer):
+            return 0.0
+        return self.indexer.cache_bytes_per_token()
+
+    def state_bytes_per_sequence(self) -> float:
+        """Recurrent state one request holds over all recurrent layers (conv + recurrent state), whatever its
+        length; 0 for a model without recurrent layers."""
+        if self.recurrent is None:
+            return 0.0
+        return self.recurrent.state_bytes() * len(self.recurrent.layers)
+
     def kv_bytes(self, context_len: int, dtype_bytes: float) -> int | float:
-        """KV-cache bytes for one whole sequence of ``context_len`` tokens (window-capped layers)."""
+        """KV-cache bytes for one whole sequence of ``context_len`` tokens (window-capped layers), the indexer's
+        key cache included; a recurrent model's fixed state is ``state_bytes_per_sequence``."""
         total = 0.0
         for layer in range(self.num_layers):
             tokens = self.kv_tokens_in_layer(layer, context_len)
-            total += self.kv_elements_per_token_per_layer(layer) * tokens * dtype_bytes
+            per = self.kv_elements_per_token_per_layer(layer) * dtype_bytes + self.indexer_bytes_per_token_per_layer(layer)
+            total += per * tokens
         return _as_number(total)
 
     def kv_bytes_per_token(self, dtype_bytes: float, context_len: int | None = None) -> int | float:
@@ -383,7 +445,8 @@ class ModelSpec(BaseModel):
         with it, the average per token of a ``context_len`` sequence (sliding-window layers capped)."""
         if context_len is None:
             total = sum(self.kv_elements_per_token_per_layer(i) for i in range(self.num_layers))
-            return _as_number(total * dtype_bytes)
+            index = sum(self.indexer_bytes_per_token_per_layer(i) for i in range(self.num_layers))
+            return _as_number(total * dtype_bytes + index)
         if context_len <= 0:
             raise PdagInputError("context_len", f"context length {context_len} must be positive",
                                  "an integer >= 1")
@@ -555,7 +618,7 @@ def from_hf_config(
                              f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
                              f"a divisor of {num_heads}")
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
         if hidden % num_heads:
             raise PdagInputError(c.path("num_attention_heads"),
                                  f"{num_heads} heads do not divide hidden_size {hidden} "
@@ -568,7 +631,7 @@ def from_hf_config(
     attention_bias = c.bool("attention_bias", False)
     attention_out_bias = attention_bias
     mlp_bias = c.bool("mlp_bias", False)
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text")
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next")
     qk_norm_full = model_type == "olmo2"
     norms = 4 if gemma else 1 if model_type == "cohere2" else 2  # Cohere-2: one LayerNorm feeds both branches
     sinks = False
@@ -579,6 +642,7 @@ def from_hf_config(
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
     local: Literal["sliding", "chunked"] = "sliding"
+    kinds: dict[str, Any] = {}  # recurrent layers, indexer, gates (_layer_kinds)
 
     def all_layers() -> tuple[int, ...]:
         return tuple(range(num_layers))
@@ -609,7 +673,7 @@ def from_hf_config(
             raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense",
                                  "a positive integer")
         moe = _moe(c, n_exp, k, expert_i, 0, 0, layers, False, False)
-    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         mla = _mla(c)
         head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
@@ -625,6 +689,8 @@ def from_hf_config(
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "qwen3_next":
+        moe, intermediate = _qwen3_next_moe(c, num_layers)
     elif model_type == "glm4_moe":
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         attention_out_bias = False  # q/k/v biases only (attention_bias); o_proj has none
@@ -658,7 +724,11 @@ def from_hf_config(
         sinks = True
         moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), True, True)
 
-    sliding_window, sliding_layers = _windowed_layers(c, model_type, num_layers, max_pos)
+    kinds = _layer_kinds(c, model_type, num_layers, notes)
+    if "recurrent" in kinds:  # its layer_types name linear layers, not windows (_qwen3_next_layers refuses others)
+        sliding_window, sliding_layers = None, ()
+    else:
+        sliding_window, sliding_layers = _windowed_layers(c, model_type, num_layers, max_pos)
 
     assert head_dim is not None
     attention: Literal["mha", "gqa", "mla"] = (
@@ -696,6 +766,7 @@ def from_hf_config(
             notes=tuple(notes),
             attention_sinks=sinks,
             mtp_layers=mtp,
+            **kinds,
             hf_repo=hf_repo,
             checkpoint_format=_checkpoint_format(c),
             unquantized_modules=_unquantized(c),
@@ -980,3 +1051,72 @@ def _refuse_generic(raw: dict[str, Any], prefix: str) -> None:
         raise PdagInputError(f"{prefix}.sliding_window", "this model_type has no reader and which layers use "
                              "the window is unknown", "a supported model_type: "
                              + ", ".join(sorted(SUPPORTED_MODEL_TYPES)))
+
+
+# ====================================================================== layer kinds beyond K/V attention
+def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) -> dict[str, Any]:
+    """ModelSpec fields for recurrent layers and the sparse-attention indexer (tools/core/layerkinds.py), with a
+    note saying what is priced per layer kind; empty for a model of K/V attention only."""
+    if model_type == "qwen3_next":
+        rec = _qwen3_next_layers(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are gated DeltaNet (linear attention): each holds a "
+                     "fixed conv + recurrent state per request (16-bit, as vLLM's mamba cache dtypes default), no KV "
+                     f"per token; the other {num_layers - len(rec.layers)} are gated full attention with KV")
+        return {"recurrent": rec, "attention_output_gate": True, "shared_expert_gate": True}
+    if model_type == "deepseek_v32":
+        for key in ("index_topk_freq", "index_topk_pattern", "index_skip_topk_offset"):
+            if c.raw.get(key) is not None:
+                raise PdagInputError(c.path(key), "IndexCache top-k skipping is not priced yet; pdag refuses rather "
+                                     "than price every layer's indexer", "a config without it (DeepSeek-V3.2's own)")
+        if not c.has("q_lora_rank"):
+            raise PdagInputError(c.path("q_lora_rank"), "missing: the sparse-attention indexer projects from the "
+                                 "query latent", "a positive integer")
+        idx = IndexerSpec(num_heads=c.int("index_n_heads", hi=MAX_HEADS), head_dim=c.int("index_head_dim",
+                          hi=MAX_HEAD_DIM), topk=c.int("index_topk", hi=MAX_POSITIONS))
+        notes.append(f"DeepSeek sparse attention: each query attends to the indexer's top {idx.topk} keys (all of a "
+                     f"shorter context); the indexer ({idx.num_heads} heads of {idx.head_dim}) scores every key and "
+                     f"keeps its own fp8 key cache of {idx.cache_bytes_per_token():g} bytes per token per layer beside "
+                     "MLA's latent")
+        return {"indexer": idx}
+    return {}
+
+
+def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Qwen3-Next's gated DeltaNet layers: ``layer_types`` when stated, else every ``full_attention_interval``-th
+    layer attends and the rest are linear (the library's default)."""
+    if c.bool("use_sliding_window", False):
+        raise PdagInputError(c.path("use_sliding_window"), "a sliding window on Qwen3-Next's attention layers is not "
+                             "priced", "false")
+    types = c.raw.get("layer_types")
+    if types is not None:
+        kinds = ("linear_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != num_layers or any(t not in kinds for t in types):
+            raise PdagInputError(c.path("layer_types"), "must list one layer kind per layer",
+                                 f"a list of {num_layers} of: " + ", ".join(kinds))
+        layers = tuple(i for i, t in enumerate(types) if t == "linear_attention")
+    else:
+        every = c.int("full_attention_interval", default=4, hi=MAX_LAYERS)
+        layers = tuple(i for i in range(num_layers) if (i + 1) % every)
+    v_heads = c.int("linear_num_value_heads", hi=MAX_HEADS)
+    k_heads = c.int("linear_num_key_heads", hi=MAX_HEADS)
+    if v_heads % k_heads:
+        raise PdagInputError(c.path("linear_num_key_heads"), f"{k_heads} key heads do not divide {v_heads} value heads",
+                             f"a divisor of {v_heads}")
+    return RecurrentSpec(kind="gated_deltanet", layers=layers, num_heads=v_heads, num_key_heads=k_heads,
+                         key_head_dim=c.int("linear_key_head_dim", hi=MAX_HEAD_DIM),
+                         value_head_dim=c.int("linear_value_head_dim", hi=MAX_HEAD_DIM),
+                         conv_kernel=c.int("linear_conv_kernel_dim", default=4, hi=1024))
+
+
+def _qwen3_next_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int]:
+    """Qwen3-Next's MoE (Qwen3-MoE's layer rule) with one shared expert of shared_expert_intermediate_size."""
+    intermediate = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    step = c.int("decoder_sparse_step", default=1, hi=MAX_LAYERS)
+    mlp_only = set(c.int_list("mlp_only_layers", hi=num_layers))
+    layers = tuple(i for i in range(num_layers) if i not in mlp_only and (i + 1) % step == 0)
+    if len(layers) < num_layers and intermediate == 0:
+        raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense", "a positive integer")
+    shared = c.int("shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared, layers, False, False)
+    return moe, intermediate

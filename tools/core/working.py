@@ -86,13 +86,19 @@ def layer_kind(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
     return spec.is_moe_layer(layer), sliding
 
 
+def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool, bool]:
+    """``layer_kind`` plus whether the layer mixes tokens through a recurrent state instead of attention: layers
+    fold into one run, and are priced once, only when all three agree."""
+    return (*layer_kind(spec, layer), spec.is_recurrent_layer(layer))
+
+
 def layer_runs(spec: ModelSpec, layers: range, cuts: frozenset[int]) -> list[range]:
     """Maximal runs of identical layers inside one stage's ``layers``, also cut at ``cuts`` (the stage
     boundaries of every pool, so that prefill and decode folds cover the same layers)."""
     out: list[range] = []
     start = layers.start
     for layer in range(layers.start + 1, layers.stop):
-        if layer in cuts or layer_kind(spec, layer) != layer_kind(spec, layer - 1):
+        if layer in cuts or layer_signature(spec, layer) != layer_signature(spec, layer - 1):
             out.append(range(start, layer))
             start = layer
     if layers.stop > layers.start:

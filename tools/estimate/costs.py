@@ -292,11 +292,19 @@ class CostModel:
     def tokens(self, phase: str, batch: int) -> int:
         return batch * self.input_len if phase == "prefill" else batch * self.decode_queries
 
-    def keys_per_query(self, phase: str, sliding: bool) -> float:
+    def keys_per_query(self, phase: str, sliding: bool, dense: bool = False) -> float:
+        """Keys one query attends to on average: the causal prefix, capped by a window or, under sparse attention,
+        by the indexer's top-k (``dense``: every key, what the indexer itself scores)."""
         w = self.spec.sliding_window if sliding and self.spec.sliding_window else None
+        idx = None if dense else self.spec.indexer
         if phase == "prefill":
             avg = (self.input_len + 1) / 2
+            if idx is not None and self.input_len > idx.topk:  # positions past top-k read exactly top-k keys
+                k, n = idx.topk, self.input_len
+                return (k * (k + 1) / 2 + (n - k) * k) / n
             return min(avg, w) if w else avg
+        if idx is not None:
+            return idx.keys(self.decode_context)
         return min(self.decode_context, w) if w else self.decode_context
 
     def prefill_attention_occupancy(self, batch: int, heads: int, sp: int) -> float:
@@ -317,14 +325,15 @@ class CostModel:
         phase = attrs.get("phase") or "prefill"
         layer = attrs.get("layer")
         sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
+        recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.is_recurrent_layer(layer))
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
                meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
-               sliding, len(devices), self.link(devices) if len(devices) > 1 else None)
+               sliding, recurrent, len(devices), self.link(devices) if len(devices) > 1 else None)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cost(ntype, phase, batch, attrs, meta, sliding)
+            hit = self._cost(ntype, phase, batch, attrs, meta, sliding, recurrent)
             self._cache[key] = hit
         return hit
 
@@ -343,13 +352,17 @@ class CostModel:
         return hit
 
     def _cost(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any],
-              sliding: bool) -> NodeCost:
+              sliding: bool, recurrent: bool = False) -> NodeCost:
         spec, e = self.spec, self.eff
         tok = self.tokens(phase, batch)
         h, ab = spec.hidden_size, self.ab
         small = phase == "decode"
+        if ntype == T.ATTENTION and recurrent:
+            return self.recurrent_mixer(phase, batch, attrs, meta)
         if ntype == T.ATTENTION:
             return self.attention(phase, batch, attrs, meta, sliding)
+        if ntype == T.KV_CACHE and recurrent:  # the state written back once per sequence, whatever the tokens
+            return self.run(phase, [Kernel(0.0, batch * self.recurrent_state_local(attrs), small=True)])
         if ntype == T.NORM:
             c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
             if attrs.get("role") in ("pre_attention", "pre_ffn"):
@@ -400,6 +413,56 @@ class CostModel:
     def attn_sp(self, attrs: dict[str, Any]) -> int:
         phase = attrs.get("phase") or "prefill"
         return self.layout.phases[phase].sp  # type: ignore[index]
+
+    def recurrent_shards(self, attrs: dict[str, Any]) -> int:
+        """TP ranks a recurrent mixer is split over: its node's share of heads, as attention's."""
+        return max(1, round(self.spec.num_heads / (attrs.get("heads") or self.spec.num_heads)))
+
+    def recurrent_state_local(self, attrs: dict[str, Any]) -> float:
+        rec = self.spec.recurrent
+        assert rec is not None
+        return rec.state_bytes(self.recurrent_shards(attrs))
+
+    def recurrent_mixer(self, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any]) -> NodeCost:
+        """A gated DeltaNet / Mamba-2 layer on one TP rank: input projection, short convolution and recurrence
+        (a fixed number of multiply-adds per state element and token, the state read once per sequence), gated
+        norm and output projection; no KV and no dependence on the context length."""
+        spec, ab, wb = self.spec, self.ab, self.wba
+        rec = spec.recurrent
+        assert rec is not None
+        h = spec.hidden_size
+        shards = self.recurrent_shards(attrs)
+        sp = max(1, int(meta.get("seq_shards", 1) or 1))
+        tok = self.tokens(phase, batch) / sp
+        small = phase == "decode"
+        out_w = rec.inner * h / shards
+        in_w = rec.params(h) / shards - out_w
+        width = in_w / h
+        state = batch * rec.state_bytes(shards)
+        return self.run(phase, self._sixteen_bit([
+            Kernel(2 * tok * in_w, in_w * wb + tok * (h + width) * ab, small=small, block_gemms=1,
+                   speed_scale=self.gemm_speed(width, h)),
+            Kernel(tok * rec.scan_flops_per_token(shards), state + tok * (rec.conv_channels / shards + rec.inner /
+                   shards) * 2 * ab, small=True),
+            Kernel(2 * tok * out_w, out_w * wb + tok * (rec.inner / shards + h) * ab, small=small, block_gemms=1,
+                   speed_scale=self.gemm_speed(h, rec.inner / shards)),
+        ]))
+
+    def indexer_kernels(self, phase: str, batch: int, tok: float, sp: int) -> list[Kernel]:
+        """DeepSeek sparse attention's indexer on one rank (replicated, not split by TP): its projections from the
+        query latent and the hidden state, then one score per (query, key, indexer head) over every cached key,
+        reading the indexer's fp8 key cache in decode."""
+        spec, ab = self.spec, self.ab
+        idx, m = spec.indexer, spec.mla
+        assert idx is not None and m is not None and m.q_lora_rank
+        h = spec.hidden_size
+        w = idx.params(h, m.q_lora_rank)
+        keys = self.keys_per_query(phase, False, dense=True)
+        width = idx.num_heads * idx.head_dim
+        read = batch * keys / sp * idx.cache_bytes_per_token() if phase == "decode" else tok * width * ab
+        return [Kernel(2 * tok * w, w * self.wba + tok * (h + width) * ab, small=phase == "decode", block_gemms=1,
+                       speed_scale=self.gemm_speed(width, m.q_lora_rank)),
+                Kernel(2 * tok * keys * width, read, attention=True)]
 
     def kv_elems_local(self, attrs: dict[str, Any]) -> float:
         spec = self.spec
@@ -456,10 +519,13 @@ class CostModel:
                                       small=True))
             kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * vd + h) * ab, small=small, block_gemms=1,
                                   speed_scale=self.gemm_speed(h, hq * vd)))
+            if spec.indexer is not None:
+                kernels.extend(self.indexer_kernels(phase, batch, tok, sp))
             return self.run(phase, self._sixteen_bit(kernels))
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
-        qkv_w = h * (hq + 2 * hkv) * d
+        gate = hq if spec.attention_output_gate else 0  # Qwen3-Next's q_proj also emits an output gate per head
+        qkv_w = h * (hq + gate + 2 * hkv) * d
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
                           block_gemms=1, speed_scale=self.gemm_speed((hq + 2 * hkv) * d, h))]

@@ -25,6 +25,7 @@ from tools.core.dag import NodeType
 from tools.core.efficiency import plan_efficiency
 from tools.core.layout import Layout, vocab_shards
 from tools.core.plan import PHASES, Phase, Plan
+from tools.core.working import layer_signature
 from tools.estimate.costs import CostModel, NodeCost, host_us_per_kernel, pass_schedule
 from tools.estimate.headline import Headline, headline, node_batch
 
@@ -93,10 +94,9 @@ class FastEstimator:
             stages: list[_Stage] = []
             for s, layers in enumerate(pool.stage_layers):
                 t_dev = b.token_devices(pool, 0, s, pl)
-                kinds: dict[tuple[bool, bool], list[int]] = defaultdict(list)
+                kinds: dict[tuple[bool, bool, bool], list[int]] = defaultdict(list)
                 for i in layers:
-                    sliding = bool(spec.sliding_window_layers and spec.is_sliding_layer(i))
-                    kinds[(spec.is_moe_layer(i), sliding)].append(i)
+                    kinds[layer_signature(spec, i)].append(i)
                 segments = []
                 for members in kinds.values():
                     n0, e0 = len(b.nodes), len(b.edges)
