@@ -56,7 +56,8 @@ at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM c
 against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
 
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
-context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
+context), in pages of ``block_size`` tokens; a model with recurrent layers first sets aside each runnable
+sequence's fixed state out of that room and runs at most as many sequences as their states fit (``_state_room``).  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
 random routing is not simulated).  Disaggregated plans: a prefill pool and a decode pool of replicas, each with its
@@ -80,6 +81,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
+from tools.core.hardware import DTYPE_BYTES
 from tools.core.memory import memory_report
 from tools.core.plan import Plan
 from tools.core.speculative import acceptance, draft_read_fraction
@@ -800,6 +802,24 @@ def _kv_tokens(plan: Plan, mem_batch: int, context: int) -> int:
     return max(1, mem_batch) * context
 
 
+def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[int, int]:
+    """(KV tokens, sequences) a replica's cache holds once recurrent layers' fixed state per sequence is set aside.
+
+    The memory model's room at the plan's context holds ``mem_batch`` sequences' KV and states; in tokens of KV that
+    is ``kv_tokens + mem_batch * s``, a state costing ``s`` tokens' worth.  At most ``room / s`` sequences run (their
+    states alone fill it), and the pages left for tokens are the room less the states of those that may run, as
+    vLLM's hybrid allocator keeps a state's pages for each running request whatever its length."""
+    spec = plan.spec
+    state = spec.state_bytes_per_sequence()
+    per_token = float(spec.kv_bytes_per_token(DTYPE_BYTES[plan.effective_kv_dtype]))
+    if state <= 0 or per_token <= 0 or plan.engine_options.kv_cache_tokens:
+        return kv_tokens, seqs
+    s = max(1, math.ceil(state / per_token))
+    room = kv_tokens + max(1, mem_batch) * s
+    running = max(1, min(seqs, room // s))
+    return max(1, room - running * s), running
+
+
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
            ) -> _Setup:
     policy = POLICY_OF_ENGINE.get(plan.engine, "vllm")
@@ -820,7 +840,8 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     width = plan.speculative.num_draft_tokens + 1 if plan.speculative and policy != "sglang" else 1
     if not layout.disaggregated:
         groups = layout.phases["decode"].attn_dp
-        kv = _kv_tokens(plan, mem.max_batch_size_that_fits, context)
+        kv, seqs = _state_room(plan, _kv_tokens(plan, mem.max_batch_size_that_fits, context),
+                               mem.max_batch_size_that_fits, seqs)
         engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
