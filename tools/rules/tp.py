@@ -183,7 +183,23 @@ def _tp_ok(spec: Any, t: int) -> bool:
         return False
     if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
         return False
+    if recurrent_heads_split(spec, t):
+        return False
     return not (spec.moe and spec.moe.shared_expert_intermediate_size % t)
+
+
+def recurrent_heads_split(spec: Any, t: int) -> str | None:
+    """Why ``t`` head shards cannot split the recurrent layers (None when they can): the engines give each TP rank
+    whole value heads and whole key heads (GDN) or whole SSM heads and whole groups (Mamba-2), and keep no replica."""
+    rec = spec.recurrent
+    if rec is None:
+        return None
+    what = ("linear-attention value heads", "linear-attention key heads") if rec.kind == "gated_deltanet" else \
+        ("Mamba heads", "Mamba groups (n_groups)")
+    for name, n in zip(what, (rec.num_heads, rec.num_key_heads), strict=True):
+        if n % t:
+            return f"{n} {name}"
+    return None
 
 
 @checker("TP-HEADS-DIVISIBLE", needs="plan")
@@ -258,6 +274,27 @@ def check_kv_heads(ctx: Context) -> Iterator[Finding]:
                           "fraction of a KV head", field=field_of(ph, "tp", ctx.plan),
                           hint=f"use a tp that divides {kv} or a multiple of it")
             return
+
+
+@checker("TP-RECURRENT-HEADS-DIVISIBLE", needs="plan")
+def check_recurrent_heads(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None and ctx.layout is not None
+    spec = ctx.plan.spec
+    for ph, pl in ctx.layout.phases.items():
+        why = recurrent_heads_split(spec, pl.head_shards)
+        if why:
+            rec = spec.recurrent
+            assert rec is not None
+            yield Finding(f"{ph}: the {why} of {spec.id}'s {len(rec.layers)} recurrent layers do not divide into "
+                          f"{pl.head_shards} head shards (tp {pl.tp}, sp {pl.sp}); each rank needs whole heads and "
+                          "their state", field=field_of(ph, "tp", ctx.plan),
+                          hint=f"use a tp that divides {rec.num_key_heads} (and so {rec.num_heads})")
+            return
+
+
+@fixer("TP-RECURRENT-HEADS-DIVISIBLE")
+def fix_recurrent_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    return set_tp(plan, ctx, "TP-RECURRENT-HEADS-DIVISIBLE", "the nearest degree that splits the recurrent heads")
 
 
 @fixer("TP-KV-HEADS-DIVISIBLE")
