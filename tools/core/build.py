@@ -278,7 +278,8 @@ class Builder:
     def layer(self, c: BuildContext, s: int, layer: int, inputs: list[str]) -> list[str]:
         """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
         and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
-        key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer))
+        key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer),
+               self.spec.is_ffn_free(layer))
         tmpl = self.templates.get(key)
         if tmpl is not None:
             return self.copy_layer(tmpl, c, s, layer, inputs)
@@ -315,6 +316,8 @@ class Builder:
         for i in inputs:
             self.edge(i, norm1)
         out = self.attention(c, s, layer, norm1, f"{p}.attn", f"{p}.kv", 0, common)
+        if self.spec.is_ffn_free(layer):  # a mixer block alone (Nemotron-H): no FFN and no norm before one
+            return out
         norm2 = self.node(f"{p}.norm_ffn", NodeType.NORM, t_dev, role="pre_ffn", **common)
         for o in out:
             self.edge(o, norm2)
@@ -338,6 +341,9 @@ class Builder:
             norm1 = self.node(f"{p}.norm_attn.g{g}", NodeType.NORM, g_dev, role="pre_attention", **common)
             self.edge(grp, norm1)
             out = self.attention(c, s, layer, norm1, f"{p}.attn.g{g}", f"{p}.kv.g{g}", base, common)
+            if self.spec.is_ffn_free(layer):
+                outs[g] = out
+                continue
             norm2[g] = self.node(f"{p}.norm_ffn.g{g}", NodeType.NORM, g_dev, role="pre_ffn", **common)
             for o in out:
                 self.edge(o, norm2[g])

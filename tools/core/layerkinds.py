@@ -71,6 +71,10 @@ class RecurrentSpec(BaseModel):
         """Channels of the depthwise convolution: q, k and v (GDN); x, B and C (Mamba-2)."""
         return 2 * self.key_width + self.inner
 
+    def groups_replicated(self, shards: int) -> bool:
+        """Mamba-2 with one group keeps B and C whole on every TP rank (vLLM replicates a single group)."""
+        return self.kind == "mamba2" and self.num_key_heads == 1 and shards > 1
+
     def params(self, hidden: int) -> int:
         """Weights of one recurrent mixer (its norm inside included; the layer's input norm is not)."""
         h, v = hidden, self.num_heads
@@ -87,7 +91,8 @@ class RecurrentSpec(BaseModel):
 
     def state_elements(self, shards: int = 1) -> tuple[float, float]:
         """(conv, recurrent) state elements one request holds in one layer, on one of ``shards`` TP ranks."""
-        conv = self.conv_channels * (self.conv_kernel - 1) / shards
+        keys = 2 * self.key_width * (1 if self.groups_replicated(shards) else 1 / shards)
+        conv = (self.inner / shards + keys) * (self.conv_kernel - 1)
         return conv, self.num_heads * self.value_head_dim * self.key_head_dim / shards
 
     def state_bytes(self, shards: int = 1) -> float:

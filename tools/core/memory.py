@@ -295,7 +295,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if attn_gpu:
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
                 weights += (len(layers) - n_rec) * (rep_attn + shard_attn / shards) * wba
-                weights += len(layers) * spec.layer_norm_params() * hb
+                weights += sum(spec.layer_norm_params(i) for i in layers) * hb
                 if n_rec:
                     assert spec.recurrent is not None
                     weights += n_rec * spec.recurrent.params(h) / shards * wba

@@ -81,6 +81,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     # layer kinds beyond K/V attention (tools/core/layerkinds.py)
     "qwen3_next": "qwen3_next",
     "deepseek_v32": "deepseek",
+    "nemotron_h": "nemotron_h",
 }
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
@@ -88,7 +89,6 @@ WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
     "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
-    "nemotron_h": ("hybrid_override_pattern", "Nemotron-H's Mamba-2 layers (a recurrent state)"),
     "falcon_h1": ("mamba_d_ssm", "Falcon-H1's parallel Mamba-2 heads (a recurrent state)"),
     "granitemoehybrid": ("layer_types", "Granite-4's Mamba-2 layers (a recurrent state)"),
 }
@@ -112,6 +112,7 @@ _ARCHITECTURES: dict[str, str] = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "NemotronHForCausalLM": "nemotron_h",
 }
 
 
@@ -199,6 +200,10 @@ class ModelSpec(BaseModel):
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared expert's output (Qwen2/3-Next)
+    # layers made of a token mixer alone, without a feed-forward block after it (Nemotron-H's "M" or "*" followed by
+    # another mixer); their one norm is the mixer's
+    ffn_free_layers: tuple[int, ...] = ()
+    ffn_gated: bool = True  # SwiGLU (gate, up, down); False: up -> activation -> down (Nemotron-H's ReLU^2 MLP)
     hf_repo: str | None = None
     # the checkpoint's storage format (its config's quantization_config) and the modules it leaves unquantized
     checkpoint_format: str | None = None
@@ -225,6 +230,9 @@ class ModelSpec(BaseModel):
             raise ValueError("sliding_window_layers given without sliding_window")
         if self.recurrent is not None and any(not 0 <= i < self.num_layers for i in self.recurrent.layers):
             raise ValueError("recurrent layers out of range")
+        if any(not 0 <= i < self.num_layers for i in self.ffn_free_layers) or (
+                self.moe is not None and set(self.ffn_free_layers) & set(self.moe.moe_layers)):
+            raise ValueError("ffn_free_layers out of range or MoE")
         if self.indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
         return self
@@ -241,6 +249,11 @@ class ModelSpec(BaseModel):
     def is_sliding_layer(self, layer: int) -> bool:
         self._check_layer(layer)
         return layer in self.sliding_window_layers
+
+    def is_ffn_free(self, layer: int) -> bool:
+        """The layer is a token mixer alone (no FFN after it)."""
+        self._check_layer(layer)
+        return layer in self.ffn_free_layers
 
     def is_recurrent_layer(self, layer: int) -> bool:
         """The layer mixes tokens through a recurrent state (no attention, no KV per token)."""
@@ -284,9 +297,11 @@ class ModelSpec(BaseModel):
     def final_norm_params(self) -> int:
         return self.hidden_size
 
-    def layer_norm_params(self) -> int:
-        """The RMSNorms of a decoder block: two (before attention, before the FFN/MoE), four in Gemma-2/3."""
-        return self.norms_per_layer * self.hidden_size
+    def layer_norm_params(self, layer: int | None = None) -> int:
+        """The RMSNorms of a decoder block: two (before attention, before the FFN/MoE), four in Gemma-2/3; one
+        fewer in a layer without an FFN."""
+        n = self.norms_per_layer - (1 if layer is not None and self.is_ffn_free(layer) else 0)
+        return max(1, n) * self.hidden_size
 
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
@@ -334,14 +349,16 @@ class ModelSpec(BaseModel):
         return self.attention_params_per_layer()
 
     def _swiglu(self, inter: int, bias: bool) -> int:
-        n = 3 * self.hidden_size * inter
+        mats = 3 if self.ffn_gated else 2
+        n = mats * self.hidden_size * inter
         if bias:
-            n += 2 * inter + self.hidden_size
+            n += (mats - 1) * inter + self.hidden_size
         return n
 
     def ffn_params(self, layer: int) -> int:
-        """Dense SwiGLU FFN (gate, up, down = 3*h*i) of ``layer``; 0 if the layer is MoE."""
-        if self.is_moe_layer(layer):
+        """Dense SwiGLU FFN (gate, up, down = 3*h*i; up and down without a gate) of ``layer``; 0 if the layer is
+        MoE or has no FFN."""
+        if self.is_moe_layer(layer) or self.is_ffn_free(layer):
             return 0
         return self._swiglu(self.intermediate_size, self.mlp_bias)
 
@@ -373,7 +390,7 @@ class ModelSpec(BaseModel):
     def layer_params(self, layer: int) -> int:
         """Every parameter of decoder block ``layer``."""
         ffn = self.moe_params() if self.is_moe_layer(layer) else self.ffn_params(layer)
-        return self.mixer_params(layer) + self.layer_norm_params() + ffn
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn
 
     def active_layer_params(self, layer: int) -> int:
         """Parameters of ``layer`` one token uses (only ``experts_per_token`` routed experts)."""
@@ -381,7 +398,7 @@ class ModelSpec(BaseModel):
             return self.layer_params(layer)
         assert self.moe is not None
         ffn = self.moe.experts_per_token * self.expert_params() + self.shared_expert_params()
-        return self.mixer_params(layer) + self.layer_norm_params() + ffn + self.router_params()
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.router_params()
 
     def param_count(self) -> int:
         """Total parameters (MTP modules excluded)."""
@@ -606,6 +623,8 @@ def from_hf_config(
     gemma = model_type in ("gemma2", "gemma3_text")
 
     num_layers = c.int("num_hidden_layers", hi=MAX_LAYERS)
+    if model_type == "nemotron_h":  # a mixer block and the MLP block after it form one layer
+        num_layers = len(_nemotron_blocks(c, num_layers))
     hidden = c.int("hidden_size", hi=MAX_HIDDEN)
     num_heads = c.int("num_attention_heads", hi=MAX_HEADS)
     num_kv_heads = c.int("num_key_value_heads", default=num_heads, hi=MAX_HEADS)
@@ -618,6 +637,8 @@ def from_hf_config(
                              f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
                              f"a divisor of {num_heads}")
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
+    if head_dim is None and model_type == "nemotron_h":
+        head_dim = c.opt_int("attention_head_dim", hi=MAX_HEAD_DIM)
     if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
         if hidden % num_heads:
             raise PdagInputError(c.path("num_attention_heads"),
@@ -648,7 +669,7 @@ def from_hf_config(
         return tuple(range(num_layers))
 
     if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
-                                 "gemma3_text", "phi3", "olmo2", "cohere2"):
+                                 "gemma3_text", "phi3", "olmo2", "cohere2", "nemotron_h"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
@@ -1078,7 +1099,50 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      f"keeps its own fp8 key cache of {idx.cache_bytes_per_token():g} bytes per token per layer beside "
                      "MLA's latent")
         return {"indexer": idx}
+    if model_type == "nemotron_h":
+        blocks = _nemotron_blocks(c, c.int("num_hidden_layers", hi=MAX_LAYERS))
+        heads = c.int("mamba_num_heads", hi=MAX_HEADS)
+        groups = c.int("n_groups", default=1, hi=MAX_HEADS)
+        if heads % groups:
+            raise PdagInputError(c.path("n_groups"), f"{groups} groups do not divide {heads} Mamba heads",
+                                 f"a divisor of {heads}")
+        rec = RecurrentSpec(kind="mamba2", layers=tuple(i for i, (m, _) in enumerate(blocks) if m == "M"),
+                            num_heads=heads, num_key_heads=groups,
+                            key_head_dim=c.int("ssm_state_size", hi=MAX_HEAD_DIM),
+                            value_head_dim=c.int("mamba_head_dim", hi=MAX_HEAD_DIM),
+                            conv_kernel=c.int("conv_kernel", default=4, hi=1024), conv_bias=c.bool("use_conv_bias", True),
+                            proj_bias=c.bool("mamba_proj_bias", c.bool("use_bias", False)))
+        alone = tuple(i for i, (_, ffn) in enumerate(blocks) if not ffn)
+        notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} attention "
+                     "blocks, each read with the MLP block after it as one layer "
+                     f"({len(alone)} without one); a Mamba-2 layer holds a fixed conv + SSM state per request "
+                     "(16-bit, as vLLM's mamba cache dtypes default; vLLM's --mamba-ssm-cache-dtype float32 doubles "
+                     "the SSM part), no KV per token; MLPs are up -> ReLU^2 -> down (no gate)")
+        return {"recurrent": rec, "ffn_free_layers": alone, "ffn_gated": False}
     return {}
+
+
+def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, bool]]:
+    """Nemotron-H's ``hybrid_override_pattern``, one character per block (M Mamba-2, * attention, - MLP, E MoE), as
+    pdag layers: each mixer block with whether an MLP block follows it."""
+    pattern = c.raw.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != num_hidden_layers or set(pattern) - set("M*-E"):
+        raise PdagInputError(c.path("hybrid_override_pattern"), f"expected one block kind per layer, got {shown(pattern)}",
+                             f"a string of {num_hidden_layers} characters from M (Mamba-2), * (attention), - (MLP)")
+    if "E" in pattern:
+        raise PdagInputError(c.path("hybrid_override_pattern"), "MoE blocks (E, Nemotron-3's latent experts) are not "
+                             "priced yet; pdag refuses rather than price them as a dense MLP",
+                             "a pattern of M, * and - blocks (Nemotron-H, Nemotron-Nano-v2)")
+    blocks: list[tuple[str, bool]] = []
+    for i, ch in enumerate(pattern):
+        if ch == "-":
+            if not blocks or blocks[-1][1]:
+                raise PdagInputError(c.path("hybrid_override_pattern"), f"block {i} is an MLP without a mixer block "
+                                     "before it, which pdag cannot read as a layer", "each - right after an M or *")
+            blocks[-1] = (blocks[-1][0], True)
+        else:
+            blocks.append((ch, False))
+    return blocks
 
 
 def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:

@@ -86,10 +86,10 @@ def layer_kind(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
     return spec.is_moe_layer(layer), sliding
 
 
-def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool, bool]:
-    """``layer_kind`` plus whether the layer mixes tokens through a recurrent state instead of attention: layers
-    fold into one run, and are priced once, only when all three agree."""
-    return (*layer_kind(spec, layer), spec.is_recurrent_layer(layer))
+def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool, bool, bool]:
+    """``layer_kind`` plus whether the layer mixes tokens through a recurrent state instead of attention and whether
+    it has an FFN: layers fold into one run, and are priced once, only when all of these agree."""
+    return (*layer_kind(spec, layer), spec.is_recurrent_layer(layer), spec.is_ffn_free(layer))
 
 
 def layer_runs(spec: ModelSpec, layers: range, cuts: frozenset[int]) -> list[range]:

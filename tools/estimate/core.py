@@ -309,6 +309,9 @@ def _label(attrs: dict[str, Any], replicated: bool = False) -> str:
     """A node's name in a priced path.  Where every expert GPU already holds the tokens (expert-TP, TP-style EP) the
     DAG's all-to-all combine is priced as the all-reduce engines run, and named so."""
     base = _NAMES.get(attrs["type"], str(attrs["type"]))
+    mixer = (attrs.get("meta") or {}).get("mixer")
+    if mixer and attrs["type"] == NodeType.ATTENTION:  # a recurrent layer's mixer drawn in attention's place
+        return f"{mixer.replace('_', ' ')} mixer"
     role = attrs.get("role")
     if role in ("dispatch", "combine"):
         if replicated and attrs["type"] == NodeType.ALL_TO_ALL:

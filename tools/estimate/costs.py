@@ -374,10 +374,11 @@ class CostModel:
             inter = spec.moe.shared_expert_intermediate_size if (attrs.get("role") == "shared_expert"
                                                                   and spec.moe) else spec.intermediate_size
             i_l = inter / max(1, int(meta.get("of", 1)))
+            g = 2 if spec.ffn_gated else 1  # gate and up, or up alone (ReLU^2 MLP)
             return self.run(phase, [
-                Kernel(2 * tok * h * 2 * i_l, 2 * h * i_l * self.wb + tok * (h + 2 * i_l) * ab, small=small,
-                       block_gemms=1, speed_scale=self.gemm_speed(2 * i_l, h)),
-                Kernel(tok * 2 * i_l, tok * 3 * i_l * ab, small=True),
+                Kernel(2 * tok * h * g * i_l, g * h * i_l * self.wb + tok * (h + g * i_l) * ab, small=small,
+                       block_gemms=1, speed_scale=self.gemm_speed(g * i_l, h)),
+                Kernel(tok * g * i_l, tok * (g + 1) * i_l * ab, small=True),
                 Kernel(2 * tok * i_l * h, i_l * h * self.wb + tok * (i_l + h) * ab, small=small, block_gemms=1,
                        speed_scale=self.gemm_speed(h, i_l)),
             ])

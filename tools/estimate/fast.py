@@ -94,7 +94,7 @@ class FastEstimator:
             stages: list[_Stage] = []
             for s, layers in enumerate(pool.stage_layers):
                 t_dev = b.token_devices(pool, 0, s, pl)
-                kinds: dict[tuple[bool, bool, bool], list[int]] = defaultdict(list)
+                kinds: dict[tuple[bool, bool, bool, bool], list[int]] = defaultdict(list)
                 for i in layers:
                     kinds[layer_signature(spec, i)].append(i)
                 segments = []

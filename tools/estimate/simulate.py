@@ -803,21 +803,21 @@ def _kv_tokens(plan: Plan, mem_batch: int, context: int) -> int:
 
 
 def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[int, int]:
-    """(KV tokens, sequences) a replica's cache holds once recurrent layers' fixed state per sequence is set aside.
+    """(KV tokens, sequences) of a replica's cache once recurrent layers' fixed state per sequence is set aside.
 
-    The memory model's room at the plan's context holds ``mem_batch`` sequences' KV and states; in tokens of KV that
-    is ``kv_tokens + mem_batch * s``, a state costing ``s`` tokens' worth.  At most ``room / s`` sequences run (their
-    states alone fill it), and the pages left for tokens are the room less the states of those that may run, as
-    vLLM's hybrid allocator keeps a state's pages for each running request whatever its length."""
+    The memory model's room at the plan's context holds ``mem_batch`` sequences' KV and states: ``kv_tokens`` of KV
+    plus ``mem_batch`` states.  The states are held for the running sequences whatever their length (vLLM's hybrid
+    allocator keeps a state's pages per running request), so at most ``mem_batch`` run (the count whose KV and state
+    fit at the plan's context; a static cap, where vLLM would admit more shorter ones) and the pages of the states
+    they do not use are left for tokens."""
     spec = plan.spec
     state = spec.state_bytes_per_sequence()
     per_token = float(spec.kv_bytes_per_token(DTYPE_BYTES[plan.effective_kv_dtype]))
     if state <= 0 or per_token <= 0 or plan.engine_options.kv_cache_tokens:
         return kv_tokens, seqs
-    s = max(1, math.ceil(state / per_token))
-    room = kv_tokens + max(1, mem_batch) * s
-    running = max(1, min(seqs, room // s))
-    return max(1, room - running * s), running
+    running = max(1, min(seqs, mem_batch))
+    spare = (max(1, mem_batch) - running) * math.ceil(state / per_token)
+    return kv_tokens + spare, running
 
 
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,

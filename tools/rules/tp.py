@@ -194,11 +194,12 @@ def recurrent_heads_split(spec: Any, t: int) -> str | None:
     rec = spec.recurrent
     if rec is None:
         return None
-    what = ("linear-attention value heads", "linear-attention key heads") if rec.kind == "gated_deltanet" else \
-        ("Mamba heads", "Mamba groups (n_groups)")
-    for name, n in zip(what, (rec.num_heads, rec.num_key_heads), strict=True):
-        if n % t:
-            return f"{n} {name}"
+    heads, keys = ("linear-attention value heads", "linear-attention key heads") if rec.kind == "gated_deltanet" \
+        else ("Mamba heads", "Mamba groups (n_groups)")
+    if rec.num_heads % t:
+        return f"{rec.num_heads} {heads}"
+    if rec.num_key_heads % t and not rec.groups_replicated(t):
+        return f"{rec.num_key_heads} {keys}"
     return None
 
 
