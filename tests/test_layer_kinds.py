@@ -1,0 +1,250 @@
+"""Layer kinds beyond K/V attention: Qwen3-Next's gated DeltaNet, DeepSeek-V3.2's sparse-attention indexer and
+Nemotron-H's Mamba-2 blocks.  Parameter counts against published totals, KV bytes per token and state bytes per
+request against hand calculations from each config, the memory model and the estimator pricing each kind, the
+TP rule on recurrent heads, and arbitrary configs of each family (a model or a named field error, never a crash)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from knowledge import ROOT
+from tools.core.dag import NodeType
+from tools.core.errors import PdagInputError
+from tools.core.layout import Layout
+from tools.core.memory import memory_report
+from tools.core.models import from_hf_config, load_preset
+from tools.core.plan import parse_plan
+from tools.engines.launch import model_for_repo
+from tools.estimate.core import estimate_performance
+from tools.estimate.costs import CostModel
+from tools.core.efficiency import plan_efficiency
+from tools.rules.tp import recurrent_heads_split
+
+BF16 = 2
+
+# Qwen3-Next-80B-A3B: the fields of Qwen/Qwen3-Next-80B-A3B-Instruct's config.json that size the model
+# (https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json; the same values are transformers'
+# Qwen3NextConfig defaults, whose docstring names that checkpoint). No preset: no verbatim copy could be cited.
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "intermediate_size": 5120, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+    "max_position_embeddings": 262144, "tie_word_embeddings": False,
+}
+
+
+def preset_config(name: str) -> dict[str, Any]:
+    return json.loads((ROOT / "models" / name).read_text(encoding="utf-8"))
+
+
+# ----------------------------------------------------------------------------------------------- Qwen3-Next
+def test_qwen3_next_counts_the_checkpoints_tensors() -> None:
+    """79,674,391,296 weights and 3,874,929,408 used per token: the checkpoint's safetensors total and that total
+    less the inactive experts' tensors, as a third-party count from the headers of the same architecture
+    (Qwen/Qwen3-Coder-Next) gives them; the card says 80B total ("A3B" rounds the active figure)."""
+    spec = from_hf_config(QWEN3_NEXT)
+    assert spec.param_count() == 79_674_391_296
+    assert spec.param_count() == pytest.approx(80e9, rel=0.01)
+    assert spec.active_param_count() == 3_874_929_408
+
+
+def test_qwen3_next_kv_per_token_and_state_per_request_by_hand() -> None:
+    spec = from_hf_config(QWEN3_NEXT)
+    # 12 full-attention layers (every 4th): K and V of 2 heads of 256
+    assert spec.kv_bytes_per_token(BF16) == 12 * 2 * 2 * 256 * BF16
+    # 36 DeltaNet layers: conv over q, k (16 heads of 128 each) and v (32 of 128), kernel 4 keeps 3 columns;
+    # recurrent state 32 value heads x 128 x 128; 16-bit
+    conv = (2 * 16 * 128 + 32 * 128) * 3
+    state = 32 * 128 * 128
+    assert spec.state_bytes_per_sequence() == 36 * (conv + state) * BF16
+    assert spec.recurrent is not None and spec.recurrent.layers == tuple(i for i in range(48) if (i + 1) % 4)
+    # the state does not grow with the context: 128k tokens of KV is the 12 attention layers' alone
+    assert spec.kv_bytes(131072, BF16) == 131072 * 12 * 2 * 2 * 256 * BF16
+
+
+def test_qwen3_next_layer_types_override_the_interval() -> None:
+    types = ["linear_attention"] * 47 + ["full_attention"]
+    spec = from_hf_config(dict(QWEN3_NEXT, layer_types=types))
+    assert spec.recurrent is not None and len(spec.recurrent.layers) == 47
+    assert spec.kv_bytes_per_token(BF16) == 2 * 2 * 256 * BF16
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(QWEN3_NEXT, layer_types=["sliding_attention"] * 48))
+    assert info.value.field == "hf_config.layer_types"
+
+
+def test_memory_holds_kv_per_token_and_state_per_sequence() -> None:
+    """The worst GPU's cache at tp 2: per token the 12 attention layers' one KV head (2 over 2 ranks), per sequence
+    the 36 DeltaNet layers' state split over the 2 ranks by heads."""
+    batch, ctx = 8, 4096 + 512
+    plan = parse_plan({"model": {"hf_config": QWEN3_NEXT}, "hardware": {"gpu": "h200", "num_gpus": 2},
+                       "parallel": {"tp": 2, "ep": 2},
+                       "workload": {"batch_size": batch, "input_len": 4096, "output_len": 512}})
+    report = memory_report(plan)
+    per_token = 12 * 2 * 1 * 256 * BF16
+    per_seq = 36 * ((2 * 16 * 128 + 32 * 128) // 2 * 3 + 32 * 128 * 128 // 2) * BF16
+    assert report.kv_cache_bytes == pytest.approx(batch * (ctx * per_token + per_seq))
+    # the state counts against the batch: at most the sequences whose KV and state fit the room left at this batch
+    room = report.capacity_bytes - report.max_gpu_bytes + report.kv_cache_bytes
+    assert 8 < report.max_batch_size_that_fits <= room / (ctx * per_token + per_seq) < room / (ctx * per_token) - 50
+
+
+def _attention_node_cost(plan_dict: dict[str, Any], layer: int, phase: str, batch: int) -> float:
+    plan = parse_plan(plan_dict)
+    layout = Layout(plan)
+    model = CostModel(plan, layout, plan_efficiency(plan), overlap=True)
+    spec = plan.spec
+    attrs = {"type": NodeType.ATTENTION, "phase": phase, "layer": layer, "devices": [0], "heads": spec.num_heads,
+             "kv_heads": None if spec.attention == "mla" else spec.num_kv_heads}
+    return model.cost(attrs, batch).seconds
+
+
+def _plan(model: Any, input_len: int, gpus: int = 8, **parallel: int) -> dict[str, Any]:
+    return {"model": model, "hardware": {"gpu": "h200", "num_gpus": gpus},
+            "parallel": parallel or {"tp": gpus, "ep": gpus},
+            "workload": {"batch_size": 8, "input_len": input_len, "output_len": 256}}
+
+
+def test_a_deltanet_layer_costs_the_same_at_any_context_an_attention_layer_does_not() -> None:
+    model = {"hf_config": QWEN3_NEXT}
+    short, long = _plan(model, 2048, 4), _plan(model, 65536, 4)
+    rec = [_attention_node_cost(p, 0, "decode", 8) for p in (short, long)]
+    full = [_attention_node_cost(p, 3, "decode", 8) for p in (short, long)]
+    assert rec[0] == pytest.approx(rec[1])
+    assert full[1] > full[0] * 2
+
+
+# ----------------------------------------------------------------------------------------------- DeepSeek-V3.2
+def test_deepseek_v32_total_with_its_mtp_module_matches_the_hub_count() -> None:
+    """The Hub counts 685B: the 61 layers, plus the MTP module (one more MoE layer, its eh_proj, two input norms
+    and its own embedding, head and final norm). pdag counts the model without it, as for DeepSeek-V3."""
+    spec = load_preset("deepseek-v3.2")
+    h = spec.hidden_size
+    mtp = spec.layer_params(spec.num_layers - 1) + 2 * h * h + 2 * h + spec.embedding_params() + \
+        spec.vocab_size * h + h
+    assert spec.param_count() + mtp == pytest.approx(685e9, rel=0.01)
+    assert spec.active_param_count(include_embedding=False) == pytest.approx(37e9, rel=0.02)
+    # the indexer adds wq_b, wk, k_norm and weights_proj to each of V3's layers
+    v3 = load_preset("deepseek-v3.1")
+    per_layer = 1536 * 64 * 128 + h * 128 + 2 * 128 + h * 64
+    assert spec.param_count() - v3.param_count() == 61 * per_layer
+
+
+def test_deepseek_v32_kv_per_token_by_hand() -> None:
+    spec = load_preset("deepseek-v3.2")
+    # MLA latent 512 + RoPE key 64 at the KV dtype, plus the indexer's 128 fp8 values and one fp32 scale
+    assert spec.kv_bytes_per_token(BF16) == 61 * ((512 + 64) * BF16 + 128 + 4)
+    assert spec.kv_bytes_per_token(1) == 61 * ((512 + 64) * 1 + 128 + 4)
+    assert spec.state_bytes_per_sequence() == 0
+
+
+def test_sparse_attention_reads_top_k_keys_in_decode_and_scans_them_all() -> None:
+    """At 64k context V3.2's decode attention (top 2048 keys plus the indexer's scan) is cheaper than V3.1's dense
+    MLA over every key; at 1k context, where top-k takes them all, the indexer only adds."""
+    long = [_attention_node_cost(_plan(m, 65536), 5, "decode", 8) for m in ("deepseek-v3.2", "deepseek-v3.1")]
+    short = [_attention_node_cost(_plan(m, 1024), 5, "decode", 8) for m in ("deepseek-v3.2", "deepseek-v3.1")]
+    assert long[0] < long[1]
+    assert short[0] > short[1]
+
+
+def test_deepseek_v32_names_resolve_to_the_preset() -> None:
+    for name in ("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3.2-Exp", "DeepSeek-V3.2"):
+        assert load_preset(name).id == "deepseek-v3.2"
+    assert model_for_repo("deepseek-ai/DeepSeek-V3.2")[0] == "deepseek-v3.2"
+
+
+def test_index_cache_skipping_is_refused_by_name() -> None:
+    with pytest.raises(PdagInputError) as info:
+        from_hf_config(dict(preset_config("deepseek-v3.2.json"), index_topk_freq=4))
+    assert info.value.field == "hf_config.index_topk_freq"
+
+
+# ----------------------------------------------------------------------------------------------- Nemotron-H
+def test_nemotron_h_56b_count_and_layers() -> None:
+    spec = load_preset("nemotron-h-56b")
+    assert spec.param_count() == pytest.approx(56e9, rel=0.01)
+    assert spec.num_layers == 64  # 54 Mamba-2 + 10 attention blocks, each with the MLP block after it
+    assert spec.recurrent is not None and len(spec.recurrent.layers) == 54
+    assert len(spec.ffn_free_layers) == 10 and not spec.ffn_gated
+    pattern = preset_config("nemotron-h-56b.json")["hybrid_override_pattern"]
+    assert pattern.count("-") == spec.num_layers - len(spec.ffn_free_layers)
+
+
+def test_nemotron_h_kv_per_token_and_state_per_request_by_hand() -> None:
+    spec = load_preset("nemotron-h-56b")
+    assert spec.kv_bytes_per_token(BF16) == 10 * 2 * 8 * 128 * BF16
+    # conv over x (256 heads x 64) and B, C (8 groups x 256 state), kernel 4 keeps 3; SSM 256 heads x 64 x 256
+    conv = (256 * 64 + 2 * 8 * 256) * 3
+    ssm = 256 * 64 * 256
+    assert spec.state_bytes_per_sequence() == 54 * (conv + ssm) * BF16
+
+
+def test_nemotron_moe_blocks_and_stray_mlps_are_refused_by_field() -> None:
+    cfg = preset_config("nemotron-h-56b.json")
+    for pattern in ("E" + cfg["hybrid_override_pattern"][1:], "-" + cfg["hybrid_override_pattern"][1:]):
+        with pytest.raises(PdagInputError) as info:
+            from_hf_config(dict(cfg, hybrid_override_pattern=pattern))
+        assert info.value.field == "hf_config.hybrid_override_pattern"
+
+
+def test_nemotron_estimate_names_the_mixers_and_their_state() -> None:
+    est = estimate_performance(parse_plan(_plan("nemotron-h-56b", 4096, 4, tp=4)))
+    assert {c.name for c in est.decode.critical_path} >= {"mamba2 mixer", "attention", "ffn"}
+    assert any("Mamba-2" in a and "per request" in a for a in est.assumptions)
+
+
+# ----------------------------------------------------------------------------------------------- TP rule
+def test_recurrent_heads_must_split_whole() -> None:
+    next_spec = from_hf_config(QWEN3_NEXT)
+    assert recurrent_heads_split(next_spec, 16) is None
+    assert recurrent_heads_split(next_spec, 32) == "16 linear-attention key heads"
+    nemo = load_preset("nemotron-h-56b")
+    assert recurrent_heads_split(nemo, 8) is None
+    assert recurrent_heads_split(nemo, 16) == "8 Mamba groups (n_groups)"
+    one_group = from_hf_config(dict(preset_config("nemotron-h-56b.json"), n_groups=1))
+    assert recurrent_heads_split(one_group, 16) is None  # a single group is replicated on every rank
+
+
+# ----------------------------------------------------------------------------------------------- any config
+SIZE = st.one_of(st.integers(min_value=1, max_value=64), st.sampled_from([0, -1, 2**40, "8", None, 1.5, True]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(["qwen3_next", "deepseek_v32", "nemotron_h"]), data=st.data())
+def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.DataObject) -> None:
+    base = {"qwen3_next": QWEN3_NEXT, "deepseek_v32": preset_config("deepseek-v3.2.json"),
+            "nemotron_h": preset_config("nemotron-h-56b.json")}[family]
+    fields = {
+        "qwen3_next": ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
+                       "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                       "linear_conv_kernel_dim", "full_attention_interval", "num_experts", "num_experts_per_tok",
+                       "shared_expert_intermediate_size", "decoder_sparse_step"],
+        "deepseek_v32": ["index_topk", "index_head_dim", "index_n_heads", "q_lora_rank", "kv_lora_rank",
+                         "num_hidden_layers", "first_k_dense_replace"],
+        "nemotron_h": ["mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
+                       "num_hidden_layers", "num_key_value_heads"],
+    }[family]
+    cfg = dict(base, hidden_size=data.draw(st.sampled_from([64, 128, 256])), vocab_size=1000)
+    for key in data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique=True)):
+        cfg[key] = data.draw(SIZE)
+    if family == "nemotron_h" and data.draw(st.booleans()):
+        n = data.draw(st.integers(min_value=1, max_value=12))
+        cfg["hybrid_override_pattern"] = data.draw(st.text(alphabet="M*-E", min_size=n, max_size=n))
+        cfg["num_hidden_layers"] = n
+    try:
+        spec = from_hf_config(cfg)
+    except PdagInputError as exc:
+        assert exc.field.startswith("hf_config")
+        return
+    assert spec.param_count() > 0
+    assert spec.kv_bytes_per_token(BF16) >= 0 and spec.state_bytes_per_sequence() >= 0
+    if spec.recurrent is not None:
+        assert spec.kv_bytes(4096, BF16) == spec.kv_bytes(4096, BF16)  # deterministic and finite
+        assert all(spec.kv_elements_per_token_per_layer(i) == 0 for i in spec.recurrent.layers)
