@@ -248,3 +248,18 @@ def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.D
     if spec.recurrent is not None:
         assert spec.kv_bytes(4096, BF16) == spec.kv_bytes(4096, BF16)  # deterministic and finite
         assert all(spec.kv_elements_per_token_per_layer(i) == 0 for i in spec.recurrent.layers)
+
+
+# ----------------------------------------------------------------------------------------------- fast = full
+@pytest.mark.parametrize("plan", [
+    _plan({"hf_config": QWEN3_NEXT}, 4096, 8, tp=4, ep=4, pp=2),
+    _plan("deepseek-v3.2", 8192, 16, tp=8, ep=8, pp=2),
+    _plan("nemotron-h-56b", 4096, 8, tp=4, pp=2),
+], ids=["qwen3-next", "deepseek-v3.2", "nemotron-h"])
+def test_search_prices_each_layer_kind_as_the_full_estimate_does(plan: dict[str, Any]) -> None:
+    from tools.estimate.fast import FastEstimator
+
+    e = estimate_performance(plan)
+    h = FastEstimator(parse_plan(plan)).headline(plan["workload"]["batch_size"])
+    assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
+    assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)

@@ -361,8 +361,8 @@ class CostModel:
             return self.recurrent_mixer(phase, batch, attrs, meta)
         if ntype == T.ATTENTION:
             return self.attention(phase, batch, attrs, meta, sliding)
-        if ntype == T.KV_CACHE and recurrent:  # the state written back once per sequence, whatever the tokens
-            return self.run(phase, [Kernel(0.0, batch * self.recurrent_state_local(attrs), small=True)])
+        if ntype == T.KV_CACHE and recurrent:  # the mixer's kernel reads and writes its state in place (priced there)
+            return NodeCost(0.0, "memory")
         if ntype == T.NORM:
             c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
             if attrs.get("role") in ("pre_attention", "pre_ffn"):
@@ -419,15 +419,11 @@ class CostModel:
         """TP ranks a recurrent mixer is split over: its node's share of heads, as attention's."""
         return max(1, round(self.spec.num_heads / (attrs.get("heads") or self.spec.num_heads)))
 
-    def recurrent_state_local(self, attrs: dict[str, Any]) -> float:
-        rec = self.spec.recurrent
-        assert rec is not None
-        return rec.state_bytes(self.recurrent_shards(attrs))
-
     def recurrent_mixer(self, phase: str, batch: int, attrs: dict[str, Any], meta: dict[str, Any]) -> NodeCost:
         """A gated DeltaNet / Mamba-2 layer on one TP rank: input projection, short convolution and recurrence
-        (a fixed number of multiply-adds per state element and token, the state read once per sequence), gated
-        norm and output projection; no KV and no dependence on the context length."""
+        (a fixed number of multiply-adds per state element and token; each sequence's state written once after
+        prefill, read and written back in place at every decode step), gated norm and output projection; no KV and
+        no dependence on the context length."""
         spec, ab, wb = self.spec, self.ab, self.wba
         rec = spec.recurrent
         assert rec is not None
@@ -439,7 +435,7 @@ class CostModel:
         out_w = rec.inner * h / shards
         in_w = rec.params(h) / shards - out_w
         width = in_w / h
-        state = batch * rec.state_bytes(shards)
+        state = batch * rec.state_bytes(shards) * (2 if phase == "decode" else 1)
         return self.run(phase, self._sixteen_bit([
             Kernel(2 * tok * in_w, in_w * wb + tok * (h + width) * ab, small=small, block_gemms=1,
                    speed_scale=self.gemm_speed(width, h)),
