@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from knowledge import ROOT
 from tools.core.dag import NodeType
+from tools.core.efficiency import plan_efficiency
 from tools.core.errors import PdagInputError
 from tools.core.layout import Layout
 from tools.core.memory import memory_report
@@ -22,7 +23,6 @@ from tools.core.plan import parse_plan
 from tools.engines.launch import model_for_repo
 from tools.estimate.core import estimate_performance
 from tools.estimate.costs import CostModel
-from tools.core.efficiency import plan_efficiency
 from tools.rules.tp import recurrent_heads_split
 
 BF16 = 2
@@ -263,3 +263,27 @@ def test_search_prices_each_layer_kind_as_the_full_estimate_does(plan: dict[str,
     h = FastEstimator(parse_plan(plan)).headline(plan["workload"]["batch_size"])
     assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
     assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------- over MCP
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_an_agent_plans_the_new_kinds_by_name_or_config_over_mcp() -> None:
+    from mcp import Client
+
+    from server import create_server
+
+    async with Client(create_server(), raise_exceptions=True) as client:
+        for model, said in (("deepseek-ai/DeepSeek-V3.2", "sparse attention"), ("nemotron-h-56b", "Mamba-2"),
+                            ({"hf_config": QWEN3_NEXT}, "gated DeltaNet")):
+            gpus = 16 if model == "deepseek-ai/DeepSeek-V3.2" else 4
+            plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": gpus},
+                    "parallel": {"tp": gpus, "ep": gpus} if model != "nemotron-h-56b" else {"tp": gpus},
+                    "workload": {"input_len": 4096, "output_len": 512, "batch_size": 8}}
+            r = await client.call_tool("estimate_performance", {"plan": plan, "detail": "full"})
+            assert not r.is_error, r.content[0].text
+            assert any(said in a for a in r.structured_content["assumptions"]), model

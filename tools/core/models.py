@@ -453,8 +453,8 @@ class ModelSpec(BaseModel):
         total = 0.0
         for layer in range(self.num_layers):
             tokens = self.kv_tokens_in_layer(layer, context_len)
-            per = self.kv_elements_per_token_per_layer(layer) * dtype_bytes + self.indexer_bytes_per_token_per_layer(layer)
-            total += per * tokens
+            per = self.kv_elements_per_token_per_layer(layer) * dtype_bytes
+            total += (per + self.indexer_bytes_per_token_per_layer(layer)) * tokens
         return _as_number(total)
 
     def kv_bytes_per_token(self, dtype_bytes: float, context_len: int | None = None) -> int | float:
@@ -1110,11 +1110,12 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                             num_heads=heads, num_key_heads=groups,
                             key_head_dim=c.int("ssm_state_size", hi=MAX_HEAD_DIM),
                             value_head_dim=c.int("mamba_head_dim", hi=MAX_HEAD_DIM),
-                            conv_kernel=c.int("conv_kernel", default=4, hi=1024), conv_bias=c.bool("use_conv_bias", True),
+                            conv_kernel=c.int("conv_kernel", default=4, hi=1024),
+                            conv_bias=c.bool("use_conv_bias", True),
                             proj_bias=c.bool("mamba_proj_bias", c.bool("use_bias", False)))
         alone = tuple(i for i, (_, ffn) in enumerate(blocks) if not ffn)
-        notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} attention "
-                     "blocks, each read with the MLP block after it as one layer "
+        notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} "
+                     "attention blocks, each read with the MLP block after it as one layer "
                      f"({len(alone)} without one); a Mamba-2 layer holds a fixed conv + SSM state per request "
                      "(16-bit, as vLLM's mamba cache dtypes default; vLLM's --mamba-ssm-cache-dtype float32 doubles "
                      "the SSM part), no KV per token; MLPs are up -> ReLU^2 -> down (no gate)")
@@ -1127,7 +1128,8 @@ def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, bool]]:
     pdag layers: each mixer block with whether an MLP block follows it."""
     pattern = c.raw.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != num_hidden_layers or set(pattern) - set("M*-E"):
-        raise PdagInputError(c.path("hybrid_override_pattern"), f"expected one block kind per layer, got {shown(pattern)}",
+        raise PdagInputError(c.path("hybrid_override_pattern"),
+                             f"expected one block kind per layer, got {shown(pattern)}",
                              f"a string of {num_hidden_layers} characters from M (Mamba-2), * (attention), - (MLP)")
     if "E" in pattern:
         raise PdagInputError(c.path("hybrid_override_pattern"), "MoE blocks (E, Nemotron-3's latent experts) are not "

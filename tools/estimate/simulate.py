@@ -56,13 +56,15 @@ at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM c
 against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
 
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
-context), in pages of ``block_size`` tokens; a model with recurrent layers first sets aside each runnable
-sequence's fixed state out of that room and runs at most as many sequences as their states fit (``_state_room``).  DP replicas and the ``attn_dp`` groups of a replica: clients and
+context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
 random routing is not simulated).  Disaggregated plans: a prefill pool and a decode pool of replicas, each with its
 own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then waits
 for admission on its decode replica; its first token is streamed after its first decode step there.
+
+Recurrent layers (gated DeltaNet, Mamba-2): each runnable sequence's fixed state is set aside from the KV room
+first, and at most as many sequences run as their KV and state fit at the plan's context (``_state_room``).
 
 Deterministic: same plan, same load, same seed, same result, byte for byte.
 """
