@@ -624,8 +624,10 @@ def test_a_version_that_is_the_models_own_number_is_not_stripped() -> None:
     from tools.core.errors import PdagInputError
     from tools.engines.launch import model_for_repo
 
+    assert model_for_repo("deepseek-ai/DeepSeek-V3.2")[0] == "deepseek-v3.2"  # its own preset now, not V3's
+    assert model_for_repo("deepseek-ai/DeepSeek-V3.2-Exp")[0] == "deepseek-v3.2"
     with pytest.raises(PdagInputError):
-        model_for_repo("deepseek-ai/DeepSeek-V3.2")
+        model_for_repo("deepseek-ai/DeepSeek-V3.5")
     assert model_for_repo("deepseek-ai/DeepSeek-V3.1-Terminus")[0] == "deepseek-v3.1"
     assert model_for_repo("mistralai/Mistral-7B-Instruct-v0.3")[0] == "mistral-7b"
     assert model_for_repo("deepseek-ai/DeepSeek-V3-0324")[0] == "deepseek-v3"

@@ -157,6 +157,8 @@ def _repo_index() -> dict[str, str]:
         if repo:
             out[repo.lower()] = pid
             out.setdefault(_norm_name(repo), pid)
+        for alias in entry.get("aliases", ()):  # repos index.json lists as the same architecture
+            out.setdefault(alias.lower(), pid)
     return out
 
 
