@@ -287,3 +287,17 @@ async def test_an_agent_plans_the_new_kinds_by_name_or_config_over_mcp() -> None
             r = await client.call_tool("estimate_performance", {"plan": plan, "detail": "full"})
             assert not r.is_error, r.content[0].text
             assert any(said in a for a in r.structured_content["assumptions"]), model
+
+
+def test_disaggregated_handoff_moves_the_attention_kv_and_the_state() -> None:
+    """Prefill hands decode the 12 attention layers' KV of the prompt and the 36 DeltaNet layers' final state."""
+    from tools.estimate.disagg import kv_handoff
+
+    plan = parse_plan({"model": {"hf_config": QWEN3_NEXT}, "hardware": {"gpu": "h200", "num_gpus": 4},
+                       "parallel": {"tp": 2, "ep": 2}, "options": {"disaggregated": True},
+                       "workload": {"batch_size": 4, "input_len": 8192, "output_len": 256}})
+    h = kv_handoff(plan, Layout(plan), plan_efficiency(plan), 1)
+    kv = 8192 * 12 * 2 * 2 * 256 * BF16
+    state = 36 * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * BF16
+    assert h.bytes_per_request == kv + state
+    assert h.wire_bytes_per_request == kv + state  # 2 KV heads over 2 ranks: nothing replicated

@@ -39,10 +39,12 @@ class KvHandoff:
 
 
 def _prompt_tokens_over_layers(plan: Plan) -> float:
-    """Sum over layers of the prompt tokens whose KV a layer keeps (sliding-window layers capped)."""
+    """Sum over layers of the prompt tokens whose KV a layer keeps (sliding-window layers capped, recurrent layers
+    none: they hand over a fixed state instead)."""
     spec, n = plan.spec, plan.workload.input_len
     window = spec.sliding_window or n
-    return float(sum(min(n, window) if spec.is_sliding_layer(i) else n for i in range(spec.num_layers)))
+    return float(sum(min(n, window) if spec.is_sliding_layer(i) else n for i in range(spec.num_layers)
+                     if not spec.is_recurrent_layer(i)))
 
 
 def _kv_elems_per_shard(plan: Plan, pl: PhaseLayout) -> float:
@@ -58,8 +60,11 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     kvb = DTYPE_BYTES[plan.effective_kv_dtype]
     pre, dec = layout.phases["prefill"], layout.phases["decode"]
     tokens = _prompt_tokens_over_layers(plan)
-    logical = float(spec.kv_bytes(plan.workload.input_len, kvb))
-    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) * kvb
+    logical = float(spec.kv_bytes(plan.workload.input_len, kvb)) + spec.state_bytes_per_sequence()
+    # the indexer's key cache goes whole to every attention GPU, like MLA's latent; a recurrent state split by heads
+    index = tokens * dec.head_shards * spec.indexer_bytes_per_token_per_layer()
+    state = spec.state_bytes_per_sequence()
+    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) * kvb + index + state
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     senders = p_pool.pp * pre.attn_width
     receivers = d_pool.pp * dec.attn_width
