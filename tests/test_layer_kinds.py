@@ -200,6 +200,38 @@ def test_nemotron_estimate_names_the_mixers_and_their_state() -> None:
     assert any("Mamba-2" in a and "per request" in a for a in est.assumptions)
 
 
+# ----------------------------------------------------------------------------------------------- Granite-4
+# Granite-4.0-H-Small: the fields a third-party write-up lists from ibm-granite/granite-4.0-h-small's config.json
+# ("relevant fields only"; https://huggingface.co/ibm-granite/granite-4.0-h-small/blob/main/config.json), 36 Mamba-2
+# and 4 attention layers (their positions do not change the count); the Mamba head and group counts it leaves out
+# take transformers' defaults (128 heads, 1 group). IBM's card: 32B total, 9B active.
+GRANITE_H_SMALL = {
+    "model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 40, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_local_experts": 72, "num_experts_per_tok": 10, "shared_intermediate_size": 1536,
+    "intermediate_size": 768, "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_expand": 2,
+    "tie_word_embeddings": True, "vocab_size": 100352, "max_position_embeddings": 131072,
+    "layer_types": (["mamba"] * 9 + ["attention"]) * 4,
+}
+
+
+def test_granite_4_h_small_count_kv_and_state() -> None:
+    spec = from_hf_config(GRANITE_H_SMALL)
+    assert spec.param_count() == pytest.approx(32e9, rel=0.01)
+    assert spec.active_param_count() == pytest.approx(9e9, rel=0.03)
+    assert spec.kv_bytes_per_token(BF16) == 4 * 2 * 8 * 128 * BF16
+    # Mamba width 2 x 4096 = 8192 in 128 heads of 64; conv over x and one group's B and C (state 128)
+    conv = (8192 + 2 * 1 * 128) * 3
+    ssm = 128 * 64 * 128
+    assert spec.state_bytes_per_sequence() == 36 * (conv + ssm) * BF16
+    assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 1536 and spec.is_moe_layer(0)
+
+
+def test_granite_without_experts_reads_its_shared_mlp_as_the_dense_ffn() -> None:
+    spec = from_hf_config(dict(GRANITE_H_SMALL, num_local_experts=0))
+    assert spec.moe is None and spec.intermediate_size == 1536
+    assert spec.ffn_params(0) == 3 * 4096 * 1536
+
+
 # ----------------------------------------------------------------------------------------------- TP rule
 def test_recurrent_heads_must_split_whole() -> None:
     next_spec = from_hf_config(QWEN3_NEXT)
@@ -217,10 +249,10 @@ SIZE = st.one_of(st.integers(min_value=1, max_value=64), st.sampled_from([0, -1,
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(family=st.sampled_from(["qwen3_next", "deepseek_v32", "nemotron_h"]), data=st.data())
+@given(family=st.sampled_from(["qwen3_next", "deepseek_v32", "nemotron_h", "granitemoehybrid"]), data=st.data())
 def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.DataObject) -> None:
     base = {"qwen3_next": QWEN3_NEXT, "deepseek_v32": preset_config("deepseek-v3.2.json"),
-            "nemotron_h": preset_config("nemotron-h-56b.json")}[family]
+            "nemotron_h": preset_config("nemotron-h-56b.json"), "granitemoehybrid": GRANITE_H_SMALL}[family]
     fields = {
         "qwen3_next": ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
                        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
@@ -230,6 +262,9 @@ def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.D
                          "num_hidden_layers", "first_k_dense_replace"],
         "nemotron_h": ["mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
                        "num_hidden_layers", "num_key_value_heads"],
+        "granitemoehybrid": ["mamba_n_heads", "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_expand",
+                             "num_local_experts", "num_experts_per_tok", "shared_intermediate_size",
+                             "intermediate_size", "num_hidden_layers", "layer_types"],
     }[family]
     cfg = dict(base, hidden_size=data.draw(st.sampled_from([64, 128, 256])), vocab_size=1000)
     for key in data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique=True)):

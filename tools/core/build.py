@@ -374,7 +374,8 @@ class Builder:
                 self.edge(src, a)
                 kv = self.node(f"{kv_prefix}.{suffix}", NodeType.KV_CACHE, dev, op=op, tp_rank=h,
                                sp_rank=j if sp > 1 else None, kv_heads=kv_heads,
-                               role="write" if c.phase == "prefill" else "read_append", **common)
+                               role="write" if c.phase == "prefill" else "read_append",
+                               **({"meta": mixer} if mixer else {}), **common)
                 if c.phase == "prefill":
                     self.edge(a, kv)
                     self.prefill_kv[(c.rid, layer, dev[0])] = (kv, s)

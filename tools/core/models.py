@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.core.errors import MAX_MATCHED, PdagInputError, closest, shown
 from tools.core.formats import format_of_config
-from tools.core.layerkinds import IndexerSpec, RecurrentSpec
+from tools.core.layerkinds import IndexerSpec, RecurrentSpec, layer_kind_data
 
 __all__ = [
     "MLASpec",
@@ -82,6 +82,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3_next": "qwen3_next",
     "deepseek_v32": "deepseek",
     "nemotron_h": "nemotron_h",
+    "granitemoehybrid": "granitemoehybrid",
 }
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
@@ -90,7 +91,6 @@ REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
     "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
     "falcon_h1": ("mamba_d_ssm", "Falcon-H1's parallel Mamba-2 heads (a recurrent state)"),
-    "granitemoehybrid": ("layer_types", "Granite-4's Mamba-2 layers (a recurrent state)"),
 }
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
@@ -113,6 +113,7 @@ _ARCHITECTURES: dict[str, str] = {
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "NemotronHForCausalLM": "nemotron_h",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid",
 }
 
 
@@ -712,6 +713,8 @@ def from_hf_config(
             moe = _shared_moe(c, layers, router_bias)
     elif model_type == "qwen3_next":
         moe, intermediate = _qwen3_next_moe(c, num_layers)
+    elif model_type == "granitemoehybrid":
+        moe, intermediate = _granite_moe(c, num_layers)
     elif model_type == "glm4_moe":
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         attention_out_bias = False  # q/k/v biases only (attention_bias); o_proj has none
@@ -1120,7 +1123,65 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "(16-bit, as vLLM's mamba cache dtypes default; vLLM's --mamba-ssm-cache-dtype float32 doubles "
                      "the SSM part), no KV per token; MLPs are up -> ReLU^2 -> down (no gate)")
         return {"recurrent": rec, "ffn_free_layers": alone, "ffn_gated": False}
+    if model_type == "granitemoehybrid":
+        rec = _granite_mamba(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are Mamba-2 (a fixed conv + SSM state per request, "
+                     "16-bit, no KV per token), the others attention; Granite's embedding, residual, attention and "
+                     "logit multipliers change numerics only")
+        return {"recurrent": rec}
     return {}
+
+
+def _granite_default(c: _Cfg, key: str, *, lo: int = 1, hi: int) -> int:
+    default = layer_kind_data()["defaults"]["granitemoehybrid"][key]
+    return c.int(key, default=default, lo=lo, hi=hi)
+
+
+def _granite_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Granite-4's Mamba-2 layers: ``layer_types`` ("mamba" / "attention"; all Mamba when absent), heads of
+    ``mamba_d_head`` (``auto``: mamba_expand x hidden / heads)."""
+    key = "layer_types" if c.raw.get("layer_types") is not None else "layers_block_type"
+    types = c.raw.get(key)
+    if types is None:
+        layers = tuple(range(num_layers))
+    elif not isinstance(types, list) or len(types) != num_layers or any(t not in ("mamba", "attention") for t in types):
+        raise PdagInputError(c.path(key), "must list one layer kind per layer", f"a list of {num_layers} of: mamba, "
+                             "attention")
+    else:
+        layers = tuple(i for i, t in enumerate(types) if t == "mamba")
+    heads = _granite_default(c, "mamba_n_heads", hi=MAX_HEADS)
+    groups = _granite_default(c, "mamba_n_groups", hi=MAX_HEADS)
+    inner = _granite_default(c, "mamba_expand", hi=1024) * c.int("hidden_size", hi=MAX_HIDDEN)
+    if c.raw.get("mamba_d_head", "auto") == "auto":
+        if inner % heads:
+            raise PdagInputError(c.path("mamba_n_heads"), f"{heads} heads do not divide the Mamba width {inner}",
+                                 f"a divisor of {inner}")
+        d_head = inner // heads
+    else:
+        d_head = c.int("mamba_d_head", hi=MAX_HEAD_DIM)
+    if heads % groups:
+        raise PdagInputError(c.path("mamba_n_groups"), f"{groups} groups do not divide {heads} Mamba heads",
+                             f"a divisor of {heads}")
+    return RecurrentSpec(kind="mamba2", layers=layers, num_heads=heads, num_key_heads=groups,
+                         key_head_dim=_granite_default(c, "mamba_d_state", hi=MAX_HEAD_DIM), value_head_dim=d_head,
+                         conv_kernel=_granite_default(c, "mamba_d_conv", hi=1024),
+                         conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False))
+
+
+def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:
+    """Granite-4's FFN on every layer: routed experts of intermediate_size plus a shared MLP of
+    shared_intermediate_size, or (no experts) the shared MLP alone as the dense FFN."""
+    shared = _granite_default(c, "shared_intermediate_size", lo=0, hi=MAX_INTERMEDIATE)
+    experts = _granite_default(c, "num_local_experts", lo=0, hi=MAX_EXPERTS)
+    if experts == 0:
+        if shared == 0:
+            raise PdagInputError(c.path("shared_intermediate_size"), "0 with no experts: the layers have no FFN",
+                                 "a positive integer")
+        return None, shared
+    moe = _moe(c, experts, _granite_default(c, "num_experts_per_tok", hi=MAX_EXPERTS),
+               _granite_default(c, "intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared,
+               tuple(range(num_layers)), False, False)
+    return moe, 0
 
 
 def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, bool]]:

@@ -76,7 +76,9 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     order: list[tuple[str, str | None, str]] = []
     for n in nodes:  # insertion order follows construction order
         a = graph.nodes[n]
-        key = (str(a["type"]), a.get("role"), _GROUP.sub("", a.get("op") or "").rsplit(".", 1)[-1])
+        mixer = (a.get("meta") or {}).get("mixer")  # a recurrent mixer in attention's place, its state in the cache's
+        name = ("state" if a["type"] == NodeType.KV_CACHE else mixer) if mixer else str(a["type"])
+        key = (name, a.get("role"), _GROUP.sub("", a.get("op") or "").rsplit(".", 1)[-1])
         if key not in counts:
             order.append(key)
         counts[key] += 1
