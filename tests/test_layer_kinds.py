@@ -336,3 +336,20 @@ def test_disaggregated_handoff_moves_the_attention_kv_and_the_state() -> None:
     state = 36 * ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * BF16
     assert h.bytes_per_request == kv + state
     assert h.wire_bytes_per_request == kv + state  # 2 KV heads over 2 ranks: nothing replicated
+
+
+def test_running_capacity_counts_each_request_state() -> None:
+    """Requests the cache runs at once: the room at full context (KV and state of the batch that fits) over what one
+    request holds, its KV on average plus its whole state; the state's share shrinks the on-demand headroom."""
+    from tools.core.efficiency import efficiency_for
+    from tools.core.memory import state_tokens
+    from tools.estimate.serving import running_capacity
+
+    plan = parse_plan(_plan({"hf_config": QWEN3_NEXT}, 4096, 4, tp=4, ep=4))
+    eff = efficiency_for(plan.accelerator.id, engine="vllm")
+    s = state_tokens(plan)
+    spec = plan.spec
+    assert s == -(-spec.state_bytes_per_sequence() // spec.kv_bytes_per_token(BF16)) > 1000
+    held = 4096 + eff["kv_reserved_output_fraction"] * 256
+    assert running_capacity(plan, eff, 100) == int(100 * (4096 + 256 + s) / (held + s))
+    assert running_capacity(plan, eff, 100) < int(100 * (4096 + 256) / held)

@@ -75,7 +75,7 @@ from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 from tools.core.quantization import weight_bytes
 from tools.core.speculative import draft_spec, head_params
 
-__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report"]
+__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report", "state_tokens"]
 
 GB = 1e9
 
@@ -166,6 +166,15 @@ class _Terms:
 
     def total(self, batch: int, context: int, prompt: int, chunk: int) -> float:
         return self.weights + self.kv(batch, context) + self.act(batch, prompt, chunk) + self.comm(batch, prompt, chunk)
+
+
+def state_tokens(plan: Plan) -> int:
+    """A sequence's recurrent state (all recurrent layers) in tokens of KV: what it takes from the cache's room
+    whatever its length, for capacity counted in tokens.  0 for a model without recurrent layers."""
+    spec = plan.spec
+    state = spec.state_bytes_per_sequence()
+    per_token = float(spec.kv_bytes_per_token(DTYPE_BYTES[plan.effective_kv_dtype]))
+    return ceil(state / per_token) if state > 0 and per_token > 0 else 0
 
 
 def unfit_hint(plan: Plan, layout: Layout | None, report: MemoryReport | None = None) -> str:

@@ -77,7 +77,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.core.absent import NullMeansAbsent
-from tools.core.memory import MemoryReport
+from tools.core.memory import MemoryReport, state_tokens
 from tools.core.plan import Plan
 from tools.estimate.fast import FastEstimator
 from tools.estimate.speculative import cached_prefill_ms, speculative_pricer
@@ -136,8 +136,9 @@ def running_capacity(plan: Plan, eff: dict[str, float], max_batch_full: int) -> 
         return 0
     pc = plan.prefix_caching
     shared = (pc.shared_prefix_len or 0) if pc is not None and pc.enabled else 0  # held once, for every request
-    held = wl.input_len - shared + eff["kv_reserved_output_fraction"] * wl.output_len
-    room = max_batch_full * (wl.input_len + wl.output_len) - shared
+    state = state_tokens(plan)  # a recurrent model's state per request, held whatever its length
+    held = wl.input_len - shared + eff["kv_reserved_output_fraction"] * wl.output_len + state
+    room = max_batch_full * (wl.input_len + wl.output_len + state) - shared
     return max(max_batch_full, int(room / max(1.0, held)))
 
 

@@ -83,8 +83,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
-from tools.core.hardware import DTYPE_BYTES
-from tools.core.memory import memory_report
+from tools.core.memory import memory_report, state_tokens
 from tools.core.plan import Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.disagg import kv_handoff
@@ -812,14 +811,11 @@ def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[
     allocator keeps a state's pages per running request), so at most ``mem_batch`` run (the count whose KV and state
     fit at the plan's context; a static cap, where vLLM would admit more shorter ones) and the pages of the states
     they do not use are left for tokens."""
-    spec = plan.spec
-    state = spec.state_bytes_per_sequence()
-    per_token = float(spec.kv_bytes_per_token(DTYPE_BYTES[plan.effective_kv_dtype]))
-    if state <= 0 or per_token <= 0 or plan.engine_options.kv_cache_tokens:
+    state = state_tokens(plan)
+    if not state or plan.engine_options.kv_cache_tokens:
         return kv_tokens, seqs
     running = max(1, min(seqs, mem_batch))
-    spare = (max(1, mem_batch) - running) * math.ceil(state / per_token)
-    return kv_tokens + spare, running
+    return kv_tokens + (max(1, mem_batch) - running) * state, running
 
 
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
