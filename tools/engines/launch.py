@@ -36,7 +36,7 @@ from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
-from tools.core.models import MODELS_DIR, from_hf_config, preset_ids
+from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -166,7 +166,9 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     idx = _repo_index()
     key = _hub_repo(repo).strip().rstrip("/").lower()
     if key in idx:
-        return idx[key], None
+        own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
+        listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
+        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant)" if listed else None)
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
     parts = [p for p in key.split("/") if p]
     for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
