@@ -140,6 +140,7 @@ def test_new_readers_match_the_published_totals(name: str, config: dict[str, Any
 
 @pytest.mark.parametrize("key,total", [
     ("minimax-m2.5", 230e9), ("minimax-m2.7", 230e9), ("kimi-k2.5", 1026.5e9), ("qwen3-vl-235b-a22b", 235e9),
+    ("glm-4.7", 355e9),
 ])
 def test_new_presets_match_the_published_totals(key: str, total: float) -> None:
     spec = load_preset(key)
@@ -157,6 +158,7 @@ def test_new_presets_match_the_published_totals(key: str, total: float) -> None:
     ("minimax-m2.7", None, 62 * 2 * 8 * 128 * BF16),
     ("kimi-k2.5", None, 61 * (512 + 64) * BF16),  # MLA: the latent plus its RoPE key
     ("qwen3-vl-235b-a22b", None, 94 * 2 * 4 * 128 * BF16),
+    ("glm-4.7", None, 92 * 2 * 8 * 128 * BF16),
 ])
 def test_kv_bytes_per_token_by_hand(name: str, config: dict[str, Any] | None, hand: int) -> None:
     spec = from_hf_config(config) if config else load_preset(name)
@@ -180,6 +182,20 @@ def test_minimax_lightning_layers_are_refused_not_priced_as_full_attention() -> 
     with pytest.raises(PdagInputError) as err:
         from_hf_config(cfg)
     assert err.value.field == "hf_config.attn_type_list"
+
+
+def test_glm4_dense_reading_counted_by_hand() -> None:
+    """GLM-4-0414's decoder: q/k/v biases without an o_proj bias and four norms per layer (vLLM glm4.py); the
+    count is checked term by term, since no stored copy of a glm4 checkpoint's config.json was found."""
+    h, layers, heads, kv, d, inter, vocab = 4096, 40, 32, 2, 128, 13696, 151552
+    spec = from_hf_config({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "hidden_size": h,
+                           "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+                           "head_dim": d, "intermediate_size": inter, "vocab_size": vocab, "attention_bias": True,
+                           "tie_word_embeddings": False, "partial_rotary_factor": 0.5})
+    attention = h * heads * d * 2 + h * kv * d * 2 + (heads + 2 * kv) * d
+    layer = attention + 3 * h * inter + 4 * h
+    assert spec.param_count() == 2 * vocab * h + layers * layer + h
+    assert spec.kv_bytes_per_token(BF16) == layers * 2 * kv * d * BF16
 
 
 def test_qwen2_moe_shared_expert_and_its_gate() -> None:
@@ -209,6 +225,7 @@ def test_wrappers_are_read_through_text_config_and_say_the_vision_tower_is_left_
     ("moonshotai/Kimi-K2.6", "kimi-k2.5"),
     ("Qwen/Qwen3-VL-235B-A22B-Instruct", "qwen3-vl-235b-a22b"),
     ("amd/gpt-oss-120b-w-mxfp4-a-fp8", "gpt-oss-120b"),
+    ("zai-org/GLM-4.7-FP8", "glm-4.7"),
 ])
 def test_checkpoints_resolve(repo: str, preset: str) -> None:
     assert import_command(f"vllm serve {repo} -tp 8", gpu="h200").plan["model"] == preset

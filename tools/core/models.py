@@ -85,6 +85,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "olmoe": "olmoe",
     "phimoe": "phimoe",
     "minimax_m2": "minimax_m2",
+    "glm4": "glm4",
     # text decoders of multimodal checkpoints that are another family's decoder (read by that family's reader)
     "qwen3_vl_moe_text": "qwen3_moe",
     "qwen3_vl_text": "qwen3",
@@ -126,6 +127,7 @@ _ARCHITECTURES: dict[str, str] = {
     "OlmoeForCausalLM": "olmoe",
     "PhiMoEForCausalLM": "phimoe",
     "MiniMaxM2ForCausalLM": "minimax_m2",
+    "Glm4ForCausalLM": "glm4",
 }
 
 
@@ -955,6 +957,15 @@ def _read_gemma(c: _Cfg, num_layers: int) -> _Read:
     return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE))
 
 
+def _read_glm4(c: _Cfg, num_layers: int) -> _Read:
+    """GLM-4-0414 (glm4, dense): a Llama-style FFN, q/k/v biased when attention_bias and o_proj never, and four
+    RMSNorms per layer (input, post_self_attn, post_attention, post_mlp); num_nextn_predict_layers MTP layers
+    are dropped by the engines (vLLM vllm/model_executor/models/glm4.py, Glm4Attention and Glm4DecoderLayer)."""
+    return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE),
+                 mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=c.bool("attention_bias", False), attention_out_bias=False, norms=4)
+
+
 def _read_qwen2_moe(c: _Cfg, num_layers: int) -> _Read:
     """Qwen1.5/Qwen2-MoE: layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0
     (dense layers: intermediate_size); one shared expert of shared_expert_intermediate_size behind a hidden -> 1
@@ -1027,6 +1038,7 @@ _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "olmoe": _read_olmoe,
     "phimoe": _read_phimoe,
     "minimax_m2": _read_minimax_m2,
+    "glm4": _read_glm4,
 }
 
 
