@@ -217,6 +217,17 @@ def test_wrappers_are_read_through_text_config_and_say_the_vision_tower_is_left_
     assert vl.max_position_embeddings == 262144
 
 
+def test_a_flat_qwen2_5_vl_config_reads_as_its_qwen2_decoder() -> None:
+    """Qwen2.5-VL keeps the text fields at the top of its config beside vision_config; its language model is Qwen2
+    (vLLM builds it as Qwen2ForCausalLM): the same count as the qwen2 reading, and the vision tower said left out."""
+    text = json.loads((ROOT / "models" / "qwen2.5-72b.json").read_text(encoding="utf-8"))
+    vl = {**text, "model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+          "vision_config": {"depth": 32, "hidden_size": 1280}}
+    spec, base = from_hf_config(vl), from_hf_config(text)
+    assert spec.param_count() == base.param_count() and spec.attention_bias and not spec.attention_out_bias
+    assert any("vision" in n for n in spec.notes) and not any("vision" in n for n in base.notes)
+
+
 # ------------------------------------------------------------------ checkpoints that resolve to the new presets
 @pytest.mark.parametrize("repo,preset", [
     ("MiniMaxAI/MiniMax-M2.7", "minimax-m2.7"),

@@ -89,11 +89,17 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     # text decoders of multimodal checkpoints that are another family's decoder (read by that family's reader)
     "qwen3_vl_moe_text": "qwen3_moe",
     "qwen3_vl_text": "qwen3",
+    "qwen2_5_vl": "qwen2",
+    "qwen2_5_vl_text": "qwen2",
+    "qwen2_vl": "qwen2",
+    "qwen2_vl_text": "qwen2",
 }
-# model_type -> the model_type whose reader reads it: the same decoder under another name
-_SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3"}
+# model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
+# Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
+_SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3", "qwen2_5_vl": "qwen2",
+                                 "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2"}
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
-WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl")
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
 # Families pdag does not price yet, with the field whose meaning it would otherwise drop.
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "deepseek_v32": ("index_topk", "DeepSeek-V3.2's sparse attention indexer (its own KV and top-k cost)"),
@@ -128,6 +134,8 @@ _ARCHITECTURES: dict[str, str] = {
     "PhiMoEForCausalLM": "phimoe",
     "MiniMaxM2ForCausalLM": "minimax_m2",
     "Glm4ForCausalLM": "glm4",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
 }
 
 
@@ -556,10 +564,11 @@ def from_hf_config(
         if "model_type" not in raw and outer in WRAPPER_MODEL_TYPES:
             raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral",
                                  "kimi_k25": "kimi_k2", "qwen3_vl_moe": "qwen3_vl_moe_text",
-                                 "qwen3_vl": "qwen3_vl_text"}[outer]
-        if isinstance(config.get("vision_config"), dict):
-            notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
-                         "time are the language model's, serving text prompts")
+                                 "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+                                 "qwen2_vl": "qwen2_vl_text"}[outer]
+    if isinstance(config.get("vision_config"), dict):  # nested or flat (Qwen2.5-VL keeps its text fields on top)
+        notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
+                     "time are the language model's, serving text prompts")
     model_type, generic = _detect_model_type(raw, prefix)
     if model_type in _SAME_DECODER:
         notes.append(f"model_type {model_type} is read as {_SAME_DECODER[model_type]} (the same text decoder)")
