@@ -16,6 +16,8 @@ from tools.cli import main
 from tools.core.errors import PdagInputError
 from tools.core.formats import format_of_checkpoint
 from tools.core.models import from_hf_config, load_preset
+from tools.core.plan import parse_plan
+from tools.core.quantization import experts_only, weight_bytes
 from tools.engines.launch import export_plan, import_command, import_deployment
 from tools.estimate.core import estimate_performance
 from tools.rules.validate import validate_dag
@@ -212,6 +214,9 @@ def test_wrappers_are_read_through_text_config_and_say_the_vision_tower_is_left_
     kimi = load_preset("kimi-k2.5")
     assert kimi.attention == "mla" and kimi.checkpoint_format == "int4" and kimi.max_position_embeddings == 262144
     assert any("vision" in n for n in kimi.notes)
+    # its compressed-tensors ignore list keeps attention, shared experts and dense MLPs in 16 bits
+    plan = parse_plan({"model": "kimi-k2.5", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8}})
+    assert experts_only(plan) and weight_bytes(plan, "attention") == 2 and weight_bytes(plan, "expert") < 1
     vl = load_preset("qwen3-vl-235b-a22b")
     assert vl.model_type == "qwen3_moe" and vl.qk_norm and any("qwen3_vl_moe_text" in n for n in vl.notes)
     assert vl.max_position_embeddings == 262144

@@ -525,7 +525,10 @@ def _fp8_block_scaled(c: Any) -> bool:
 
 
 def _unquantized(c: Any) -> tuple[str, ...]:
-    mods = _quant_config(c).get("modules_to_not_convert") or ()
+    """Modules the checkpoint keeps in 16 bits: modules_to_not_convert, or compressed-tensors' and ModelOpt's
+    ignore list (Kimi-K2.5's INT4 leaves attention, shared experts and dense MLPs out)."""
+    cfg = _quant_config(c)
+    mods = cfg.get("modules_to_not_convert") or cfg.get("ignore") or ()
     return tuple(str(m)[:200] for m in mods[:64]) if isinstance(mods, list) else ()
 
 
