@@ -153,10 +153,13 @@ def _repo_index() -> dict[str, str]:
     out: dict[str, str] = {}
     for pid, entry in index.items():
         out[pid] = pid
-        for repo in [entry.get("hf_repo"), *entry.get("aliases", ())]:  # the preset's repo, then its listed variants
-            if repo:
-                out.setdefault(repo.lower(), pid)
-                out.setdefault(_norm_name(repo), pid)
+        repo = entry.get("hf_repo")
+        if repo:
+            out[repo.lower()] = pid
+            out.setdefault(_norm_name(repo), pid)
+        for alias in entry.get("aliases", ()):  # variants index.json lists under the preset; a preset's own repo wins
+            out.setdefault(alias.lower(), pid)
+            out.setdefault(_norm_name(alias), pid)
     return out
 
 
