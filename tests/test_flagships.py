@@ -200,6 +200,15 @@ def test_glm4_dense_reading_counted_by_hand() -> None:
     assert spec.kv_bytes_per_token(BF16) == layers * 2 * kv * d * BF16
 
 
+@pytest.mark.parametrize("config", [GEMMA_7B, OLMOE, PHIMOE])
+def test_a_window_these_readers_cannot_place_is_refused_not_dropped(config: dict[str, Any]) -> None:
+    with pytest.raises(PdagInputError) as err:
+        from_hf_config({**config, "sliding_window": 4096, "max_position_embeddings": 131072})
+    assert err.value.field == "hf_config.sliding_window"
+    long_window = {**config, "sliding_window": 131072, "max_position_embeddings": 131072}
+    assert from_hf_config(long_window).sliding_window is None  # a window as long as the context changes nothing
+
+
 def test_qwen2_moe_shared_expert_and_its_gate() -> None:
     spec = from_hf_config(QWEN2_57B)
     assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 20480

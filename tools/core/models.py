@@ -955,6 +955,17 @@ class _Read:
                 norms if self.norms is None else self.norms)
 
 
+def _no_window(c: _Cfg) -> None:
+    """These families know no windowed layers: a window shorter than the context, with no layer_types saying which
+    layers use it, would be dropped, so it is refused instead."""
+    window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
+    max_pos = c.raw.get("max_position_embeddings")
+    if window is not None and c.raw.get("layer_types") is None and not (isinstance(max_pos, int) and window >= max_pos):
+        raise PdagInputError(c.path("sliding_window"), f"a {window}-token window, but this family's reader knows no "
+                             "windowed layers and pdag refuses rather than price it as full attention",
+                             "null, a window as long as max_position_embeddings, or layer_types naming the layers")
+
+
 def _every_layer_moe(c: _Cfg, num_layers: int, experts_key: str, router_bias: bool) -> MoESpec:
     """Routed experts of intermediate_size on every layer, no shared expert (OLMoE, PhiMoE, MiniMax-M2)."""
     expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
@@ -966,6 +977,7 @@ def _read_gemma(c: _Cfg, num_layers: int) -> _Read:
     """Gemma (v1): a Llama-style decoder whose GeGLU FFN has the same three projections; head_dim is stated and
     the embeddings are tied (families.json defaults); no window and no soft-capping (transformers GemmaConfig,
     vLLM vllm/model_executor/models/gemma.py)."""
+    _no_window(c)
     return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE))
 
 
@@ -973,6 +985,7 @@ def _read_glm4(c: _Cfg, num_layers: int) -> _Read:
     """GLM-4-0414 (glm4, dense): a Llama-style FFN, q/k/v biased when attention_bias and o_proj never, and four
     RMSNorms per layer (input, post_self_attn, post_attention, post_mlp); num_nextn_predict_layers MTP layers
     are dropped by the engines (vLLM vllm/model_executor/models/glm4.py, Glm4Attention and Glm4DecoderLayer)."""
+    _no_window(c)
     return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE),
                  mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
                  attention_bias=c.bool("attention_bias", False), attention_out_bias=False, norms=4)
@@ -1003,6 +1016,7 @@ def _read_olmoe(c: _Cfg, num_layers: int) -> _Read:
     """OLMoE: every layer MoE (num_experts of intermediate_size, top num_experts_per_tok), no shared expert;
     q_norm and k_norm are RMSNorms over the whole q and k projections (transformers OlmoeAttention; vLLM
     vllm/model_executor/models/olmoe.py). clip_qkv clamps values only."""
+    _no_window(c)
     moe = _every_layer_moe(c, num_layers, "num_experts", False)
     return _Read(intermediate=moe.expert_intermediate_size, moe=moe, qk_norm=False, qk_norm_full=True)
 
@@ -1011,6 +1025,7 @@ def _read_phimoe(c: _Cfg, num_layers: int) -> _Read:
     """Phi-3.5-MoE (phimoe): every layer MoE (num_local_experts of intermediate_size, top num_experts_per_tok);
     q/k/v/o biased when attention_bias; its two per-layer norms are LayerNorms with a bias each (four hidden-sized
     vectors). vLLM vllm/model_executor/models/phimoe.py."""
+    _no_window(c)
     moe = _every_layer_moe(c, num_layers, "num_local_experts", False)
     bias = c.bool("attention_bias", False)
     note = ("PhiMoE's final LayerNorm bias and lm_head bias (hidden_size + vocab_size parameters) are not counted"
@@ -1034,6 +1049,7 @@ def _read_minimax_m2(c: _Cfg, num_layers: int) -> _Read:
     if c.int("shared_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE):
         raise PdagInputError(c.path("shared_intermediate_size"), "the engines' MiniMax-M2 model has no shared "
                              "expert", "0")
+    _no_window(c)
     norm_type = c.raw.get("qk_norm_type", "per_layer")
     if norm_type != "per_layer":
         raise PdagInputError(c.path("qk_norm_type"), f"unknown q/k norm type {shown(norm_type)}", "per_layer")
