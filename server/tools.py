@@ -518,6 +518,8 @@ def import_deployment(
                                                            "batch 1, 2048 in / 256 out")] = None,
     objective: Annotated[Literal["latency", "throughput"] | None, Field(description="the user's goal; default "
                                                                                   "latency")] = None,
+    hf_config: Annotated[dict[str, Any] | None, Field(description="the checkpoint's config.json, for a model with "
+                                                                  "no preset")] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
 ) -> R.ImportAnswer:
@@ -539,6 +541,8 @@ def import_deployment(
         args["workload"] = workload.model_dump(mode="json", exclude_unset=True)
     if objective is not None:
         args["objective"] = objective
+    if hf_config is not None:
+        args["hf_config"] = hf_config
 
     def make() -> R.ImportAnswer:
         result = fn(**args)

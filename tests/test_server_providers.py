@@ -120,7 +120,7 @@ DAG_OPEN = {".dag", ".dag.nodes[]", ".dag.edges[]"}
 OPEN = {"build_dag": PLAN_OPEN, "validate_dag": PLAN_OPEN | DAG_OPEN, "autofix_dag": PLAN_OPEN | DAG_OPEN,
         "estimate_performance": PLAN_OPEN | DAG_OPEN, "lookup_rule": set(),
         "search_strategies": {".hardware.gpu", ".model.hf_config"},
-        "import_deployment": {".engine_config", ".decode_engine_config"}, "export_plan": PLAN_OPEN}
+        "import_deployment": {".engine_config", ".decode_engine_config", ".hf_config"}, "export_plan": PLAN_OPEN}
 
 
 def test_open_objects_are_the_free_form_documents_only(listing):

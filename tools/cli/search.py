@@ -135,6 +135,9 @@ def import_args(p: Any) -> None:
     p.add_argument("--batch", type=int, help="sequences per replica")
     p.add_argument("--concurrency", type=int, help="clients in flight in all")
     p.add_argument("--objective", choices=("latency", "throughput"), help="the user's goal (default latency)")
+    p.add_argument("--hf-config", metavar="FILE",
+                   help="the checkpoint's config.json, for a model with no preset (the command's repo stays the "
+                        "checkpoint an export serves)")
 
 
 def cmd_import(args: Any) -> int:
@@ -146,7 +149,8 @@ def cmd_import(args: Any) -> int:
                                workload={k: v for k, v in (
                                    ("input_len", args.input_len), ("output_len", args.output_len),
                                    ("batch_size", args.batch), ("concurrency", args.concurrency)) if v is not None},
-                               objective=args.objective)
+                               objective=args.objective,
+                               hf_config=read_json(args.hf_config, "--hf-config") if args.hf_config else None)
     print(json.dumps(result.plan, indent=2))
     for note in result.notes:
         print(f"# {note}", file=__import__("sys").stderr)

@@ -91,10 +91,16 @@ def format_of_checkpoint(repo: str) -> str | None:
     """The format a checkpoint's name states (…-FP8, …-AWQ, …-FP4, …-BF16; in a local path, any directory's
     name: /models/DeepSeek-R1-FP4/sharded), or None."""
     name = repo.lower().rstrip("/")
+    found: list[tuple[int, str]] = []  # (where the marker starts, format): the first one named is the weights'
     for fid, info in quant_data()["formats"].items():
-        if any(name.endswith(m) or f"{m}-" in name or f"{m}_" in name or f"{m}/" in name for m in info["markers"]):
-            return fid
-    return None
+        for m in info["markers"]:
+            at = [i for i in (name.find(f"{m}-"), name.find(f"{m}_"), name.find(f"{m}/")) if i >= 0]
+            if name.endswith(m):
+                at.append(len(name) - len(m))
+            if at:
+                found.append((min(at), fid))
+    # AMD Quark names state weights then activations (gpt-oss-120b-w-mxfp4-a-fp8: MXFP4 weights)
+    return min(found)[1] if found else None
 
 
 def format_of_flag(engine: str, value: str) -> str | None:

@@ -21,6 +21,8 @@ Conventions
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, Literal
 
@@ -78,14 +80,32 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "olmo2": "olmo2",
     "cohere2": "cohere2",
     "ernie4_5_moe": "ernie4_5_moe",
+    # read by the small readers in _READERS (one function per family)
+    "gemma": "gemma",
+    "qwen2_moe": "qwen2_moe",
+    "olmoe": "olmoe",
+    "phimoe": "phimoe",
+    "minimax_m2": "minimax_m2",
+    "glm4": "glm4",
+    # text decoders of multimodal checkpoints that are another family's decoder (read by that family's reader)
+    "qwen3_vl_moe_text": "qwen3_moe",
+    "qwen3_vl_text": "qwen3",
+    "qwen2_5_vl": "qwen2",
+    "qwen2_5_vl_text": "qwen2",
+    "qwen2_vl": "qwen2",
+    "qwen2_vl_text": "qwen2",
     # layer kinds beyond K/V attention (tools/core/layerkinds.py)
     "qwen3_next": "qwen3_next",
     "deepseek_v32": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
 }
+# model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
+# Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
+_SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3", "qwen2_5_vl": "qwen2",
+                                 "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2"}
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
-WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3")
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
 # Families pdag does not price yet, with the field whose meaning it would otherwise drop.
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
@@ -110,6 +130,14 @@ _ARCHITECTURES: dict[str, str] = {
     "Olmo2ForCausalLM": "olmo2",
     "Cohere2ForCausalLM": "cohere2",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
+    "GemmaForCausalLM": "gemma",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "OlmoeForCausalLM": "olmoe",
+    "PhiMoEForCausalLM": "phimoe",
+    "MiniMaxM2ForCausalLM": "minimax_m2",
+    "Glm4ForCausalLM": "glm4",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "NemotronHForCausalLM": "nemotron_h",
@@ -151,6 +179,7 @@ class MoESpec(BaseModel):
     shared_expert_intermediate_size: int = Field(default=0, ge=0, le=MAX_INTERMEDIATE * 100)
     moe_layers: tuple[int, ...]
     router_bias: bool = False  # a per-expert bias on the router (gpt-oss bias, DeepSeek-V3 score correction)
+    shared_expert_gate: bool = False  # a hidden -> 1 sigmoid gate on the shared expert's output (Qwen2-MoE)
     expert_bias: bool = False  # biases inside each expert's projections (gpt-oss)
 
     @model_validator(mode="after")
@@ -379,7 +408,8 @@ class ModelSpec(BaseModel):
     def router_params(self) -> int:
         if self.moe is None:
             return 0
-        return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0)
+        gate = self.hidden_size if self.moe.shared_expert_gate else 0
+        return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0) + gate
 
     def moe_params(self) -> int:
         """A whole MoE block of one layer: routed experts + shared experts + router."""
@@ -576,7 +606,10 @@ def _fp8_block_scaled(c: Any) -> bool:
 
 
 def _unquantized(c: Any) -> tuple[str, ...]:
-    mods = _quant_config(c).get("modules_to_not_convert") or ()
+    """Modules the checkpoint keeps in 16 bits: modules_to_not_convert, or compressed-tensors' and ModelOpt's
+    ignore list (Kimi-K2.5's INT4 leaves attention, shared experts and dense MLPs out)."""
+    cfg = _quant_config(c)
+    mods = cfg.get("modules_to_not_convert") or cfg.get("ignore") or ()
     return tuple(str(m)[:200] for m in mods[:64]) if isinstance(mods, list) else ()
 
 
@@ -613,11 +646,17 @@ def from_hf_config(
         if "quantization_config" not in raw and isinstance(config.get("quantization_config"), dict):
             raw["quantization_config"] = config["quantization_config"]
         if "model_type" not in raw and outer in WRAPPER_MODEL_TYPES:
-            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}[outer]
-        if isinstance(config.get("vision_config"), dict):
-            notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
-                         "time are the language model's, serving text prompts")
+            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral",
+                                 "kimi_k25": "kimi_k2", "qwen3_vl_moe": "qwen3_vl_moe_text",
+                                 "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+                                 "qwen2_vl": "qwen2_vl_text"}[outer]
+    if isinstance(config.get("vision_config"), dict):  # nested or flat (Qwen2.5-VL keeps its text fields on top)
+        notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
+                     "time are the language model's, serving text prompts")
     model_type, generic = _detect_model_type(raw, prefix)
+    if model_type in _SAME_DECODER:
+        notes.append(f"model_type {model_type} is read as {_SAME_DECODER[model_type]} (the same text decoder)")
+        model_type = _SAME_DECODER[model_type]
     c = _Cfg(raw, prefix)
     if generic:
         notes.append(_generic_note(raw, model_type, prefix))
@@ -738,6 +777,11 @@ def from_hf_config(
                      "hybrid KV manager does when enabled; vLLM disables it by default for chunked attention "
                      "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 enables it) and then allocates "
                      "full-length KV on every layer")
+    elif model_type in _READERS:
+        read = _READERS[model_type](c, num_layers)
+        intermediate, moe, mtp, notes = read.intermediate, read.moe, read.mtp, notes + list(read.notes)
+        attention_bias, attention_out_bias, qk_norm, qk_norm_full, norms = read.pick(
+            attention_bias, attention_out_bias, qk_norm, qk_norm_full, norms)
     elif model_type == "gpt_oss":
         n_exp = c.int("num_local_experts", hi=MAX_EXPERTS)
         k_key = "experts_per_token" if c.has("experts_per_token") else "num_experts_per_tok"
@@ -978,6 +1022,147 @@ def _ernie_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int, int]:
     moe = _moe(c, c.int("moe_num_experts", hi=MAX_EXPERTS), c.int("moe_k", hi=MAX_EXPERTS), expert_i, n_shared,
                n_shared * expert_i, layers, True, bias, "moe_k")
     return moe, dense_i, c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+
+
+# ====================================================================== small family readers
+@dataclass(frozen=True)
+class _Read:
+    """What a family reader found: its FFN/MoE layout, MTP modules, notes, and the attention and norm details
+    where the family departs from the Llama defaults (None keeps the default)."""
+
+    intermediate: int = 0
+    moe: MoESpec | None = None
+    mtp: int = 0
+    notes: tuple[str, ...] = ()
+    attention_bias: bool | None = None
+    attention_out_bias: bool | None = None
+    qk_norm: bool | None = None
+    qk_norm_full: bool | None = None
+    norms: int | None = None
+
+    def pick(self, attention_bias: bool, attention_out_bias: bool, qk_norm: bool, qk_norm_full: bool,
+             norms: int) -> tuple[bool, bool, bool, bool, int]:
+        """The reader's values where it states them, the defaults given where it does not."""
+        return (attention_bias if self.attention_bias is None else self.attention_bias,
+                attention_out_bias if self.attention_out_bias is None else self.attention_out_bias,
+                qk_norm if self.qk_norm is None else self.qk_norm,
+                qk_norm_full if self.qk_norm_full is None else self.qk_norm_full,
+                norms if self.norms is None else self.norms)
+
+
+def _no_window(c: _Cfg) -> None:
+    """These families know no windowed layers: a window shorter than the context, with no layer_types saying which
+    layers use it, would be dropped, so it is refused instead."""
+    window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
+    max_pos = c.raw.get("max_position_embeddings")
+    if window is not None and c.raw.get("layer_types") is None and not (isinstance(max_pos, int) and window >= max_pos):
+        raise PdagInputError(c.path("sliding_window"), f"a {window}-token window, but this family's reader knows no "
+                             "windowed layers and pdag refuses rather than price it as full attention",
+                             "null, a window as long as max_position_embeddings, or layer_types naming the layers")
+
+
+def _every_layer_moe(c: _Cfg, num_layers: int, experts_key: str, router_bias: bool) -> MoESpec:
+    """Routed experts of intermediate_size on every layer, no shared expert (OLMoE, PhiMoE, MiniMax-M2)."""
+    expert_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    return _moe(c, c.int(experts_key, hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS), expert_i, 0, 0,
+                tuple(range(num_layers)), router_bias, False)
+
+
+def _read_gemma(c: _Cfg, num_layers: int) -> _Read:
+    """Gemma (v1): a Llama-style decoder whose GeGLU FFN has the same three projections; head_dim is stated and
+    the embeddings are tied (families.json defaults); no window and no soft-capping (transformers GemmaConfig,
+    vLLM vllm/model_executor/models/gemma.py)."""
+    _no_window(c)
+    return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE))
+
+
+def _read_glm4(c: _Cfg, num_layers: int) -> _Read:
+    """GLM-4-0414 (glm4, dense): a Llama-style FFN, q/k/v biased when attention_bias and o_proj never, and four
+    RMSNorms per layer (input, post_self_attn, post_attention, post_mlp); num_nextn_predict_layers MTP layers
+    are dropped by the engines (vLLM vllm/model_executor/models/glm4.py, Glm4Attention and Glm4DecoderLayer)."""
+    _no_window(c)
+    return _Read(intermediate=c.int("intermediate_size", hi=MAX_INTERMEDIATE),
+                 mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=c.bool("attention_bias", False), attention_out_bias=False, norms=4)
+
+
+def _read_qwen2_moe(c: _Cfg, num_layers: int) -> _Read:
+    """Qwen1.5/Qwen2-MoE: layer i is MoE unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0
+    (dense layers: intermediate_size); one shared expert of shared_expert_intermediate_size behind a hidden -> 1
+    sigmoid gate; q/k/v biases as Qwen2 (vLLM vllm/model_executor/models/qwen2_moe.py, Qwen2MoeSparseMoeBlock)."""
+    if c.bool("use_sliding_window", False):
+        raise PdagInputError(c.path("use_sliding_window"), "Qwen2-MoE's sliding-window layer rule is not read; pdag "
+                             "refuses rather than price it as full attention", "false (as published configs state)")
+    dense_i = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    step = c.int("decoder_sparse_step", default=1, hi=MAX_LAYERS)
+    mlp_only = set(c.int_list("mlp_only_layers", hi=num_layers))
+    layers = tuple(i for i in range(num_layers) if i not in mlp_only and (i + 1) % step == 0)
+    if len(layers) < num_layers and dense_i == 0:
+        raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense", "a positive integer")
+    shared_i = c.int("shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared_i else 0, shared_i, layers, False,
+               False)
+    return _Read(intermediate=dense_i, moe=moe.model_copy(update={"shared_expert_gate": bool(shared_i)}),
+                 attention_bias=True, attention_out_bias=False)
+
+
+def _read_olmoe(c: _Cfg, num_layers: int) -> _Read:
+    """OLMoE: every layer MoE (num_experts of intermediate_size, top num_experts_per_tok), no shared expert;
+    q_norm and k_norm are RMSNorms over the whole q and k projections (transformers OlmoeAttention; vLLM
+    vllm/model_executor/models/olmoe.py). clip_qkv clamps values only."""
+    _no_window(c)
+    moe = _every_layer_moe(c, num_layers, "num_experts", False)
+    return _Read(intermediate=moe.expert_intermediate_size, moe=moe, qk_norm=False, qk_norm_full=True)
+
+
+def _read_phimoe(c: _Cfg, num_layers: int) -> _Read:
+    """Phi-3.5-MoE (phimoe): every layer MoE (num_local_experts of intermediate_size, top num_experts_per_tok);
+    q/k/v/o biased when attention_bias; its two per-layer norms are LayerNorms with a bias each (four hidden-sized
+    vectors). vLLM vllm/model_executor/models/phimoe.py."""
+    _no_window(c)
+    moe = _every_layer_moe(c, num_layers, "num_local_experts", False)
+    bias = c.bool("attention_bias", False)
+    note = ("PhiMoE's final LayerNorm bias and lm_head bias (hidden_size + vocab_size parameters) are not counted"
+            if c.bool("lm_head_bias", False) else "PhiMoE's final LayerNorm bias (hidden_size parameters) is not "
+            "counted")
+    return _Read(intermediate=moe.expert_intermediate_size, moe=moe, notes=(note,), attention_bias=bias,
+                 attention_out_bias=bias, norms=4)
+
+
+def _read_minimax_m2(c: _Cfg, num_layers: int) -> _Read:
+    """MiniMax-M2/M2.5/M2.7: full softmax attention on every layer (attn_type_list all 1), every layer MoE
+    (num_local_experts of intermediate_size, top num_experts_per_tok, a per-expert routing bias when
+    use_routing_bias), no shared expert; use_qk_norm with qk_norm_type per_layer is an RMSNorm over the whole q
+    and k projections; num_mtp_modules MTP modules (not counted). vLLM vllm/model_executor/models/minimax_m2.py
+    (MiniMaxM2Attention q_norm of head_dim * total_num_heads, MiniMaxM2MoE)."""
+    types = c.raw.get("attn_type_list")
+    if types is not None and (not isinstance(types, list) or len(types) != num_layers or any(t != 1 for t in types)):
+        raise PdagInputError(c.path("attn_type_list"), "MiniMax-M2 is read with full attention (1) on every layer; a "
+                             "lightning linear-attention layer (0) keeps a recurrent state this reader does not "
+                             "price", f"a list of {num_layers} ones")
+    if c.int("shared_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE):
+        raise PdagInputError(c.path("shared_intermediate_size"), "the engines' MiniMax-M2 model has no shared "
+                             "expert", "0")
+    _no_window(c)
+    norm_type = c.raw.get("qk_norm_type", "per_layer")
+    if norm_type != "per_layer":
+        raise PdagInputError(c.path("qk_norm_type"), f"unknown q/k norm type {shown(norm_type)}", "per_layer")
+    moe = _every_layer_moe(c, num_layers, "num_local_experts", c.bool("use_routing_bias", False))
+    return _Read(intermediate=moe.expert_intermediate_size, moe=moe,
+                 mtp=c.int("num_mtp_modules", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=c.bool("attention_bias", False), attention_out_bias=False, qk_norm=False,
+                 qk_norm_full=c.bool("use_qk_norm", False))
+
+
+_READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
+    "gemma": _read_gemma,
+    "qwen2_moe": _read_qwen2_moe,
+    "olmoe": _read_olmoe,
+    "phimoe": _read_phimoe,
+    "minimax_m2": _read_minimax_m2,
+    "glm4": _read_glm4,
+}
 
 
 _WINDOWED = {"sliding_attention": "sliding", "chunked_attention": "chunked"}

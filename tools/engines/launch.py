@@ -33,10 +33,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tools.core.engine_profile import engine_profile
-from tools.core.errors import PdagInputError
+from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
-from tools.core.models import MODELS_DIR, preset_ids
+from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -157,8 +157,9 @@ def _repo_index() -> dict[str, str]:
         if repo:
             out[repo.lower()] = pid
             out.setdefault(_norm_name(repo), pid)
-        for alias in entry.get("aliases", ()):  # repos index.json lists as the same architecture
+        for alias in entry.get("aliases", ()):  # variants index.json lists under the preset; a preset's own repo wins
             out.setdefault(alias.lower(), pid)
+            out.setdefault(_norm_name(alias), pid)
     return out
 
 
@@ -168,7 +169,9 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     idx = _repo_index()
     key = _hub_repo(repo).strip().rstrip("/").lower()
     if key in idx:
-        return idx[key], None
+        own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
+        listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
+        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant)" if listed else None)
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
     parts = [p for p in key.split("/") if p]
     for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
@@ -185,8 +188,22 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
                              "the command with its variables expanded (e.g. echo it from the shell that runs it)")
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
-        "a Hugging Face repo of a preset (" + ", ".join(sorted(preset_ids())) + ") or pass the plan with hf_config",
+        "closest presets: " + ", ".join(closest(_norm_name(repo), preset_ids())) + "; or bring the checkpoint's "
+        "config.json: pdag import ... --hf-config FILE, or hf_config over MCP (import_deployment)",
     )
+
+
+def _model_of(repo: str, hf_config: dict[str, Any] | None) -> tuple[str | dict[str, Any], str | None]:
+    """The plan's model: the preset ``repo`` names, or, when the user brings the checkpoint's config.json, that
+    config (a model with no preset imports, and the command's repo stays the checkpoint an export serves)."""
+    if hf_config is None:
+        return model_for_repo(repo)
+    if not isinstance(hf_config, dict):
+        raise PdagInputError("hf_config", f"expected a JSON object, got {type(hf_config).__name__}",
+                             "the checkpoint's config.json as a JSON object")
+    config = {"_name_or_path": repo.strip().rstrip("/"), **hf_config}
+    from_hf_config(config, field_prefix="hf_config")  # a bad config is named as hf_config.<field>, not model.*
+    return {"hf_config": config}, f"model {repo!r} read from the config.json given (hf_config), not from a preset"
 
 
 def _limit_notes(plan: Plan, max_seqs: int, max_len: int, seqs_flag: str, len_flag: str) -> list[str]:
@@ -1345,14 +1362,15 @@ def _engine_options(values: dict[str, str], engine: str, graph_max: int | None,
 
 
 def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
-                   engine_config: dict[str, Any] | None = None, replicas: int = 1) -> ImportResult:
+                   engine_config: dict[str, Any] | None = None, replicas: int = 1,
+                   hf_config: dict[str, Any] | None = None) -> ImportResult:
     """A plan from a pasted launch command (``_import_one``), run as ``replicas`` identical servers: a
     Kubernetes Deployment's replica count, or the same command started on several machines behind a router,
     which is pdag's plain DP (each replica the command's GPUs)."""
     if type(replicas) is not int or replicas < 1:
         raise PdagInputError("replicas", f"expected an integer >= 1, got {replicas!r}",
                              "the number of servers running this command (1 unless a router spreads requests)")
-    result = _import_one(command, gpu, gpus_per_node, engine_config)
+    result = _import_one(command, gpu, gpus_per_node, engine_config, hf_config)
     plan, notes = json.loads(json.dumps(result.plan)), list(result.notes)
     if replicas > 1:
         plan["parallel"]["dp"] *= replicas
@@ -1374,7 +1392,8 @@ def _replicas_serve_throughput(plan: dict[str, Any], notes: list[str]) -> None:
                      "(set objective 'latency' to judge one request's latency)")
 
 
-def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[str, Any] | None) -> ImportResult:
+def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[str, Any] | None,
+                hf_config: dict[str, Any] | None = None) -> ImportResult:
     """A plan from a pasted vLLM, SGLang or TensorRT-LLM launch command.  The model comes from the Hugging Face
     repo (matched to a preset through ``knowledge/models/index.json``), the degrees from the flags; the GPU type
     and node size come from the arguments and the GPU count is the engine's own count.  ``engine_config`` is
@@ -1388,7 +1407,8 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     if dynamo and engine != "sglang":  # SGLang's own --disaggregation-mode is refused by its table
         _refuse_pool_role(args, dynamo)
     if engine == "trtllm":
-        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config, dynamo=bool(dynamo))
+        return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config, dynamo=bool(dynamo),
+                              hf_config=hf_config)
     sizes: list[int] | None = None
     dotted: dict[str, Any] = {}
     switch = engine_profile(engine).overlap.launch_flag
@@ -1411,7 +1431,7 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'vllm serve' or --model-path")
     ignored = [t for t in ignored if t != repo]
-    model, note = model_for_repo(repo)
+    model, note = _model_of(repo, hf_config)
     notes = [note] if note else []
     tp = _int("tp", values.get("tp", "1"))
     pp = _int("pp", values.get("pp", "1"))
@@ -1578,7 +1598,8 @@ def trtllm_values(args: list[str], config: dict[str, Any] | None, dynamo: bool =
 
 
 def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_node: int,
-                   engine_config: dict[str, Any] | None, dynamo: bool = False) -> ImportResult:
+                   engine_config: dict[str, Any] | None, dynamo: bool = False,
+                   hf_config: dict[str, Any] | None = None) -> ImportResult:
     """trtllm-serve: ``--tp_size T --pp_size P --ep_size E`` (TensorRT-LLM requires ``T = moe_tp * moe_ep``;
     without ``--ep_size`` its mapping keeps EP 1 and shards experts by TP), and from the ``--config`` YAML
     ``enable_attention_dp`` (attention on each of the T ranks with TP 1: pdag's ``attn_dp = T, tp = 1``)."""
@@ -1586,7 +1607,7 @@ def _import_trtllm(args: list[str], positional: str | None, gpu: str, gpus_per_n
     repo = positional or values.get("model")
     if not repo:
         raise PdagInputError("command.model", "no model given", "the HF repo after 'trtllm-serve'")
-    model, note = model_for_repo(repo)
+    model, note = _model_of(repo, hf_config)
     notes = [note] if note else []
     world, pp, ep = (_int(k, values.get(k, "1")) for k in ("tp", "pp", "ep"))
     spec = parse_plan({"model": model, "hardware": {"gpu": gpu, "num_gpus": 1}}).spec
@@ -1665,14 +1686,15 @@ def _without_role(command: str, engine_role: str) -> str:
 def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
                          engine_config: dict[str, Any] | None = None,
                          decode_engine_config: dict[str, Any] | None = None, replicas: int = 1,
-                         decode_replicas: int = 1) -> ImportResult:
+                         decode_replicas: int = 1, hf_config: dict[str, Any] | None = None) -> ImportResult:
     """A disaggregated plan from the launch commands of its two pools (SGLang ``--disaggregation-mode prefill``
     and ``decode``; vLLM servers with a ``--kv-transfer-config``), each run by ``replicas`` / ``decode_replicas``
     servers: ``parallel`` is the prefill pool's layout, ``phases.decode`` the decode pool's, and the GPUs are
     both pools' (prefill first)."""
-    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config, replicas)
+    pre = import_command(_without_role(prefill_command, "prefill"), gpu, gpus_per_node, engine_config, replicas,
+                         hf_config)
     dec = import_command(_without_role(decode_command, "decode"), gpu, gpus_per_node, decode_engine_config,
-                         decode_replicas)
+                         decode_replicas, hf_config)
     if pre.engine != dec.engine:
         raise PdagInputError("decode_command", f"a {dec.engine} decode pool behind a {pre.engine} prefill pool",
                              "both pools on the same engine")
@@ -1703,20 +1725,21 @@ def import_deployment(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 
                       engine_config: dict[str, Any] | None = None, replicas: int = 1,
                       decode_command: str | None = None, decode_engine_config: dict[str, Any] | None = None,
                       decode_replicas: int = 1, workload: dict[str, Any] | None = None,
-                      objective: str | None = None) -> ImportResult:
+                      objective: str | None = None, hf_config: dict[str, Any] | None = None) -> ImportResult:
     """Every front's import: one server's ``command`` (``import_command``), or with ``decode_command`` a
     disaggregated deployment (``import_disaggregated``), whose decode pool reads the prefill pool's engine config
     unless it has its own (one YAML file shared by both pools is the common recipe).  A command states no load and
     no goal: ``workload`` and ``objective`` are the user's, written into the plan so that its checks (and every later
-    call) judge the deployment at them; without them the note says which defaults the checks assumed."""
+    call) judge the deployment at them; without them the note says which defaults the checks assumed.  ``hf_config``
+    is the checkpoint's config.json, for a model with no preset (both pools serve it)."""
     if decode_command is None:
         out = import_command(command, gpu=gpu, gpus_per_node=gpus_per_node, engine_config=engine_config,
-                             replicas=replicas)
+                             replicas=replicas, hf_config=hf_config)
     else:
         decode = engine_config if decode_engine_config is None else decode_engine_config
         out = import_disaggregated(command, decode_command, gpu=gpu, gpus_per_node=gpus_per_node,
                                    engine_config=engine_config, decode_engine_config=decode, replicas=replicas,
-                                   decode_replicas=decode_replicas)
+                                   decode_replicas=decode_replicas, hf_config=hf_config)
     if objective is not None:
         if objective not in ("latency", "throughput"):
             raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
