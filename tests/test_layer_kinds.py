@@ -198,6 +198,7 @@ def test_nemotron_estimate_names_the_mixers_and_their_state() -> None:
     est = estimate_performance(parse_plan(_plan("nemotron-h-56b", 4096, 4, tp=4)))
     assert {c.name for c in est.decode.critical_path} >= {"mamba2 mixer", "attention", "ffn"}
     assert any("Mamba-2" in a and "per request" in a for a in est.assumptions)
+    assert est.kv_cache.state_bytes_per_sequence == load_preset("nemotron-h-56b").state_bytes_per_sequence() > 4e8
 
 
 # ----------------------------------------------------------------------------------------------- Granite-4
@@ -353,3 +354,16 @@ def test_running_capacity_counts_each_request_state() -> None:
     held = 4096 + eff["kv_reserved_output_fraction"] * 256
     assert running_capacity(plan, eff, 100) == int(100 * (4096 + 256 + s) / (held + s))
     assert running_capacity(plan, eff, 100) < int(100 * (4096 + 256) / held)
+
+
+def test_sglangs_qwen3_next_tp8_recipe_plans_with_its_config() -> None:
+    """SGLang's cookbook serves Qwen3-Next with --tp 8 and no EP (experts tensor-sharded): 24 runs of alternating
+    layer kinds stay within the working form's node bound (Expert nodes drawn one per GPU, not one per expert)."""
+    from tools.core.build import build_working, estimated_node_count
+
+    plan = parse_plan({"model": {"hf_config": QWEN3_NEXT}, "hardware": {"gpu": "b200", "num_gpus": 8},
+                       "parallel": {"tp": 8}, "options": {"allow_expert_tp": True}, "engine": "sglang"})
+    layout = Layout(plan)
+    drawn = build_working(plan, layout).graph.number_of_nodes()
+    assert drawn <= estimated_node_count(layout) < 20_000
+    assert estimate_performance(plan).memory.fits

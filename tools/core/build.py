@@ -43,11 +43,12 @@ def estimated_node_count(layout: Layout, folded: bool = True) -> int:
     """Upper bound on the nodes a build would create, computed before building anything: of the working form
     (replica 0 of each pool, one drawn layer per run of identical layers) or, ``folded=False``, of the full DAG."""
     spec = layout.plan.spec
-    experts = spec.moe.num_experts if spec.moe and layout.plan.options.allow_expert_tp else 0
     cuts = frozenset(r.start for pool in layout.pools.values() for r in pool.stage_layers)
     total = 1
     for phase, pool in _distinct_pools(layout):
         pl = layout.phases[phase]
+        # expert-TP draws ep x (W / ep) Expert nodes per MoE layer (``moe``): one per GPU of the group, not per expert
+        experts = pool.group_width if spec.moe and layout.plan.options.allow_expert_tp else 0
         per_layer = 12 + 4 * pool.group_width + 6 * pl.attn_dp + experts
         drawn = (sum(len(layer_runs(spec, r, cuts)) for r in pool.stage_layers) if folded else spec.num_layers)
         per_phase = drawn * per_layer + 8 * pool.pp + 8

@@ -121,6 +121,7 @@ class KvCache(BaseModel):
     bytes_total: float = Field(description="all replicas, with TP replication of KV heads")
     bytes_per_gpu_max: float
     per_gpu: dict[int, float] = Field(description="KV bytes per GPU of replica 0")
+    state_bytes_per_sequence: float = Field(0.0, description="recurrent layers' fixed state per sequence, all layers")
 
 
 class Provenance(BaseModel):
@@ -201,8 +202,10 @@ class Estimate(BaseModel):
             f"({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU), "
             f"decode {self.throughput.decode_tokens_per_s:,.0f} tok/s, "
             f"per request {self.throughput.single_request_tokens_per_s:,.1f} tok/s",
-            f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token, total {self.kv_cache.bytes_total / 1e9:.2f} GB, "
-            f"max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
+            f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token"
+            + (f" + {self.kv_cache.state_bytes_per_sequence / 1e6:,.1f} MB of recurrent state per sequence"
+               if self.kv_cache.state_bytes_per_sequence else "")
+            + f", total {self.kv_cache.bytes_total / 1e9:.2f} GB, max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
             f"memory: {self.memory.message}",
         ]
         if self.pools and self.kv_transfer:
@@ -683,7 +686,8 @@ def estimate_performance(
         load = f"{wl.batch_size} requests decoding per decode replica, prompts prefilled one at a time"
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
-                 bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv)
+                 bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv,
+                 state_bytes_per_sequence=full.spec.state_bytes_per_sequence())
     warnings = []
     if not mem.fits:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
