@@ -205,7 +205,8 @@ class Estimate(BaseModel):
             f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token"
             + (f" + {self.kv_cache.state_bytes_per_sequence / 1e6:,.1f} MB of recurrent state per sequence"
                if self.kv_cache.state_bytes_per_sequence else "")
-            + f", total {self.kv_cache.bytes_total / 1e9:.2f} GB, max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
+            + f", total {self.kv_cache.bytes_total / 1e9:.2f} GB, "
+            f"max/GPU {self.kv_cache.bytes_per_gpu_max / 1e9:.2f} GB",
             f"memory: {self.memory.message}",
         ]
         if self.pools and self.kv_transfer:
