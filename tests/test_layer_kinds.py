@@ -180,10 +180,13 @@ def test_nemotron_h_56b_count_and_layers() -> None:
 def test_nemotron_h_kv_per_token_and_state_per_request_by_hand() -> None:
     spec = load_preset("nemotron-h-56b")
     assert spec.kv_bytes_per_token(BF16) == 10 * 2 * 8 * 128 * BF16
-    # conv over x (256 heads x 64) and B, C (8 groups x 256 state), kernel 4 keeps 3; SSM 256 heads x 64 x 256
+    # conv over x (256 heads x 64) and B, C (8 groups x 256 state), kernel 4 keeps 3, in bf16; SSM 256 heads x 64 x
+    # 256 in fp32 (vLLM's Nemotron-H default when the config names no mamba_ssm_cache_dtype, as this one does not)
     conv = (256 * 64 + 2 * 8 * 256) * 3
     ssm = 256 * 64 * 256
-    assert spec.state_bytes_per_sequence() == 54 * (conv + ssm) * BF16
+    assert spec.state_bytes_per_sequence() == 54 * (conv * BF16 + ssm * 4)
+    half = from_hf_config(dict(preset_config("nemotron-h-56b.json"), mamba_ssm_cache_dtype="bfloat16"))
+    assert half.state_bytes_per_sequence() == 54 * (conv + ssm) * BF16
 
 
 def test_nemotron_moe_blocks_and_stray_mlps_are_refused_by_field() -> None:
@@ -198,7 +201,7 @@ def test_nemotron_estimate_names_the_mixers_and_their_state() -> None:
     est = estimate_performance(parse_plan(_plan("nemotron-h-56b", 4096, 4, tp=4)))
     assert {c.name for c in est.decode.critical_path} >= {"mamba2 mixer", "attention", "ffn"}
     assert any("Mamba-2" in a and "per request" in a for a in est.assumptions)
-    assert est.kv_cache.state_bytes_per_sequence == load_preset("nemotron-h-56b").state_bytes_per_sequence() > 4e8
+    assert est.kv_cache.state_bytes_per_sequence == load_preset("nemotron-h-56b").state_bytes_per_sequence() > 9e8
 
 
 # ----------------------------------------------------------------------------------------------- Granite-4

@@ -47,6 +47,7 @@ class RecurrentSpec(BaseModel):
     conv_kernel: int = Field(ge=1, le=1024)
     conv_bias: bool = False
     proj_bias: bool = False
+    ssm_state_bytes: float = Field(default=2.0, gt=0, le=8)  # per element of the recurrent (SSM) state
 
     @model_validator(mode="after")
     def _check(self) -> RecurrentSpec:
@@ -96,8 +97,10 @@ class RecurrentSpec(BaseModel):
         return conv, self.num_heads * self.value_head_dim * self.key_head_dim / shards
 
     def state_bytes(self, shards: int = 1) -> float:
-        """Bytes of one request's state in one layer on one TP rank (the engines' state dtype)."""
-        return sum(self.state_elements(shards)) * float(layer_kind_data()["recurrent_state_bytes_per_element"])
+        """Bytes of one request's state in one layer on one TP rank: the conv window at the model's 16 bits, the
+        recurrent state at ``ssm_state_bytes`` (the engines' state dtypes)."""
+        conv, ssm = self.state_elements(shards)
+        return conv * float(layer_kind_data()["recurrent_state_bytes_per_element"]) + ssm * self.ssm_state_bytes
 
     def scan_flops_per_token(self, shards: int = 1) -> float:
         """Arithmetic of the recurrence per token: the state is read, decayed, updated by an outer product and

@@ -1300,13 +1300,15 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                             value_head_dim=c.int("mamba_head_dim", hi=MAX_HEAD_DIM),
                             conv_kernel=c.int("conv_kernel", default=4, hi=1024),
                             conv_bias=c.bool("use_conv_bias", True),
-                            proj_bias=c.bool("mamba_proj_bias", c.bool("use_bias", False)))
+                            proj_bias=c.bool("mamba_proj_bias", c.bool("use_bias", False)),
+                            ssm_state_bytes=_ssm_cache_bytes(c))
         alone = tuple(i for i, (_, ffn) in enumerate(blocks) if not ffn)
         notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} "
                      "attention blocks, each read with the MLP block after it as one layer "
-                     f"({len(alone)} without one); a Mamba-2 layer holds a fixed conv + SSM state per request "
-                     "(16-bit, as vLLM's mamba cache dtypes default; vLLM's --mamba-ssm-cache-dtype float32 doubles "
-                     "the SSM part), no KV per token; MLPs are up -> ReLU^2 -> down (no gate)")
+                     f"({len(alone)} without one); a Mamba-2 layer holds a fixed state per request, no KV per token: "
+                     f"the conv window in 16 bits and the SSM state in {rec.ssm_state_bytes * 8:g} bits (vLLM's "
+                     "Nemotron-H default: the config's mamba_ssm_cache_dtype, else float32); MLPs are up -> ReLU^2 -> "
+                     "down (no gate)")
         return {"recurrent": rec, "ffn_free_layers": alone, "ffn_gated": False}
     if model_type == "granitemoehybrid":
         rec = _granite_mamba(c, num_layers)
@@ -1367,6 +1369,16 @@ def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:
                _granite_default(c, "intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared,
                tuple(range(num_layers)), False, False)
     return moe, 0
+
+
+def _ssm_cache_bytes(c: _Cfg) -> float:
+    """Bytes per element of Nemotron-H's SSM state as vLLM keeps it: the config's mamba_ssm_cache_dtype, else fp32."""
+    data = layer_kind_data()
+    name = c.raw.get("mamba_ssm_cache_dtype", data["nemotron_h_ssm_cache_dtype"])
+    sizes = data["state_dtype_bytes"]
+    if name not in sizes:
+        raise PdagInputError(c.path("mamba_ssm_cache_dtype"), f"unknown state dtype {shown(name)}", ", ".join(sizes))
+    return float(sizes[name])
 
 
 def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, bool]]:
