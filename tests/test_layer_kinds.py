@@ -189,12 +189,28 @@ def test_nemotron_h_kv_per_token_and_state_per_request_by_hand() -> None:
     assert half.state_bytes_per_sequence() == 54 * (conv + ssm) * BF16
 
 
-def test_nemotron_moe_blocks_and_stray_mlps_are_refused_by_field() -> None:
+def test_nemotron_ffn_blocks_without_a_mixer_and_latent_experts_are_refused_by_field() -> None:
     cfg = preset_config("nemotron-h-56b.json")
     for pattern in ("E" + cfg["hybrid_override_pattern"][1:], "-" + cfg["hybrid_override_pattern"][1:]):
         with pytest.raises(PdagInputError) as info:
             from_hf_config(dict(cfg, hybrid_override_pattern=pattern))
         assert info.value.field == "hf_config.hybrid_override_pattern"
+    with pytest.raises(PdagInputError) as info:  # Nemotron-3-Super's experts work in a projected width
+        from_hf_config(dict(preset_config("nemotron-3-nano-30b-a3b.json"), moe_latent_size=1024))
+    assert info.value.field == "hf_config.moe_latent_size"
+
+
+def test_nemotron_3_nano_count_kv_and_state() -> None:
+    """31.6B total (the Hub's count), 3.5B active (the card's); 23 Mamba-2 + MoE layers and 6 attention layers."""
+    spec = load_preset("nemotron-3-nano-30b-a3b")
+    assert spec.param_count() == pytest.approx(31.6e9, rel=0.01)
+    assert spec.active_param_count() == pytest.approx(3.5e9, rel=0.03)
+    assert spec.moe is not None and len(spec.moe.moe_layers) == 23 and spec.moe.router_bias
+    assert spec.expert_params() == 2 * 2688 * 1856  # up and down, no gate
+    assert spec.kv_bytes_per_token(BF16) == 6 * 2 * 2 * 128 * BF16
+    # conv over x (64 heads x 64) and B, C (8 groups x 128) in bf16; SSM 64 x 64 x 128 in fp32 (the config says so)
+    assert spec.state_bytes_per_sequence() == 23 * ((64 * 64 + 2 * 8 * 128) * 3 * BF16 + 64 * 64 * 128 * 4)
+    assert load_preset("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8").id == "nemotron-3-nano-30b-a3b"
 
 
 def test_nemotron_estimate_names_the_mixers_and_their_state() -> None:

@@ -754,6 +754,8 @@ def from_hf_config(
         moe, intermediate = _qwen3_next_moe(c, num_layers)
     elif model_type == "granitemoehybrid":
         moe, intermediate = _granite_moe(c, num_layers)
+    elif model_type == "nemotron_h":
+        moe = _nemotron_moe(c, c.int("num_hidden_layers", hi=MAX_LAYERS))
     elif model_type == "glm4_moe":
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         attention_out_bias = False  # q/k/v biases only (attention_bias); o_proj has none
@@ -1294,7 +1296,7 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         if heads % groups:
             raise PdagInputError(c.path("n_groups"), f"{groups} groups do not divide {heads} Mamba heads",
                                  f"a divisor of {heads}")
-        rec = RecurrentSpec(kind="mamba2", layers=tuple(i for i, (m, _) in enumerate(blocks) if m == "M"),
+        rec = RecurrentSpec(kind="mamba2", layers=tuple(i for i, (mixer, _) in enumerate(blocks) if mixer == "M"),
                             num_heads=heads, num_key_heads=groups,
                             key_head_dim=c.int("ssm_state_size", hi=MAX_HEAD_DIM),
                             value_head_dim=c.int("mamba_head_dim", hi=MAX_HEAD_DIM),
@@ -1303,9 +1305,11 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                             proj_bias=c.bool("mamba_proj_bias", c.bool("use_bias", False)),
                             ssm_state_bytes=_ssm_cache_bytes(c))
         alone = tuple(i for i, (_, ffn) in enumerate(blocks) if not ffn)
+        moe_blocks = sum(1 for _, ffn in blocks if ffn == "E")
         notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} "
-                     "attention blocks, each read with the MLP block after it as one layer "
-                     f"({len(alone)} without one); a Mamba-2 layer holds a fixed state per request, no KV per token: "
+                     "attention blocks, each read with the MLP or MoE block after it as one layer "
+                     f"({moe_blocks} MoE, {len(alone)} without an FFN); a Mamba-2 layer holds a fixed state per "
+                     "request, no KV per token: "
                      f"the conv window in 16 bits and the SSM state in {rec.ssm_state_bytes * 8:g} bits (vLLM's "
                      "Nemotron-H default: the config's mamba_ssm_cache_dtype, else float32); MLPs are up -> ReLU^2 -> "
                      "down (no gate)")
@@ -1381,28 +1385,44 @@ def _ssm_cache_bytes(c: _Cfg) -> float:
     return float(sizes[name])
 
 
-def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, bool]]:
+def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, str]]:
     """Nemotron-H's ``hybrid_override_pattern``, one character per block (M Mamba-2, * attention, - MLP, E MoE), as
-    pdag layers: each mixer block with whether an MLP block follows it."""
+    pdag layers: each mixer block with the FFN block that follows it ("-", "E", or "" for none)."""
     pattern = c.raw.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or len(pattern) != num_hidden_layers or set(pattern) - set("M*-E"):
         raise PdagInputError(c.path("hybrid_override_pattern"),
                              f"expected one block kind per layer, got {shown(pattern)}",
-                             f"a string of {num_hidden_layers} characters from M (Mamba-2), * (attention), - (MLP)")
-    if "E" in pattern:
-        raise PdagInputError(c.path("hybrid_override_pattern"), "MoE blocks (E, Nemotron-3's latent experts) are not "
-                             "priced yet; pdag refuses rather than price them as a dense MLP",
-                             "a pattern of M, * and - blocks (Nemotron-H, Nemotron-Nano-v2)")
-    blocks: list[tuple[str, bool]] = []
+                             f"a string of {num_hidden_layers} characters from M (Mamba-2), * (attention), - (MLP), "
+                             "E (MoE)")
+    if "E" in pattern and c.raw.get("moe_latent_size") is not None:
+        raise PdagInputError(c.path("moe_latent_size"), "latent MoE (experts working in a projected width, "
+                             "Nemotron-3-Super) is not priced yet; pdag refuses rather than price full-width experts",
+                             "a config without moe_latent_size")
+    blocks: list[tuple[str, str]] = []
     for i, ch in enumerate(pattern):
-        if ch == "-":
+        if ch in "-E":
             if not blocks or blocks[-1][1]:
-                raise PdagInputError(c.path("hybrid_override_pattern"), f"block {i} is an MLP without a mixer block "
-                                     "before it, which pdag cannot read as a layer", "each - right after an M or *")
-            blocks[-1] = (blocks[-1][0], True)
+                raise PdagInputError(c.path("hybrid_override_pattern"), f"block {i} is an FFN without a mixer block "
+                                     "before it, which pdag cannot read as a layer",
+                                     "each - or E right after an M or *")
+            blocks[-1] = (blocks[-1][0], ch)
         else:
-            blocks.append((ch, False))
+            blocks.append((ch, ""))
     return blocks
+
+
+def _nemotron_moe(c: _Cfg, num_hidden_layers: int) -> MoESpec | None:
+    """Nemotron-3's E blocks: routed ReLU^2 experts of moe_intermediate_size with a score-correction bias on the
+    router, plus shared experts of moe_shared_expert_intermediate_size in all (None without E blocks)."""
+    blocks = _nemotron_blocks(c, num_hidden_layers)
+    layers = tuple(i for i, (_, ffn) in enumerate(blocks) if ffn == "E")
+    if not layers:
+        return None
+    shared = c.int("moe_shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    n_shared = c.int("n_shared_experts", default=1 if shared else 0, lo=0, hi=MAX_EXPERTS)
+    return _moe(c, c.int("n_routed_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+                c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), n_shared if shared else 0, shared, layers,
+                True, False)
 
 
 def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:

@@ -552,7 +552,8 @@ class CostModel:
         if self.mxfp4_experts:  # the engines' MXFP4 MoE kernels run on zero-padded expert weights
             h, i_l = _round_up(h, self.eff["mxfp4_expert_hidden_align"]), \
                 _round_up(i_l, self.eff["mxfp4_expert_inter_align"])
-        w1 = hit * 2 * h * i_l * self.xb
+        g = 2 if spec.ffn_gated else 1  # gate and up, or up alone (Nemotron-3's ReLU^2 experts)
+        w1 = hit * g * h * i_l * self.xb
         w2 = hit * i_l * h * self.xb
         # 4-bit experts upcast in the kernel, or block-fp8 experts through the engine's fused-MoE kernel (tokens
         # replicated: no all-to-all path), stream at those kernels' published rates
@@ -567,9 +568,9 @@ class CostModel:
         half = self.expert_half_width
         width = i_l / (i_l + half) if half > 0 else 1.0
         return self.run(phase, [
-            Kernel(2 * load * h * 2 * i_l, w1 + load * (h + 2 * i_l) * self.ab, small=small, experts=True,
+            Kernel(2 * load * h * g * i_l, w1 + load * (h + g * i_l) * self.ab, small=small, experts=True,
                    memory_efficiency=rate, floor_s=f1, speed_scale=width),
-            Kernel(load * 2 * i_l, load * 3 * i_l * self.ab, small=True),
+            Kernel(load * g * i_l, load * (g + 1) * i_l * self.ab, small=True),
             Kernel(2 * load * i_l * h, w2 + load * (i_l + h) * self.ab, small=small, experts=True,
                    memory_efficiency=rate, floor_s=f2, speed_scale=width),
         ])
