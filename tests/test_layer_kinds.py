@@ -386,3 +386,15 @@ def test_sglangs_qwen3_next_tp8_recipe_plans_with_its_config() -> None:
     drawn = build_working(plan, layout).graph.number_of_nodes()
     assert drawn <= estimated_node_count(layout) < 20_000
     assert estimate_performance(plan).memory.fits
+
+
+def test_each_layers_hand_off_moves_what_the_layer_keeps() -> None:
+    """A DeltaNet layer's KV-transfer node moves its state (batch x 1.1 MB), an attention layer's the prompt's KV
+    (batch x 8192 tokens x 24 KiB): at this prompt the state is the smaller."""
+    plan = parse_plan({"model": {"hf_config": QWEN3_NEXT}, "hardware": {"gpu": "h200", "num_gpus": 4},
+                       "parallel": {"tp": 2, "ep": 2}, "options": {"disaggregated": True},
+                       "workload": {"batch_size": 4, "input_len": 8192, "output_len": 256}})
+    model = CostModel(plan, Layout(plan), plan_efficiency(plan), overlap=False)
+    attrs = {"type": NodeType.KV_TRANSFER, "phase": "decode", "devices": [0, 1, 2, 3]}
+    state, kv = (model.cost({**attrs, "layer": layer}, 4).seconds for layer in (0, 3))
+    assert 0 < state < kv

@@ -1287,7 +1287,8 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         notes.append(f"DeepSeek sparse attention: each query attends to the indexer's top {idx.topk} keys (all of a "
                      f"shorter context); the indexer ({idx.num_heads} heads of {idx.head_dim}) scores every key and "
                      f"keeps its own fp8 key cache of {idx.cache_bytes_per_token():g} bytes per token per layer beside "
-                     "MLA's latent")
+                     "MLA's latent; its scoring is priced at 16-bit attention speed (the engines' fp8 kernels are "
+                     "faster: an upper bound)")
         return {"indexer": idx}
     if model_type == "nemotron_h":
         blocks = _nemotron_blocks(c, c.int("num_hidden_layers", hi=MAX_LAYERS))

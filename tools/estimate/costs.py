@@ -611,7 +611,12 @@ class CostModel:
             t = self.all_to_all(phase, tok, devices, role)
             overlap_key = "ep_overlap_fraction"
         elif ntype == T.KV_TRANSFER:
-            layer_kv = self.tokens("prefill", batch) * self.kv_elems_local({"kv_heads": spec.num_kv_heads}) * self.kvb
+            layer = attrs.get("layer")
+            if layer is not None and spec.recurrent is not None and spec.is_recurrent_layer(layer):
+                layer_kv = batch * spec.recurrent.state_bytes()  # a recurrent layer hands over its state
+            else:
+                layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"kv_heads": spec.num_kv_heads})
+                                                            * self.kvb + spec.indexer_bytes_per_token_per_layer())
             t = alpha + layer_kv / max(1, n) / bw
         else:  # SEND_RECV: activations of the batch between two pipeline stages
             t = alpha + size / bw
