@@ -229,7 +229,6 @@ class ModelSpec(BaseModel):
     recurrent: RecurrentSpec | None = None
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
-    shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared expert's output (Qwen2/3-Next)
     # layers made of a token mixer alone, without a feed-forward block after it (Nemotron-H's "M" or "*" followed by
     # another mixer); their one norm is the mixer's
     ffn_free_layers: tuple[int, ...] = ()
@@ -402,8 +401,7 @@ class ModelSpec(BaseModel):
         """All shared experts of one MoE layer together (biased like the routed experts)."""
         if self.moe is None or not self.moe.shared_expert_intermediate_size:
             return 0
-        gate = self.hidden_size if self.shared_expert_gate else 0
-        return self._swiglu(self.moe.shared_expert_intermediate_size, self.moe.expert_bias) + gate
+        return self._swiglu(self.moe.shared_expert_intermediate_size, self.moe.expert_bias)
 
     def router_params(self) -> int:
         if self.moe is None:
@@ -1273,7 +1271,7 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         notes.append(f"{len(rec.layers)} of {num_layers} layers are gated DeltaNet (linear attention): each holds a "
                      "fixed conv + recurrent state per request (16-bit, as vLLM's mamba cache dtypes default), no KV "
                      f"per token; the other {num_layers - len(rec.layers)} are gated full attention with KV")
-        return {"recurrent": rec, "attention_output_gate": True, "shared_expert_gate": True}
+        return {"recurrent": rec, "attention_output_gate": True}
     if model_type == "deepseek_v32":
         for key in ("index_topk_freq", "index_topk_pattern", "index_skip_topk_offset"):
             if c.raw.get(key) is not None:
@@ -1464,4 +1462,4 @@ def _qwen3_next_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int]:
     shared = c.int("shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
     moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
                c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared, layers, False, False)
-    return moe, intermediate
+    return moe.model_copy(update={"shared_expert_gate": bool(shared)}), intermediate  # sigmoid-gated, as Qwen2-MoE
