@@ -189,15 +189,27 @@ def test_nemotron_h_kv_per_token_and_state_per_request_by_hand() -> None:
     assert half.state_bytes_per_sequence() == 54 * (conv + ssm) * BF16
 
 
-def test_nemotron_ffn_blocks_without_a_mixer_and_latent_experts_are_refused_by_field() -> None:
+def test_nemotron_ffn_blocks_without_a_mixer_are_refused_by_field() -> None:
     cfg = preset_config("nemotron-h-56b.json")
     for pattern in ("E" + cfg["hybrid_override_pattern"][1:], "-" + cfg["hybrid_override_pattern"][1:]):
         with pytest.raises(PdagInputError) as info:
             from_hf_config(dict(cfg, hybrid_override_pattern=pattern))
         assert info.value.field == "hf_config.hybrid_override_pattern"
-    with pytest.raises(PdagInputError) as info:  # Nemotron-3-Super's experts work in a projected width
-        from_hf_config(dict(preset_config("nemotron-3-nano-30b-a3b.json"), moe_latent_size=1024))
-    assert info.value.field == "hf_config.moe_latent_size"
+
+
+def test_nemotron_3_super_latent_experts() -> None:
+    """120B total / 12B active (the name and card): 512 experts of 2688 working in a 1024-wide latent, with the
+    down- and up-projection around them counted once per MoE layer; the MTP module is not counted."""
+    spec = load_preset("nemotron-3-super-120b-a12b")
+    assert spec.param_count() == pytest.approx(120e9, rel=0.01)
+    assert spec.active_param_count(include_embedding=False) == pytest.approx(12e9, rel=0.03)
+    assert spec.expert_width == 1024 and spec.expert_params() == 2 * 1024 * 2688
+    assert spec.router_params() == 4096 * 512 + 512 + 2 * 4096 * 1024
+    assert spec.mtp_layers == 1
+    full_width = from_hf_config({k: v for k, v in preset_config("nemotron-3-super-120b-a12b.json").items()
+                                 if k != "moe_latent_size"})
+    assert full_width.param_count() - spec.param_count() == 40 * (512 * 2 * (4096 - 1024) * 2688 - 2 * 4096 * 1024)
+    assert spec.kv_bytes_per_token(BF16) == 8 * 2 * 2 * 128 * BF16
 
 
 def test_nemotron_3_nano_count_kv_and_state() -> None:

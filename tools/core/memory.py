@@ -351,7 +351,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if tp > 1 and j < tp:
                 comm += 2 * h * ab
             if moe and n_moe and ep > 1 and local < ep * expert_tp:
-                shared += 2 * moe.experts_per_token * h * ab / ep
+                shared += 2 * moe.experts_per_token * spec.expert_width * ab / ep
             shapes[key] = dict(
                 weights=weights, kv_full=(n_full + extra_kv_layers) * (kv_elems * kvb + index_bytes) + extra_kv,
                 state_per_seq=state,

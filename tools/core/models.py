@@ -181,6 +181,9 @@ class MoESpec(BaseModel):
     router_bias: bool = False  # a per-expert bias on the router (gpt-oss bias, DeepSeek-V3 score correction)
     shared_expert_gate: bool = False  # a hidden -> 1 sigmoid gate on the shared expert's output (Qwen2-MoE)
     expert_bias: bool = False  # biases inside each expert's projections (gpt-oss)
+    # routed experts read and write this width instead of hidden_size, between a down-projection of the token and an
+    # up-projection of their sum (Nemotron-3-Super's fc1/fc2_latent_proj); None: the experts work at hidden_size
+    latent_size: int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -377,11 +380,17 @@ class ModelSpec(BaseModel):
             return self.recurrent.params(self.hidden_size)
         return self.attention_params_per_layer()
 
-    def _swiglu(self, inter: int, bias: bool) -> int:
+    @property
+    def expert_width(self) -> int:
+        """The width routed experts read and write: a latent MoE's latent, else hidden_size."""
+        return (self.moe.latent_size if self.moe is not None else None) or self.hidden_size
+
+    def _swiglu(self, inter: int, bias: bool, width: int | None = None) -> int:
         mats = 3 if self.ffn_gated else 2
-        n = mats * self.hidden_size * inter
+        h = width or self.hidden_size
+        n = mats * h * inter
         if bias:
-            n += (mats - 1) * inter + self.hidden_size
+            n += (mats - 1) * inter + h
         return n
 
     def ffn_params(self, layer: int) -> int:
@@ -395,7 +404,7 @@ class ModelSpec(BaseModel):
         """One routed expert (gate, up, down and any biases)."""
         if self.moe is None:
             return 0
-        return self._swiglu(self.moe.expert_intermediate_size, self.moe.expert_bias)
+        return self._swiglu(self.moe.expert_intermediate_size, self.moe.expert_bias, self.expert_width)
 
     def shared_expert_params(self) -> int:
         """All shared experts of one MoE layer together (biased like the routed experts)."""
@@ -407,7 +416,9 @@ class ModelSpec(BaseModel):
         if self.moe is None:
             return 0
         gate = self.hidden_size if self.moe.shared_expert_gate else 0
-        return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0) + gate
+        latent = 2 * self.hidden_size * self.moe.latent_size if self.moe.latent_size else 0  # replicated like it
+        return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0) + gate \
+            + latent
 
     def moe_params(self) -> int:
         """A whole MoE block of one layer: routed experts + shared experts + router."""
@@ -754,6 +765,7 @@ def from_hf_config(
         moe, intermediate = _granite_moe(c, num_layers)
     elif model_type == "nemotron_h":
         moe = _nemotron_moe(c, c.int("num_hidden_layers", hi=MAX_LAYERS))
+        mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
     elif model_type == "glm4_moe":
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         attention_out_bias = False  # q/k/v biases only (attention_bias); o_proj has none
@@ -1305,6 +1317,11 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                             ssm_state_bytes=_ssm_cache_bytes(c))
         alone = tuple(i for i, (_, ffn) in enumerate(blocks) if not ffn)
         moe_blocks = sum(1 for _, ffn in blocks if ffn == "E")
+        latent = c.raw.get("moe_latent_size") if moe_blocks else None
+        if latent:
+            notes.append(f"MoE blocks project each token to a {latent}-wide latent for the routed experts and back "
+                         "(fc1/fc2_latent_proj, replicated like the router): the experts and the all-to-all work at "
+                         "that width")
         notes.append(f"hybrid_override_pattern: {len(rec.layers)} Mamba-2 and {len(blocks) - len(rec.layers)} "
                      "attention blocks, each read with the MLP or MoE block after it as one layer "
                      f"({moe_blocks} MoE, {len(alone)} without an FFN); a Mamba-2 layer holds a fixed state per "
@@ -1393,10 +1410,6 @@ def _nemotron_blocks(c: _Cfg, num_hidden_layers: int) -> list[tuple[str, str]]:
                              f"expected one block kind per layer, got {shown(pattern)}",
                              f"a string of {num_hidden_layers} characters from M (Mamba-2), * (attention), - (MLP), "
                              "E (MoE)")
-    if "E" in pattern and c.raw.get("moe_latent_size") is not None:
-        raise PdagInputError(c.path("moe_latent_size"), "latent MoE (experts working in a projected width, "
-                             "Nemotron-3-Super) is not priced yet; pdag refuses rather than price full-width experts",
-                             "a config without moe_latent_size")
     blocks: list[tuple[str, str]] = []
     for i, ch in enumerate(pattern):
         if ch in "-E":
@@ -1419,9 +1432,11 @@ def _nemotron_moe(c: _Cfg, num_hidden_layers: int) -> MoESpec | None:
         return None
     shared = c.int("moe_shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
     n_shared = c.int("n_shared_experts", default=1 if shared else 0, lo=0, hi=MAX_EXPERTS)
-    return _moe(c, c.int("n_routed_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
-                c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), n_shared if shared else 0, shared, layers,
-                True, False)
+    moe = _moe(c, c.int("n_routed_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
+               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), n_shared if shared else 0, shared, layers,
+               True, False)
+    latent = c.opt_int("moe_latent_size", hi=MAX_HIDDEN)  # Nemotron-3-Super: experts in a projected width
+    return moe.model_copy(update={"latent_size": latent}) if latent else moe
 
 
 def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:

@@ -387,8 +387,12 @@ class CostModel:
         if ntype == T.ROUTER:
             assert spec.moe is not None
             n_e = spec.moe.num_experts
-            c = self.run(phase, [Kernel(2 * tok * h * n_e, h * n_e * self.hb + tok * (h * ab + n_e * 4), small=small),
-                          Kernel(tok * n_e * 4, tok * n_e * 4 * 2, small=True)])
+            kernels = [Kernel(2 * tok * h * n_e, h * n_e * self.hb + tok * (h * ab + n_e * 4), small=small),
+                       Kernel(tok * n_e * 4, tok * n_e * 4 * 2, small=True)]
+            lat = spec.moe.latent_size
+            if lat:  # a latent MoE's down- and up-projection around the experts, replicated like the router
+                kernels.append(Kernel(4 * tok * h * lat, 2 * h * lat * self.hb + 2 * tok * (h + lat) * ab, small=small))
+            c = self.run(phase, kernels)
             if not self.tokens_replicated(phase):  # permutation into the all-to-all send buffers
                 c.seconds += e["moe_dispatch_overhead_us"] * 1e-6
                 c.overhead_s += e["moe_dispatch_overhead_us"] * 1e-6
@@ -548,7 +552,7 @@ class CostModel:
         ranks = self.layout.phases[attrs.get("phase") or "prefill"].ep  # type: ignore[index]
         mean, worst, hit_mean, hit_worst = expert_load(tok, moe.experts_per_token, moe.num_experts, held, ranks)
         load, hit = (mean, hit_mean) if self.balanced_experts else (worst, hit_worst)
-        h, i_l = spec.hidden_size, moe.expert_intermediate_size / etp
+        h, i_l = spec.expert_width, moe.expert_intermediate_size / etp
         if self.mxfp4_experts:  # the engines' MXFP4 MoE kernels run on zero-padded expert weights
             h, i_l = _round_up(h, self.eff["mxfp4_expert_hidden_align"]), \
                 _round_up(i_l, self.eff["mxfp4_expert_inter_align"])
@@ -651,7 +655,7 @@ class CostModel:
         n = len(devices)
         k = spec.moe.experts_per_token if spec.moe else 1
         elem = e["dispatch_bytes"] if role == "dispatch" else self.ab
-        per_src = tok / n * spec.hidden_size * elem  # one copy of one source GPU's tokens
+        per_src = tok / n * spec.expert_width * elem  # one copy of one source GPU's tokens (a latent MoE's latent)
         c = self.plan.cluster
         gpn = max(1, min(c.gpus_per_node, n))
         nodes = max(1, math.ceil(n / gpn)) if self.crosses_nodes(devices) else 1
