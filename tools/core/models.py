@@ -292,17 +292,6 @@ class ModelSpec(BaseModel):
         self._check_layer(layer)
         return self.recurrent is not None and layer in self._recurrent_set()
 
-    def mixer_kind(self, layer: int) -> str:
-        """What mixes tokens in ``layer``: its recurrent kind, else ``attention`` (sparse when indexed)."""
-        if self.is_recurrent_layer(layer):
-            assert self.recurrent is not None
-            return self.recurrent.kind
-        return "sparse_attention" if self.indexer is not None else "attention"
-
-    @property
-    def recurrent_layer_count(self) -> int:
-        return len(self.recurrent.layers) if self.recurrent is not None else 0
-
     def _recurrent_set(self) -> frozenset[int]:
         return frozenset(self.recurrent.layers) if self.recurrent is not None else frozenset()
 
