@@ -27,7 +27,7 @@ from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
-from tools.core.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
+from tools.core.plan import MAX_DRAFT_TOKENS, EngineOptions, Hardware, HFModel, Plan, SpecMethod, WeightFormat, Workload
 from tools.estimate.serving import Arrivals, Sla
 from tools.rules.lookup import LEVELS, MAX_QUERY, STRATEGIES
 
@@ -418,6 +418,15 @@ class SloArg(NullMeansAbsent):
                               "clients whose prompts arrive in one burst; conservative)")
 
 
+class SpecArg(NullMeansAbsent):
+    """The speculative decoding search may choose (a plan's speculative states the rest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: SpecMethod
+    num_draft_tokens: int = Field(1, ge=1, le=MAX_DRAFT_TOKENS, description="most draft tokens tried")
+
+
 @pdag_tool(core="search_strategies", title="Search for the best parallel plans")
 def search_strategies(
     model: Annotated[str | HFModel, Field(description="model preset id (pdag://models) or {'hf_config': {...}}")],
@@ -442,6 +451,8 @@ def search_strategies(
                                                "flight)")] = False,
     checkpoint: Annotated[str | None, Field(max_length=200, description="HF repo served")] = None,
     unlaunchable: Annotated[bool, Field(description="also list plans no engine launches")] = False,
+    speculative: Annotated[SpecArg | None, Field(description="allowed: the best plans try none and 1..k, "
+                                                 "served")] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,
@@ -482,6 +493,8 @@ def search_strategies(
         args["unlaunchable"] = True
     if allow_expert_tp:
         args["allow_expert_tp"] = True
+    if speculative is not None:
+        args["speculative"] = speculative.model_dump(mode="json", exclude_unset=True)
     if not render:
         return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                          lambda: R.shape_search(fn(**args), detail))

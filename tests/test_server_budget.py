@@ -24,7 +24,8 @@ pytestmark = pytest.mark.anyio
 # pool's engine options; 10,129 once the advertised plan leaves out the allowed values of its string fields (the
 # full schema is pdag://schema/plan, and an error names them). Each field and type is still declared: less would
 # take fields away from strict clients, which can send only what the schema declares. 10,331 with search's
-# allow_expert_tp and import_deployment's workload and objective (the load and goal a command does not state).
+# allow_expert_tp and import_deployment's workload and objective (the load and goal a command does not state);
+# 10,394 with search's speculative (a method and a draft length: the plan's speculative states the rest).
 TOOLS_LIST_BUDGET = 10400
 ANSWER_BUDGET = 4000
 RESOURCES_LIST_BUDGET = 2000
