@@ -129,3 +129,15 @@ def test_the_estimate_gives_served_figures_with_and_without_hits() -> None:
     assert pf.ttft_with_ms == est.served.ttft_ms.mean == est.ttft_ms
     assert pf.ttft_without_ms is not None and pf.ttft_with_ms < pf.ttft_without_ms
     assert any("two simulations" in a for a in pf.assumptions)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_suffix_still_attends_to_the_cached_keys(engine: str) -> None:
+    """One client, a 7,168-token prefix of 8,192-token prompts: after the first request, a prompt costs more than a
+    1,024-token prompt (its queries attend to 8k keys) and much less than the whole prompt."""
+    def ttft_p50(input_len: int, prefix: dict[str, Any] | None) -> float:
+        wl = {"input_len": input_len, "output_len": 16, "concurrency": 1, "num_requests": 9}
+        return simulate(parse_plan(_plan(engine, prefix, **wl))).ttft_ms.p50
+
+    hit = ttft_p50(8192, {"shared_prefix_len": 7168})
+    assert 1.1 * ttft_p50(1024, None) < hit < 0.5 * ttft_p50(8192, None)

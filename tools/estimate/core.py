@@ -793,8 +793,9 @@ def _prefix_figures(plan: Plan, prefill_ms: float, overhead_ms: float, serving: 
         notes.append("prefix caching disabled: no hits")
     if served is not None and served_cold is not None:
         notes.append("TTFT and running requests with and without hits: two simulations at the same load, the cached "
-                     "prefix skipped at admission (whole pages, never the prompt's last token), a shared prefix held "
-                     "once and evicted when unreferenced and pages run out")
+                     "prefix skipped at admission (whole pages, never the prompt's last token; the suffix's attention "
+                     "over the cached keys priced), a shared prefix held once and evicted when unreferenced and pages "
+                     "run out")
         return PrefixFigures(
             hit_fraction=hit, shared_prefix_len=shared, prefill_ms_without=prefill_ms,
             prefill_ms_with=cached_prefill_ms(prefill_ms, overhead_ms, hit), ttft_without_ms=served_cold.ttft_ms.mean,

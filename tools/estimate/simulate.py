@@ -67,9 +67,12 @@ request that hit it; when no running request references them they stay cached bu
 allocation that needs them evicts the prefix (the engines free unreferenced cached pages least recently used
 first; here the shared prefix is the only cached entry), so the next request misses and computes it again.  With
 ``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
-itself (its own history, not shared).  Not priced: the attention of the suffix over the cached keys (a chunk is
-priced as a prompt of its own length, as any chunk after the first is).  Without hits (no prefix_caching, disabled,
-or a zero share) the engines run the plain code paths, so the results are those of a plan without it.
+itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
+``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
+the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
+are those of a plan without it.
 
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
 context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
@@ -358,6 +361,13 @@ class StepCost:
         t1 = self._prefill(k, hi)
         return t0 + (mean - lo) / (hi - lo) * (t1 - t0)
 
+    def cached_attention_ms(self, cached: int, tokens: int) -> float:
+        """What a chunk of ``tokens`` after ``cached`` cached tokens costs beyond a prompt of ``tokens`` tokens: a
+        prompt of ``cached + tokens`` less one of ``cached`` (that chunk's work with the cached keys in its
+        attention) less the plain chunk's work beyond the pass's fixed costs."""
+        return max(0.0, self.prefill_ms(cached + tokens, 1) - self.prefill_ms(cached, 1)
+                   - (self.prefill_ms(tokens, 1) - self.pre_fixed_ms))
+
     def step_ms(self, tokens: int, chunks: int, d: int, ctx_sum: float) -> float:
         if tokens <= 0:
             return self.decode_ms(d, ctx_sum) if d else 0.0
@@ -389,6 +399,7 @@ class _Req:
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
     credit: int = 0  # speculative decoding: the fraction of a token carried to the next step, in 1/SPEC_ONE
     shared: int = 0  # prefix caching: pages of ``blocks`` that are the shared prefix's (held once, not its own)
+    cached: int = 0  # prefix caching: prompt tokens found cached at its admission (its chunks attend to them)
 
 
 @dataclass(slots=True)
@@ -508,7 +519,7 @@ class _Engine:
     def prefix_hit(self, r: _Req) -> None:
         """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
         cached, pages = self._cached(r)
-        r.computed = cached
+        r.computed = r.cached = cached
         if pages:
             if not self.prefix_refs:
                 self.free -= self.prefix_pages
@@ -783,6 +794,8 @@ class _Engine:
         if ctx is None:
             ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
+        if self.prefix is not None:  # chunks attending to their prompts' cached keys
+            ms += sum(self.cost.cached_attention_ms(r.cached, n) for r, n in chunks if r.cached)
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
     # -- running an iteration
