@@ -46,7 +46,7 @@ def test_speculation_and_hits_move_the_scored_figure() -> None:
     plain = {**BASE, "metric": "serving_output_tokens_per_s", "value": 100.0, "engine": "vLLM"}
     spec = {**plain, "speculative": {"method": "eagle", "num_draft_tokens": 3, "acceptance_length": 2.5}}
     assert predict(spec).value > 1.3 * predict(plain).value
-    ttft = {**plain, "metric": "serving_ttft_ms", "input_len": 4096, "batch_size": 8}
+    ttft = {**plain, "metric": "serving_ttft_ms", "input_len": 4096}
     hit = {**ttft, "prefix_caching": {"enabled": True, "shared_prefix_len": 3072}}
     assert predict(hit).value < 0.7 * predict(ttft).value
 
