@@ -659,7 +659,7 @@ def estimate_performance(
         if sd is not None:  # the same load without speculation
             served_plain = simulate_serving(full.model_copy(update={"speculative": None}), eff=eff,
                                             overlap=use_overlap)
-        if full.prefix_caching is not None:  # the same load without cache hits
+        if full.prefix_caching is not None and not layout.disaggregated:  # the same load without cache hits
             served_cold = simulate_serving(full.model_copy(update={"prefix_caching": None}), eff=eff,
                                            overlap=use_overlap)
     spec_fig = _speculative_figures(full, layout, step_at, serving, serving_plain, served, served_plain) \
