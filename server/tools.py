@@ -27,7 +27,7 @@ from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
-from tools.core.plan import EngineOptions, Hardware, HFModel, Plan, WeightFormat, Workload
+from tools.core.plan import MAX_DRAFT_TOKENS, EngineOptions, Hardware, HFModel, Plan, SpecMethod, WeightFormat, Workload
 from tools.estimate.serving import Arrivals, Sla
 from tools.rules.lookup import LEVELS, MAX_QUERY, STRATEGIES
 
@@ -275,8 +275,7 @@ def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = 
     decode branches, pipeline stages and, per layer, TP/SP shards, EP expert nodes and every communication
     node. `gpus_used` counts distinct devices (compare with hardware.num_gpus): a replica's stage uses
     max(tp, sp, ep) GPUs; degrees are not multiplied. validate_dag checks the plan.
-    Opt-ins: attention-DP (`parallel.attn_dp` with `options.allow_attention_dp: true`) and disaggregated
-    prefill/decode pools (`options.disaggregated: true`, per-phase degrees in `phases.prefill`/`phases.decode`).
+    Attention-DP and per-phase pools need their opt-ins (validate_dag names them).
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}}}
     Returns gpus_used, gpus_available and a folded summary. detail="full" adds the DAG's working form, then
@@ -391,8 +390,7 @@ def lookup_rule(
     learn the constraints of a strategy (e.g. strategy="EP"). Give rule_id for one rule; otherwise a query
     (ranked by relevance) and/or the filters strategy, phase, node_type, layer (combined with AND).
     Example: {"rule_id": "TP-HEADS-DIVISIBLE"} or {"query": "KV cache size with MLA", "limit": 3}.
-    Each rule has its statement, rationale, source (seed document and section), checker and fixer, an
-    example that violates it and one that satisfies it, and related rule ids.
+    Each rule has its rationale, seed source, checker, fixer, examples and related ids.
     By default the first 5 matches are complete and the rest brief (id, title, statement). An unknown id is
     an error that lists the closest ids.
     """
@@ -416,6 +414,15 @@ class SloArg(NullMeansAbsent):
     arrivals: Arrivals = Field(
         "spread", description="serving: check max_ttft_ms against spread arrivals or 'lockstep' (benchmark "
                               "clients whose prompts arrive in one burst; conservative)")
+
+
+class SpecArg(NullMeansAbsent):
+    """The speculative decoding search may choose (a plan's speculative states the rest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: SpecMethod
+    num_draft_tokens: int = Field(1, ge=1, le=MAX_DRAFT_TOKENS, description="most draft tokens tried")
 
 
 @pdag_tool(core="search_strategies", title="Search for the best parallel plans")
@@ -442,6 +449,8 @@ def search_strategies(
                                                "flight)")] = False,
     checkpoint: Annotated[str | None, Field(max_length=200, description="HF repo served")] = None,
     unlaunchable: Annotated[bool, Field(description="also list plans no engine launches")] = False,
+    speculative: Annotated[SpecArg | None, Field(description="allowed: the best plans try none and 1..k, "
+                                                 "served")] = None,
     detail: DetailArg = "summary",
     cursor: CursorArg = None,
     render: RenderArg = False,
@@ -482,6 +491,8 @@ def search_strategies(
         args["unlaunchable"] = True
     if allow_expert_tp:
         args["allow_expert_tp"] = True
+    if speculative is not None:
+        args["speculative"] = speculative.model_dump(mode="json", exclude_unset=True)
     if not render:
         return R.respond("search_strategies", _key(detail=detail, **args), detail, cursor,  # type: ignore[return-value]
                          lambda: R.shape_search(fn(**args), detail))

@@ -23,6 +23,14 @@ publication several sources belong to (pages of one site written with one harnes
   steady-state formula (the estimate's ``serving`` block) instead.  A point with ``request_rate`` was measured under
   Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size).
 
+Speculative decoding and prefix caching: a point may carry ``speculative`` (``method``, ``num_draft_tokens``, and the
+run's own ``acceptance_length`` when published) and ``prefix_caching`` (``enabled``, ``hit_rate`` or
+``shared_prefix_len``); they become the plan's fields (a serving point's published acceptance length is the plan's
+``mean_accepted_tokens``, as a user who measured it would state it).  The ``acceptance_length`` metric scores the
+acceptance pdag assumes when a plan states none (the method's published default) against the published one.  A
+point whose source leaves a figure its pricing needs unstated (``null``: lengths, concurrency, GPU, layout, draft
+tokens) is not scored; the report lists it with what is missing (``point_gap``) instead of guessing the figure.
+
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
 kv_dtype, gpus_per_node, overlap_comm, id, source`` (optional; degrees default to 1, ``dtype`` to bf16,
@@ -81,7 +89,8 @@ from tools.core.inputs import load_json_text, read_text_file
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
-           "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu")
+           "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu",
+           "acceptance_length")
 # How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
 # together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
 # "sharegpt": lengths drawn from a dataset, priced as uniform from 1 to twice the stated mean.
@@ -108,6 +117,7 @@ CSV_REQUIRED = ("model", "gpu", "metric", "value", "input_len", "output_len", "b
 CSV_OPTIONAL = ("tp", "pp", "dp", "ep", "dtype", "kv_dtype", "gpus_per_node", "overlap_comm", "id", "source")
 CSV_COLUMNS = CSV_REQUIRED + CSV_OPTIONAL
 _INT_KEYS = ("input_len", "output_len", "batch_size", "gpus_per_node")
+WEIGHT_ONLY_FORMATS = ("nvfp4", "mxfp4")  # storage formats a point may give as its dtype
 
 
 def _read_json_points(p: Path) -> list[Any]:
@@ -191,6 +201,12 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
     for i, pt in enumerate(points):
         if not isinstance(pt, dict):
             raise PdagInputError(f"measurements.points[{i}]", "expected an object", "a measurement point")
+        gap = point_gap(pt)
+        if gap:  # reported as unscored, with the reason
+            points[i] = {**pt, "unscorable": gap}
+            continue
+        if pt["metric"] == "acceptance_length":  # the method and the draft length are all it needs
+            continue
         rate = pt.get("request_rate")
         if rate is not None:
             if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
@@ -224,6 +240,40 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
     return points
 
 
+def point_gap(pt: dict[str, Any]) -> str | None:
+    """What a point's source leaves unstated that its pricing needs (None: it can be scored)."""
+    sd = pt.get("speculative")
+    if sd is not None and (not isinstance(sd, dict) or not sd.get("num_draft_tokens") or not sd.get("method")):
+        return "draft method or draft tokens per step not stated"
+    if pt.get("metric") == "acceptance_length":
+        return None if sd else "an acceptance length without a speculative method"
+    missing = [k for k in ("gpu", "input_len", "output_len", "batch_size") if k in pt and pt[k] is None
+               and not (k == "batch_size" and pt.get("request_rate"))]
+    par = pt.get("parallel")
+    if isinstance(par, dict) and any(v is None for v in par.values()):
+        missing.append("parallel layout")
+    if missing:
+        what = {"batch_size": "concurrency", "input_len": "input length", "output_len": "output length"}
+        return ", ".join(what.get(k, k) for k in missing) + " not stated"
+    return None
+
+
+def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
+    """The plan fields of a point's speculative decoding and prefix caching (module doc)."""
+    out: dict[str, Any] = {}
+    sd = pt.get("speculative")
+    if sd:
+        spec = {"method": sd["method"], "num_draft_tokens": sd["num_draft_tokens"]}
+        if sd.get("acceptance_length") and pt["metric"] != "acceptance_length":
+            spec["mean_accepted_tokens"] = sd["acceptance_length"]
+        out["speculative"] = spec
+    pc = pt.get("prefix_caching")
+    if pc:
+        out["prefix_caching"] = {k: pc[k] for k in ("enabled", "hit_rate", "shared_prefix_len")
+                                 if pc.get(k) is not None}
+    return out
+
+
 def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
     par = dict(pt.get("parallel") or {})
     n = max(1, par.get("dp", 1)) * max(1, par.get("pp", 1)) * max(par.get("tp", 1), par.get("ep", 1),
@@ -238,6 +288,9 @@ def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
     for key in ("kv_dtype", "weights", "checkpoint"):
         if pt.get(key):
             plan[key] = pt[key]
+    if plan["dtype"] in WEIGHT_ONLY_FORMATS and "weights" not in plan:  # a 4-bit weight format, computed in bf16
+        plan["weights"], plan["dtype"] = plan["dtype"], "bf16"
+    plan.update(_point_features(pt))
     plan["engine"] = point_engine(pt)
     options = dict(pt.get("options") or {})
     if "overlap_comm" in pt:
@@ -273,7 +326,10 @@ def regimes(pt: dict[str, Any], gpus: int | None = None) -> list[str]:
     """The regimes a point belongs to (a point can be in several); ``gpus``: its GPU count, when already known."""
     from tools.core.models import resolve_model
 
-    out = []
+    out = [f for f, key in zip(FEATURES, ("speculative", "prefix_caching"), strict=True)
+           if pt.get(key) and (key != "prefix_caching" or pt[key].get("enabled", True))]
+    if pt["metric"] == "acceptance_length":
+        return out
     gpus = point_gpus(pt) if gpus is None else gpus
     if pt["batch_size"] == 1:
         out.append("batch 1")
@@ -296,10 +352,11 @@ def _clients(kind: str) -> str:
 
 
 REGIMES = ("batch 1", "large batch (>= 32)", "MoE", "MoE on 16+ GPUs", "multi-node")
+FEATURES = ("speculative decoding", "prefix caching")  # regimes of points that state either engine feature
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
                 "output_tokens_per_s_per_gpu": "throughput", "serving_ttft_ms": "serving TTFT",
                 "serving_tpot_ms": "serving TPOT", "serving_output_tokens_per_s": "serving throughput",
-                "serving_output_tokens_per_s_per_gpu": "serving throughput"}
+                "serving_output_tokens_per_s_per_gpu": "serving throughput", "acceptance_length": "acceptance length"}
 
 
 @dataclass
@@ -332,6 +389,12 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None,
             serving_model: str = "simulator") -> Prediction:
     from tools.estimate.core import estimate_performance
 
+    if pt["metric"] == "acceptance_length":
+        from tools.core.plan import Speculative
+        from tools.core.speculative import acceptance
+
+        spec = Speculative.model_validate(_point_features(pt)["speculative"])
+        return Prediction(acceptance(spec).tokens_per_step, dict.fromkeys(PARTS, 0.0), "count")
     est = estimate_performance(plan=point_plan(pt), efficiency=_point_overlay(pt, overlay), simulate=False)
     pre, dec = est.prefill.breakdown_ms, est.decode.breakdown_ms
     out = pt["output_len"]
@@ -352,6 +415,9 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None,
     if metric == "output_tokens_per_s_per_gpu":
         value = est.throughput.output_tokens_per_s_per_gpu
     return Prediction(value, e2e, "rate", value * est.e2e_latency_ms)
+
+
+PRICED = METRICS[:-1]  # the metrics the cost model prices (acceptance_length is a count, no time in it)
 
 
 def is_serving(metric: str) -> bool:
@@ -627,7 +693,7 @@ def _held_out(points: list[dict[str, Any]], train: list[dict[str, Any]], test: s
     """Predictions for the points whose index is in ``test``, with scales fitted on ``train``'s static-batch
     points: a serving figure also holds the engine's scheduling and front-end time, which says nothing about the
     GPU's compute or memory speed."""
-    train = [pt for pt in train if not is_serving(pt["metric"])]
+    train = [pt for pt in train if not is_serving(pt["metric"]) and pt["metric"] in PRICED]
     scales = fit_scales(train, rounds=2, min_sources=2, parts=HARDWARE_PARTS, key=key) if train else {}
     return {i: predict(pt, scaled_overlay(pt, scales[key(pt)]) if key(pt) in scales else None,
                        serving_model).value
@@ -678,7 +744,25 @@ def breakdown(rows: list[Row], attr: str = "predicted") -> dict[str, dict[str, f
         out[f"MoE, {cls}"] = scores([r for r in moe if METRIC_CLASS[r.metric] == cls], attr)
     for kind in CLIENT_LENGTHS:
         out[f"serving TTFT, {kind}-length clients"] = scores(_ttft_rows(rows, kind), attr)
+    for feat in FEATURES:  # only where such points exist: the catalog has none yet
+        mine = [r for r in rows if feat in r.regimes]
+        for cls in dict.fromkeys(METRIC_CLASS[r.metric] for r in mine):
+            out[f"{feat}, {cls}"] = scores([r for r in mine if METRIC_CLASS[r.metric] == cls], attr)
+    one = [_as_tpot(r) for r in rows if "speculative decoding" in r.regimes and "batch 1" in r.regimes
+           and r.metric == "serving_output_tokens_per_s"]
+    if one:
+        out["speculative decoding, TPOT of one client"] = scores(one, attr)
     return out
+
+
+def _as_tpot(r: Row) -> Row:
+    """A lone client's output tokens/s as its time per output token (1000 / it, in ms): the speed a min-latency
+    table reports per user is the inverse of its TPOT (the prompt's prefill included, on both sides)."""
+    def inv(x: float | None) -> float | None:
+        return None if x is None else 1e3 / x
+
+    return Row(r.id, r.group, "serving_tpot_ms", 1e3 / r.measured, 1e3 / r.predicted, inv(r.loo), r.source,
+               r.regimes, inv(r.loso), None, r.engine)
 
 
 def _ttft_rows(rows: list[Row], kind: str) -> list[Row]:
@@ -724,6 +808,7 @@ class AccuracyReport:
     loo_note: str = ""
     choices: list[Choice] = field(default_factory=list)
     fit: str = FIT_KEYS["generation"][1]  # what a held-out fit pools points under
+    unscored: list[tuple[str, str, str]] = field(default_factory=list)  # (id, metric, what its source leaves out)
 
     def stats(self, attr: str = "predicted") -> tuple[float, float]:
         errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
@@ -748,6 +833,8 @@ class AccuracyReport:
             out["breakdown"]["leave_one_source_out"] = breakdown(self.rows, "loso")
         out["by_source"] = by_source(self.rows)
         out["over_sources"] = over_sources(self.rows)
+        if self.unscored:
+            out["unscored"] = [{"id": i, "metric": m, "reason": why} for i, m, why in self.unscored]
         out["choices_under_tpot_target"] = {
             "all": summary(self.choices), "dense": summary([c for c in self.choices if not c.moe]),
             "moe": summary([c for c in self.choices if c.moe])}
@@ -816,6 +903,13 @@ class AccuracyReport:
                          "a published sweep measured:")
             lines.append("  " + summary_line("dense models", [c for c in self.choices if not c.moe]))
             lines.append("  " + summary_line("MoE models", [c for c in self.choices if c.moe]))
+        if self.unscored:
+            lines.append(f"not scored: {len(self.unscored)} points whose source leaves unstated what pricing needs:")
+            why: dict[str, list[str]] = {}
+            for i, m, reason in self.unscored:
+                why.setdefault(f"{m}: {reason}", []).append(i)
+            for reason, ids in why.items():
+                lines.append(f"  {len(ids):>3} {reason} ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})")
         valid = {k: v for k, v in self.spearman.items() if not math.isnan(v)}
         if valid:
             lines.append("Spearman rank correlation within model+GPU+metric groups of one publication (>= 3 points): "
@@ -847,7 +941,10 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
         raise PdagInputError("fit_key", f"unknown fit key {fit_key!r}", ", ".join(FIT_KEYS))
     tell = progress or (lambda stage, done, total: None)
     rows = []
-    gpus = [point_gpus(pt) for pt in points]
+    unscored = [(str(pt.get("id", "?")), str(pt.get("metric")), str(pt["unscorable"])) for pt in points
+                if pt.get("unscorable")]
+    points = [pt for pt in points if not pt.get("unscorable")]
+    gpus = [0 if pt["metric"] == "acceptance_length" else point_gpus(pt) for pt in points]
     for k, (pt, n) in enumerate(zip(points, gpus, strict=True)):
         if k % 250 == 0:
             tell("catalog estimates", k, len(points))
@@ -856,7 +953,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
                         p.value, source=publication(pt), regimes=regimes(pt, n), lockstep=p.lockstep,
                         engine=point_engine(pt)))
     picked = choices(points, [r.predicted for r in rows], gpus, ["MoE" in r.regimes for r in rows])
-    report = AccuracyReport(rows, choices=picked)
+    report = AccuracyReport(rows, choices=picked, unscored=unscored)
     buckets: dict[str, list[Row]] = {}
     for r in rows:
         buckets.setdefault(f"{r.group}/{r.metric} [{r.source}]", []).append(r)  # the whole source: short forms collide

@@ -58,7 +58,7 @@ def cmd_search(args: Any) -> int:
         weights=plan.get("weights"), attention_dp=not args.no_attention_dp, allow_expert_tp=args.allow_expert_tp,
         disaggregated=False if args.no_disaggregated else None, engine=plan.get("engine", "generic"),
         serving=args.serving, engine_options=plan.get("engine_options"), checkpoint=plan.get("checkpoint"),
-        unlaunchable=args.unlaunchable,
+        unlaunchable=args.unlaunchable, speculative=plan.get("speculative"),
     )
     if args.report:
         from tools.cli.report import write_page

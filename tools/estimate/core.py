@@ -660,16 +660,19 @@ def estimate_performance(
     figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
                        prep.replica_gpus)
     served = pcts = None
-    served_plain: SimResult | None = None
+    served_plain = served_cold = None
     if simulate:  # the served request at the workload's load (simulate.py), speculation priced per step there
         served = simulate_serving(full, eff=eff, overlap=use_overlap)
         if sd is not None:  # the same load without speculation
             served_plain = simulate_serving(full.model_copy(update={"speculative": None}), eff=eff,
                                             overlap=use_overlap)
+        if full.prefix_caching is not None and not layout.disaggregated:  # the same load without cache hits
+            served_cold = simulate_serving(full.model_copy(update={"prefix_caching": None}), eff=eff,
+                                           overlap=use_overlap)
     spec_fig = _speculative_figures(full, layout, step_at, serving, serving_plain, served, served_plain) \
         if step_at is not None else None
     prefix_fig = _prefix_figures(full, pre.latency_ms if wl.batch_size == 1 else one.latency_ms, overhead_ms,
-                                 serving, serving_plain) if full.prefix_caching is not None and \
+                                 serving, serving_plain, served, served_cold) if full.prefix_caching is not None and \
         not layout.disaggregated else None
     if served is not None:
         ttft, tpot, load = served.ttft_ms.mean, served.tpot_ms.mean, served.load
@@ -780,7 +783,11 @@ def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serv
 
 
 def _prefix_figures(plan: Plan, prefill_ms: float, overhead_ms: float, serving: Serving | None,
-                    plain: Serving | None) -> PrefixFigures:
+                    plain: Serving | None, served: SimResult | None = None,
+                    served_cold: SimResult | None = None) -> PrefixFigures:
+    """One prompt's prefill with and without hits, and TTFT and running requests with and without them: from two
+    simulations at the workload's load when given (the cache's pages and evictions simulated), else from the
+    continuous-batching model."""
     pc = plan.prefix_caching
     assert pc is not None
     hit = plan.prefix_hit_fraction
@@ -792,6 +799,16 @@ def _prefix_figures(plan: Plan, prefill_ms: float, overhead_ms: float, serving: 
         notes.append(f"the {shared} shared prefix tokens are held once in the KV cache, not per request")
     if not pc.enabled:
         notes.append("prefix caching disabled: no hits")
+    if served is not None and served_cold is not None:
+        notes.append("TTFT and running requests with and without hits: two simulations at the same load, the cached "
+                     "prefix skipped at admission (whole pages, never the prompt's last token; the suffix's attention "
+                     "over the cached keys priced), a shared prefix held once and evicted when unreferenced and pages "
+                     "run out")
+        return PrefixFigures(
+            hit_fraction=hit, shared_prefix_len=shared, prefill_ms_without=prefill_ms,
+            prefill_ms_with=cached_prefill_ms(prefill_ms, overhead_ms, hit), ttft_without_ms=served_cold.ttft_ms.mean,
+            ttft_with_ms=served.ttft_ms.mean, running_without=served_cold.max_running,
+            running_with=served.max_running, assumptions=notes)
     return PrefixFigures(
         hit_fraction=hit, shared_prefix_len=shared, prefill_ms_without=prefill_ms,
         prefill_ms_with=cached_prefill_ms(prefill_ms, overhead_ms, hit),

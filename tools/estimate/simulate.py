@@ -55,6 +55,25 @@ carried per request in fixed point so whole tokens come out deterministically (t
 at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
 against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
 
+Prefix caching (``plan.prefix_caching``, ``PrefixPricing``), as vLLM V1's KV cache manager does it
+(``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` and ``vllm/v1/core/block_pool.py``,
+https://github.com/vllm-project/vllm/tree/main/vllm/v1/core; SGLang's radix cache,
+``python/sglang/srt/mem_cache/radix_cache.py``, does the same with pages of one token): on admission a request's
+cached prefix is looked up; its tokens count as computed, so only the uncached suffix is scheduled in the token
+budget and priced; a hit covers whole pages only and never the prompt's last token (the engine recomputes it for
+the logits: ``max_cache_hit_length = num_tokens - 1``).  A prefix every prompt shares (``shared_prefix_len``) is
+cached once the first request has computed it; its pages are then held once and referenced by every running
+request that hit it; when no running request references them they stay cached but count as free, and the first
+allocation that needs them evicts the prefix (the engines free unreferenced cached pages least recently used
+first; here the shared prefix is the only cached entry), so the next request misses and computes it again.  With
+``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
+itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
+``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
+the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
+are those of a plan without it.
+
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
 context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
@@ -239,6 +258,23 @@ def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
                        acceptance(sd).tokens_per_step)
 
 
+@dataclass(frozen=True)
+class PrefixPricing:
+    """What a replica's prefix cache serves (module doc): the tokens every prompt shares, or the share of each
+    prompt its own earlier turns left cached."""
+
+    shared_tokens: int
+    hit_fraction: float
+
+
+def prefix_pricing(plan: Plan) -> PrefixPricing | None:
+    """How the simulator serves a plan's prefix caching (None: no hit is possible, the plain engine)."""
+    pc = plan.prefix_caching
+    if pc is None or not pc.enabled or not (pc.hit_rate or pc.shared_prefix_len):
+        return None
+    return PrefixPricing(0 if pc.hit_rate else pc.shared_prefix_len or 0, pc.hit_rate or 0.0)
+
+
 class StepCost:
     """Time of one engine step of any token mix, from the plan's priced sub-DAGs (module doc); cached per shape.
     With ``spec``, a decode step is the speculative step (``speculative_step``: verify + draft passes)."""
@@ -328,6 +364,13 @@ class StepCost:
         t1 = self._prefill(k, hi)
         return t0 + (mean - lo) / (hi - lo) * (t1 - t0)
 
+    def cached_attention_ms(self, cached: int, tokens: int) -> float:
+        """What a chunk of ``tokens`` after ``cached`` cached tokens costs beyond a prompt of ``tokens`` tokens: a
+        prompt of ``cached + tokens`` less one of ``cached`` (that chunk's work with the cached keys in its
+        attention) less the plain chunk's work beyond the pass's fixed costs."""
+        return max(0.0, self.prefill_ms(cached + tokens, 1) - self.prefill_ms(cached, 1)
+                   - (self.prefill_ms(tokens, 1) - self.pre_fixed_ms))
+
     def step_ms(self, tokens: int, chunks: int, d: int, ctx_sum: float) -> float:
         if tokens <= 0:
             return self.decode_ms(d, ctx_sum) if d else 0.0
@@ -358,6 +401,8 @@ class _Req:
     reserved: int = 0  # TensorRT-LLM: pages held for the whole output
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
     credit: int = 0  # speculative decoding: the fraction of a token carried to the next step, in 1/SPEC_ONE
+    shared: int = 0  # prefix caching: pages of ``blocks`` that are the shared prefix's (held once, not its own)
+    cached: int = 0  # prefix caching: prompt tokens found cached at its admission (its chunks attend to them)
 
 
 @dataclass(slots=True)
@@ -378,7 +423,8 @@ class _Engine:
     """One replica's scheduler, KV pages and clock (``role``: both, prefill or decode)."""
 
     def __init__(self, idx: int, role: str, policy: Policy, cost: StepCost, budget: int, max_seqs: int,
-                 kv_tokens: int, ahead: bool, spec_q: int = 0, width: int = 1) -> None:
+                 kv_tokens: int, ahead: bool, spec_q: int = 0, width: int = 1,
+                 prefix: PrefixPricing | None = None) -> None:
         self.idx, self.role, self.policy, self.cost = idx, role, policy, cost
         # speculative decoding: tokens a decode step emits, in 1/SPEC_ONE (0: one token, no speculation), and the
         # step budget a decode takes (k + 1: vLLM and TensorRT-LLM count the verified drafts)
@@ -400,6 +446,10 @@ class _Engine:
         # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
         # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
         self.lacking = 0
+        # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
+        # referencing them, and how many of the free pages are that unreferenced, evictable prefix
+        self.prefix = prefix if role != "decode" else None
+        self.prefix_pages = self.prefix_refs = self.evictable = 0
 
     # -- tokens a decode step emits
     def emits(self, r: _Req, k: int) -> int:
@@ -436,8 +486,57 @@ class _Engine:
         return r.computed + r.generated - r.base
 
     def _release(self, r: _Req) -> None:
-        self.free += r.blocks
+        self.free += r.blocks - r.shared
         r.blocks = 0
+        if r.shared:
+            r.shared = 0
+            self.prefix_refs -= 1
+            if not self.prefix_refs:  # unreferenced: cached, free, evictable
+                self.free += self.prefix_pages
+                self.evictable = self.prefix_pages
+
+    # -- prefix caching (module doc)
+    def _settle(self) -> None:
+        """Evict the unreferenced shared prefix once allocations have taken the free pages it stood in."""
+        if self.evictable > self.free:
+            self.prefix_pages = self.evictable = 0
+
+    def _cached(self, r: _Req) -> tuple[int, int]:
+        """(tokens of ``r``'s prompt found cached, pages of them that are the shared prefix's)."""
+        pf, bs = self.prefix, self.bs
+        assert pf is not None
+        most = (r.prompt - 1) // bs  # whole pages, never the last token
+        if pf.hit_fraction:
+            return min(most, int(pf.hit_fraction * r.in_len) // bs) * bs, 0
+        self._settle()
+        pages = min(most, self.prefix_pages)
+        return pages * bs, pages
+
+    def _prefix_need(self, r: _Req, budget: int) -> int:
+        """Free pages admitting ``r`` takes: its cached prefix and first chunk (TensorRT-LLM: its whole request)."""
+        cached, pages = self._cached(r)
+        held = pages if self.prefix_refs else 0  # a referenced prefix's pages are not among the free
+        tokens = r.in_len + r.out_len if self.policy == "trtllm" else cached + min(r.prompt - cached, budget)
+        return self._pages(tokens) - held
+
+    def prefix_hit(self, r: _Req) -> None:
+        """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
+        cached, pages = self._cached(r)
+        r.computed = r.cached = cached
+        if pages:
+            if not self.prefix_refs:
+                self.free -= self.prefix_pages
+                self.evictable = 0
+            self.prefix_refs += 1
+            r.shared = r.blocks = pages
+
+    def prefix_computed(self, r: _Req) -> None:
+        """``r`` computed past the shared prefix while none was cached: its pages become the cached prefix."""
+        pf = self.prefix
+        assert pf is not None
+        pages = pf.shared_tokens // self.bs
+        if pages and not self.prefix_pages and not r.shared and r.computed >= pages * self.bs:
+            self.prefix_pages, self.prefix_refs, r.shared = pages, 1, pages
 
     def _grow(self, r: _Req, tokens: int) -> bool:
         """Pages for ``r`` to hold ``tokens`` tokens; False when the cache has too few."""
@@ -464,6 +563,8 @@ class _Engine:
             return False
         if self.role == "decode":
             need = self._pages(r.in_len + r.generated + 1)
+        elif self.prefix is not None:
+            need = self._prefix_need(r, max(1, budget))
         elif self.policy == "trtllm":
             need = self._pages(r.in_len + r.out_len)
         else:
@@ -477,6 +578,13 @@ class _Engine:
         """The next iteration starting at ``start`` (None: nothing to run)."""
         if not self.running and not self.waiting:
             return None
+        if self.prefix is not None:
+            p = self._form(start)
+            self._settle()
+            return p
+        return self._form(start)
+
+    def _form(self, start: float) -> _Plan | None:
         if self.role != "prefill" and self.running and self._nothing_to_admit(start):
             run = self._decode_run(start)
             if run is not None:
@@ -627,11 +735,13 @@ class _Engine:
                     ctx += r.in_len + r.generated
                     budget -= width
                     continue
+                if self.prefix is not None:
+                    self.prefix_hit(r)
                 n = min(r.prompt - r.computed, budget)
                 if self.policy == "trtllm":
-                    r.reserved = self._pages(r.in_len + r.out_len)
+                    r.reserved = self._pages(r.in_len + r.out_len) - r.shared
                     self.free -= r.reserved
-                    r.blocks = r.reserved
+                    r.blocks = r.reserved + r.shared
                 else:
                     self._grow(r, r.computed + n)
                 self.running.append(r)
@@ -656,6 +766,8 @@ class _Engine:
             if not self._admissible(r, budget):
                 break
             self.waiting.popleft()
+            if self.prefix is not None:
+                self.prefix_hit(r)
             n = min(r.prompt - r.computed, budget)
             self._grow(r, r.computed + n)
             self.running.append(r)
@@ -685,6 +797,8 @@ class _Engine:
         if ctx is None:
             ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
+        if self.prefix is not None:  # chunks attending to their prompts' cached keys
+            ms += sum(self.cost.cached_attention_ms(r.cached, n) for r, n in chunks if r.cached)
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
     # -- running an iteration
@@ -832,6 +946,7 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     pp = layout.pools["prefill"].pp
     shared = weights_ms(plan, eff, mem.weights_bytes, pp)
     sp = spec_pricing(plan, fast)
+    pf = prefix_pricing(plan)
     cost = StepCost(fast, shared, ins[0], ins[1] + outs[1], sp)
     # speculative: each decode step emits the expected accepted tokens and takes k + 1 of a token budget
     spec_q = round(sp.tokens_per_step * SPEC_ONE) if sp else 0
@@ -840,7 +955,7 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
         groups = layout.phases["decode"].attn_dp
         kv, seqs = _state_room(plan, _kv_tokens(plan, mem.max_batch_size_that_fits, context),
                                mem.max_batch_size_that_fits, seqs)
-        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width)
+        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width, pf)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
     pools = mem.pools or {}
@@ -851,7 +966,7 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
-                       plan.engine_options.kv_cache_tokens or kv_p, ahead) for i in range(p_pool.dp)]
+                       plan.engine_options.kv_cache_tokens or kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
                         spec_q, width) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
@@ -981,6 +1096,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             if r.scheduled_ms < 0:
                 r.scheduled_ms = p.start_ms
             r.computed += n_tok
+            if e.prefix is not None and e.prefix.shared_tokens:
+                e.prefix_computed(r)
         done: list[_Req] = []
         if p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))

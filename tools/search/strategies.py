@@ -43,6 +43,12 @@ within 1/32 of the batch.  Each
 layout is priced by ``tools.estimate.fast`` (one sub-DAG per distinct layer, the same node costs as
 ``estimate_performance``, so the figures are equal), built once per layout and reused for every batch.
 
+Speculative decoding (``speculative``: the method the plans may use, e.g. the checkpoint's MTP layers): each layout
+of the ranking's head is served by the simulator without speculation and with 1 to ``num_draft_tokens`` draft
+tokens of that method (only that length when the setting fixes ``mean_accepted_tokens``); the layout keeps whichever
+ranks first for the objective, and its summary gives the figures of the plan without it beside.  A setting the
+model or engine cannot run is refused with the rule's words (SPEC-MTP-LAYERS, SPEC-ENGINE-SUPPORT).
+
 Ranking (deterministic).  latency: meets the SLOs, then the latency metric (e2e by default), TPOT, TTFT,
 fewer GPUs, higher throughput.  throughput: meets the SLOs, then output tokens/s, tokens/s per GPU, e2e
 latency, fewer GPUs.  Remaining ties: smaller pp, then smaller tp, ep, sp, dp, batch, no expert TP first, no
@@ -194,6 +200,8 @@ class _Point:
     dp_d: int = 0
     head: Headline | None = None
     served: str = ""  # the simulated load when the figures are the serving simulator's (search_strategies serving)
+    spec: dict[str, Any] | None = None  # the speculative decoding chosen for it (search_strategies speculative)
+    plain: _Point | None = None  # with spec: the same point served without speculation
     prefill_ms: float = 0.0  # one replica's prefill pass over its batch (static), for the work share of prefill
     step_ms: float = 0.0  # one replica's decode step at its batch
 
@@ -260,7 +268,8 @@ class _Search:
         self._mem_cache: dict[Any, Any] = {}
         self.serving = False  # price aggregated plans under continuous batching (search_strategies(serving=True))
         self.launch_engines: list[str] = []  # engines one of which must launch a ranked plan
-        self._engines: dict[tuple[_Shape, _Shape | None], tuple[list[str], dict[str, str]]] = {}
+        self._engines: dict[tuple[_Shape, _Shape | None, str], tuple[list[str], dict[str, str]]] = {}
+        self.spec_settings: list[dict[str, Any]] = []  # speculative settings a layout may take besides none
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -280,7 +289,7 @@ class _Search:
 
     def exportability(self, p: _Point, plan: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
         """The engines that launch ``p``'s layout (replicas and batch change nothing there), once per layout."""
-        key = (p.shape, p.dshape)
+        key = (p.shape, p.dshape, json.dumps(p.spec, sort_keys=True))
         if key not in self._engines:
             if plan is None:
                 plan = self.point_dict(p)
@@ -315,9 +324,9 @@ class _Search:
 
     def point_dict(self, p: _Point) -> dict[str, Any]:
         """The plan of a point, aggregated or disaggregated."""
-        if p.dshape is None:
-            return self.plan_dict(p.shape, p.dp, p.batch)
-        return self.disagg_dict(p.shape, p.dp, p.dshape, p.dp_d, p.batch)
+        d = self.plan_dict(p.shape, p.dp, p.batch) if p.dshape is None else self.disagg_dict(
+            p.shape, p.dp, p.dshape, p.dp_d, p.batch)
+        return d | {"speculative": p.spec} if p.spec else d
 
     def plan(self, s: _Shape, dp: int, batch: int) -> Plan:
         return Plan.model_validate(self.plan_dict(s, dp, batch))
@@ -609,7 +618,7 @@ class _Search:
             q = self._served(p)
             if not _latency_ok(q) and not self.batch_fixed and q.dshape is None and q.batch > 1:
                 q = self._served_batch(q)
-            served.append(q)
+            served.append(self.speculative_choice(q) if self.spec_settings else q)
         return sorted(served, key=lambda q: _sort_key(q, self.objective, self.metric)) + [
             p for p in ranked if (p.shape, p.dshape) not in seen]
 
@@ -620,6 +629,25 @@ class _Search:
                     tput=sim.output_tokens_per_s, served=sim.load, misses=[])
         self._misses(q)
         return q
+
+    def speculative_choice(self, q: _Point) -> _Point:
+        """``q`` (served without speculation) or, if it ranks first, ``q`` with one of the allowed speculative
+        settings, each served by the simulator at the same load with the drafter's memory counted."""
+        best = q
+        for setting in self.spec_settings:
+            plan = Plan.model_validate(self.point_dict(q) | {"speculative": setting})
+            mem = memory_report(plan, Layout(plan))
+            if not mem.fits:
+                continue
+            sim = simulate(plan)
+            self.estimates += 1
+            v = replace(q, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
+                        tput=sim.output_tokens_per_s, served=sim.load, misses=[], spec=setting, plain=q,
+                        mem_max=float(mem.max_gpu_bytes), mem_cap=float(mem.capacity_bytes))
+            self._misses(v)
+            if _sort_key(v, self.objective, self.metric) < _sort_key(best, self.objective, self.metric):
+                best = v
+        return best
 
     def _served_batch(self, p: _Point) -> _Point:
         """The largest batch below ``p``'s that meets the latency SLOs on simulated figures (bisection to within
@@ -777,6 +805,11 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
     layout = f"; {layout}" if layout else ""
     if p.served:
         head += f"; served figures: simulated engine at {p.served}"
+    if p.spec and p.plain:
+        k = p.spec["num_draft_tokens"]
+        head += (f"; speculative {p.spec['method']} with {k} draft token{'s' if k > 1 else ''} (without it: TTFT "
+                 f"{p.plain.ttft:.1f} ms, TPOT {p.plain.tpot:.2f} ms, {p.plain.tput:.0f} tok/s, "
+                 f"{p.plain.mem_max / 1e9:.0f} GB)")
     if p.misses:
         return f"misses the SLO ({'; '.join(p.misses)}); best effort{layout}; {head}"
     if objective == "latency":
@@ -907,6 +940,30 @@ def _refuse_what_validation_refuses(base: dict[str, Any]) -> None:
             raise PdagInputError(field, f"{v.rule_id}: {v.message}", v.hint or "a value the rule allows")
 
 
+def _spec_settings(probe: Plan, speculative: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The speculative settings a layout may take besides none: 1 to ``num_draft_tokens`` draft tokens of the
+    method (that length alone when ``mean_accepted_tokens`` fixes the acceptance of one length); refused as
+    validate_dag refuses them when the model or the engine cannot run the method."""
+    if speculative is None:
+        return []
+    from tools.core.plan import Speculative
+    from tools.rules.registry import Context
+    from tools.rules.speculative import check_engine_support, check_mtp_layers
+
+    try:
+        top = Speculative.model_validate(speculative)
+    except ValidationError as exc:
+        raise validation_error_to_input_error(exc, "speculative") from None
+    plan = probe.model_copy(update={"speculative": top})
+    for rule, check in (("SPEC-MTP-LAYERS", check_mtp_layers), ("SPEC-ENGINE-SUPPORT", check_engine_support)):
+        for f in check(Context(plan=plan, spec=plan.spec)):
+            raise PdagInputError((f.field or "plan.speculative").removeprefix("plan."), f"{rule}: {f.message}",
+                                 f.hint or "a setting the model and engine run")
+    given = top.model_dump(exclude_none=True, exclude_defaults=True) | {"method": top.method}
+    lengths = [top.num_draft_tokens] if top.mean_accepted_tokens is not None else range(1, top.num_draft_tokens + 1)
+    return [given | {"num_draft_tokens": k} for k in lengths]
+
+
 def search_strategies(
     model: str | dict[str, Any],
     hardware: dict[str, Any],
@@ -926,6 +983,7 @@ def search_strategies(
     engine_options: dict[str, Any] | None = None,
     checkpoint: str | None = None,
     unlaunchable: bool = False,
+    speculative: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Search the parallel plans of ``model`` on ``hardware`` for ``objective`` (see the module doc for the
     space, the pruning rules and the tie-break order).  ``workload``: input_len, output_len and optionally
@@ -944,7 +1002,9 @@ def search_strategies(
     quantization_config, else ``dtype``.  ``checkpoint``: the repo the engine serves (its stored format and
     unquantized modules set the weights' memory, as in estimate).  Only plans an engine launches are ranked:
     ``engine`` vllm, sglang or trtllm names the one that must, any other profile accepts any of the three;
-    ``unlaunchable`` also lists plans no engine launches, labelled so."""
+    ``unlaunchable`` also lists plans no engine launches, labelled so.  ``speculative``: the speculative decoding
+    the plans may use (its method; up to ``num_draft_tokens`` draft tokens); each of the best layouts is served with
+    and without it and keeps what ranks first (module doc)."""
     if objective not in ("latency", "throughput"):
         raise PdagInputError("objective", f"unknown objective {objective!r}", "latency, throughput")
     if latency_metric not in ("e2e", "tpot", "ttft"):
@@ -986,6 +1046,7 @@ def search_strategies(
         base["model"] = probe.model_id
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
     search.serving = bool(serving)
+    search.spec_settings = _spec_settings(probe, speculative)
     from tools.engines.launch import ENGINES, engine_key
 
     search.launch_engines = [engine_key(engine)] if engine in ("vllm", "sglang", "trtllm", "trtllm-cpp") else list(
@@ -1007,7 +1068,7 @@ def search_strategies(
         ranked, points = kept, [p for p in points if search.launched(p)]
     else:
         dropped = 0
-    if search.serving:  # the head of the ranking priced as estimate_performance prices a served request
+    if search.serving or search.spec_settings:  # the head priced as estimate_performance prices a served request
         ranked = search.serve_head(ranked, max(top_k, SERVED_LAYOUTS))
     # One entry per layout in the top list (the best batch of each), so top_k shows distinct strategies.
     top_points: list[_Point] = []

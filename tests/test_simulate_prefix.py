@@ -1,0 +1,143 @@
+"""The serving simulator prices prefix caching: hits lower TTFT and let more requests run in a tight KV cache, no hit
+is the plain engine byte for byte, the pages balance (a shared prefix held once, freed or evicted, never lost), and
+the queueing identities still hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tools import estimate_performance
+from tools.core.plan import parse_plan
+from tools.estimate.fast import FastEstimator
+from tools.estimate.simulate import PrefixPricing, _Engine, _Req, _setup, resolve_load, run, simulate
+
+ENGINES = ["vllm", "sglang", "trtllm"]
+
+
+def _plan(engine: str, prefix: dict[str, Any] | None, kv: int | None = None, **workload: Any) -> dict[str, Any]:
+    wl = {"input_len": 2048, "output_len": 128, "concurrency": 32, "num_requests": 96, **workload}
+    plan: dict[str, Any] = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "engine": engine,
+                            "workload": wl}
+    if kv:
+        plan["engine_options"] = {"kv_cache_tokens": kv}
+    if prefix is not None:
+        plan["prefix_caching"] = prefix
+    return plan
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("no_hit", [{"shared_prefix_len": 0}, {"hit_rate": 0.0}, {"enabled": False},
+                                    {"enabled": False, "shared_prefix_len": 1024}])
+def test_no_hit_is_the_plain_engine_byte_for_byte(engine: str, no_hit: dict[str, Any]) -> None:
+    plain = simulate(parse_plan(_plan(engine, None, kv=30_000)))
+    assert simulate(parse_plan(_plan(engine, no_hit, kv=30_000))).model_dump_json() == plain.model_dump_json()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("prefix", [{"shared_prefix_len": 1536}, {"hit_rate": 0.75}])
+def test_hits_lower_ttft_and_raise_throughput(engine: str, prefix: dict[str, Any]) -> None:
+    plain = simulate(parse_plan(_plan(engine, None)))
+    hit = simulate(parse_plan(_plan(engine, prefix)))
+    assert hit.ttft_ms.mean < 0.8 * plain.ttft_ms.mean
+    assert hit.output_tokens_per_s > plain.output_tokens_per_s
+    assert hit.requests == plain.requests
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_shared_prefix_is_held_once(engine: str) -> None:
+    """In a KV cache that holds few whole requests, a shared prefix (held once) lets more requests run than the same
+    share of private hits (each request holds its own) or no caching."""
+    kv = 40_000
+    plain = simulate(parse_plan(_plan(engine, None, kv=kv, concurrency=64, num_requests=192)))
+    private = simulate(parse_plan(_plan(engine, {"hit_rate": 0.75}, kv=kv, concurrency=64, num_requests=192)))
+    shared = simulate(parse_plan(_plan(engine, {"shared_prefix_len": 1536}, kv=kv, concurrency=64, num_requests=192)))
+    assert shared.mean_running > 1.5 * plain.mean_running
+    assert shared.mean_running > 1.5 * private.mean_running
+    assert shared.max_running > plain.max_running
+
+
+def _engines_after(plan_dict: dict[str, Any]) -> list[Any]:
+    plan = parse_plan(plan_dict)
+    fast = FastEstimator(plan)
+    load = resolve_load(plan, fast.layout.dp)
+    setup = _setup(plan, fast, load, fast.eff, None)
+    result = run(plan, fast, load, setup)
+    assert result.requests == load.num_requests
+    return setup.engines
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(ENGINES), shared=st.integers(1, 2047), kv=st.integers(8_000, 60_000),
+       conc=st.integers(1, 48), seed=st.integers(0, 9))
+def test_pages_balance_and_the_prefix_is_evicted_not_lost(engine: str, shared: int, kv: int, conc: int,
+                                                          seed: int) -> None:
+    """Whatever the cache size, every page comes back once the run ends: the prefix is unreferenced, its pages count
+    as free (cached or evicted), and nothing is held twice."""
+    for e in _engines_after(_plan(engine, {"shared_prefix_len": shared}, kv=kv, concurrency=conc, num_requests=40,
+                                  seed=seed, input_len_range=[shared + 1, 2048], output_len_range=[1, 256])):
+        assert e.prefix_refs == 0
+        assert e.free == e.capacity
+        assert e.evictable in (0, e.prefix_pages)
+        assert e.prefix_pages <= shared // e.bs
+
+
+def test_an_unreferenced_prefix_is_reused_then_evicted_when_its_pages_are_taken() -> None:
+    """Pages of 16 tokens, a cache of 10 pages, a 32-token shared prefix: the first request computes it and leaves it
+    cached; the next hits it (32 tokens skipped, 2 pages referenced, not taken again); once nobody references it and
+    an allocation takes its pages, it is gone and the next request computes it again."""
+    e = _Engine(0, "both", "vllm", None, 8192, 8, 160, False, prefix=PrefixPricing(32, 0.0))  # type: ignore[arg-type]
+    first = _Req(0, 0, 64, 8, prompt=64)
+    e.prefix_hit(first)
+    assert first.computed == 0
+    assert e._grow(first, 64) and e.free == 6
+    first.computed = 64
+    e.prefix_computed(first)
+    e._release(first)
+    assert (e.free, e.evictable, e.prefix_pages) == (10, 2, 2)
+    second = _Req(1, 1, 64, 8, prompt=64)
+    e.prefix_hit(second)
+    assert (second.computed, second.blocks, e.free) == (32, 2, 8)
+    assert e._grow(second, 64) and e.free == 6  # two pages of its own for the suffix
+    e._release(second)
+    assert (e.free, e.evictable) == (10, 2)
+    other = _Req(2, 2, 144, 8, prompt=144)
+    assert e._grow(other, 144) and e.free == 1  # takes the prefix's free pages
+    third = _Req(3, 3, 64, 8, prompt=64)
+    e.prefix_hit(third)
+    assert (third.computed, e.prefix_pages, e.evictable) == (0, 0, 0)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(ENGINES), hit=st.floats(0.05, 1.0), conc=st.integers(1, 64),
+       rate=st.one_of(st.none(), st.floats(2.0, 40.0)))
+def test_littles_law_holds_with_hits(engine: str, hit: float, conc: int, rate: float | None) -> None:
+    wl: dict[str, Any] = {"concurrency": conc, "num_requests": 60, "output_len_range": [8, 200]}
+    if rate is not None:
+        wl["request_rate"] = rate
+    r = simulate(parse_plan(_plan(engine, {"hit_rate": hit}, **wl)))
+    assert r.mean_in_flight == pytest.approx(r.request_throughput_per_s * r.e2e_ms.mean / 1e3, rel=1e-6)
+
+
+def test_the_estimate_gives_served_figures_with_and_without_hits() -> None:
+    est = estimate_performance(plan=_plan("vllm", {"shared_prefix_len": 1536}))
+    pf = est.prefix_caching
+    assert pf is not None and est.served is not None
+    assert pf.ttft_with_ms == est.served.ttft_ms.mean == est.ttft_ms
+    assert pf.ttft_without_ms is not None and pf.ttft_with_ms < pf.ttft_without_ms
+    assert any("two simulations" in a for a in pf.assumptions)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_suffix_still_attends_to_the_cached_keys(engine: str) -> None:
+    """One client, a 7,168-token prefix of 8,192-token prompts: after the first request, a prompt costs more than a
+    1,024-token prompt (its queries attend to 8k keys) and much less than the whole prompt."""
+    def ttft_p50(input_len: int, prefix: dict[str, Any] | None) -> float:
+        wl = {"input_len": input_len, "output_len": 16, "concurrency": 1, "num_requests": 9}
+        return simulate(parse_plan(_plan(engine, prefix, **wl))).ttft_ms.p50
+
+    hit = ttft_p50(8192, {"shared_prefix_len": 7168})
+    assert 1.1 * ttft_p50(1024, None) < hit < 0.5 * ttft_p50(8192, None)
