@@ -27,7 +27,7 @@ REPO_PATTERN = r"^([A-Za-z0-9][\w.\-]*(/[\w.\-]+)?|(/[\w.\-]+)+)$"  # a Hugging 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
+DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp", "dcp")
 
 
 class _Strict(NullMeansAbsent):
@@ -47,6 +47,11 @@ class Degrees(_Strict):
         1, ge=1, le=MAX_DEGREE,
         description="attention-DP groups per stage (opt-in via options.allow_attention_dp; SGLang's DP attention)",
     )
+    dcp: int = Field(
+        1, ge=1, le=MAX_DEGREE,
+        description="decode context parallel (vLLM -dcp): each request's KV striped by token over dcp ranks of the "
+        "decode TP group; no extra GPUs, decode only, dcp divides tp",
+    )
 
 
 class PhaseDegrees(_Strict):
@@ -58,6 +63,7 @@ class PhaseDegrees(_Strict):
     ep: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["ep"].description)
     sp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["sp"].description)
     attn_dp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["attn_dp"].description)
+    dcp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["dcp"].description)
 
 
 class Phases(_Strict):
@@ -369,14 +375,20 @@ def _aliases(section: str) -> dict[str, str]:
     return {_key(alias): field for field, aliases in table.items() for alias in aliases}
 
 
+@cache
+def _foreign(section: str) -> frozenset[str]:
+    """Names of strategies outside the plan (knowledge/plan_vocabulary.json 'foreign'): never read as a field."""
+    return frozenset(_key(n) for n in knowledge.load_json("plan_vocabulary.json").get("foreign", {}).get(section, []))
+
+
 def _meant(where: tuple[str, ...], name: str) -> str | None:
     """The field a misspelled or foreign field name means: an alias from knowledge/plan_vocabulary.json, else a
     close spelling of one of the section's fields; None when nothing is close (e.g. 'cp', another strategy)."""
     model = _SECTIONS.get(where)
-    if model is None or not isinstance(name, str):
+    section = _VOCABULARY_SECTION.get(where, where[-1] if where else "plan")
+    if model is None or not isinstance(name, str) or _key(name) in _foreign(section):
         return None
     fields = list(model.model_fields)
-    section = _VOCABULARY_SECTION.get(where, where[-1] if where else "plan")
     names = {**{_key(f): f for f in fields}, **{a: f for a, f in _aliases(section).items() if f in fields}}
     near = difflib.get_close_matches(_key(name), list(names), n=1, cutoff=0.75)
     return names[near[0]] if near else None
