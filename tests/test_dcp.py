@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tools import estimate_performance, validate_dag
+from tools.core.errors import PdagInputError
 from tools.core.memory import memory_report
 from tools.core.plan import parse_plan
 
@@ -56,8 +57,14 @@ def test_dcp_needs_no_opt_in_and_is_not_decode_sp() -> None:
     assert not {r for r in rules if r.startswith("DCP-") or r.startswith("SP-") or r.startswith("ADP-")}
     assert validate_dag(plan=_dsv3(8)).valid
     assert "DCP-DIVIDES-TP" in _rules(_dsv3(3))
-    assert "DCP-DECODE-ONLY" in _rules({**_dsv3(1), "phases": {"prefill": {"dcp": 2}}})
-    assert "DCP-DECODE-ONLY" in _rules({**_dsv3(2), "phases": {"decode": {"sp": 2}}})
+    assert "DCP-NO-DECODE-SP" in _rules({**_dsv3(2), "phases": {"decode": {"sp": 2}}})
+
+
+def test_dcp_is_set_once_in_parallel() -> None:
+    """A phase override of dcp is an input error that names parallel.dcp (not a guess at another degree)."""
+    with pytest.raises(PdagInputError) as exc:
+        validate_dag(plan={**_dsv3(1), "phases": {"decode": {"dcp": 2}}})
+    assert exc.value.field == "plan.phases.decode.dcp" and "parallel.dcp" in exc.value.problem
 
 
 def test_decode_step_reads_less_kv_and_pays_the_exchange() -> None:

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.anyio
 # full schema is pdag://schema/plan, and an error names them). Each field and type is still declared: less would
 # take fields away from strict clients, which can send only what the schema declares. 10,331 with search's
 # allow_expert_tp and import_deployment's workload and objective (the load and goal a command does not state);
-# 10,364 with import_deployment's hf_config (the config.json of a model with no preset).
+# 10,364 with import_deployment's hf_config (the config.json of a model with no preset); 10,395 with parallel.dcp
+# (decode context parallel, declared once: not per phase).
 TOOLS_LIST_BUDGET = 10400
 ANSWER_BUDGET = 4000
 RESOURCES_LIST_BUDGET = 2000

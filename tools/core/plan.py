@@ -49,8 +49,8 @@ class Degrees(_Strict):
     )
     dcp: int = Field(
         1, ge=1, le=MAX_DEGREE,
-        description="decode context parallel (vLLM -dcp): each request's KV striped by token over dcp ranks of the "
-        "decode TP group; no extra GPUs, decode only, dcp divides tp",
+        description="decode context parallel (vLLM -dcp), decode only: KV striped by token over dcp ranks of "
+        "the TP group, no extra GPUs",
     )
 
 
@@ -63,7 +63,6 @@ class PhaseDegrees(_Strict):
     ep: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["ep"].description)
     sp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["sp"].description)
     attn_dp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["attn_dp"].description)
-    dcp: int | None = Field(None, ge=1, le=MAX_DEGREE, description=Degrees.model_fields["dcp"].description)
 
 
 class Phases(_Strict):
@@ -381,6 +380,12 @@ def _foreign(section: str) -> frozenset[str]:
     return frozenset(_key(n) for n in knowledge.load_json("plan_vocabulary.json").get("foreign", {}).get(section, []))
 
 
+def _elsewhere(where: tuple[str, ...], name: Any) -> str | None:
+    """The plan field a name in the wrong section stands for (knowledge/plan_vocabulary.json 'elsewhere')."""
+    table = knowledge.load_json("plan_vocabulary.json").get("elsewhere", {}).get(where[0] if where else "plan", {})
+    return table.get(name) if isinstance(name, str) else None
+
+
 def _meant(where: tuple[str, ...], name: str) -> str | None:
     """The field a misspelled or foreign field name means: an alias from knowledge/plan_vocabulary.json, else a
     close spelling of one of the section's fields; None when nothing is close (e.g. 'cp', another strategy)."""
@@ -424,8 +429,11 @@ def screen_plan(raw: dict[str, Any], root: str = "plan") -> None:
                                   f"{_JSON_KINDS.get(type(e['input']), 'a value')} {shown(e['input'])}", None)
             elif kind == "extra_forbidden":
                 where, name = tuple(str(x) for x in e["loc"][:-1]), e["loc"][-1]
-                meant = _meant(where, name)
-                if meant:
+                moved = _elsewhere(where, name)
+                meant = None if moved else _meant(where, name)
+                if moved:
+                    problems[path] = (f"'{name}' is not set per phase: it belongs in '{moved}'", f"'{moved}'")
+                elif meant:
                     problems[path] = (f"unknown field '{name}' (did you mean '{meant}'?)",
                                       f"'{'.'.join((*where, meant))}' (the plan JSON Schema lists the fields)")
     model, hardware = raw.get("model"), raw.get("hardware")

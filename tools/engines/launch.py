@@ -265,8 +265,7 @@ def _common_checks(plan: Plan, key: str) -> None:
                                   "the default even split (remove options.layer_split)")
     _dcp_checks(plan, key)
     phases = plan.phases.model_dump(exclude_none=True)
-    # dcp is a decode-only degree: the engine's one flag is the decode phase's, not a per-phase override
-    overrides = {p: {k: v for k, v in d.items() if v is not None and k != "dcp"} for p, d in phases.items()}
+    overrides = {p: {k: v for k, v in d.items() if v is not None} for p, d in phases.items()}
     changed = {
         p: d for p, d in overrides.items()
         if any(getattr(plan.parallel, k) != v for k, v in d.items())

@@ -3,7 +3,8 @@
 Not the seeds' SP: it adds no GPUs and splits no step across tokens.  The TP ranks that would each hold a copy of
 the same KV (an MLA latent, or a GQA KV head replicated beyond the KV heads) hold one token slice of it each,
 and the partial attention outputs are merged every decode step (CONFLICT-DECODE-CONTEXT-PARALLEL says why it
-needs no opt-in).  vLLM bounds the degree by that replication: ``tp % dcp == 0`` and ``dcp <= tp / kv_heads``
+needs no opt-in).  It is written once, as ``parallel.dcp`` (vLLM's one server flag), and applies to decode only.
+vLLM bounds the degree by that replication: ``tp % dcp == 0`` and ``dcp <= tp / kv_heads``
 (https://docs.vllm.ai/en/latest/serving/context_parallel_deployment.html).
 """
 
@@ -35,7 +36,7 @@ def check_divides_tp(ctx: Context) -> Iterator[Finding]:
     if pl.dcp > 1 and pl.tp % pl.dcp:
         yield Finding(f"decode dcp = {pl.dcp} does not divide decode tp = {pl.tp}; decode context parallel splits "
                       "the TP group into groups of dcp ranks and adds no GPUs",
-                      field=field_of("decode", "dcp", ctx.plan), hint=f"use a dcp that divides {pl.tp}")
+                      field="plan.parallel.dcp", hint=f"use a dcp that divides {pl.tp}")
 
 
 @fixer("DCP-DIVIDES-TP")
@@ -57,7 +58,7 @@ def check_within_replication(ctx: Context) -> Iterator[Finding]:
         what = "its MLA latent" if spec.attention == "mla" else f"each of its {spec.num_kv_heads} KV heads"
         yield Finding(f"decode dcp = {pl.dcp} exceeds the {copies} TP rank(s) that hold {what} at tp = {pl.tp}; "
                       "decode context parallel only stripes KV that TP replicates (vLLM bounds dcp by tp / kv heads)",
-                      field=field_of("decode", "dcp", ctx.plan),
+                      field="plan.parallel.dcp",
                       hint=f"use dcp <= {copies}, or a larger tp first")
 
 
@@ -70,14 +71,9 @@ def fix_within_replication(plan: dict[str, Any], ctx: Context) -> list[Change]:
                     f"the TP ranks sharing one KV copy ({copies})")
 
 
-@checker("DCP-DECODE-ONLY", needs="plan")
-def check_decode_only(ctx: Context) -> Iterator[Finding]:
+@checker("DCP-NO-DECODE-SP", needs="plan")
+def check_no_decode_sp(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None and ctx.layout is not None
-    over = ctx.plan.phases.prefill
-    if over is not None and (over.dcp or 1) > 1:
-        yield Finding(f"phases.prefill.dcp = {over.dcp}: decode context parallel is a decode-step layout of the KV "
-                      "(prefill writes the striped cache with its own degrees)", field="plan.phases.prefill.dcp",
-                      hint="set dcp on parallel or phases.decode")
     pl = ctx.layout.phases["decode"]
     if pl.dcp > 1 and pl.sp > 1:
         yield Finding(f"decode runs sp = {pl.sp} and dcp = {pl.dcp}: both split the decode KV by sequence; decode "
@@ -85,31 +81,18 @@ def check_decode_only(ctx: Context) -> Iterator[Finding]:
                       field=field_of("decode", "sp", ctx.plan), hint="set phases.decode.sp = 1")
 
 
-@fixer("DCP-DECODE-ONLY")
-def fix_decode_only(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    assert ctx.plan is not None and ctx.layout is not None
-    changes = []
-    pre = (plan.get("phases") or {}).get("prefill")
-    if isinstance(pre, dict) and isinstance(pre.get("dcp"), int) and pre["dcp"] > 1:
-        changes.append(Change(rule_id="DCP-DECODE-ONLY", message="removed phases.prefill.dcp: decode context "
-                              "parallel is a decode layout", field="plan.phases.prefill.dcp", before=pre.pop("dcp"),
-                              after=None))
+@fixer("DCP-NO-DECODE-SP")
+def fix_no_decode_sp(plan: dict[str, Any], ctx: Context) -> list[Change]:
+    assert ctx.layout is not None
     pl = ctx.layout.phases["decode"]
-    if pl.dcp > 1 and pl.sp > 1:
-        dec = plan.setdefault("phases", {}).setdefault("decode", {})
-        changes.append(Change(rule_id="DCP-DECODE-ONLY", message=f"set decode sp from {pl.sp} to 1: dcp = {pl.dcp} "
-                              "already splits the decode KV by token", field="plan.phases.decode.sp", before=pl.sp,
-                              after=1))
-        dec["sp"] = 1
-    return changes
+    plan.setdefault("phases", {}).setdefault("decode", {})["sp"] = 1
+    return [Change(rule_id="DCP-NO-DECODE-SP", message=f"set decode sp from {pl.sp} to 1: dcp = {pl.dcp} already "
+                   "splits the decode KV by token", field="plan.phases.decode.sp", before=pl.sp, after=1)]
 
 
 def _set_dcp(plan: dict[str, Any], ctx: Context, rule: str, new: int, why: str) -> list[Change]:
     assert ctx.layout is not None
     before = ctx.layout.phases["decode"].dcp
-    path = field_of("decode", "dcp", ctx.plan)
-    target = plan.setdefault("phases", {}).setdefault("decode", {}) if "phases" in path else \
-        plan.setdefault("parallel", {})
-    target["dcp"] = new
-    return [Change(rule_id=rule, message=f"set decode dcp from {before} to {new}, {why}", field=path, before=before,
-                   after=new)]
+    plan.setdefault("parallel", {})["dcp"] = new
+    return [Change(rule_id=rule, message=f"set decode dcp from {before} to {new}, {why}", field="plan.parallel.dcp",
+                   before=before, after=new)]
