@@ -274,20 +274,37 @@ def test_vllm_decode_context_parallel_round_trips(flag: str) -> None:
 
 
 def test_decode_context_parallel_in_sglang_and_trtllm() -> None:
-    """SGLang's --dcp-size stripes MLA caches (its DCP docs), so an MLA plan exports and round-trips and a GQA plan
-    is refused; TensorRT-LLM has no such option pdag knows."""
+    """SGLang's --dcp-size (MLA caches only, its DCP docs) is imported; export refuses while the SGLang release
+    pdag writes for has no such flag, and TensorRT-LLM has no such option pdag knows."""
+    imp = import_command("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dcp-size 4",
+                         gpu="h200")
+    assert imp.plan["parallel"]["dcp"] == 4
     mla = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8, "dcp": 8}}
-    out = export_plan(mla, "sglang")
-    assert out.argv[0][out.argv[0].index("--dcp-size") + 1] == "8"
-    assert import_command(out.command, gpu="h200").plan["parallel"]["dcp"] == 8
-    with pytest.raises(EngineCannotExpress) as exc:
-        export_plan(mla, "trtllm")
-    assert exc.value.field == "parallel.dcp"
+    for engine in ("sglang", "trtllm"):
+        with pytest.raises(EngineCannotExpress) as exc:
+            export_plan(mla, engine)
+        assert exc.value.field == "parallel.dcp"
     gqa = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 8},
            "parallel": {"tp": 8, "ep": 8, "dcp": 2}}
-    assert "--decode-context-parallel-size" in export_plan(gqa, "vllm").argv[0]
+    out = export_plan(gqa, "vllm")
+    assert "--decode-context-parallel-size" in out.argv[0] and out.flag_problems == []
+
+
+def test_sglang_release_with_dcp_size_exports_mla_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a SGLang flag table that has --dcp-size, an MLA plan exports with it and a GQA plan is refused."""
+    import tools.engines.launch as launch
+    from tools.engines.flags import flag_table
+    real = flag_table("sglang")
+    newer = real.model_copy(update={"flags": {**real.flags, "--dcp-size": {}}})
+    monkeypatch.setattr(launch, "flag_table", lambda key, version=None: newer if key == "sglang" else
+                        flag_table(key, version))
+    mla = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8, "dcp": 8}}
+    argv = launch.export_unchecked(mla, "sglang").argv[0]
+    assert argv[argv.index("--dcp-size") + 1] == "8"
+    gqa = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 8},
+           "parallel": {"tp": 8, "ep": 8, "dcp": 2}}
     with pytest.raises(EngineCannotExpress) as exc:
-        export_plan(gqa, "sglang")
+        launch.export_unchecked(gqa, "sglang")
     assert "MLA" in exc.value.problem
 
 

@@ -287,13 +287,19 @@ def _common_checks(plan: Plan, key: str) -> None:
 
 def _dcp_checks(plan: Plan, key: str) -> None:
     """Decode context parallel: vLLM's -dcp; SGLang's --dcp-size stripes MLA caches only
-    (https://docs.sglang.io/docs/advanced_features/dcp.md); TensorRT-LLM has no flag pdag knows for it."""
+    (https://docs.sglang.io/docs/advanced_features/dcp.md), in releases newer than the one whose flag table pdag
+    writes for; TensorRT-LLM has no flag pdag knows for it."""
     dcp = plan.degrees("decode").dcp
     if dcp <= 1:
         return
     if key == "trtllm":
         raise EngineCannotExpress("parallel.dcp", "TensorRT-LLM has no decode context parallel option that pdag "
-                                  "knows of (KV striped by token inside the TP group)", "dcp = 1, or vLLM / SGLang")
+                                  "knows of (KV striped by token inside the TP group)", "dcp = 1, or vLLM")
+    table = flag_table(key)
+    if key == "sglang" and not table.has("--dcp-size"):
+        raise EngineCannotExpress("parallel.dcp", f"SGLang {table.version} (the release pdag writes for) has no "
+                                  "--dcp-size; later SGLang releases stripe MLA caches with it "
+                                  "(https://docs.sglang.io/docs/advanced_features/dcp.md)", "dcp = 1, or vLLM")
     if key == "sglang" and plan.spec.attention != "mla":
         raise EngineCannotExpress("parallel.dcp", "SGLang's decode context parallel (--dcp-size) stripes MLA KV "
                                   "caches only; this model's attention is " + plan.spec.attention,
