@@ -97,3 +97,13 @@ def test_kv_per_gpu_scales_as_one_over_dcp_for_any_divisor(tp: int, data: st.Dat
     assert parse_plan(plan).degrees("prefill").dcp == dcp  # plan-wide, but only decode's layout stripes
     bad = data.draw(st.integers(min_value=2, max_value=32).filter(lambda n: tp % n != 0))
     assert "DCP-DIVIDES-TP" in _rules(_dsv3(bad, tp=tp, batch=4))
+
+
+def test_search_fast_path_prices_dcp_like_the_estimate() -> None:
+    from tools.estimate.fast import FastEstimator
+
+    plan = _dsv3(8, batch=48)
+    e = estimate_performance(plan)
+    h = FastEstimator(parse_plan(plan)).headline(48)
+    assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
+    assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
