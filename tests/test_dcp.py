@@ -107,3 +107,17 @@ def test_search_fast_path_prices_dcp_like_the_estimate() -> None:
     h = FastEstimator(parse_plan(plan)).headline(48)
     assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
     assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
+
+
+def test_disaggregated_decode_pool_stripes_and_receives_one_nth() -> None:
+    """dcp is the decode pool's: its GPUs hold and receive 1/N of the latent copies, the prefill pool is unchanged."""
+    def plan(dcp: int) -> dict[str, Any]:
+        return {**_dsv3(dcp), "hardware": {"gpu": "h200", "num_gpus": 16},
+                "phases": {"prefill": {"dp": 1}, "decode": {"dp": 1}}, "options": {"disaggregated": True}}
+    base, dcp = estimate_performance(plan(1)), estimate_performance(plan(8))
+    assert base.memory.pools is not None and dcp.memory.pools is not None
+    assert dcp.memory.pools["prefill"].kv_cache_bytes == base.memory.pools["prefill"].kv_cache_bytes
+    assert dcp.memory.pools["decode"].kv_cache_bytes == pytest.approx(base.memory.pools["decode"].kv_cache_bytes / 8)
+    assert base.kv_transfer is not None and dcp.kv_transfer is not None
+    assert dcp.kv_transfer.wire_bytes_per_request == pytest.approx(base.kv_transfer.wire_bytes_per_request / 8)
+    assert dcp.kv_transfer.bytes_per_request == base.kv_transfer.bytes_per_request
