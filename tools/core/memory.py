@@ -17,6 +17,8 @@ as quantised checkpoints such as DeepSeek-V3 FP8 or AWQ/GPTQ models ship them; q
 KV cache: ``batch * (input_len + output_len)`` tokens per layer of the stage (sliding-window layers capped),
 GQA/MHA KV heads divided by the head shards until they run out (then one head per shard, i.e. replicated),
 an MLA latent whole on every attention GPU, tokens divided by ``sp``; ``plan.effective_kv_dtype``.
+Decode context parallel (``dcp``, vLLM's ``-dcp``) stripes that replicated cache by token over ``dcp`` ranks of
+the TP group, so each holds ``1/dcp`` of it (in a pool that serves decode; prefill writes the striped cache).
 The larger of the prefill and decode layouts counts (they differ only in ``sp``).
 
 Activations (peak prefill working set, 16-bit): with ``T = min(batch*input_len, prefill_chunk_tokens)``
@@ -240,6 +242,8 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
     w = pool.group_width
     attn_width = max(p.attn_width for p in phases)
     groups = max(p.attn_dp for p in phases)
+    # decode context parallel stripes the one cache by token over dcp TP ranks, also while prefill writes it
+    dcp = max(p.dcp for p in phases)
     moe = spec.moe
     expert_tp = w // ep if (spec.is_moe and plan.options.allow_expert_tp and ep < w) else 1
     n_exp = moe.num_experts if moe else 0
@@ -274,7 +278,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             act_attn = 0.0
             for pl in phases:
                 if local < pl.attention_gpus:
-                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp)
+                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp / dcp)
                     q_local = spec.num_heads / pl.head_shards
                     kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
                     hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
