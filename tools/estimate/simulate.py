@@ -851,7 +851,34 @@ def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None 
                                 fast.layout.pools["decode"].dp)
     setup = _setup(plan, fast, load, fast.eff, decode_fast)
     _check_fits(setup, load)
+    g = symmetric_shares(setup, load)
+    if g > 1:
+        return run(plan, fast, load, _one_share(setup, g), copies=g)
     return run(plan, fast, load, setup)
+
+
+def symmetric_shares(setup: _Setup, load: Load) -> int:
+    """How many identical shares the deployment and its load split into: the largest ``g`` dividing the prefill (or
+    only) pool's replicas, the decode pool's, the clients and the requests, when every request has the same lengths
+    and all are sent at t = 0 or by a closed loop (Poisson arrivals dealt round-robin are not alike per share).
+    Why: replicas with identical schedulers, caches and request streams run identical steps, so one share simulated
+    and counted ``g`` times is the deployment; it is the balanced split a load balancer keeps (vLLM's DP client
+    routes to the least loaded engine, SGLang's shortest_queue; notes §4), whereas dealing a whole deployment's
+    requests round-robin in event order only adds which replica's step ends first at a shared instant."""
+    fixed = load.input_len_range[0] == load.input_len_range[1] and load.output_len_range[0] == load.output_len_range[1]
+    if load.mode == "poisson" or not fixed:
+        return 1
+    return math.gcd(len(setup.prefill_pool), len(setup.decode_pool), load.concurrency or 0, load.num_requests)
+
+
+def _one_share(setup: _Setup, g: int) -> _Setup:
+    """The first ``1/g`` of each pool's replicas (GPUs and KV per replica kept: per-GPU figures are the whole's)."""
+    n_p, n_d = len(setup.prefill_pool) // g, len(setup.decode_pool) // g
+    engines = [setup.engines[i] for i in setup.prefill_pool[:n_p] + setup.decode_pool[:n_d]]
+    for i, e in enumerate(engines):
+        e.idx = i
+    return _Setup(setup.policy, engines, list(range(n_p)), list(range(n_p, n_p + n_d)), setup.transfer_ms,
+                  setup.gpus, setup.kv_tokens)
 
 
 def _check_fits(setup: _Setup, load: Load) -> None:
@@ -866,9 +893,14 @@ def _check_fits(setup: _Setup, load: Load) -> None:
                 "shorter requests, fp8 KV (kv_dtype), more GPUs per replica, or engine_options.kv_cache_tokens")
 
 
-def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult:
-    """The event loop (module doc)."""
+def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1) -> SimResult:
+    """The event loop (module doc); with ``copies``, ``setup`` is one of that many identical shares of the
+    deployment (``symmetric_shares``): it serves its share of ``load`` and the result counts every share."""
     rng = random.Random(load.seed)
+    whole = load
+    if copies > 1:
+        load = load.model_copy(update={"num_requests": load.num_requests // copies,
+                                       "concurrency": load.concurrency // copies if load.concurrency else None})
     n = load.num_requests
     lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
     engines = setup.engines
@@ -1018,11 +1050,16 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             e._release(r)
             finish(r, t)
         plan_engine(e, t)
-    return _result(load, setup, reqs, rec, area)
+    return _result(whole, setup, reqs, rec, area, copies)
 
 
-def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: float) -> SimResult:
-    done = [r for r in reqs if r.done_ms >= 0]
+def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: float, copies: int = 1,
+            ) -> SimResult:
+    """The client's figures; every request and step of the simulated share counted ``copies`` times."""
+    done = [r for r in reqs if r.done_ms >= 0] * copies
+    itl = rec.counts()
+    for pair in itl:
+        itl[pair] *= copies
     start = min((r.sent_ms for r in reqs), default=0.0)
     end = max((r.done_ms for r in done), default=start)
     dur = max(end - start, 1e-9)
@@ -1036,12 +1073,12 @@ def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: f
     kv_frac = max((e.peak_used / e.capacity for e in setup.engines), default=0.0)
     return SimResult(
         load=load.describe(), engine=setup.policy, requests=len(done), ttft_ms=_stat(ttft), tpot_ms=tp,
-        itl_ms=_weighted_stat(rec.counts()), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
+        itl_ms=_weighted_stat(itl), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
         output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / max(1, setup.gpus),
         output_tokens_per_s_per_user=1e3 / tp.mean if tp.mean > 0 else 0.0,
-        request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area / dur,
+        request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area * copies / dur,
         max_running=max((e.max_running for e in setup.engines), default=0),
         mean_running=sum(e.run_area for e in setup.engines if e.role != "prefill")
         / (dur * max(1, sum(e.role != "prefill" for e in setup.engines))),
-        preemptions=sum(e.preemptions for e in setup.engines), kv_cache_tokens=setup.kv_tokens,
-        kv_peak_fraction=kv_frac, steps=sum(e.steps for e in setup.engines))
+        preemptions=sum(e.preemptions for e in setup.engines) * copies, kv_cache_tokens=setup.kv_tokens,
+        kv_peak_fraction=kv_frac, steps=sum(e.steps for e in setup.engines) * copies)
