@@ -397,6 +397,9 @@ class _Engine:
         # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
         # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
         self.lacking = 0
+        # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
+        # last step left them (non-speculative only): the next decode run needs no pass of its own
+        self.summary: tuple[int, int] | None = None
 
     # -- tokens a decode step emits
     def emits(self, r: _Req, k: int) -> int:
@@ -472,10 +475,11 @@ class _Engine:
     # -- forming a step
     def form(self, start: float) -> _Plan | None:
         """The next iteration starting at ``start`` (None: nothing to run)."""
+        summary, self.summary = self.summary, None
         if not self.running and not self.waiting:
             return None
         if self.role != "prefill" and self.running and self._nothing_to_admit(start):
-            run = self._decode_run(start)
+            run = self._decode_run(start, summary)
             if run is not None:
                 return run
         if self.policy == "sglang":
@@ -493,19 +497,23 @@ class _Engine:
             return not self._admissible(self.waiting[0], self.budget - self.width * len(self.running))
         return True
 
-    def _decode_run(self, start: float) -> _Plan | None:
+    def _decode_run(self, start: float, summary: tuple[int, int] | None = None) -> _Plan | None:
         """A run of decode-only steps up to the next event; None if a prompt is unfinished or the next step finds
-        no page (then an explicit step is formed, which preempts)."""
+        no page (then an explicit step is formed, which preempts).  ``summary``: the running requests' context and
+        fewest tokens left, when the last step's pass found every one decoding."""
         rs = self.running
         d, bs = len(rs), self.bs
-        ctx, k = 0, _BIG
-        for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
-            if r.computed < r.prompt:
-                return None
-            g = r.generated
-            ctx += r.in_len + g
-            if r.out_len - g < k:
-                k = r.out_len - g
+        if summary is not None:
+            ctx, k = summary
+        else:
+            ctx, k = 0, _BIG
+            for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
+                if r.computed < r.prompt:
+                    return None
+                g = r.generated
+                ctx += r.in_len + g
+                if r.out_len - g < k:
+                    k = r.out_len - g
         if self.spec_q:
             k = min(self._steps_left(r) for r in rs)
         # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that and the
@@ -708,11 +716,11 @@ class _Engine:
 
 
 class _Recorder:
-    """Inter-token gaps: single tokens' gaps as bare floats (most of them, counted at the end), decode runs' as
-    (gap, tokens) pairs."""
+    """Inter-token gaps: single tokens' gaps as (gap, how many) (the requests of a step that last emitted at the
+    same instant share one gap, recorded once), decode runs' as (gap, tokens) pairs."""
 
     def __init__(self) -> None:
-        self.gaps: list[float] = []  # one token each
+        self.singles: list[tuple[float, int]] = []  # (gap, tokens of one token each)
         self.itl: list[tuple[float, float]] = []  # (gap, tokens)
 
     def run(self, a_ms: float, b_ms: float, k: int, d: int) -> None:
@@ -727,7 +735,7 @@ class _Recorder:
     def counts(self) -> Counter[tuple[float, float]]:
         """How many times each (gap, tokens) pair was recorded."""
         out: Counter[tuple[float, float]] = Counter(self.itl)
-        for gap, c in Counter(self.gaps).items():
+        for gap, c in self.singles:
             out[(gap, 1.0)] += c
         return out
 
@@ -995,19 +1003,36 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                 r.scheduled_ms = p.start_ms
             r.computed += n_tok
         done: list[_Req] = []
+        # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
+        ctx, least, spec = 0, _BIG, e.spec_q
         if p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
             # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
+            k = p.k
             for r in p.decodes:
-                e.advance(r, p.k)
+                if spec:
+                    e.advance(r, k)
+                else:
+                    r.generated += k
                 r.last_ms = t
-                if r.generated >= r.out_len:
+                left = r.out_len - r.generated
+                if left <= 0:
                     done.append(r)
+                else:
+                    ctx += r.in_len + r.generated
+                    if left < least:
+                        least = left
         else:
-            gaps, spec = rec.gaps, e.spec_q
+            singles = rec.singles
+            last, same = -1.0, 0  # consecutive requests whose last token came at the same instant: one gap
             for r in p.decodes:
                 if r.first_ms >= 0:
-                    gaps.append(t - r.last_ms)
+                    if r.last_ms == last:
+                        same += 1
+                    else:
+                        if same:
+                            singles.append((t - last, same))
+                        last, same = r.last_ms, 1
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
                 if spec:
@@ -1015,14 +1040,23 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                 else:
                     r.generated += 1
                 r.last_ms = t
-                if r.generated >= r.out_len:
+                left = r.out_len - r.generated
+                if left <= 0:
                     done.append(r)
+                else:
+                    ctx += r.in_len + r.generated
+                    if left < least:
+                        least = left
+            if same:
+                singles.append((t - last, same))
+        if not spec and not p.chunks and len(p.decodes) == len(e.running):
+            e.summary = (ctx, least)  # every running request decoded: the pass above saw them all
         for r, _ in p.chunks:
             if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
                 if r.first_ms < 0 and e.role != "prefill":
                     r.first_ms = t
                 elif e.role != "prefill":
-                    rec.gaps.append(t - r.last_ms)
+                    rec.singles.append((t - r.last_ms, 1))
                 if e.role == "prefill":
                     r.prefilled = True
                     e.running.remove(r)
