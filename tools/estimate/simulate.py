@@ -369,6 +369,7 @@ class _Plan:
     chunks: list[tuple[_Req, int]] = field(default_factory=list)
     decodes: list[_Req] = field(default_factory=list)
     grown: bool = False  # every running request takes part and has the pages of its tokens after the step
+    pooled: bool = False  # formed by the engine's _DecodeCohort: its requests advance there, not one by one
 
 
 class _Engine:
@@ -400,6 +401,8 @@ class _Engine:
         # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
         # last step left them (non-speculative only): the next decode run needs no pass of its own
         self.summary: tuple[int, int] | None = None
+        # a decode pool's running requests held as one cohort (vLLM, no speculation): steps cost O(log n), not O(n)
+        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q else None
 
     # -- tokens a decode step emits
     def emits(self, r: _Req, k: int) -> int:
@@ -478,6 +481,11 @@ class _Engine:
         summary, self.summary = self.summary, None
         if not self.running and not self.waiting:
             return None
+        if self.cohort is not None and self.cohort.active:
+            pooled = self.cohort.form(self, start)
+            if pooled is not None:
+                return pooled
+            self.cohort.release(self)  # a step it cannot form (pages or budget short): request by request
         if self.role != "prefill" and self.running and self._nothing_to_admit(start):
             run = self._decode_run(start, summary)
             if run is not None:
@@ -713,6 +721,157 @@ class _Engine:
             return False
         p.k, p.end_ms = lo, self.step_end(p, lo)
         return True
+
+
+class _DecodeCohort:
+    """The running requests of a disaggregated decode replica (vLLM scheduler, no speculation) held as one cohort.
+
+    Why: every step of such a replica decodes all its running requests, one token each, so their state moves in
+    lockstep.  A request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F);
+    the pages every request holds after the last step that grew them are ceil((K + grown) / bs), so the pages of all
+    of them at any clock are summed from the count of requests per residue of K modulo the page size.  A step then
+    costs a heap operation per request that ends instead of a pass over all of them, and forms and ends exactly as
+    ``_Engine._form_budget``, ``_decode_run`` and the run loop would (the same pages, prices, gaps and order of
+    completion).  When a step needs more pages than are free (a preemption) or more tokens than the budget, the
+    requests get their own state back (``release``) and the engine goes on request by request; it gathers them again
+    (``resume``) after a step that decoded and grew every running request.
+    """
+
+    def __init__(self, bs: int) -> None:
+        self.bs = bs
+        self.active = True
+        self.clock = 0  # decode steps taken by every request in the cohort
+        self.grown = 0  # clock at which every request's pages were last grown to its held tokens
+        self.last_ms = 0.0  # when every request in the cohort emitted its last token
+        self.heap: list[tuple[int, int, int, _Req]] = []  # (F, admission order, K, request)
+        self.k_sum = 0
+        self.residues = [0] * bs  # requests per K mod bs
+        self.order = 0
+        self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
+
+    def _pages(self, x: int) -> int:
+        """Pages the cohort's requests hold at ``x`` tokens past their K (sum of ceil((K + x) / bs))."""
+        n, bs = len(self.heap), self.bs
+        if bs == 1:
+            return self.k_sum + n * x
+        tail = sum(c * (-(m + x) % bs) for m, c in enumerate(self.residues) if c)
+        return (self.k_sum + n * x + tail) // bs
+
+    def _add(self, r: _Req) -> None:
+        k = r.computed + r.generated - r.base - self.clock
+        heapq.heappush(self.heap, (r.out_len - r.generated + self.clock, self.order, k, r))
+        self.order += 1
+        self.k_sum += k
+        self.residues[k % self.bs] += 1
+
+    def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
+        """A request's own fields, as processing it one by one would have left them."""
+        f, _, k, r = entry
+        r.generated = r.out_len - (f - self.clock)
+        r.blocks = -(-(k + self.grown) // self.bs)
+        r.last_ms = self.last_ms
+        return r
+
+    def form(self, e: _Engine, start: float) -> _Plan | None:
+        """The step ``e`` forms (None: one the cohort cannot form)."""
+        if e.running and e._nothing_to_admit(start):
+            run = self._run(e, start)
+            if run is not None:
+                return run
+        return self._step(e, start)
+
+    def _run(self, e: _Engine, start: float) -> _Plan | None:
+        """``_decode_run``: decode-only steps until the first request ends or a page is missing."""
+        d = len(self.heap)
+        k = self.heap[0][0] - self.clock
+        base = self._pages(self.grown)
+        if self._pages(self.clock + k) - base > e.free:
+            if self._pages(self.clock + 1) - base > e.free:
+                return None
+            lo, hi = 1, k  # the most steps the free pages allow
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._pages(self.clock + mid) - base <= e.free:
+                    lo = mid
+                else:
+                    hi = mid
+            k = lo
+        ctx = self.k_sum + d * self.clock
+        a, b = e.cost.decode_line(d)
+        a_ms = a + b * ctx / d
+        end = start + k * a_ms + b * k * (k - 1) / 2
+        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b, decodes=e.running[:], pooled=True)
+
+    def _step(self, e: _Engine, start: float) -> _Plan | None:
+        """``_form_budget`` of a decode replica: every running request decodes, then arrived requests join."""
+        d = len(self.heap)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        if d > e.budget or grow > e.free:
+            return None
+        e.free -= grow
+        self.grown = self.clock + 1
+        budget = e.budget - d
+        ctx = self.k_sum + d * self.clock
+        self.fresh = 0
+        while e.waiting and budget > 0 and e.eligible(e.waiting[0], start):
+            r = e.waiting[0]
+            if not e._admissible(r, budget):
+                break
+            e.waiting.popleft()
+            r.computed = r.prompt
+            e._grow(r, e._held(r) + 1)
+            e.running.append(r)
+            ctx += r.in_len + r.generated
+            budget -= 1
+            self._add(r)
+            self.fresh += 1
+        plan = e._priced(start, [], e.running[:], ctx)
+        plan.grown = plan.pooled = True
+        return plan
+
+    def complete(self, p: _Plan, t: float, rec: _Recorder) -> list[_Req]:
+        """End ``p`` at ``t``: the requests that finish, in the order of the running list."""
+        if p.k > 1:
+            rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
+        else:
+            old = len(p.decodes) - self.fresh
+            if old:
+                rec.singles.append((t - self.last_ms, old))
+            for r in p.decodes[old:]:
+                if r.first_ms < 0:
+                    r.first_ms = t
+                else:  # re-admitted after a preemption: the gap since its last token
+                    rec.singles.append((t - r.last_ms, 1))
+            self.fresh = 0
+        self.clock += p.k
+        self.last_ms = t
+        done = []
+        while self.heap and self.heap[0][0] <= self.clock:
+            entry = heapq.heappop(self.heap)
+            self.k_sum -= entry[2]
+            self.residues[entry[2] % self.bs] -= 1
+            done.append(entry)
+        done.sort(key=lambda x: x[1])
+        return [self._own(x) for x in done]
+
+    def release(self, e: _Engine) -> None:
+        """Give every running request its own state back; the engine goes on request by request."""
+        for entry in self.heap:
+            self._own(entry)
+        e.lacking = self._pages(self.clock) - self._pages(self.grown)
+        self.heap.clear()
+        self.k_sum = 0
+        self.residues = [0] * self.bs
+        self.active = False
+
+    def resume(self, e: _Engine, t: float) -> None:
+        """Gather the running requests again: each decoded in the step that ended at ``t`` and holds the pages of
+        its tokens."""
+        self.clock = self.grown = 0
+        self.last_ms = t
+        self.active = True
+        for r in e.running:
+            self._add(r)
 
 
 class _Recorder:
@@ -1005,7 +1164,10 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         done: list[_Req] = []
         # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
         ctx, least, spec = 0, _BIG, e.spec_q
-        if p.k > 1:
+        if p.pooled:
+            assert e.cohort is not None
+            done = e.cohort.complete(p, t, rec)
+        elif p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
             # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
             k = p.k
@@ -1049,7 +1211,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                         least = left
             if same:
                 singles.append((t - last, same))
-        if not spec and not p.chunks and len(p.decodes) == len(e.running):
+        every = not p.chunks and len(p.decodes) == len(e.running)  # every running request decoded
+        if every and not spec and not p.pooled:
             e.summary = (ctx, least)  # every running request decoded: the pass above saw them all
         for r, _ in p.chunks:
             if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
@@ -1083,6 +1246,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         for r in done:
             e._release(r)
             finish(r, t)
+        if e.cohort is not None and not e.cohort.active and (not e.running or every and p.grown and p.k == 1):
+            e.cohort.resume(e, t)
         plan_engine(e, t)
     return _result(whole, setup, reqs, rec, area, copies)
 
