@@ -745,23 +745,23 @@ class _DecodeCohort:
         self.last_ms = 0.0  # when every request in the cohort emitted its last token
         self.heap: list[tuple[int, int, int, _Req]] = []  # (F, admission order, K, request)
         self.k_sum = 0
+        self.k_pages = 0  # sum of K // bs
         self.residues = [0] * bs  # requests per K mod bs
         self.order = 0
         self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
 
     def _pages(self, x: int) -> int:
-        """Pages the cohort's requests hold at ``x`` tokens past their K (sum of ceil((K + x) / bs))."""
-        n, bs = len(self.heap), self.bs
-        if bs == 1:
-            return self.k_sum + n * x
-        tail = sum(c * (-(m + x) % bs) for m, c in enumerate(self.residues) if c)
-        return (self.k_sum + n * x + tail) // bs
+        """Pages the cohort's requests hold at ``x`` tokens past their K: the sum of ceil((K + x) / bs), i.e. of
+        (K // bs) + (x - 1) // bs + 1, plus one for each K whose residue r has r + (x - 1) % bs >= bs."""
+        b, c = divmod(x - 1, self.bs)
+        return self.k_pages + len(self.heap) * (b + 1) + (sum(self.residues[self.bs - c:]) if c else 0)
 
     def _add(self, r: _Req) -> None:
         k = r.computed + r.generated - r.base - self.clock
         heapq.heappush(self.heap, (r.out_len - r.generated + self.clock, self.order, k, r))
         self.order += 1
         self.k_sum += k
+        self.k_pages += k // self.bs
         self.residues[k % self.bs] += 1
 
     def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
@@ -849,6 +849,7 @@ class _DecodeCohort:
         while self.heap and self.heap[0][0] <= self.clock:
             entry = heapq.heappop(self.heap)
             self.k_sum -= entry[2]
+            self.k_pages -= entry[2] // self.bs
             self.residues[entry[2] % self.bs] -= 1
             done.append(entry)
         done.sort(key=lambda x: x[1])
@@ -860,7 +861,7 @@ class _DecodeCohort:
             self._own(entry)
         e.lacking = self._pages(self.clock) - self._pages(self.grown)
         self.heap.clear()
-        self.k_sum = 0
+        self.k_sum = self.k_pages = 0
         self.residues = [0] * self.bs
         self.active = False
 
