@@ -61,9 +61,9 @@ requests are dealt round-robin to replicas (each with its own scheduler and cach
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
 random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
 ``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
-counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each with its
-own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then waits
-for admission on its decode replica; its first token is streamed after its first decode step there.  A decode
+counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
+with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
+waits for admission on its decode replica; its first token is streamed after its first decode step there.  A decode
 replica under vLLM's scheduler holds its running requests as one cohort (``_DecodeCohort``), stepped in O(log n).
 
 Deterministic: same plan, same load, same seed, same result, byte for byte.
