@@ -463,7 +463,8 @@ class _Engine:
         return r.ready_ms <= cutoff + 1e-9
 
     def _sglang_reserve(self) -> int:
-        return sum(self._pages(int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated))) for r in self.running)
+        bs = self.bs
+        return sum(-(-int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated)) // bs) for r in self.running)
 
     def _admissible(self, r: _Req, budget: int) -> bool:
         if len(self.running) >= self.max_seqs:
@@ -686,12 +687,19 @@ class _Engine:
                 self._grow(r, self._held(r))
                 self.running.append(r)
         decodes = [r for r in self.running if r.computed >= r.prompt]
-        while decodes and sum(max(0, self._pages(self._held(r) + self.emits(r, 1)) - r.blocks)
-                              for r in decodes) > self.free:
+        bs, spec = self.bs, self.spec_q
+        # the pages each decode's next token(s) take (a retraction frees the victim's, leaves the others' as they are)
+        needs = [max(0, -(-(r.computed + r.generated - r.base + (self.emits(r, 1) if spec else 1)) // bs) - r.blocks)
+                 for r in decodes]
+        need = sum(needs)
+        while decodes and need > self.free:
             victim = decodes.pop()  # retract the newest
+            need -= needs.pop()
             self._preempt(victim)
-        for r in decodes:
-            self._grow(r, self._held(r) + self.emits(r, 1))
+        for r, n in zip(decodes, needs, strict=True):
+            if n:
+                r.blocks += n
+        self.free -= need
         return self._priced(start, [], decodes)
 
     def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
