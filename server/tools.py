@@ -342,8 +342,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
     Use it on a valid plan (validate_dag first) to compare alternatives or to check an objective or SLO.
-    Figures are roofline estimates over the DAG's critical path, not measurements: trust differences between
-    plans more than absolute values. Give `plan`, or a `dag` carrying its plan; `sla` adds best_under_sla.
+    Figures are estimates, not measurements: trust differences between plans more than absolute values.
+    Give `plan`, or a `dag` carrying its plan; `sla` adds best_under_sla.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
     Returns ttft_ms, tpot_ms (a served request at the workload's load), prefill_latency_ms (the static
@@ -459,9 +459,8 @@ def search_strategies(
 
     Use it to start planning, or to check that a hand-made plan is not far from the best; then validate_dag
     and estimate_performance the plan you pick (each returned `plan` passes to them as is, opt-ins included).
-    Besides the default strategies it tries attention-DP layouts for MoE models (`attention_dp`) and
-    disaggregated prefill/decode pools (`disaggregated`, default when the cluster has >= 2 GPUs); set them to
-    false to search only the default rules.
+    It also tries attention-DP layouts for MoE models (`attention_dp`) and disaggregated prefill/decode pools
+    (`disaggregated`, on with >= 2 GPUs); false turns either off.
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},
     "workload": {"input_len": 2048, "output_len": 256}, "objective": "latency"}
     Returns `top` (ranked plans: label, plan, gpus_used, ttft_ms, tpot_ms, e2e_ms, throughput, memory, SLOs

@@ -38,6 +38,7 @@ AREAS = (
     "ADP",
     "DISAGG",
     "SPEC",
+    "DCP",
 )
 ID_RE = re.compile(r"^(?:" + "|".join(AREAS) + r")-[A-Z0-9]+(?:-[A-Z0-9]+)*$")
 MENTION_RE = re.compile(r"\b[A-Z]+(?:-[A-Z0-9]+)+\b")

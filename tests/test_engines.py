@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from tools import estimate_performance, export_plan, import_command
+from tools import estimate_performance, export_plan, import_command, validate_dag
 from tools.core.errors import PdagInputError
 from tools.core.plan import parse_plan
 from tools.core.quantization import gemm_dtype, storage
@@ -257,14 +257,86 @@ def test_trtllm_serve_imports_with_its_config_yaml() -> None:
     assert yaml_only["options"] == {"allow_expert_tp": True}
 
 
-@pytest.mark.parametrize("flag", ["-dcp 4", "--decode-context-parallel-size 4", "--decode-context-parallel-size=4"])
-def test_vllm_decode_context_parallel_is_refused_naming_what_pdag_lacks(flag: str) -> None:
+@pytest.mark.parametrize("flag", ["-dcp 4", "--decode-context-parallel-size 4", "--decode-context-parallel-size=4",
+                                  "--decode_context_parallel_size 4"])
+def test_vllm_decode_context_parallel_round_trips(flag: str) -> None:
+    """-dcp N is the plan's decode degree dcp (no extra GPUs) and export writes it back."""
+    imp = import_command(f"vllm serve deepseek-ai/DeepSeek-V3 -tp 8 --enable-expert-parallel {flag}", gpu="h200")
+    assert imp.plan["parallel"]["dcp"] == 4 and imp.plan["hardware"]["num_gpus"] == 8
+    assert any("decode context parallel 4" in n for n in imp.notes)
+    assert validate_dag(plan=imp.plan).valid
+    out = export_plan(imp.plan, "vllm")
+    argv = out.argv[0]
+    assert argv[argv.index("--decode-context-parallel-size") + 1] == "4" and out.gpus == 8
+    again = import_command(out.command, gpu="h200").plan
+    assert again["parallel"] == imp.plan["parallel"]
+    assert "dcp" not in import_command("vllm serve deepseek-ai/DeepSeek-V3 -tp 8 -dcp 1", gpu="h200").plan["parallel"]
+
+
+def test_decode_context_parallel_in_sglang_and_trtllm() -> None:
+    """SGLang's --dcp-size (MLA caches only, its DCP docs) is imported; export refuses while the SGLang release
+    pdag writes for has no such flag, and TensorRT-LLM has no such option pdag knows."""
+    imp = import_command("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dcp-size 4",
+                         gpu="h200")
+    assert imp.plan["parallel"]["dcp"] == 4
+    mla = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8, "dcp": 8}}
+    for engine in ("sglang", "trtllm"):
+        with pytest.raises(EngineCannotExpress) as exc:
+            export_plan(mla, engine)
+        assert exc.value.field == "parallel.dcp"
+    gqa = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 8},
+           "parallel": {"tp": 8, "ep": 8, "dcp": 2}}
+    out = export_plan(gqa, "vllm")
+    assert "--decode-context-parallel-size" in out.argv[0] and out.flag_problems == []
+
+
+def test_sglang_release_with_dcp_size_exports_mla_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a SGLang flag table that has --dcp-size, an MLA plan exports with it and a GQA plan is refused."""
+    import tools.engines.launch as launch
+    from tools.engines.flags import flag_table
+    real = flag_table("sglang")
+    newer = real.model_copy(update={"flags": {**real.flags, "--dcp-size": {}}})
+    monkeypatch.setattr(launch, "flag_table", lambda key, version=None: newer if key == "sglang" else
+                        flag_table(key, version))
+    mla = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8, "dcp": 8}}
+    argv = launch.export_unchecked(mla, "sglang").argv[0]
+    assert argv[argv.index("--dcp-size") + 1] == "8"
+    gqa = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 8},
+           "parallel": {"tp": 8, "ep": 8, "dcp": 2}}
     with pytest.raises(EngineCannotExpress) as exc:
-        import_command(f"vllm serve deepseek-ai/DeepSeek-V3 -tp 8 {flag}", gpu="h200")
-    assert exc.value.field == f"command.{flag.split()[0].split('=')[0]}"
-    for words in ("stripes each request's KV cache", "1/N", "all-to-all", "no plan field", "N times"):
-        assert words in exc.value.problem
-    assert import_command("vllm serve deepseek-ai/DeepSeek-V3 -tp 8 -dcp 1", gpu="h200").plan["parallel"]["tp"] == 8
+        launch.export_unchecked(gqa, "sglang")
+    assert "MLA" in exc.value.problem
+
+
+def test_vllm_dotted_json_flags_read_as_their_json_form() -> None:
+    """vLLM's parser folds --flag.key value (and --flag.key=value, -O.key, key+ lists) into the flag's JSON object
+    (vllm/utils/argparse_utils.py FlexibleArgumentParser); import reads both forms the same."""
+    base = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8"
+    as_json = import_command(base + """ --speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'"""
+                             """ --compilation-config '{"max_cudagraph_capture_size": 96}'""", gpu="h200").plan
+    dotted = import_command(base + " --speculative-config.method mtp --speculative_config.num_speculative_tokens=2"
+                            " --compilation-config.max_cudagraph_capture_size 96", gpu="h200").plan
+    assert dotted == as_json
+    assert dotted["speculative"] == {"method": "mtp", "num_draft_tokens": 2}
+    assert dotted["engine_options"]["graph_max_tokens"] == 96
+    # a JSON flag pdag does not read stays the command's own, in its JSON form
+    kept = import_command(base + " --kv-transfer-config.kv_connector NixlConnector"
+                          " --kv-transfer-config.kv_role kv_both", gpu="h200").plan
+    assert kept["engine_options"]["extra_args"] == ["--kv-transfer-config",
+                                                    '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}']
+    # the dotted form comes after the JSON form and replaces it, as argparse keeps the last value
+    later = import_command(base + """ --speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'"""
+                           " --speculative-config.method ngram", gpu="h200").plan
+    assert later["speculative"]["method"] == "ngram"
+
+
+def test_vllm_dotted_lists_and_nesting() -> None:
+    from tools.engines.launch import vllm_dotted
+    args = ["-tp", "8", "--x.a.b", "1", "--x.a.c=true", "--x.l+", "p,q", "--x.l+=r", "--temperature", "-0.5"]
+    assert vllm_dotted(args) == ["-tp", "8", "--temperature", "-0.5", "--x",
+                                 json.dumps({"a": {"b": 1, "c": True}, "l": ["p", "q", "r"]})]
+    with pytest.raises(PdagInputError):
+        vllm_dotted(["--x.a"])
 
 
 def test_trtllm_import_refuses_what_it_cannot_read() -> None:

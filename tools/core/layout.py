@@ -29,6 +29,7 @@ class PhaseLayout:
     ep: int
     sp: int
     attn_dp: int = 1
+    dcp: int = 1  # decode context parallel: KV striped by token over dcp ranks of the TP group (decode only)
 
     @property
     def attn_width(self) -> int:
@@ -106,7 +107,7 @@ class Layout:
         out: dict[Phase, PhaseLayout] = {}
         for phase in PHASES:
             d = self.plan.degrees(phase)
-            out[phase] = PhaseLayout(phase, d.dp, d.pp, d.tp, d.ep, d.sp, d.attn_dp)
+            out[phase] = PhaseLayout(phase, d.dp, d.pp, d.tp, d.ep, d.sp, d.attn_dp, d.dcp if phase == "decode" else 1)
         return out
 
     @property

@@ -17,6 +17,8 @@ as quantised checkpoints such as DeepSeek-V3 FP8 or AWQ/GPTQ models ship them; q
 KV cache: ``batch * (input_len + output_len)`` tokens per layer of the stage (sliding-window layers capped),
 GQA/MHA KV heads divided by the head shards until they run out (then one head per shard, i.e. replicated),
 an MLA latent whole on every attention GPU, tokens divided by ``sp``; ``plan.effective_kv_dtype``.
+Decode context parallel (``dcp``, vLLM's ``-dcp``) stripes that replicated cache by token over ``dcp`` ranks of
+the TP group, so each holds ``1/dcp`` of it (in a pool that serves decode; prefill writes the striped cache).
 DeepSeek-V3.2's indexer adds its own fp8 key cache per token and layer, whole on every attention GPU.  A
 recurrent layer (gated DeltaNet, Mamba-2) holds no KV but a fixed conv + recurrent state per sequence, split by
 heads like attention, at the engines' 16-bit state dtype (``knowledge/models/layer_kinds.json``), so it counts
@@ -257,6 +259,8 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
     w = pool.group_width
     attn_width = max(p.attn_width for p in phases)
     groups = max(p.attn_dp for p in phases)
+    # decode context parallel stripes the one cache by token over dcp TP ranks, also while prefill writes it
+    dcp = max(p.dcp for p in phases)
     moe = spec.moe
     expert_tp = w // ep if (spec.is_moe and plan.options.allow_expert_tp and ep < w) else 1
     n_exp = moe.num_experts if moe else 0
@@ -292,8 +296,8 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             act_attn = 0.0
             for pl in phases:
                 if local < pl.attention_gpus:
-                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp)
-                    index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp)
+                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp / dcp)
+                    index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp / dcp)
                     if spec.recurrent is not None:  # split by heads like attention; every sequence shard holds it
                         state = max(state, n_rec * spec.recurrent.state_bytes(pl.head_shards))
                     q_local = spec.num_heads / pl.head_shards

@@ -27,7 +27,7 @@ REPO_PATTERN = r"^([A-Za-z0-9][\w.\-]*(/[\w.\-]+)?|(/[\w.\-]+)+)$"  # a Hugging 
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp")
+DEGREES = ("dp", "pp", "tp", "ep", "sp", "attn_dp", "dcp")
 
 
 class _Strict(NullMeansAbsent):
@@ -46,6 +46,11 @@ class Degrees(_Strict):
     attn_dp: int = Field(
         1, ge=1, le=MAX_DEGREE,
         description="attention-DP groups per stage (opt-in via options.allow_attention_dp; SGLang's DP attention)",
+    )
+    dcp: int = Field(
+        1, ge=1, le=MAX_DEGREE,
+        description="decode context parallel (vLLM -dcp), decode only: KV striped by token over dcp ranks of "
+        "the TP group, no extra GPUs",
     )
 
 
@@ -369,14 +374,26 @@ def _aliases(section: str) -> dict[str, str]:
     return {_key(alias): field for field, aliases in table.items() for alias in aliases}
 
 
+@cache
+def _foreign(section: str) -> frozenset[str]:
+    """Names of strategies outside the plan (knowledge/plan_vocabulary.json 'foreign'): never read as a field."""
+    return frozenset(_key(n) for n in knowledge.load_json("plan_vocabulary.json").get("foreign", {}).get(section, []))
+
+
+def _elsewhere(where: tuple[str, ...], name: Any) -> str | None:
+    """The plan field a name in the wrong section stands for (knowledge/plan_vocabulary.json 'elsewhere')."""
+    table = knowledge.load_json("plan_vocabulary.json").get("elsewhere", {}).get(where[0] if where else "plan", {})
+    return table.get(name) if isinstance(name, str) else None
+
+
 def _meant(where: tuple[str, ...], name: str) -> str | None:
     """The field a misspelled or foreign field name means: an alias from knowledge/plan_vocabulary.json, else a
     close spelling of one of the section's fields; None when nothing is close (e.g. 'cp', another strategy)."""
     model = _SECTIONS.get(where)
-    if model is None or not isinstance(name, str):
+    section = _VOCABULARY_SECTION.get(where, where[-1] if where else "plan")
+    if model is None or not isinstance(name, str) or _key(name) in _foreign(section):
         return None
     fields = list(model.model_fields)
-    section = _VOCABULARY_SECTION.get(where, where[-1] if where else "plan")
     names = {**{_key(f): f for f in fields}, **{a: f for a, f in _aliases(section).items() if f in fields}}
     near = difflib.get_close_matches(_key(name), list(names), n=1, cutoff=0.75)
     return names[near[0]] if near else None
@@ -412,8 +429,11 @@ def screen_plan(raw: dict[str, Any], root: str = "plan") -> None:
                                   f"{_JSON_KINDS.get(type(e['input']), 'a value')} {shown(e['input'])}", None)
             elif kind == "extra_forbidden":
                 where, name = tuple(str(x) for x in e["loc"][:-1]), e["loc"][-1]
-                meant = _meant(where, name)
-                if meant:
+                moved = _elsewhere(where, name)
+                meant = None if moved else _meant(where, name)
+                if moved:
+                    problems[path] = (f"'{name}' is not set per phase: it belongs in '{moved}'", f"'{moved}'")
+                elif meant:
                     problems[path] = (f"unknown field '{name}' (did you mean '{meant}'?)",
                                       f"'{'.'.join((*where, meant))}' (the plan JSON Schema lists the fields)")
     model, hardware = raw.get("model"), raw.get("hardware")

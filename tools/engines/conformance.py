@@ -132,7 +132,7 @@ def layout_flags(engine: str, command: str, config: dict[str, Any] | None = None
                 "enable_attention_dp": "on" if values.get("adp_on") and values.get("tp", "1") != "1" else "off",
                 "kv_cache_dtype": "fp8" if values.get("kv", "auto").lower().startswith("fp8") else "auto"}
     if engine == "vllm":
-        values, unread = e.parse_flags(e.vllm_dashes(e.vllm_config_args(config) + args), e.VLLM_FLAGS,
+        values, unread = e.parse_flags(e.vllm_dotted(e.vllm_dashes(e.vllm_config_args(config) + args)), e.VLLM_FLAGS,
                                         e.VLLM_BOOL, {}, "vLLM", abbrev=True)
         positional = positional or values.get("model") or e.bare_model(unread)
     else:

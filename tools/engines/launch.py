@@ -263,6 +263,7 @@ def _common_checks(plan: Plan, key: str) -> None:
     if key in _NO_LAYER_SPLIT and plan.options.layer_split is not None and plan.parallel.pp > 1:
         raise EngineCannotExpress("options.layer_split", f"{_NO_LAYER_SPLIT[key]} takes no explicit layer split",
                                   "the default even split (remove options.layer_split)")
+    _dcp_checks(plan, key)
     phases = plan.phases.model_dump(exclude_none=True)
     overrides = {p: {k: v for k, v in d.items() if v is not None} for p, d in phases.items()}
     changed = {
@@ -282,6 +283,34 @@ def _common_checks(plan: Plan, key: str) -> None:
             "phases", f"{engine} serves both phases with one layout; per-phase overrides {changed} cannot be launched",
             "no per-phase overrides, or options.disaggregated (one server per pool)",
         )
+
+
+def _dcp_checks(plan: Plan, key: str) -> None:
+    """Decode context parallel: vLLM's -dcp; SGLang's --dcp-size stripes MLA caches only
+    (https://docs.sglang.io/docs/advanced_features/dcp.md), in releases newer than the one whose flag table pdag
+    writes for; TensorRT-LLM has no flag pdag knows for it."""
+    dcp = plan.degrees("decode").dcp
+    if dcp <= 1:
+        return
+    if key == "trtllm":
+        raise EngineCannotExpress("parallel.dcp", "TensorRT-LLM has no decode context parallel option that pdag "
+                                  "knows of (KV striped by token inside the TP group)", "dcp = 1, or vLLM")
+    table = flag_table(key)
+    if key == "sglang" and not table.has("--dcp-size"):
+        raise EngineCannotExpress("parallel.dcp", f"SGLang {table.version} (the release pdag writes for) has no "
+                                  "--dcp-size; later SGLang releases stripe MLA caches with it "
+                                  "(https://docs.sglang.io/docs/advanced_features/dcp.md)", "dcp = 1, or vLLM")
+    if key == "sglang" and plan.spec.attention != "mla":
+        raise EngineCannotExpress("parallel.dcp", "SGLang's decode context parallel (--dcp-size) stripes MLA KV "
+                                  "caches only; this model's attention is " + plan.spec.attention,
+                                  "dcp = 1, or vLLM (-dcp also serves GQA models)")
+
+
+def _dcp_flags(plan: Plan, key: str) -> list[str]:
+    dcp = plan.degrees("decode").dcp
+    if dcp <= 1:
+        return []
+    return ["--decode-context-parallel-size" if key == "vllm" else "--dcp-size", str(dcp)]
 
 
 def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
@@ -423,7 +452,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     if p.attn_dp > 1:
         return _export_vllm_attention_dp(plan)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
-            "--pipeline-parallel-size", str(p.pp)]
+            "--pipeline-parallel-size", str(p.pp), *_dcp_flags(plan, "vllm")]
     if plan.spec.is_moe:
         ep, moe_tp = _moe_layout(plan, "vLLM")
         if ep > 1:
@@ -601,7 +630,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     max_seqs, max_len = _serving_limits(plan, "vllm")
     per_engine = plan.engine_options.max_num_seqs or -(-max_seqs // p.attn_dp)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
-            "--pipeline-parallel-size", str(p.pp), "--enable-expert-parallel",
+            "--pipeline-parallel-size", str(p.pp), *_dcp_flags(plan, "vllm"), "--enable-expert-parallel",
             "--max-num-seqs", str(per_engine), "--max-model-len", str(max_len)]
     if plan.engine_options.max_num_seqs is None:
         notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
@@ -660,7 +689,8 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     notes: list[str] = []
     adp = p.attn_dp > 1
     world = p.tp * p.attn_dp
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp-size", str(world)]
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", _hf_repo(plan), "--tp-size", str(world),
+            *_dcp_flags(plan, "sglang")]
     if p.pp > 1:
         argv += ["--pp-size", str(p.pp)]
     if adp:
@@ -906,6 +936,8 @@ def _pool_plan(plan: Plan, phase: str, gpus: int) -> Plan:
     """The aggregated plan one pool of a disaggregated plan would be on its own."""
     data = plan.model_dump(mode="json", exclude_none=True)
     data["parallel"] = plan.degrees(phase).model_dump()  # type: ignore[arg-type]
+    if phase == "prefill":
+        data["parallel"]["dcp"] = 1  # decode context parallel is the decode pool's
     data["phases"] = {}
     data["options"] = {**data.get("options", {}), "disaggregated": False}
     if phase == "decode" and plan.decode_engine_options is not None:
@@ -986,23 +1018,12 @@ VLLM_FLAGS = {
     "--dtype": "dtype", "--quantization": "quant", "-q": "quant", "--kv-cache-dtype": "kv",
     "--model": "model", "--max-num-batched-tokens": "chunk", "--max-cudagraph-capture-size": "graph_max",
     "--compilation-config": "compile", "-O": "compile",
+    "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
 }
 VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on", "--enforce-eager": "eager"}
 # flags taking a list of capture sizes (the older one deprecated by vLLM PR #26016)
 _VLLM_GRAPH_LISTS = ("--cuda-graph-sizes", "--cudagraph-capture-sizes")
-# What pdag would need to price vLLM's decode context parallel, said at import (docs/engines.md cites the sources).
-_DCP_MISSING = (
-    "decode context parallel (-dcp N / --decode-context-parallel-size N) stripes each request's KV cache over N "
-    "ranks of the TP group (token p on rank p mod N), so each GPU keeps about 1/N of the KV that TP alone "
-    "replicates (MLA's one latent per token; KV heads fewer than TP ranks), and merges the partial attention "
-    "outputs and log-sum-exps with an all-to-all every decode step. pdag has no plan field for KV sharded by "
-    "token inside TP (its sp re-partitions prefill attention) and does not price that exchange, so it refuses "
-    "rather than size memory as if the KV were replicated; without the flag pdag prices the replicated KV, "
-    "N times what DCP keeps per GPU"
-)
 _VLLM_REFUSE = {
-    "--decode-context-parallel-size": _DCP_MISSING,
-    "-dcp": _DCP_MISSING,
     "--prefill-context-parallel-size": "prefill context parallel adds ranks; pdag's SP re-partitions TP GPUs",
     "--data-parallel-size-local": None,
 }
@@ -1014,6 +1035,7 @@ SGLANG_FLAGS = {
     "--max-running-requests": "batch", "--context-length": "context",
     "--dtype": "dtype", "--quantization": "quant", "--kv-cache-dtype": "kv",
     "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a", "--chunked-prefill-size": "chunk",
+    "--dcp-size": "dcp", "--decode-context-parallel-size": "dcp",
 }
 # SGLang sets ep_size = tp_size when the MoE all-to-all runs on one of these backends and no --ep is given
 # (python/sglang/srt/server_args.py)
@@ -1128,12 +1150,15 @@ def bare_model(unread: list[str]) -> str | None:
 
 
 def vllm_dashes(args: list[str]) -> list[str]:
-    """vLLM's argument parser reads ``--tensor_parallel_size`` as ``--tensor-parallel-size``; so does import."""
+    """vLLM's argument parser reads ``--tensor_parallel_size`` as ``--tensor-parallel-size``; so does import.  Only
+    the flag's name up to its first dot changes: the keys after it are a JSON object's (``--speculative-config.
+    num_speculative_tokens``)."""
     out = []
     for a in args:
         if a.startswith("--"):
             name, eq, value = a.partition("=")
-            a = name.replace("_", "-") + eq + value
+            flag, dot, keys = name.partition(".")
+            a = flag.replace("_", "-") + dot + keys + eq + value
         out.append(a)
     return out
 
@@ -1255,30 +1280,53 @@ def _graph_lists(args: list[str]) -> tuple[list[str], list[int] | None]:
     return rest, sizes
 
 
-def _compile_dotted(args: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """``args`` without vLLM's dotted compilation options (``-O.cudagraph_mode=NONE``,
-    ``--compilation-config.max_cudagraph_capture_size 256``) and the options they set."""
+def vllm_dotted(args: list[str]) -> list[str]:
+    """vLLM's dotted keys of a JSON argument (``--speculative-config.method mtp``, ``--compilation-config.x=1``,
+    ``-O.cudagraph_mode NONE``, ``--x.list+ a,b``) gathered into one JSON object per argument and appended after the
+    other arguments, as vLLM's FlexibleArgumentParser does (vllm/utils/argparse_utils.py): each value is read as
+    JSON, else kept as text; a later JSON form of the same argument is replaced by it, as argparse keeps the last."""
     rest: list[str] = []
-    out: dict[str, Any] = {}
+    merged: dict[str, dict[str, Any]] = {}
     i = 0
     while i < len(args):
-        flag, eq, inline = args[i].partition("=")
-        head, dot, key = flag.partition(".")
-        if not (dot and head in ("-O", "--compilation-config") and key):
+        name, eq, inline = args[i].partition("=")
+        head, dot, path = name.partition(".")
+        if not (args[i].startswith("-") and dot and path and head.lstrip("-")[:1].isalpha()):  # not -0.5
             rest.append(args[i])
             i += 1
             continue
-        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if not eq and i + 1 >= len(args):
+            raise PdagInputError(f"command.{name}", "missing value", "a value after the dotted flag")
+        text = inline if eq else args[i + 1]
         i += 1 if eq else 2
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return rest, out
+        keys = path.split(".")
+        value: Any
+        if keys[-1].endswith("+"):
+            keys[-1] = keys[-1][:-1]
+            value = text.split(",")
+        else:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = text
+        if not all(keys):
+            raise PdagInputError(f"command.{name}", "empty key in a dotted flag", "--flag.key value")
+        node = merged.setdefault("--compilation-config" if head == "-O" else head, {})
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        last = keys[-1]
+        if isinstance(value, list) and isinstance(node.get(last), list):
+            node[last] = node[last] + value
+        else:
+            node[last] = value
+    for head, obj in merged.items():
+        rest += [head, json.dumps(obj)]
+    return rest
 
 
-def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dict[str, Any],
-                    notes: list[str]) -> int | None:
+def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, notes: list[str]) -> int | None:
     """The largest pass vLLM replays as a CUDA graph under these flags (None: the profile's default)."""
     if values.get("eager"):
         notes.append("--enforce-eager: no CUDA graphs; prefill is priced eager, decode still under graphs (pdag "
@@ -1296,7 +1344,6 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, dotted: dic
             compile_cfg = {}  # -O <level>: an optimisation level, not a capture setting
         else:
             notes.append("--compilation-config is not a JSON object: ignored")
-    compile_cfg = {**compile_cfg, **dotted}
     mode = str(compile_cfg.get("cudagraph_mode", "")).upper()
     if mode in ("NONE", "FULL_DECODE_ONLY"):
         return 0
@@ -1410,13 +1457,11 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         return _import_trtllm(args, positional, gpu, gpus_per_node, engine_config, dynamo=bool(dynamo),
                               hf_config=hf_config)
     sizes: list[int] | None = None
-    dotted: dict[str, Any] = {}
     switch = engine_profile(engine).overlap.launch_flag
     switches = {switch: "overlap_on"} if switch else {}
     switches.update(_scheduler_flags(engine))
     if engine == "vllm":
-        args, dotted = _compile_dotted(vllm_config_args(engine_config) + args)
-        args, sizes = _graph_lists(vllm_dashes(args))
+        args, sizes = _graph_lists(vllm_dotted(vllm_dashes(vllm_config_args(engine_config) + args)))
         values, ignored = parse_flags(args, {**VLLM_FLAGS, **features.VLLM_FLAGS},
                                        {**VLLM_BOOL, **features.VLLM_BOOL, **switches}, _VLLM_REFUSE, "vLLM",
                                        abbrev=True)
@@ -1495,6 +1540,11 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     parallel = {"dp": dp, "pp": pp, "tp": tp, "ep": ep, "sp": 1}
     if attn_dp > 1:
         parallel["attn_dp"] = attn_dp
+    dcp = _int("dcp", values.get("dcp", "1"))
+    if dcp > 1:
+        parallel["dcp"] = dcp
+        notes.append(f"decode context parallel {dcp}: each request's KV striped by token over {dcp} ranks of the TP "
+                     "group (no extra GPUs), its partial attention outputs merged every decode step")
     plan["hardware"] = {"gpu": gpu, "num_gpus": dp * pp * tp * attn_dp, "gpus_per_node": gpus_per_node}
     plan["parallel"] = parallel
     limits = [f"{flag} {values[key]}" for key, flag in (("batch", "sequence cap"), ("context", "context cap"))
@@ -1520,7 +1570,7 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         notes.extend(_kv_auto_note(repo))
     if options:
         plan["options"] = options
-    engine_options = _engine_options(values, engine, _vllm_graph_max(values, sizes, dotted, notes) if engine == "vllm"
+    engine_options = _engine_options(values, engine, _vllm_graph_max(values, sizes, notes) if engine == "vllm"
                                      else None, notes)
     engine_options.update(_caps_and_extra(values, ignored, engine, notes))
     if engine_options:

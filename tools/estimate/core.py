@@ -392,7 +392,7 @@ class _PhaseGraph:
 def _times(c: NodeCost, n: int) -> NodeCost:
     return replace(c, seconds=c.seconds * n, flops=c.flops * n, bytes=c.bytes * n, hidden_seconds=c.hidden_seconds * n,
                    compute_s=c.compute_s * n, memory_s=c.memory_s * n, overhead_s=c.overhead_s * n,
-                   launches=c.launches * n)
+                   launches=c.launches * n, comm_s=c.comm_s * n)
 
 
 def _cost_phase(model: CostModel, pg: _PhaseGraph, batch: int) -> dict[str, NodeCost]:
@@ -505,7 +505,7 @@ def _phase(model: CostModel, pg: _PhaseGraph, batch: int, pp: int, step_overhead
     if trace is not None and pg.phase not in trace:
         trace[pg.phase] = _path_of(pg, path, costs, pp, 1, latency, step_overhead, replicated)
     wait = latency - gpu_latency
-    comm = sum(costs[v].seconds for v in path if costs[v].kind == "communication")
+    comm = sum(costs[v].seconds if costs[v].kind == "communication" else costs[v].comm_s for v in path)
     hidden = sum(costs[v].hidden_seconds for v in path)
     total = latency + step_overhead
     scale = gpu_latency / cp if cp else 0.0  # micro-batching rescales the whole path
@@ -891,6 +891,13 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
                           "the scheduler picks each step after the previous one (plan.engine_options.scheduler_ahead)"))
             out.append(f"serving step budget: {e['prefill_chunk_tokens']:g} tokens per engine step, decodes and "
                        "prompt chunks together (plan.engine_options.max_batched_tokens)")
+    dcp = layout.phases["decode"].dcp
+    if dcp > 1:
+        out.append(f"decode context parallel dcp = {dcp}: each rank of a DCP group keeps 1/{dcp} of the KV that TP "
+                   f"replicates (tokens striped over the ranks) and reads that share per step for the group's "
+                   f"{dcp}x heads; every decode attention adds an all-gather of the group's queries and a "
+                   "reduce-scatter of partial outputs with their fp32 log-sum-exps on the group's link (vLLM's "
+                   "ag_rs exchange); prefill is priced as without DCP")
     if any(p.attn_dp > 1 for p in layout.phases.values()):
         a = max(p.attn_dp for p in layout.phases.values())
         out.append(f"attention-DP: each of the {a} groups takes ceil(batch/{a}) = {-(-wl.batch_size // a)} "

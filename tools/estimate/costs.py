@@ -40,7 +40,7 @@ probability ``1-(1-k/E)^T``, again taking the expected maximum over the Expert n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tools.core.dag import NodeType
@@ -65,6 +65,7 @@ class NodeCost:
     memory_s: float = 0.0  # time of the memory-bound kernels
     overhead_s: float = 0.0  # launch and fixed per-layer overheads
     launches: float = 0.0  # kernels the host launches for this node (eager prefill can be host-bound)
+    comm_s: float = 0.0  # an exchange inside a compute node (decode context parallel's merge of partial attention)
 
 
 def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> list[float]:
@@ -410,7 +411,8 @@ class CostModel:
             if phase == "prefill":
                 per_gpu = tok / max(1, self.attn_sp(attrs)) * kv_local * self.kvb
                 return self.run(phase, [Kernel(0.0, per_gpu, small=True)])
-            return self.run(phase, [Kernel(0.0, tok * kv_local * self.kvb / sp, small=True)])
+            # a new token's KV lands on one rank of its DCP group
+            return self.run(phase, [Kernel(0.0, tok * kv_local * self.kvb / sp / self.dcp, small=True)])
         if ntype in (T.ALL_REDUCE, T.ALL_GATHER, T.REDUCE_SCATTER, T.ALL_TO_ALL, T.SEND_RECV, T.KV_TRANSFER):
             return self.comm(ntype, phase, batch, attrs)
         return NodeCost(0.0, "overhead")
@@ -513,7 +515,9 @@ class CostModel:
             else:  # absorbed form: attend over the cached latent directly
                 kernels.append(Kernel(2 * tok * hq * nope * kvl, kvl * hq * nope * wb + tok * hq * (nope + kvl) * ab,
                                       small=True))
-                ctx_bytes = batch * keys * (kvl + rope) * self.kvb / 1  # latent is whole on every TP rank
+                # the latent is whole on every TP rank; decode context parallel leaves 1/dcp of its tokens on each,
+                # which then attends for the dcp x hq heads of its DCP group (the same FLOPs)
+                ctx_bytes = batch * keys * (kvl + rope) * self.kvb / self.dcp
                 kernels.append(Kernel(2 * tok * keys * hq * (2 * kvl + rope), ctx_bytes / sp, attention=True, mla=True,
                                       floor_s=self.eff["mla_decode_floor_us"] * 1e-6))
                 kernels.append(Kernel(2 * tok * hq * kvl * vd, kvl * hq * vd * wb + tok * hq * (kvl + vd) * ab,
@@ -522,7 +526,8 @@ class CostModel:
                                   speed_scale=self.gemm_speed(h, hq * vd)))
             if spec.indexer is not None:
                 kernels.extend(self.indexer_kernels(phase, batch, tok, sp))
-            return self.run(phase, self._sixteen_bit(kernels))
+            return self._with_dcp(phase, self.run(phase, self._sixteen_bit(kernels)), tok, hq, kvl + rope, kvl,
+                                  attrs)
         d = spec.head_dim
         hkv = attrs.get("kv_heads") or spec.num_kv_heads
         gate = hq if spec.attention_output_gate else 0  # Qwen3-Next's q_proj also emits an output gate per head
@@ -536,11 +541,36 @@ class CostModel:
         else:
             # a decode kernel without GQA support streams each K/V head once per query head of its group
             reread = 1 + self.eff["gqa_decode_kv_rereads"] * (max(1, hq // max(1, hkv)) - 1)
-            kv_bytes = batch * keys / sp * 2 * hkv * d * self.kvb * reread
+            kv_bytes = batch * keys / sp / self.dcp * 2 * hkv * d * self.kvb * reread
             kernels.append(Kernel(4 * tok * keys * hq * d, kv_bytes + tok * 2 * hq * d * ab, attention=True))
         kernels.append(Kernel(2 * tok * o_w, o_w * wb + tok * (hq * d + h) * ab, small=small, block_gemms=1,
                               speed_scale=self.gemm_speed(h, hq * d)))
-        return self.run(phase, self._sixteen_bit(kernels))
+        return self._with_dcp(phase, self.run(phase, self._sixteen_bit(kernels)), tok, hq, d, d, attrs)
+
+    @property
+    def dcp(self) -> int:
+        return self.layout.phases["decode"].dcp
+
+    def _with_dcp(self, phase: str, cost: NodeCost, tok: float, heads: int, q_dim: int, o_dim: int,
+                  attrs: dict[str, Any]) -> NodeCost:
+        """Decode attention under decode context parallel: each of the ``dcp`` ranks holds a token slice of the
+        KV its DCP group shares, so the group's queries are all-gathered (``tok x heads x q_dim`` per rank), each
+        rank attends over its slice for all of them, and the partial outputs with their log-sum-exps (fp32) are
+        reduce-scattered back to the ranks owning the heads: vLLM's default ``ag_rs`` exchange."""
+        n = self.dcp
+        if phase != "decode" or n <= 1:
+            return cost
+        first = min(attrs.get("devices") or [0])
+        group = list(range(first - first % n, first - first % n + n))
+        link = self.link(group)
+        bw = link.bandwidth_bytes_per_s * self.eff["comm_bandwidth_efficiency"]
+        alpha = link.latency_us * self.eff["comm_latency_scale"] * 1e-6
+        floor = max(alpha, self.eff["allreduce_min_us"] * 1e-6)
+        gather = n * tok * heads * q_dim * self.ab
+        scatter = n * tok * heads * (o_dim * self.ab + 4)
+        t = (n - 1) / n * (gather + scatter) / bw + 2 * floor
+        return replace(cost, seconds=cost.seconds + t, bytes=cost.bytes + gather + scatter, comm_s=t,
+                       launches=cost.launches + 2)
 
     def expert(self, tok: float, attrs: dict[str, Any], meta: dict[str, Any], small: bool) -> NodeCost:
         spec = self.spec

@@ -4,7 +4,8 @@ KV hand-off.  A request's KV cache (``input_len`` tokens of every layer, sliding
 window) moves from the prefill replica that computed it to the decode replica that continues it.  The bytes
 follow the *decode* side's layout, since every decode GPU must end up with the shard it keeps: GQA/MHA KV heads
 split by the decode head shards (replicated once they run out), an MLA latent whole on every decode attention
-GPU, ``plan.effective_kv_dtype``.  The request lands in one attention-DP group.  Every GPU has its own link
+GPU, ``plan.effective_kv_dtype``; under decode context parallel each decode GPU takes only its ``1/dcp`` token
+slice of those copies.  The request lands in one attention-DP group.  Every GPU has its own link
 (NVLink inside a node, one NIC per GPU across nodes), so the time is the larger of what one prefill GPU sends
 and what one decode GPU receives, over the link between the pools: intra-node when both replicas sit in one
 node, else the inter-node network (``Cluster.link_for``).  The transfer of a batch starts after its prefill
@@ -61,10 +62,11 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     pre, dec = layout.phases["prefill"], layout.phases["decode"]
     tokens = _prompt_tokens_over_layers(plan)
     logical = float(spec.kv_bytes(plan.workload.input_len, kvb)) + spec.state_bytes_per_sequence()
-    # the indexer's key cache goes whole to every attention GPU, like MLA's latent; a recurrent state split by heads
-    index = tokens * dec.head_shards * spec.indexer_bytes_per_token_per_layer()
+    # the indexer's key cache goes whole to every attention GPU (striped by dcp), like MLA's latent; a recurrent
+    # state split by heads
+    index = tokens * dec.head_shards * spec.indexer_bytes_per_token_per_layer() / dec.dcp
     state = spec.state_bytes_per_sequence()
-    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) * kvb + index + state
+    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) / dec.dcp * kvb + index + state
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     senders = p_pool.pp * pre.attn_width
     receivers = d_pool.pp * dec.attn_width

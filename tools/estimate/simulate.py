@@ -78,9 +78,12 @@ KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory mo
 context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
-random routing is not simulated).  Disaggregated plans: a prefill pool and a decode pool of replicas, each with its
-own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then waits
-for admission on its decode replica; its first token is streamed after its first decode step there.
+random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
+``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
+counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
+with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
+waits for admission on its decode replica; its first token is streamed after its first decode step there.  A decode
+replica under vLLM's scheduler holds its running requests as one cohort (``_DecodeCohort``), stepped in O(log n).
 
 Recurrent layers (gated DeltaNet, Mamba-2): each runnable sequence's fixed state is set aside from the KV room
 first, and at most as many sequences run as their KV and state fit at the plan's context (``_state_room``).
@@ -417,6 +420,7 @@ class _Plan:
     chunks: list[tuple[_Req, int]] = field(default_factory=list)
     decodes: list[_Req] = field(default_factory=list)
     grown: bool = False  # every running request takes part and has the pages of its tokens after the step
+    pooled: bool = False  # formed by the engine's _DecodeCohort: its requests advance there, not one by one
 
 
 class _Engine:
@@ -446,6 +450,11 @@ class _Engine:
         # at least the pages the running requests' held tokens lack (sum of pages(held) - blocks over those short):
         # decode runs allocate no pages, so it grows by ceil(k / bs) a request per run; 0 after a step that grew all
         self.lacking = 0
+        # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
+        # last step left them (non-speculative only): the next decode run needs no pass of its own
+        self.summary: tuple[int, int] | None = None
+        # a decode pool's running requests held as one cohort (vLLM, no speculation): steps cost O(log n), not O(n)
+        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
         # referencing them, and how many of the free pages are that unreferenced, evictable prefix
         self.prefix = prefix if role != "decode" else None
@@ -556,7 +565,8 @@ class _Engine:
         return r.ready_ms <= cutoff + 1e-9
 
     def _sglang_reserve(self) -> int:
-        return sum(self._pages(int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated))) for r in self.running)
+        bs = self.bs
+        return sum(-(-int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated)) // bs) for r in self.running)
 
     def _admissible(self, r: _Req, budget: int) -> bool:
         if len(self.running) >= self.max_seqs:
@@ -576,17 +586,23 @@ class _Engine:
     # -- forming a step
     def form(self, start: float) -> _Plan | None:
         """The next iteration starting at ``start`` (None: nothing to run)."""
+        summary, self.summary = self.summary, None
         if not self.running and not self.waiting:
             return None
+        if self.cohort is not None and self.cohort.active:
+            pooled = self.cohort.form(self, start)
+            if pooled is not None:
+                return pooled
+            self.cohort.release(self)  # a step it cannot form (pages or budget short): request by request
         if self.prefix is not None:
-            p = self._form(start)
+            p = self._form(start, summary)
             self._settle()
             return p
-        return self._form(start)
+        return self._form(start, summary)
 
-    def _form(self, start: float) -> _Plan | None:
+    def _form(self, start: float, summary: tuple[int, int] | None) -> _Plan | None:
         if self.role != "prefill" and self.running and self._nothing_to_admit(start):
-            run = self._decode_run(start)
+            run = self._decode_run(start, summary)
             if run is not None:
                 return run
         if self.policy == "sglang":
@@ -604,19 +620,23 @@ class _Engine:
             return not self._admissible(self.waiting[0], self.budget - self.width * len(self.running))
         return True
 
-    def _decode_run(self, start: float) -> _Plan | None:
+    def _decode_run(self, start: float, summary: tuple[int, int] | None = None) -> _Plan | None:
         """A run of decode-only steps up to the next event; None if a prompt is unfinished or the next step finds
-        no page (then an explicit step is formed, which preempts)."""
+        no page (then an explicit step is formed, which preempts).  ``summary``: the running requests' context and
+        fewest tokens left, when the last step's pass found every one decoding."""
         rs = self.running
         d, bs = len(rs), self.bs
-        ctx, k = 0, _BIG
-        for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
-            if r.computed < r.prompt:
-                return None
-            g = r.generated
-            ctx += r.in_len + g
-            if r.out_len - g < k:
-                k = r.out_len - g
+        if summary is not None:
+            ctx, k = summary
+        else:
+            ctx, k = 0, _BIG
+            for r in rs:  # one pass: no unfinished prompt, the context, the fewest tokens left
+                if r.computed < r.prompt:
+                    return None
+                g = r.generated
+                ctx += r.in_len + g
+                if r.out_len - g < k:
+                    k = r.out_len - g
         if self.spec_q:
             k = min(self._steps_left(r) for r in rs)
         # k more tokens each need at most ceil(k / bs) pages beyond their held tokens' pages: when that and the
@@ -782,12 +802,19 @@ class _Engine:
                 self._grow(r, self._held(r))
                 self.running.append(r)
         decodes = [r for r in self.running if r.computed >= r.prompt]
-        while decodes and sum(max(0, self._pages(self._held(r) + self.emits(r, 1)) - r.blocks)
-                              for r in decodes) > self.free:
+        bs, spec = self.bs, self.spec_q
+        # the pages each decode's next token(s) take (a retraction frees the victim's, leaves the others' as they are)
+        needs = [max(0, -(-(r.computed + r.generated - r.base + (self.emits(r, 1) if spec else 1)) // bs) - r.blocks)
+                 for r in decodes]
+        need = sum(needs)
+        while decodes and need > self.free:
             victim = decodes.pop()  # retract the newest
+            need -= needs.pop()
             self._preempt(victim)
-        for r in decodes:
-            self._grow(r, self._held(r) + self.emits(r, 1))
+        for r, n in zip(decodes, needs, strict=True):
+            if n:
+                r.blocks += n
+        self.free -= need
         return self._priced(start, [], decodes)
 
     def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
@@ -824,12 +851,164 @@ class _Engine:
         return True
 
 
+class _DecodeCohort:
+    """The running requests of a disaggregated decode replica (vLLM scheduler, no speculation) held as one cohort.
+
+    Why: every step of such a replica decodes all its running requests, one token each, so their state moves in
+    lockstep.  A request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F);
+    the pages every request holds after the last step that grew them are ceil((K + grown) / bs), so the pages of all
+    of them at any clock are summed from the count of requests per residue of K modulo the page size.  A step then
+    costs a heap operation per request that ends instead of a pass over all of them, and forms and ends exactly as
+    ``_Engine._form_budget``, ``_decode_run`` and the run loop would (the same pages, prices, gaps and order of
+    completion).  When a step needs more pages than are free (a preemption) or more tokens than the budget, the
+    requests get their own state back (``release``) and the engine goes on request by request; it gathers them again
+    (``resume``) after a step that decoded and grew every running request.
+    """
+
+    def __init__(self, bs: int) -> None:
+        self.bs = bs
+        self.active = True
+        self.clock = 0  # decode steps taken by every request in the cohort
+        self.grown = 0  # clock at which every request's pages were last grown to its held tokens
+        self.last_ms = 0.0  # when every request in the cohort emitted its last token
+        self.heap: list[tuple[int, int, int, _Req]] = []  # (F, admission order, K, request)
+        self.k_sum = 0
+        self.k_pages = 0  # sum of K // bs
+        self.residues = [0] * bs  # requests per K mod bs
+        self.order = 0
+        self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
+
+    def _pages(self, x: int) -> int:
+        """Pages the cohort's requests hold at ``x`` tokens past their K: the sum of ceil((K + x) / bs), i.e. of
+        (K // bs) + (x - 1) // bs + 1, plus one for each K whose residue r has r + (x - 1) % bs >= bs."""
+        b, c = divmod(x - 1, self.bs)
+        return self.k_pages + len(self.heap) * (b + 1) + (sum(self.residues[self.bs - c:]) if c else 0)
+
+    def _add(self, r: _Req) -> None:
+        k = r.computed + r.generated - r.base - self.clock
+        heapq.heappush(self.heap, (r.out_len - r.generated + self.clock, self.order, k, r))
+        self.order += 1
+        self.k_sum += k
+        self.k_pages += k // self.bs
+        self.residues[k % self.bs] += 1
+
+    def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
+        """A request's own fields, as processing it one by one would have left them."""
+        f, _, k, r = entry
+        r.generated = r.out_len - (f - self.clock)
+        r.blocks = -(-(k + self.grown) // self.bs)
+        r.last_ms = self.last_ms
+        return r
+
+    def form(self, e: _Engine, start: float) -> _Plan | None:
+        """The step ``e`` forms (None: one the cohort cannot form)."""
+        if e.running and e._nothing_to_admit(start):
+            run = self._run(e, start)
+            if run is not None:
+                return run
+        return self._step(e, start)
+
+    def _run(self, e: _Engine, start: float) -> _Plan | None:
+        """``_decode_run``: decode-only steps until the first request ends or a page is missing."""
+        d = len(self.heap)
+        k = self.heap[0][0] - self.clock
+        base = self._pages(self.grown)
+        if self._pages(self.clock + k) - base > e.free:
+            if self._pages(self.clock + 1) - base > e.free:
+                return None
+            lo, hi = 1, k  # the most steps the free pages allow
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._pages(self.clock + mid) - base <= e.free:
+                    lo = mid
+                else:
+                    hi = mid
+            k = lo
+        ctx = self.k_sum + d * self.clock
+        a, b = e.cost.decode_line(d)
+        a_ms = a + b * ctx / d
+        end = start + k * a_ms + b * k * (k - 1) / 2
+        return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b, decodes=e.running[:], pooled=True)
+
+    def _step(self, e: _Engine, start: float) -> _Plan | None:
+        """``_form_budget`` of a decode replica: every running request decodes, then arrived requests join."""
+        d = len(self.heap)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        if d > e.budget or grow > e.free:
+            return None
+        e.free -= grow
+        self.grown = self.clock + 1
+        budget = e.budget - d
+        ctx = self.k_sum + d * self.clock
+        self.fresh = 0
+        while e.waiting and budget > 0 and e.eligible(e.waiting[0], start):
+            r = e.waiting[0]
+            if not e._admissible(r, budget):
+                break
+            e.waiting.popleft()
+            r.computed = r.prompt
+            e._grow(r, e._held(r) + 1)
+            e.running.append(r)
+            ctx += r.in_len + r.generated
+            budget -= 1
+            self._add(r)
+            self.fresh += 1
+        plan = e._priced(start, [], e.running[:], ctx)
+        plan.grown = plan.pooled = True
+        return plan
+
+    def complete(self, p: _Plan, t: float, rec: _Recorder) -> list[_Req]:
+        """End ``p`` at ``t``: the requests that finish, in the order of the running list."""
+        if p.k > 1:
+            rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
+        else:
+            old = len(p.decodes) - self.fresh
+            if old:
+                rec.singles.append((t - self.last_ms, old))
+            for r in p.decodes[old:]:
+                if r.first_ms < 0:
+                    r.first_ms = t
+                else:  # re-admitted after a preemption: the gap since its last token
+                    rec.singles.append((t - r.last_ms, 1))
+            self.fresh = 0
+        self.clock += p.k
+        self.last_ms = t
+        done = []
+        while self.heap and self.heap[0][0] <= self.clock:
+            entry = heapq.heappop(self.heap)
+            self.k_sum -= entry[2]
+            self.k_pages -= entry[2] // self.bs
+            self.residues[entry[2] % self.bs] -= 1
+            done.append(entry)
+        done.sort(key=lambda x: x[1])
+        return [self._own(x) for x in done]
+
+    def release(self, e: _Engine) -> None:
+        """Give every running request its own state back; the engine goes on request by request."""
+        for entry in self.heap:
+            self._own(entry)
+        e.lacking = self._pages(self.clock) - self._pages(self.grown)
+        self.heap.clear()
+        self.k_sum = self.k_pages = 0
+        self.residues = [0] * self.bs
+        self.active = False
+
+    def resume(self, e: _Engine, t: float) -> None:
+        """Gather the running requests again: each decoded in the step that ended at ``t`` and holds the pages of
+        its tokens."""
+        self.clock = self.grown = 0
+        self.last_ms = t
+        self.active = True
+        for r in e.running:
+            self._add(r)
+
+
 class _Recorder:
-    """Inter-token gaps: single tokens' gaps as bare floats (most of them, counted at the end), decode runs' as
-    (gap, tokens) pairs."""
+    """Inter-token gaps: single tokens' gaps as (gap, how many) (the requests of a step that last emitted at the
+    same instant share one gap, recorded once), decode runs' as (gap, tokens) pairs."""
 
     def __init__(self) -> None:
-        self.gaps: list[float] = []  # one token each
+        self.singles: list[tuple[float, int]] = []  # (gap, tokens of one token each)
         self.itl: list[tuple[float, float]] = []  # (gap, tokens)
 
     def run(self, a_ms: float, b_ms: float, k: int, d: int) -> None:
@@ -844,7 +1023,7 @@ class _Recorder:
     def counts(self) -> Counter[tuple[float, float]]:
         """How many times each (gap, tokens) pair was recorded."""
         out: Counter[tuple[float, float]] = Counter(self.itl)
-        for gap, c in Counter(self.gaps).items():
+        for gap, c in self.singles:
             out[(gap, 1.0)] += c
         return out
 
@@ -985,7 +1164,34 @@ def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None 
                                 fast.layout.pools["decode"].dp)
     setup = _setup(plan, fast, load, fast.eff, decode_fast)
     _check_fits(setup, load)
+    g = symmetric_shares(setup, load)
+    if g > 1:
+        return run(plan, fast, load, _one_share(setup, g), copies=g)
     return run(plan, fast, load, setup)
+
+
+def symmetric_shares(setup: _Setup, load: Load) -> int:
+    """How many identical shares the deployment and its load split into: the largest ``g`` dividing the prefill (or
+    only) pool's replicas, the decode pool's, the clients and the requests, when every request has the same lengths
+    and all are sent at t = 0 or by a closed loop (Poisson arrivals dealt round-robin are not alike per share).
+    Why: replicas with identical schedulers, caches and request streams run identical steps, so one share simulated
+    and counted ``g`` times is the deployment; it is the balanced split a load balancer keeps (vLLM's DP client
+    routes to the least loaded engine, SGLang's shortest_queue; notes §4), whereas dealing a whole deployment's
+    requests round-robin in event order only adds which replica's step ends first at a shared instant."""
+    fixed = load.input_len_range[0] == load.input_len_range[1] and load.output_len_range[0] == load.output_len_range[1]
+    if load.mode == "poisson" or not fixed:
+        return 1
+    return math.gcd(len(setup.prefill_pool), len(setup.decode_pool), load.concurrency or 0, load.num_requests)
+
+
+def _one_share(setup: _Setup, g: int) -> _Setup:
+    """The first ``1/g`` of each pool's replicas (GPUs and KV per replica kept: per-GPU figures are the whole's)."""
+    n_p, n_d = len(setup.prefill_pool) // g, len(setup.decode_pool) // g
+    engines = [setup.engines[i] for i in setup.prefill_pool[:n_p] + setup.decode_pool[:n_d]]
+    for i, e in enumerate(engines):
+        e.idx = i
+    return _Setup(setup.policy, engines, list(range(n_p)), list(range(n_p, n_p + n_d)), setup.transfer_ms,
+                  setup.gpus, setup.kv_tokens)
 
 
 def _check_fits(setup: _Setup, load: Load) -> None:
@@ -1000,9 +1206,14 @@ def _check_fits(setup: _Setup, load: Load) -> None:
                 "shorter requests, fp8 KV (kv_dtype), more GPUs per replica, or engine_options.kv_cache_tokens")
 
 
-def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult:
-    """The event loop (module doc)."""
+def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1) -> SimResult:
+    """The event loop (module doc); with ``copies``, ``setup`` is one of that many identical shares of the
+    deployment (``symmetric_shares``): it serves its share of ``load`` and the result counts every share."""
     rng = random.Random(load.seed)
+    whole = load
+    if copies > 1:
+        load = load.model_copy(update={"num_requests": load.num_requests // copies,
+                                       "concurrency": load.concurrency // copies if load.concurrency else None})
     n = load.num_requests
     lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
     engines = setup.engines
@@ -1099,19 +1310,39 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
             if e.prefix is not None and e.prefix.shared_tokens:
                 e.prefix_computed(r)
         done: list[_Req] = []
-        if p.k > 1:
+        # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
+        ctx, least, spec = 0, _BIG, e.spec_q
+        if p.pooled:
+            assert e.cohort is not None
+            done = e.cohort.complete(p, t, rec)
+        elif p.k > 1:
             rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
             # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
+            k = p.k
             for r in p.decodes:
-                e.advance(r, p.k)
+                if spec:
+                    e.advance(r, k)
+                else:
+                    r.generated += k
                 r.last_ms = t
-                if r.generated >= r.out_len:
+                left = r.out_len - r.generated
+                if left <= 0:
                     done.append(r)
+                else:
+                    ctx += r.in_len + r.generated
+                    if left < least:
+                        least = left
         else:
-            gaps, spec = rec.gaps, e.spec_q
+            singles = rec.singles
+            last, same = -1.0, 0  # consecutive requests whose last token came at the same instant: one gap
             for r in p.decodes:
                 if r.first_ms >= 0:
-                    gaps.append(t - r.last_ms)
+                    if r.last_ms == last:
+                        same += 1
+                    else:
+                        if same:
+                            singles.append((t - last, same))
+                        last, same = r.last_ms, 1
                 else:
                     r.first_ms = t  # disaggregated: the first token streams after the first decode step
                 if spec:
@@ -1119,14 +1350,24 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
                 else:
                     r.generated += 1
                 r.last_ms = t
-                if r.generated >= r.out_len:
+                left = r.out_len - r.generated
+                if left <= 0:
                     done.append(r)
+                else:
+                    ctx += r.in_len + r.generated
+                    if left < least:
+                        least = left
+            if same:
+                singles.append((t - last, same))
+        every = not p.chunks and len(p.decodes) == len(e.running)  # every running request decoded
+        if every and not spec and not p.pooled:
+            e.summary = (ctx, least)  # every running request decoded: the pass above saw them all
         for r, _ in p.chunks:
             if r.computed >= r.prompt:  # the step that ends a prompt samples the next token
                 if r.first_ms < 0 and e.role != "prefill":
                     r.first_ms = t
                 elif e.role != "prefill":
-                    rec.gaps.append(t - r.last_ms)
+                    rec.singles.append((t - r.last_ms, 1))
                 if e.role == "prefill":
                     r.prefilled = True
                     e.running.remove(r)
@@ -1153,12 +1394,19 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup) -> SimResult
         for r in done:
             e._release(r)
             finish(r, t)
+        if e.cohort is not None and not e.cohort.active and (not e.running or every and p.grown and p.k == 1):
+            e.cohort.resume(e, t)
         plan_engine(e, t)
-    return _result(load, setup, reqs, rec, area)
+    return _result(whole, setup, reqs, rec, area, copies)
 
 
-def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: float) -> SimResult:
-    done = [r for r in reqs if r.done_ms >= 0]
+def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: float, copies: int = 1,
+            ) -> SimResult:
+    """The client's figures; every request and step of the simulated share counted ``copies`` times."""
+    done = [r for r in reqs if r.done_ms >= 0] * copies
+    itl = rec.counts()
+    for pair in itl:
+        itl[pair] *= copies
     start = min((r.sent_ms for r in reqs), default=0.0)
     end = max((r.done_ms for r in done), default=start)
     dur = max(end - start, 1e-9)
@@ -1172,12 +1420,12 @@ def _result(load: Load, setup: _Setup, reqs: list[_Req], rec: _Recorder, area: f
     kv_frac = max((e.peak_used / e.capacity for e in setup.engines), default=0.0)
     return SimResult(
         load=load.describe(), engine=setup.policy, requests=len(done), ttft_ms=_stat(ttft), tpot_ms=tp,
-        itl_ms=_weighted_stat(rec.counts()), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
+        itl_ms=_weighted_stat(itl), e2e_ms=_stat(e2e), queue_ms=_stat(queue), duration_ms=dur,
         output_tokens_per_s=thr, output_tokens_per_s_per_gpu=thr / max(1, setup.gpus),
         output_tokens_per_s_per_user=1e3 / tp.mean if tp.mean > 0 else 0.0,
-        request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area / dur,
+        request_throughput_per_s=len(done) / dur * 1e3, mean_in_flight=area * copies / dur,
         max_running=max((e.max_running for e in setup.engines), default=0),
         mean_running=sum(e.run_area for e in setup.engines if e.role != "prefill")
         / (dur * max(1, sum(e.role != "prefill" for e in setup.engines))),
-        preemptions=sum(e.preemptions for e in setup.engines), kv_cache_tokens=setup.kv_tokens,
-        kv_peak_fraction=kv_frac, steps=sum(e.steps for e in setup.engines))
+        preemptions=sum(e.preemptions for e in setup.engines) * copies, kv_cache_tokens=setup.kv_tokens,
+        kv_peak_fraction=kv_frac, steps=sum(e.steps for e in setup.engines) * copies)

@@ -11,6 +11,7 @@ from typing import Any
 from tools.rules import (  # noqa: F401  (imported for their registrations)
     attention_dp,
     comm,
+    dcp,
     disagg,
     dp,
     ep,
