@@ -48,6 +48,9 @@ def workdir(tmp_path, monkeypatch):
     h100 = [p for p in load_measurements() if p["gpu"] == "h100-sxm"]
     (tmp_path / "my-measurements.json").write_text(json.dumps({"points": h100}), encoding="utf-8")
     (tmp_path / "cfg.json").write_text(json.dumps({"enable_attention_dp": True}), encoding="utf-8")
+    # the config.json a user brings for a model with no preset (MiniMax-M2's own was not found; M2.5's has its shapes)
+    m25 = Path(__file__).resolve().parents[1] / "knowledge" / "models" / "minimax-m2.5.json"
+    (tmp_path / "config.json").write_text(m25.read_text(encoding="utf-8"), encoding="utf-8")
     return tmp_path
 
 
