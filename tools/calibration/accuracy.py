@@ -276,7 +276,7 @@ def point_gap(pt: dict[str, Any]) -> str | None:
     if pt.get("metric") == "acceptance_length":
         return None if sd else "an acceptance length without a speculative method"
     missing = [k for k in ("gpu", "input_len", "output_len", "batch_size") if k in pt and pt[k] is None
-               and not (k == "batch_size" and (pt.get("request_rate") or pt.get("concurrency")))]
+               and not (k == "batch_size" and (pt.get("request_rate") or pt.get("concurrency") is not None))]
     par = pt.get("parallel")
     if isinstance(par, dict) and any(v is None for v in par.values()):
         missing.append("parallel layout")
@@ -286,7 +286,7 @@ def point_gap(pt: dict[str, Any]) -> str | None:
     unknown = _unknown_names(pt)
     if missing:
         what = {"batch_size": "concurrency", "input_len": "input length", "output_len": "output length"}
-        return ", ".join(what.get(k, k) for k in missing) + " not stated" + (f"; {unknown}" if unknown else "")
+        return (f"{unknown}; " if unknown else "") + ", ".join(what.get(k, k) for k in missing) + " not stated"
     return unknown
 
 
