@@ -133,10 +133,12 @@ def test_vllms_draft_token_name_is_read() -> None:
     assert point_plan(pt)["speculative"] == {"method": "mtp", "num_draft_tokens": 3}
 
 
-def test_a_measured_hit_rate_wins_over_the_workloads_prefix() -> None:
-    pt = {**RUN, "metric": "serving_ttft_ms", "value": 1.0,
+def test_a_measured_hit_rate_wins_over_a_shared_prefix_it_contradicts() -> None:
+    pt = {**RUN, "metric": "serving_ttft_ms", "value": 1.0, "input_len": 880,
           "prefix_caching": {"enabled": True, "hit_rate": 0.0, "shared_prefix_len": 330}}
     assert point_plan(pt)["prefix_caching"] == {"enabled": True, "hit_rate": 0.0}
+    agreeing = {**pt, "prefix_caching": {"enabled": True, "hit_rate": 0.37, "shared_prefix_len": 330}}
+    assert point_plan(agreeing)["prefix_caching"] == {"enabled": True, "shared_prefix_len": 330}  # 330/880 = 0.375
 
 
 def test_reuse_pairs_compare_a_run_with_its_own_baseline(tmp_path: Path) -> None:

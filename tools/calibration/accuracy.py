@@ -36,8 +36,9 @@ run's own ``acceptance_length`` when published) and ``prefix_caching`` (``enable
 ``shared_prefix_len``); they become the plan's fields (a serving point's published acceptance length is the plan's
 ``mean_accepted_tokens``, as a user who measured it would state it; ``num_speculative_tokens``, vLLM's name, is read
 as ``num_draft_tokens``; a point giving both a measured ``hit_rate`` and the workload's ``shared_prefix_len`` is
-priced at the hit rate, what the cache did in that run).  The ``acceptance_length`` metric scores the acceptance
-pdag assumes when a plan states none (the method's published default) against the published one.  A point whose
+priced at the shared prefix where the two agree (``HIT_AGREES``), else at the hit rate, what the cache did).  The
+``acceptance_length`` metric scores the acceptance pdag assumes when a plan states none (the method's published
+default) against the published one.  A point whose
 source leaves a figure its pricing needs unstated (``null``: lengths, concurrency, GPU, layout, draft tokens, the hit
 rate of multi-turn reuse; or a model with no preset or public config) is not scored; the report lists it with what
 is missing (``point_gap``) instead of guessing the figure.
@@ -323,9 +324,16 @@ def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
     if pc:
         out["prefix_caching"] = {k: pc[k] for k in ("enabled", "hit_rate", "shared_prefix_len")
                                  if pc.get(k) is not None}
-        if "hit_rate" in out["prefix_caching"]:  # the run's measured reuse wins over the workload's shared prefix
-            out["prefix_caching"].pop("shared_prefix_len", None)
+        both = out["prefix_caching"]
+        if "hit_rate" in both and "shared_prefix_len" in both:
+            # the shared prefix says more (its KV held once) where the measured hit rate bears it out; else the
+            # measured hit rate is what the cache did in that run
+            agree = abs(both["shared_prefix_len"] / max(1, pt.get("input_len") or 1) - both["hit_rate"]) <= HIT_AGREES
+            both.pop("hit_rate" if agree else "shared_prefix_len")
     return out
+
+
+HIT_AGREES = 0.02  # a stated hit rate this close to shared_prefix_len / input_len describes the same reuse
 
 
 def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
