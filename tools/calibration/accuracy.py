@@ -38,10 +38,10 @@ run's own ``acceptance_length`` when published) and ``prefix_caching`` (``enable
 as ``num_draft_tokens``; a point giving both a measured ``hit_rate`` and the workload's ``shared_prefix_len`` is
 priced at the shared prefix where the two agree (``HIT_AGREES``), else at the hit rate, what the cache did).  The
 ``acceptance_length`` metric scores the acceptance pdag assumes when a plan states none (the method's published
-default) against the published one.  A point whose
-source leaves a figure its pricing needs unstated (``null``: lengths, concurrency, GPU, layout, draft tokens, the hit
-rate of multi-turn reuse; or a model with no preset or public config) is not scored; the report lists it with what
-is missing (``point_gap``) instead of guessing the figure.
+default) against the published one.  A point whose source leaves a figure its pricing needs unstated (``null``:
+lengths, concurrency, GPU, layout, draft tokens, the ``hit_rate`` of a ``prefix_caching.reuse`` other than a shared
+prefix, e.g. multi-turn history), or names a model or GPU with no preset, is not scored; the report lists it with
+what is missing (``point_gap``) instead of guessing the figure.
 
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
@@ -889,7 +889,7 @@ class ReusePair:
     predicted: float
 
 
-_NOT_THE_RUN = ("id", "value", "note", "table", "prefix_caching", "statistic_note")
+_NOT_THE_RUN = ("id", "value", "note", "table", "prefix_caching")  # what differs between a run and its baseline
 
 
 def _no_reuse(pc: dict[str, Any]) -> bool:
