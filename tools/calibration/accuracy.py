@@ -21,15 +21,27 @@ publication several sources belong to (pages of one site written with one harnes
   at the point's load (``point_load``) and compared with the statistic the point reports (``statistic``: mean,
   p50, p90 or p99; default mean, or p50 where its note says median); ``serving_model="analytic"`` scores the older
   steady-state formula (the estimate's ``serving`` block) instead.  A point with ``request_rate`` was measured under
-  Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size).
+  Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size);
+* ``serving_e2e_ms`` (a request's time from sending to its last token) and ``serving_request_throughput``
+  (completed requests per second of the run, the benchmark's "Request throughput"), from the same simulation.
+
+A serving point may state its load as the benchmark client does: ``concurrency`` (clients in flight over the whole
+deployment, ``--max-concurrency``; instead of ``batch_size`` per replica), ``request_rate`` (with ``concurrency``: a
+rate capped at that many in flight) and ``num_requests`` (``--num-prompts``: a finite run, which a queue under
+overload grows with); a null field is one the source does not state.  ``dtype: null`` is the engine's default, the
+checkpoint's 16-bit type, which pdag prices as its default bf16.
 
 Speculative decoding and prefix caching: a point may carry ``speculative`` (``method``, ``num_draft_tokens``, and the
 run's own ``acceptance_length`` when published) and ``prefix_caching`` (``enabled``, ``hit_rate`` or
 ``shared_prefix_len``); they become the plan's fields (a serving point's published acceptance length is the plan's
-``mean_accepted_tokens``, as a user who measured it would state it).  The ``acceptance_length`` metric scores the
-acceptance pdag assumes when a plan states none (the method's published default) against the published one.  A
-point whose source leaves a figure its pricing needs unstated (``null``: lengths, concurrency, GPU, layout, draft
-tokens) is not scored; the report lists it with what is missing (``point_gap``) instead of guessing the figure.
+``mean_accepted_tokens``, as a user who measured it would state it; ``num_speculative_tokens``, vLLM's name, is read
+as ``num_draft_tokens``; a point giving both a measured ``hit_rate`` and the workload's ``shared_prefix_len`` is
+priced at the shared prefix where the two agree (``HIT_AGREES``), else at the hit rate, what the cache did).  The
+``acceptance_length`` metric scores the acceptance pdag assumes when a plan states none (the method's published
+default) against the published one.  A point whose source leaves a figure its pricing needs unstated (``null``:
+lengths, concurrency, GPU, layout, draft tokens, the ``hit_rate`` of a ``prefix_caching.reuse`` other than a shared
+prefix, e.g. multi-turn history), or names a model or GPU with no preset, is not scored; the report lists it with
+what is missing (``point_gap``) instead of guessing the figure.
 
 A user's own measurements can also be a CSV file (``pdag calibrate my.csv --gpu h100-sxm``) with a header row and the
 columns ``model, gpu, metric, value, input_len, output_len, batch_size`` (required) and ``tp, pp, dp, ep, dtype,
@@ -90,7 +102,7 @@ from tools.core.inputs import load_json_text, read_text_file
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
            "serving_ttft_ms", "serving_tpot_ms", "serving_output_tokens_per_s", "serving_output_tokens_per_s_per_gpu",
-           "acceptance_length")
+           "serving_e2e_ms", "serving_request_throughput", "acceptance_length")
 # How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
 # together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
 # "sharegpt": lengths drawn from a dataset, priced as uniform from 1 to twice the stated mean.
@@ -207,12 +219,13 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
             continue
         if pt["metric"] == "acceptance_length":  # the method and the draft length are all it needs
             continue
+        pt = points[i] = _stated_load(pt, i)
         rate = pt.get("request_rate")
         if rate is not None:
             if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
                 raise PdagInputError(f"measurements.points[{i}].request_rate",
                                      f"expected a positive number, got {rate!r}", "requests per second > 0")
-            if "batch_size" not in pt:  # an open loop with no cap on requests in flight
+            if pt.get("batch_size") is None:  # an open loop with no cap on requests in flight
                 pt = points[i] = {**pt, "batch_size": 1, "uncapped": True}
         for key in ("model", "gpu", "metric", "value", "input_len", "output_len", "batch_size"):
             if key not in pt:
@@ -240,22 +253,62 @@ def load_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
     return points
 
 
+def _stated_load(pt: dict[str, Any], i: int) -> dict[str, Any]:
+    """A point's load fields checked, and ``concurrency`` (clients over the whole deployment) turned into the
+    ``batch_size`` per replica the static figures price; null optional fields dropped (the defaults apply)."""
+    out = {k: v for k, v in pt.items() if not (v is None and k in ("dtype", "concurrency", "num_requests",
+                                                                    "speculative", "prefix_caching"))}
+    for key in ("concurrency", "num_requests"):
+        v = out.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise PdagInputError(f"measurements.points[{i}].{key}", f"expected an integer >= 1, got {v!r}",
+                                 "a whole number >= 1")
+    if out.get("concurrency") is not None and out.get("batch_size") is None:
+        dp = max(1, int((out.get("parallel") or {}).get("dp", 1)))
+        out["batch_size"] = -(-out["concurrency"] // dp)
+    return out
+
+
 def point_gap(pt: dict[str, Any]) -> str | None:
     """What a point's source leaves unstated that its pricing needs (None: it can be scored)."""
     sd = pt.get("speculative")
-    if sd is not None and (not isinstance(sd, dict) or not sd.get("num_draft_tokens") or not sd.get("method")):
+    if sd is not None and (not isinstance(sd, dict) or not _draft_tokens(sd) or not sd.get("method")):
         return "draft method or draft tokens per step not stated"
     if pt.get("metric") == "acceptance_length":
         return None if sd else "an acceptance length without a speculative method"
     missing = [k for k in ("gpu", "input_len", "output_len", "batch_size") if k in pt and pt[k] is None
-               and not (k == "batch_size" and pt.get("request_rate"))]
+               and not (k == "batch_size" and (pt.get("request_rate") or pt.get("concurrency") is not None))]
     par = pt.get("parallel")
     if isinstance(par, dict) and any(v is None for v in par.values()):
         missing.append("parallel layout")
+    pc = pt.get("prefix_caching")
+    if isinstance(pc, dict) and pc.get("enabled", True) and pc.get("reuse") and pc.get("hit_rate") is None:
+        missing.append("hit rate of the reuse (" + str(pc["reuse"]) + ")")
+    unknown = _unknown_names(pt)
     if missing:
         what = {"batch_size": "concurrency", "input_len": "input length", "output_len": "output length"}
-        return ", ".join(what.get(k, k) for k in missing) + " not stated"
-    return None
+        return (f"{unknown}; " if unknown else "") + ", ".join(what.get(k, k) for k in missing) + " not stated"
+    return unknown
+
+
+def _draft_tokens(sd: dict[str, Any]) -> Any:
+    """Draft tokens per step, under pdag's name or vLLM's (``num_speculative_tokens``)."""
+    return sd.get("num_draft_tokens") or sd.get("num_speculative_tokens")
+
+
+def _unknown_names(pt: dict[str, Any]) -> str | None:
+    """A model or GPU pdag has no figures for (no preset, no public config): the point cannot be priced."""
+    from tools.core.hardware import load_accelerator
+    from tools.core.models import resolve_model
+
+    unknown = []
+    for key, load in (("model", resolve_model), ("gpu", load_accelerator)):
+        if isinstance(pt.get(key), str):
+            try:
+                load(pt[key])
+            except PdagInputError:
+                unknown.append(f"{key} {pt[key]!r}")
+    return " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
 
 
 def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +316,7 @@ def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     sd = pt.get("speculative")
     if sd:
-        spec = {"method": sd["method"], "num_draft_tokens": sd["num_draft_tokens"]}
+        spec = {"method": sd["method"], "num_draft_tokens": _draft_tokens(sd)}
         if sd.get("acceptance_length") and pt["metric"] != "acceptance_length":
             spec["mean_accepted_tokens"] = sd["acceptance_length"]
         out["speculative"] = spec
@@ -271,7 +324,16 @@ def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
     if pc:
         out["prefix_caching"] = {k: pc[k] for k in ("enabled", "hit_rate", "shared_prefix_len")
                                  if pc.get(k) is not None}
+        both = out["prefix_caching"]
+        if "hit_rate" in both and "shared_prefix_len" in both:
+            # the shared prefix says more (its KV held once) where the measured hit rate bears it out; else the
+            # measured hit rate is what the cache did in that run
+            agree = abs(both["shared_prefix_len"] / max(1, pt.get("input_len") or 1) - both["hit_rate"]) <= HIT_AGREES
+            both.pop("hit_rate" if agree else "shared_prefix_len")
     return out
+
+
+HIT_AGREES = 0.02  # a stated hit rate this close to shared_prefix_len / input_len describes the same reuse
 
 
 def point_plan(pt: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +418,8 @@ FEATURES = ("speculative decoding", "prefix caching")  # regimes of points that 
 METRIC_CLASS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e latency", "output_tokens_per_s": "throughput",
                 "output_tokens_per_s_per_gpu": "throughput", "serving_ttft_ms": "serving TTFT",
                 "serving_tpot_ms": "serving TPOT", "serving_output_tokens_per_s": "serving throughput",
-                "serving_output_tokens_per_s_per_gpu": "serving throughput", "acceptance_length": "acceptance length"}
+                "serving_output_tokens_per_s_per_gpu": "serving throughput", "serving_e2e_ms": "serving e2e latency",
+                "serving_request_throughput": "serving request throughput", "acceptance_length": "acceptance length"}
 
 
 @dataclass
@@ -441,7 +504,15 @@ def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
         waiting = sv.ttft_ms - sv.prefill_ms  # queue and shared steps, priced like decode steps
         return Prediction(sv.ttft_ms, {k: dec[k] * waiting / dec_ms + pre[k] * sv.prefill_ms / pre_ms for k in PARTS},
                           "time", lockstep=sv.ttft_lockstep_ms if sv.concurrency > 1 else None)
+    if pt["metric"] == "serving_e2e_ms":  # its first token, then one TPOT per further token
+        more = pt["output_len"] - 1
+        waiting = sv.ttft_ms - sv.prefill_ms
+        return Prediction(sv.ttft_ms + more * sv.tpot_ms,
+                          {k: dec[k] * (waiting + more * sv.tpot_ms) / dec_ms + pre[k] * sv.prefill_ms / pre_ms
+                           for k in PARTS}, "time")
     value = sv.output_tokens_per_s_per_gpu if pt["metric"].endswith("_per_gpu") else sv.output_tokens_per_s
+    if pt["metric"] == "serving_request_throughput":
+        value = sv.output_tokens_per_s / pt["output_len"]
     return Prediction(value, step, "rate", value * sv.step_ms)
 
 
@@ -449,17 +520,20 @@ _SIM_CACHE: dict[str, Any] = {}
 
 
 def point_load(pt: dict[str, Any], dp: int) -> dict[str, Any]:
-    """The client load a serving point was measured under, as workload fields: a closed loop of ``batch_size``
-    clients per DP replica; lengths as the point's harness drew them (``client_lengths``: fixed; jittered:
-    InferenceX's random range of [0.8 L, L] around the stated mean, or uniform from 1 for ShareGPT-like and
-    SGLang-random rows); ``--num-prompts`` when the point's table states it, else 10 per client."""
+    """The client load a serving point was measured under, as workload fields: a closed loop of its
+    ``concurrency``, else ``batch_size`` clients per DP replica; lengths as the point's harness drew them
+    (``client_lengths``: fixed; jittered: InferenceX's random range of [0.8 L, L] around the stated mean, or uniform
+    from 1 for ShareGPT-like and SGLang-random rows); its ``num_requests``, else ``--num-prompts`` when its table
+    states it, else 10 per client."""
     text = " ".join(str(pt.get(k) or "") for k in ("table", "note", "engine")).lower()
-    conc = pt["batch_size"] * dp
+    conc = pt.get("concurrency") or pt["batch_size"] * dp
     out: dict[str, Any] = {"concurrency": conc}
     if pt.get("request_rate"):  # Poisson arrivals, capped at batch_size per replica in flight when the run states one
         out = {"request_rate": float(pt["request_rate"])} | ({} if pt.get("uncapped") else {"concurrency": conc})
     m = re.search(r"--num-prompts[ =](\d+)", text)
-    if m:
+    if pt.get("num_requests"):
+        out["num_requests"] = int(pt["num_requests"])
+    elif m:
         out["num_requests"] = max(conc, int(m.group(1)))
     if pt.get("client_lengths") in ("jittered", "sharegpt"):
         def span(mean: int) -> list[int]:
@@ -507,6 +581,10 @@ def _simulated(pt: dict[str, Any], overlay: Any, analytic: Prediction) -> Predic
         value = getattr(sim.ttft_ms, stat)
     elif metric == "serving_tpot_ms":
         value = getattr(sim.tpot_ms, stat)
+    elif metric == "serving_e2e_ms":
+        value = getattr(sim.e2e_ms, stat)
+    elif metric == "serving_request_throughput":
+        value = sim.request_throughput_per_s
     elif metric.endswith("_per_gpu"):
         value = sim.output_tokens_per_s_per_gpu
     else:
@@ -802,6 +880,50 @@ def ttft_bracket(rows: list[Row]) -> dict[str, int]:
 
 
 @dataclass
+class ReusePair:
+    """A point with prefix reuse and its speedup over the same run without it, measured and predicted."""
+
+    id: str
+    metric: str
+    measured: float
+    predicted: float
+
+
+_NOT_THE_RUN = ("id", "value", "note", "table", "prefix_caching")  # what differs between a run and its baseline
+
+
+def _no_reuse(pc: dict[str, Any]) -> bool:
+    """A prefix-caching block under which no prompt token is found in the cache: off, or a hit rate of 0."""
+    if not pc.get("enabled", True):
+        return True
+    hit = pc.get("hit_rate")
+    return hit == 0 or (hit is None and not pc.get("shared_prefix_len"))
+
+
+def reuse_pairs(points: list[dict[str, Any]], rows: list[Row]) -> list[ReusePair]:
+    """Points with prefix reuse whose publication measured the same run (every other field equal) without reuse:
+    the speedup reuse gave, measured and as pdag prices it."""
+    runs: dict[str, list[tuple[dict[str, Any], Row]]] = {}
+    for pt, r in zip(points, rows, strict=True):
+        if isinstance(pt.get("prefix_caching"), dict):
+            key = json.dumps({k: v for k, v in pt.items() if k not in _NOT_THE_RUN}, sort_keys=True, default=str)
+            runs.setdefault(key, []).append((pt, r))
+    out = []
+    for members in runs.values():
+        base = [r for pt, r in members if _no_reuse(pt["prefix_caching"])]
+        if not base:
+            continue
+        b_meas, b_pred = median(r.measured for r in base), median(r.predicted for r in base)
+        for pt, r in members:
+            if _no_reuse(pt["prefix_caching"]):
+                continue
+            rate = not r.metric.endswith("_ms")
+            out.append(ReusePair(r.id, r.metric, r.measured / b_meas if rate else b_meas / r.measured,
+                                 r.predicted / b_pred if rate else b_pred / r.predicted))
+    return out
+
+
+@dataclass
 class AccuracyReport:
     rows: list[Row]
     spearman: dict[str, float] = field(default_factory=dict)
@@ -809,6 +931,7 @@ class AccuracyReport:
     choices: list[Choice] = field(default_factory=list)
     fit: str = FIT_KEYS["generation"][1]  # what a held-out fit pools points under
     unscored: list[tuple[str, str, str]] = field(default_factory=list)  # (id, metric, what its source leaves out)
+    reuse_pairs: list[ReusePair] = field(default_factory=list)
 
     def stats(self, attr: str = "predicted") -> tuple[float, float]:
         errs = [_ape(getattr(r, attr), r.measured) for r in self.rows if getattr(r, attr) is not None]
@@ -835,6 +958,8 @@ class AccuracyReport:
         out["over_sources"] = over_sources(self.rows)
         if self.unscored:
             out["unscored"] = [{"id": i, "metric": m, "reason": why} for i, m, why in self.unscored]
+        if self.reuse_pairs:
+            out["prefix_caching_speedups"] = [p.__dict__ for p in self.reuse_pairs]
         out["choices_under_tpot_target"] = {
             "all": summary(self.choices), "dense": summary([c for c in self.choices if not c.moe]),
             "moe": summary([c for c in self.choices if c.moe])}
@@ -903,6 +1028,16 @@ class AccuracyReport:
                          "a published sweep measured:")
             lines.append("  " + summary_line("dense models", [c for c in self.choices if not c.moe]))
             lines.append("  " + summary_line("MoE models", [c for c in self.choices if c.moe]))
+        if self.reuse_pairs:
+            lines.append("prefix caching against the same run without reuse (speedup: time without / with, or rate "
+                         "with / without; against the median of the run's baselines):")
+            lines.append(f"  {'point':<62} {'metric':<28} {'measured':>8} {'predicted':>9} {'pred/meas':>9}")
+            for p in self.reuse_pairs:
+                lines.append(f"  {p.id[:62]:<62} {p.metric:<28} {p.measured:>7.2f}x {p.predicted:>8.2f}x "
+                             f"{p.predicted / p.measured:>9.2f}")
+            ratios = [p.predicted / p.measured for p in self.reuse_pairs]
+            lines.append(f"  {len(ratios)} pairs: predicted / measured speedup median {median(ratios):.2f}, "
+                         f"from {min(ratios):.2f} to {max(ratios):.2f}")
         if self.unscored:
             lines.append(f"not scored: {len(self.unscored)} points whose source leaves unstated what pricing needs:")
             why: dict[str, list[str]] = {}
@@ -953,7 +1088,7 @@ def accuracy_report(points: list[dict[str, Any]], efficiency: str | dict[str, An
                         p.value, source=publication(pt), regimes=regimes(pt, n), lockstep=p.lockstep,
                         engine=point_engine(pt)))
     picked = choices(points, [r.predicted for r in rows], gpus, ["MoE" in r.regimes for r in rows])
-    report = AccuracyReport(rows, choices=picked, unscored=unscored)
+    report = AccuracyReport(rows, choices=picked, unscored=unscored, reuse_pairs=reuse_pairs(points, rows))
     buckets: dict[str, list[Row]] = {}
     for r in rows:
         buckets.setdefault(f"{r.group}/{r.metric} [{r.source}]", []).append(r)  # the whole source: short forms collide
