@@ -749,7 +749,7 @@ def from_hf_config(
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
     elif model_type == "qwen3_next":
-        moe, intermediate = _qwen3_next_moe(c, num_layers)
+        moe, intermediate = _qwen_shared_moe(c, num_layers)
     elif model_type == "granitemoehybrid":
         moe, intermediate = _granite_moe(c, num_layers)
     elif model_type == "nemotron_h":
@@ -1094,17 +1094,8 @@ def _read_qwen2_moe(c: _Cfg, num_layers: int) -> _Read:
     if c.bool("use_sliding_window", False):
         raise PdagInputError(c.path("use_sliding_window"), "Qwen2-MoE's sliding-window layer rule is not read; pdag "
                              "refuses rather than price it as full attention", "false (as published configs state)")
-    dense_i = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
-    step = c.int("decoder_sparse_step", default=1, hi=MAX_LAYERS)
-    mlp_only = set(c.int_list("mlp_only_layers", hi=num_layers))
-    layers = tuple(i for i in range(num_layers) if i not in mlp_only and (i + 1) % step == 0)
-    if len(layers) < num_layers and dense_i == 0:
-        raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense", "a positive integer")
-    shared_i = c.int("shared_expert_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
-    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS),
-               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared_i else 0, shared_i, layers, False,
-               False)
-    return _Read(intermediate=dense_i, moe=moe.model_copy(update={"shared_expert_gate": bool(shared_i)}),
+    moe, dense_i = _qwen_shared_moe(c, num_layers)
+    return _Read(intermediate=dense_i, moe=moe,
                  attention_bias=True, attention_out_bias=False)
 
 
@@ -1455,8 +1446,9 @@ def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          conv_kernel=c.int("linear_conv_kernel_dim", default=4, hi=1024))
 
 
-def _qwen3_next_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int]:
-    """Qwen3-Next's MoE (Qwen3-MoE's layer rule) with one shared expert of shared_expert_intermediate_size."""
+def _qwen_shared_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int]:
+    """Qwen2-MoE's and Qwen3-Next's MoE (Qwen3-MoE's layer rule) with one sigmoid-gated shared expert of
+    shared_expert_intermediate_size, and the dense layers' intermediate size."""
     intermediate = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
     step = c.int("decoder_sparse_step", default=1, hi=MAX_LAYERS)
     mlp_only = set(c.int_list("mlp_only_layers", hi=num_layers))
