@@ -137,8 +137,6 @@ class EngineOptions(_Strict):
     graph_max_tokens: int | None = Field(
         None, ge=0, le=MAX_SEQ_LEN, description="largest pass replayed as a CUDA graph (vLLM's largest capture size; "
         "0: none); larger prefills run eagerly")
-    max_num_seqs: int | None = Field(
-        None, ge=1, le=MAX_BATCH, description="requests a replica runs at once (--max-num-seqs)")
     kv_cache_tokens: int | None = Field(
         None, ge=1, le=2**40, description="KV cache tokens per replica (default: the memory model's)")
     scheduler_ahead: bool | None = Field(
