@@ -328,3 +328,16 @@ def test_serving_search_ranks_by_the_figures_estimate_returns() -> None:
         assert e.ttft_ms == pytest.approx(p.ttft_ms, rel=1e-9) and e.tpot_ms == pytest.approx(p.tpot_ms, rel=1e-9)
         assert e.served is not None
         assert e.served.output_tokens_per_s == pytest.approx(p.throughput_tokens_per_s, rel=1e-9)
+
+
+def test_serving_search_compares_the_two_kinds_on_served_figures() -> None:
+    """The best aggregated and disaggregated plans are both served before they are compared: on DeepSeek-V3 at
+    1,024 clients the aggregated layout ranked past the simulated head, so the comparison set its steady-state
+    21,411 tok/s against a served 20,981 and called aggregated the winner while the top plan was disaggregated."""
+    r = search_strategies("deepseek-v3", {"gpu": "h200", "num_gpus": 64},
+                          {"input_len": 2048, "output_len": 1024, "concurrency": 1024}, "throughput", dtype="fp8",
+                          serving=True)
+    assert all("served figures: simulated engine" in p.reason for p in r.top)
+    best = r.top[0]
+    assert r.comparison.startswith(f"{best.kind} wins"), (best.kind, r.comparison[:80])
+    assert f"{best.throughput_tokens_per_s:.0f} tok/s {best.kind}" in r.comparison

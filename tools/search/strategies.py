@@ -606,13 +606,20 @@ class _Search:
         """The best point of each of the first ``n`` layouts re-priced by the serving simulator at the workload's
         load (the figures estimate_performance returns for the same plan) and re-ranked among themselves; the
         steady-state formula only chose which layouts to simulate.  Where the searched batch misses a TTFT or TPOT
-        target once simulated, the largest batch that meets it is found again on simulated figures."""
+        target once simulated, the largest batch that meets it is found again on simulated figures.  The best
+        aggregated and the best disaggregated layout are always among them, so the comparison of the two kinds
+        never sets a served figure against a steady-state one."""
         head: list[_Point] = []
         seen: set[tuple[_Shape, _Shape | None]] = set()
+        kinds = {p.disaggregated for p in ranked}
         for p in ranked:
-            if (p.shape, p.dshape) not in seen and len(head) < n:
+            if (p.shape, p.dshape) in seen:
+                continue
+            first_of_kind = p.disaggregated in kinds
+            if len(head) < n or first_of_kind:
                 seen.add((p.shape, p.dshape))
                 head.append(p)
+                kinds.discard(p.disaggregated)
         served = []
         for p in head:
             q = self._served(p)
