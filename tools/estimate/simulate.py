@@ -1315,40 +1315,28 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         if p.pooled:
             assert e.cohort is not None
             done = e.cohort.complete(p, t, rec)
-        elif p.k > 1:
-            rec.run(p.a_ms, p.b_ms, p.k, len(p.decodes))
-            # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
+        else:
             k = p.k
+            if k > 1:  # a run of decode-only steps: its gaps are recorded as the run
+                rec.run(p.a_ms, p.b_ms, k, len(p.decodes))
+            singles = rec.singles
+            last, same = -1.0, 0  # consecutive requests whose last token came at the same instant: one gap
+            # a decode's scheduled_ms is set: it was set when its prompt (or, disaggregated, its prefill) ran
             for r in p.decodes:
+                if k == 1:
+                    if r.first_ms >= 0:
+                        if r.last_ms == last:
+                            same += 1
+                        else:
+                            if same:
+                                singles.append((t - last, same))
+                            last, same = r.last_ms, 1
+                    else:
+                        r.first_ms = t  # disaggregated: the first token streams after the first decode step
                 if spec:
                     e.advance(r, k)
                 else:
                     r.generated += k
-                r.last_ms = t
-                left = r.out_len - r.generated
-                if left <= 0:
-                    done.append(r)
-                else:
-                    ctx += r.in_len + r.generated
-                    if left < least:
-                        least = left
-        else:
-            singles = rec.singles
-            last, same = -1.0, 0  # consecutive requests whose last token came at the same instant: one gap
-            for r in p.decodes:
-                if r.first_ms >= 0:
-                    if r.last_ms == last:
-                        same += 1
-                    else:
-                        if same:
-                            singles.append((t - last, same))
-                        last, same = r.last_ms, 1
-                else:
-                    r.first_ms = t  # disaggregated: the first token streams after the first decode step
-                if spec:
-                    e.advance(r, 1)
-                else:
-                    r.generated += 1
                 r.last_ms = t
                 left = r.out_len - r.generated
                 if left <= 0:
