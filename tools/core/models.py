@@ -96,6 +96,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen2_vl_text": "qwen2",
     # layer kinds beyond K/V attention (tools/core/layerkinds.py)
     "qwen3_next": "qwen3_next",
+    "qwen3_5_moe_text": "qwen3_next",
     "deepseek_v32": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
@@ -103,9 +104,11 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
 _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3", "qwen2_5_vl": "qwen2",
-                                 "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2"}
+                                 "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2",
+                                 "qwen3_5_moe_text": "qwen3_next"}
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
-WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl",
+                       "qwen3_5_moe")
 # Families pdag does not price yet, with the field whose meaning it would otherwise drop.
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
@@ -647,7 +650,7 @@ def from_hf_config(
             raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral",
                                  "kimi_k25": "kimi_k2", "qwen3_vl_moe": "qwen3_vl_moe_text",
                                  "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
-                                 "qwen2_vl": "qwen2_vl_text"}[outer]
+                                 "qwen2_vl": "qwen2_vl_text", "qwen3_5_moe": "qwen3_5_moe_text"}[outer]
     if isinstance(config.get("vision_config"), dict):  # nested or flat (Qwen2.5-VL keeps its text fields on top)
         notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
                      "time are the language model's, serving text prompts")
@@ -750,6 +753,10 @@ def from_hf_config(
             moe = _shared_moe(c, layers, router_bias)
     elif model_type == "qwen3_next":
         moe, intermediate = _qwen_shared_moe(c, num_layers)
+        # MTP layers: Qwen3.5 names them mtp_num_hidden_layers (vLLM qwen3_5_mtp.py), Qwen3-Next
+        # num_nextn_predict_layers (qwen3_next_mtp.py); never counted
+        mtp = c.int("mtp_num_hidden_layers", default=c.int("num_nextn_predict_layers", default=0, lo=0,
+                                                             hi=MAX_LAYERS), lo=0, hi=MAX_LAYERS)
     elif model_type == "granitemoehybrid":
         moe, intermediate = _granite_moe(c, num_layers)
     elif model_type == "nemotron_h":
@@ -1260,8 +1267,11 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
     note saying what is priced per layer kind; empty for a model of K/V attention only."""
     if model_type == "qwen3_next":
         rec = _qwen3_next_layers(c, num_layers)
+        state = ("16-bit, as vLLM's mamba cache dtypes default" if rec.ssm_state_bytes == 2 else
+                 f"the conv window in 16 bits, the recurrent state in {rec.ssm_state_bytes * 8:g} bits as the "
+                 "config's mamba_ssm_dtype says and vLLM keeps it")
         notes.append(f"{len(rec.layers)} of {num_layers} layers are gated DeltaNet (linear attention): each holds a "
-                     "fixed conv + recurrent state per request (16-bit, as vLLM's mamba cache dtypes default), no KV "
+                     f"fixed conv + recurrent state per request ({state}), no KV "
                      f"per token; the other {num_layers - len(rec.layers)} are gated full attention with KV")
         return {"recurrent": rec, "attention_output_gate": True}
     if model_type == "deepseek_v32":
@@ -1373,11 +1383,16 @@ def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:
 
 def _ssm_cache_bytes(c: _Cfg) -> float:
     """Bytes per element of Nemotron-H's SSM state as vLLM keeps it: the config's mamba_ssm_cache_dtype, else fp32."""
-    data = layer_kind_data()
-    name = c.raw.get("mamba_ssm_cache_dtype", data["nemotron_h_ssm_cache_dtype"])
-    sizes = data["state_dtype_bytes"]
+    return _state_dtype_bytes(c, "mamba_ssm_cache_dtype", layer_kind_data()["nemotron_h_ssm_cache_dtype"])
+
+
+def _state_dtype_bytes(c: _Cfg, key: str, default: str) -> float:
+    """Bytes per element of a recurrent state whose dtype the config names in ``key`` (vLLM takes it from there
+    when --mamba-ssm-cache-dtype is auto: Nemotron-H's mamba_ssm_cache_dtype, Qwen3.5's mamba_ssm_dtype)."""
+    name = c.raw.get(key, default)
+    sizes = layer_kind_data()["state_dtype_bytes"]
     if name not in sizes:
-        raise PdagInputError(c.path("mamba_ssm_cache_dtype"), f"unknown state dtype {shown(name)}", ", ".join(sizes))
+        raise PdagInputError(c.path(key), f"unknown state dtype {shown(name)}", ", ".join(sizes))
     return float(sizes[name])
 
 
@@ -1443,7 +1458,8 @@ def _qwen3_next_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
     return RecurrentSpec(kind="gated_deltanet", layers=layers, num_heads=v_heads, num_key_heads=k_heads,
                          key_head_dim=c.int("linear_key_head_dim", hi=MAX_HEAD_DIM),
                          value_head_dim=c.int("linear_value_head_dim", hi=MAX_HEAD_DIM),
-                         conv_kernel=c.int("linear_conv_kernel_dim", default=4, hi=1024))
+                         conv_kernel=c.int("linear_conv_kernel_dim", default=4, hi=1024),
+                         ssm_state_bytes=_state_dtype_bytes(c, "mamba_ssm_dtype", "bfloat16"))
 
 
 def _qwen_shared_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec, int]:
