@@ -753,9 +753,9 @@ def from_hf_config(
             moe = _shared_moe(c, layers, router_bias)
     elif model_type == "qwen3_next":
         moe, intermediate = _qwen_shared_moe(c, num_layers)
-        # MTP layers: Qwen3.5 names them mtp_num_hidden_layers (vLLM qwen3_5_mtp.py), Qwen3-Next
-        # num_nextn_predict_layers (qwen3_next_mtp.py); never counted
-        mtp = c.int("mtp_num_hidden_layers", default=c.int("num_nextn_predict_layers", default=0, lo=0,
+        # MTP layers (never counted): Qwen3.5 states mtp_num_hidden_layers; Qwen3-Next's configs state none and
+        # vLLM's qwen3_next_mtp.py takes getattr(config, "num_nextn_predict_layers", 1)
+        mtp = c.int("mtp_num_hidden_layers", default=c.int("num_nextn_predict_layers", default=1, lo=0,
                                                              hi=MAX_LAYERS), lo=0, hi=MAX_LAYERS)
     elif model_type == "granitemoehybrid":
         moe, intermediate = _granite_moe(c, num_layers)
