@@ -23,10 +23,10 @@ from tools.estimate.core import estimate_performance
 from tools.rules.validate import validate_dag
 
 BF16 = 2
-# sgl-cookbook's MiniMax-M2 recipe (docs/autoregressive/MiniMax/MiniMax-M2.md): MiniMax-M2 has no preset (no
-# verbatim copy of its config.json was found); the user brings the M2-series config, here MiniMax-M2.5's.
-M2_COMMAND = "python -m sglang.launch_server --model-path MiniMaxAI/MiniMax-M2 --tp-size 4"
-M2_REPO = "MiniMaxAI/MiniMax-M2"
+# sgl-cookbook's MiniMax-M2 recipe (docs/autoregressive/MiniMax/MiniMax-M2.md) served with MiniMax-M2.1, which has
+# no preset (MiniMax-M2 now has one); the user brings the M2-series config, here MiniMax-M2.5's.
+M2_COMMAND = "python -m sglang.launch_server --model-path MiniMaxAI/MiniMax-M2.1 --tp-size 4"
+M2_REPO = "MiniMaxAI/MiniMax-M2.1"
 
 
 def m2_config() -> dict[str, Any]:

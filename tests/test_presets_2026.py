@@ -1,4 +1,5 @@
-"""This year's flagship presets copied from verbatim configs (Qwen3.5-397B-A17B, Qwen3-Next-80B-A3B, GLM-4.7):
+"""This year's flagship presets copied from verbatim configs (Qwen3.5-397B-A17B, Qwen3-Next-80B-A3B, GLM-4.7,
+MiniMax-M2):
 parameter counts pinned to the published totals, KV and recurrent-state bytes to hand calculations from the
 configs, the checkpoints (FP8, NVFP4, Instruct/Thinking) resolving to them, Kimi-K2-Thinking read as the INT4
 checkpoint it is, and why vLLM's Kimi-K2 DP16 recipe cannot fit an H800."""
@@ -39,6 +40,7 @@ def deltanet_state(k_heads: int, v_heads: int, dim: int, kernel: int, ssm_bytes:
     ("qwen3.5-397b-a17b", 397e9),  # vLLM's Qwen3.5 recipe: 397B total
     ("qwen3-next-80b-a3b", 80e9),  # transformers' Qwen3-Next page: 80B total
     ("glm-4.7", 355e9),  # GLM-4.5 report: 355B (the same shapes)
+    ("minimax-m2", 230e9),  # MiniMax-M2's README: 230B total
 ])
 def test_presets_match_the_published_totals_within_one_percent(key: str, total: float) -> None:
     spec = load_preset(key)
@@ -51,6 +53,7 @@ def test_presets_match_the_published_totals_within_one_percent(key: str, total: 
     ("qwen3.5-397b-a17b", 15 * 2 * 2 * 256 * BF16),
     ("qwen3-next-80b-a3b", 12 * 2 * 2 * 256 * BF16),
     ("glm-4.7", 92 * 2 * 8 * 128 * BF16),
+    ("minimax-m2", 62 * 2 * 8 * 128 * BF16),
 ])
 def test_kv_bytes_per_token_by_hand(key: str, hand: int) -> None:
     assert load_preset(key).kv_bytes_per_token(BF16) == hand
@@ -115,6 +118,7 @@ def test_the_published_mtp_recipes_validate(command: str, gpu: str) -> None:
     ("moonshotai/Kimi-K2-Thinking", "kimi-k2.5"),
     ("nvidia/Kimi-K2-Thinking-NVFP4", "kimi-k2.5"),
     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"),
+    ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
 ])
 def test_checkpoints_resolve(repo: str, preset: str) -> None:
     assert import_command(f"vllm serve {repo} -tp 8", gpu="h200").plan["model"] == preset
@@ -124,6 +128,7 @@ def test_checkpoints_resolve(repo: str, preset: str) -> None:
 @pytest.mark.parametrize("repo,fmt", [
     ("Qwen/Qwen3.5-397B-A17B-FP8", "fp8"), ("nvidia/Qwen3.5-397B-A17B-NVFP4", "nvfp4"),
     ("Qwen/Qwen3.5-397B-A17B", None), ("zai-org/GLM-4.7-FP8", "fp8"), ("zai-org/GLM-4.6", None),
+    ("MiniMaxAI/MiniMax-M2", "fp8"),  # native FP8: its config's quantization_config
 ])
 def test_the_storage_follows_the_checkpoint(repo: str, fmt: str | None) -> None:
     assert weights_of(parse_plan(import_command(f"vllm serve {repo} -tp 8", gpu="h200").plan)) == fmt
