@@ -1,5 +1,5 @@
 """This year's flagship presets copied from verbatim configs (Qwen3.5-397B-A17B, Qwen3-Next-80B-A3B, GLM-4.7,
-MiniMax-M2):
+MiniMax-M2, GLM-5.1):
 parameter counts pinned to the published totals, KV and recurrent-state bytes to hand calculations from the
 configs, the checkpoints (FP8, NVFP4, Instruct/Thinking) resolving to them, Kimi-K2-Thinking read as the INT4
 checkpoint it is, and why vLLM's Kimi-K2 DP16 recipe cannot fit an H800."""
@@ -41,6 +41,7 @@ def deltanet_state(k_heads: int, v_heads: int, dim: int, kernel: int, ssm_bytes:
     ("qwen3-next-80b-a3b", 80e9),  # transformers' Qwen3-Next page: 80B total
     ("glm-4.7", 355e9),  # GLM-4.5 report: 355B (the same shapes)
     ("minimax-m2", 230e9),  # MiniMax-M2's README: 230B total
+    ("glm-5.1", 744e9),  # vLLM's GLM-5 recipe: 744B
 ])
 def test_presets_match_the_published_totals_within_one_percent(key: str, total: float) -> None:
     spec = load_preset(key)
@@ -54,6 +55,8 @@ def test_presets_match_the_published_totals_within_one_percent(key: str, total: 
     ("qwen3-next-80b-a3b", 12 * 2 * 2 * 256 * BF16),
     ("glm-4.7", 92 * 2 * 8 * 128 * BF16),
     ("minimax-m2", 62 * 2 * 8 * 128 * BF16),
+    # MLA: the latent plus its RoPE key, and the sparse-attention indexer's fp8 key with one fp32 scale per 128
+    ("glm-5.1", 78 * ((512 + 64) * BF16 + 128 + 4)),
 ])
 def test_kv_bytes_per_token_by_hand(key: str, hand: int) -> None:
     assert load_preset(key).kv_bytes_per_token(BF16) == hand
@@ -84,6 +87,14 @@ def test_an_unknown_state_dtype_is_named_by_its_field(dtype: str) -> None:
     with pytest.raises(PdagInputError) as err:
         from_hf_config(raw)
     assert err.value.field == "hf_config.text_config.mamba_ssm_dtype" and "float32" in str(err.value.allowed)
+
+
+def test_glm5_is_read_as_deepseek_v32() -> None:
+    """vLLM builds GLM-5's GlmMoeDsaForCausalLM as DeepseekV2ForCausalLM: MLA, the indexer, DeepSeek's MoE."""
+    spec = load_preset("glm-5.1")
+    assert spec.mla is not None and (spec.mla.qk_nope_head_dim, spec.mla.v_head_dim) == (192, 256)
+    assert spec.indexer is not None and (spec.indexer.num_heads, spec.indexer.topk) == (32, 2048)
+    assert spec.moe is not None and spec.moe.moe_layers[0] == 3 and spec.mtp_layers == 1
 
 
 def test_mtp_layers_as_the_engines_count_them() -> None:
@@ -119,6 +130,8 @@ def test_the_published_mtp_recipes_validate(command: str, gpu: str) -> None:
     ("nvidia/Kimi-K2-Thinking-NVFP4", "kimi-k2.5"),
     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"),
     ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
+    ("zai-org/GLM-5.1-FP8", "glm-5.1"),
+    ("zai-org/GLM-5", "glm-5.1"),
 ])
 def test_checkpoints_resolve(repo: str, preset: str) -> None:
     assert import_command(f"vllm serve {repo} -tp 8", gpu="h200").plan["model"] == preset

@@ -98,6 +98,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3_next": "qwen3_next",
     "qwen3_5_moe_text": "qwen3_next",
     "deepseek_v32": "deepseek",
+    "glm_moe_dsa": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
 }
@@ -105,7 +106,9 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
 _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3", "qwen2_5_vl": "qwen2",
                                  "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2",
-                                 "qwen3_5_moe_text": "qwen3_next"}
+                                 "qwen3_5_moe_text": "qwen3_next",
+                                 # GLM-5: vLLM builds GlmMoeDsaForCausalLM as DeepseekV2ForCausalLM (deepseek_v2.py)
+                                 "glm_moe_dsa": "deepseek_v32"}
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl",
                        "qwen3_5_moe")
@@ -143,6 +146,7 @@ _ARCHITECTURES: dict[str, str] = {
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
 }
