@@ -124,6 +124,7 @@ def test_the_published_mtp_recipes_validate(command: str, gpu: str) -> None:
     ("Qwen/Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b"),
     ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3-next-80b-a3b"),
     ("Qwen/Qwen3-Next-80B-A3B-Instruct-FP8", "qwen3-next-80b-a3b"),
+    ("Qwen/Qwen3-Coder-Next", "qwen3-next-80b-a3b"),
     ("zai-org/GLM-4.6", "glm-4.7"),
     ("zai-org/GLM-4.7-FP8", "glm-4.7"),
     ("moonshotai/Kimi-K2-Thinking", "kimi-k2.5"),
