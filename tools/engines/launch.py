@@ -673,15 +673,29 @@ def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     flag = engine_flag(fmt, engine)
     info = format_info(fmt)
     stored = checkpoint_format(_hf_repo(plan), plan.spec) == fmt
-    if stored and not info["kernel_flag"]:
+    if stored and (flag is None or not info["kernel_flag"]):
         return []
-    if flag is None:
-        notes.append(f"{fmt} weights need a checkpoint that stores them; serve such a repo")
+    if not stored and (flag is None or not info["online"]):  # engines quantize at load time only some formats (fp8)
+        known = _checkpoints_storing(plan, fmt)
+        has = checkpoint_format(_hf_repo(plan), plan.spec) or "16-bit"
+        raise EngineCannotExpress(
+            "checkpoint", f"{fmt} weights: {_hf_repo(plan)} stores {has} weights and {_ENGINE_NAMES[engine]} does not "
+            f"quantize a checkpoint to {fmt} while loading it"
+            + (f" (--quantization {flag} selects the kernel for a checkpoint that stores them)" if flag else "")
+            + ": the command would not start", f"plan.checkpoint naming a checkpoint of this model that stores {fmt} "
+            "weights" + (f" ({', '.join(known)})" if known else "") + ", or weights the engine quantizes while "
+            "loading (fp8)")
+    return ["--quantization", flag] if flag else []
+
+
+def _checkpoints_storing(plan: Plan, fmt: str) -> list[str]:
+    """The repos index.json lists for the plan's preset (its own and its variants) whose names say they store
+    ``fmt`` weights."""
+    entry = preset_index().get(plan.spec.id)
+    if not entry:
         return []
-    if not stored and not info["online"]:  # engines quantize at load time only some formats (fp8)
-        notes.append(f"{_hf_repo(plan)} does not store {fmt} weights: set plan.checkpoint to a {fmt} repo of this "
-                     "model before launching")
-    return ["--quantization", flag]
+    repos = [entry.get("hf_repo"), *entry.get("aliases", ())]
+    return [r for r in repos if r and format_of_checkpoint(r) == fmt]
 
 
 def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
@@ -807,8 +821,9 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
             "weights", f"{fmt} weights: trtllm-serve takes no quantization flag and loads the quantization its "
             f"checkpoint declares; {_hf_repo(plan)} does not store {fmt} weights, so the server would run "
             f"{stored or 'bf16'} weights the plan did not price",
-            "plan.checkpoint naming a checkpoint that stores these weights (e.g. an nvidia/*-FP8 ModelOpt export), "
-            "or another engine")
+            "plan.checkpoint naming a checkpoint that stores these weights ("
+            + (", ".join(_checkpoints_storing(plan, fmt)) or "e.g. an nvidia/*-FP8 ModelOpt export") + "), or another "
+            "engine")
     notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
 
 
