@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError
 from tools.core.plan import REPO_PATTERN, Plan
 
@@ -108,6 +109,10 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
         out["prefix_caching"] = {"enabled": False}
     elif values.get("prefix_on"):
         out["prefix_caching"] = {"enabled": True}
+    elif engine_profile(engine).prefix_caching_default:
+        out["prefix_caching"] = {"enabled": True}
+        notes.append(f"prefix caching: on, the {engine_profile(engine).name} default when no flag turns it off (no "
+                     "reuse priced until prefix_caching states a shared_prefix_len or hit_rate)")
     return out
 
 
