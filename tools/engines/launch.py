@@ -36,6 +36,7 @@ from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
+from tools.core.memory import engine_window_kv, one_sequence_tokens
 from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
@@ -228,30 +229,15 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     weights; the sequence cap is what the serving estimate lets run at once on ``engine``: the batch whose KV fits
     at the workload's context, or more where the engine takes KV pages on demand (``running_capacity``)."""
     from tools.core.efficiency import efficiency_for
-    from tools.core.memory import memory_report, one_sequence_tokens
+    from tools.core.memory import memory_report
     from tools.estimate.serving import running_capacity
 
     caps = plan.engine_options
-    fits_len = one_sequence_tokens(plan, window_kv(plan, engine)[0])
+    fits_len = one_sequence_tokens(plan, engine_window_kv(plan, engine)[0])
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
     running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
                                memory_report(plan).max_batch_size_that_fits)
     return caps.max_num_seqs or max(plan.workload.batch_size, running), caps.max_model_len or max_len
-
-
-def window_kv(plan: Plan, engine: str) -> tuple[bool, list[str]]:
-    """Whether ``engine``'s KV cache keeps the plan's windowed layers to their window, as pdag's memory prices them
-    (else it allocates full-length KV on them), and the environment assignments export writes to make it so
-    (vLLM's hybrid KV manager for chunked local attention, which no EAGLE drafter allows: knowledge/engines/)."""
-    spec = plan.spec
-    if not (spec.sliding_window and spec.sliding_window_layers):
-        return True, []
-    prof = engine_profile(engine_key(engine))
-    if spec.local_attention in prof.window_kv:
-        return True, []
-    env = prof.window_kv_env.get(spec.local_attention)
-    eagle = plan.speculative is not None and plan.speculative.method in ("eagle", "eagle3")
-    return (True, [env]) if env and not eagle else (False, [])
 
 
 def _window_notes(plan: Plan, engine: str, env: list[str]) -> list[str]:
@@ -261,7 +247,7 @@ def _window_notes(plan: Plan, engine: str, env: list[str]) -> list[str]:
         return [f"{' '.join(env)}: {_ENGINE_NAMES[engine]} keeps the {plan.spec.local_attention} layers' KV to their "
                 f"{plan.spec.sliding_window}-token window, as the plan is priced; without it vLLM turns its hybrid KV "
                 "manager off for chunked local attention and allocates full-length KV on every layer"]
-    if window_kv(plan, engine)[0]:
+    if engine_window_kv(plan, engine)[0]:
         return []
     return [f"{_ENGINE_NAMES[engine]} allocates full-length KV on the {plan.spec.local_attention} layers (pdag prices "
             f"them at their {plan.spec.sliding_window}-token window): the context cap is what one request holds that "
@@ -502,7 +488,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     argv += _remote_code_flags(plan, "vllm") + _text_only_flags(plan, "vllm", notes)
     argv += _vllm_engine_flags(plan, max_seqs, notes)
     argv += features.export_flags(plan, "vllm", notes)
-    env = window_kv(plan, "vllm")[1]
+    env = engine_window_kv(plan, "vllm")[1]
     notes += _window_notes(plan, "vllm", env)
     split = _layer_split_note(plan, layout)
     if split:
@@ -669,7 +655,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     argv += _dtype_flags(plan, notes, "vllm")
     argv += _remote_code_flags(plan, "vllm") + _text_only_flags(plan, "vllm", notes)
     argv += _vllm_engine_flags(plan, per_engine, notes)
-    env = window_kv(plan, "vllm")[1]
+    env = engine_window_kv(plan, "vllm")[1]
     notes += _window_notes(plan, "vllm", env)
     argvs = [env + a for a in _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)]
     return ExportResult(engine="vllm", command=_lines(argvs, "node"), argv=argvs, gpus=p.tp * p.pp * p.attn_dp,
@@ -1456,12 +1442,10 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, notes: list
 def _context_cap_note(plan: dict[str, Any], values: dict[str, str], flag: str) -> list[str]:
     """The engine reserves KV for one request of its context cap at start-up (vLLM refuses to start when its
     cache cannot hold max_model_len tokens): say so when the plan's memory holds fewer."""
-    from tools.core.memory import memory_report
-
     try:
         cap = int(values["context"])
         one = parse_plan({**plan, "workload": {"input_len": 1, "output_len": 1, "batch_size": 1}})
-        room = memory_report(one).kv_tokens_that_fit
+        room = one_sequence_tokens(one, engine_window_kv(one)[0])
     except (KeyError, ValueError, PdagInputError):
         return []
     if room and cap > room:
