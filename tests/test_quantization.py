@@ -188,6 +188,9 @@ def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_for
     base = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3, unlaunchable=True)
     assert base.top and not any(e.launchable for e in base.top)
     assert all("awq-int4" in " ".join(map(str, e.engine_gaps.values())) for e in base.top)
+    hidden = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3)  # left out, saying why, not "fits"
+    assert not hidden.top and any("cannot launch" in n and "awq-int4" in n for n in hidden.notes)
+    assert not any(n.startswith("no plan fits") for n in hidden.notes)
     assert not search_strategies("llama-3.1-70b", hw, top_k=3).top  # bf16 (141 GB) does not fit one H100
 
 def test_the_estimate_says_how_the_stored_weights_compute():
