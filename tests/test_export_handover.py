@@ -114,7 +114,10 @@ def test_trtllm_never_serves_weight_only_plans_as_bf16() -> None:
     with pytest.raises(EngineCannotExpress) as exc:
         export_plan(awq, "trtllm")
     assert exc.value.field == "weights" and "no quantization flag" in exc.value.problem
-    assert "--quantization" in export_plan(awq, "vllm").command  # the others take a kernel flag
+    with pytest.raises(EngineCannotExpress):  # nor does vLLM serve the 16-bit repo as AWQ: its flag is a kernel's
+        export_plan(awq, "vllm")
+    stored = {**awq, "checkpoint": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}
+    assert "--quantization" in export_plan(stored, "vllm").command  # the others take a kernel flag
     fp8 = {**awq, "weights": None, "dtype": "fp8"}  # nor a 16-bit checkpoint as fp8: no online quantization
     with pytest.raises(EngineCannotExpress):
         export_plan(fp8, "trtllm")

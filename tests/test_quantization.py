@@ -13,7 +13,7 @@ from tools.core.formats import FORMATS, format_info, format_of_config
 from tools.core.memory import memory_report
 from tools.core.plan import parse_plan
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, gemm_dtype, weight_bytes, weights_of
-from tools.engines.launch import export_plan, import_command
+from tools.engines.launch import EngineCannotExpress, export_plan, import_command
 
 
 def _plan(model: str, gpu: str, n: int = 1, **extra) -> dict:
@@ -70,9 +70,9 @@ def test_exports_name_the_method_only_where_the_engine_needs_it():
     awq = {**_plan("llama-3.1-70b", "h100-sxm"), "weights": "awq-int4",
            "checkpoint": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}
     assert "--quantization awq_marlin" in export_plan(awq, "vllm").command
-    base = export_plan(_plan("llama-3.1-70b", "h100-sxm", weights="awq-int4"), "vllm")  # no AWQ repo named
-    assert any("does not store awq-int4" in n for n in base.notes)
-    assert not any("does not store" in n for n in export_plan(awq, "vllm").notes)
+    for engine in ("vllm", "sglang", "trtllm"):  # no AWQ repo named: no engine quantizes to AWQ while loading
+        with pytest.raises(EngineCannotExpress, match="awq-int4"):
+            export_plan(_plan("llama-3.1-70b", "h100-sxm", weights="awq-int4"), engine)
     gpt = export_plan(_plan("gpt-oss-120b", "h100-sxm", weights="mxfp4"), "vllm").command
     assert "--quantization" not in gpt
 
@@ -180,9 +180,17 @@ def test_search_serves_the_stated_weights_and_does_not_stop_on_a_dequantized_for
     from tools.search.strategies import search_strategies
 
     hw = {"gpu": "h100-sxm", "num_gpus": 1}
-    awq = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3)
-    assert awq.top and all(e.plan["weights"] == "awq-int4" for e in awq.top)
+    repo = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
+    awq = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3, checkpoint=repo)
+    assert awq.top and all(e.plan["weights"] == "awq-int4" and e.launchable for e in awq.top)
     assert all(not _errors(e.plan) for e in awq.top)
+    # the 16-bit base checkpoint cannot be served as AWQ: such plans are no engine's, and say why
+    base = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3, unlaunchable=True)
+    assert base.top and not any(e.launchable for e in base.top)
+    assert all("awq-int4" in " ".join(map(str, e.engine_gaps.values())) for e in base.top)
+    hidden = search_strategies("llama-3.1-70b", hw, weights="awq-int4", top_k=3)  # left out, saying why, not "fits"
+    assert not hidden.top and any("cannot launch" in n and "awq-int4" in n for n in hidden.notes)
+    assert not any(n.startswith("no plan fits") for n in hidden.notes)
     assert not search_strategies("llama-3.1-70b", hw, top_k=3).top  # bf16 (141 GB) does not fit one H100
 
 def test_the_estimate_says_how_the_stored_weights_compute():

@@ -139,16 +139,17 @@ PUBLISHED = [
     # vLLM speculators tutorial, https://docs.vllm.ai/projects/speculators/en/stable/user_guide/tutorials/serve_vllm/
     ("vllm serve Qwen/Qwen3-8B -tp 1 --speculative-config '{\"model\": \"RedHatAI/Qwen3-8B-speculator.eagle3\", "
      "\"num_speculative_tokens\": 3, \"method\": \"eagle3\"}'", None, "h100-sxm",
-     {"method": "eagle3", "num_draft_tokens": 3, "draft_checkpoint": "RedHatAI/Qwen3-8B-speculator.eagle3"}, None),
+     {"method": "eagle3", "num_draft_tokens": 3, "draft_checkpoint": "RedHatAI/Qwen3-8B-speculator.eagle3"},
+     {"enabled": True}),  # vLLM V1 caches prefixes unless told not to
     # issue 43 (vLLM's MTP form, https://docs.vllm.ai/en/latest/features/speculative_decoding/mtp/)
     ("vllm serve deepseek-ai/DeepSeek-R1 -tp 8 --speculative-config '{\"method\": \"deepseek_mtp\", "
-     "\"num_speculative_tokens\": 1}'", None, "h200", {"method": "mtp", "num_draft_tokens": 1}, None),
+     "\"num_speculative_tokens\": 1}'", None, "h200", {"method": "mtp", "num_draft_tokens": 1}, {"enabled": True}),
     # SGLang EAGLE-2 form of https://docs.sglang.ai/advanced_features/speculative_decoding.html (values of issue 43)
     ("python3 -m sglang.launch_server --model meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
      "--speculative-draft-model-path lmsys/sglang-EAGLE-LLaMA3-Instruct-8B --speculative-num-steps 3 "
      "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", None, "h100-sxm",
      {"method": "eagle", "num_draft_tokens": 3, "topk": 1, "num_steps": 3,
-      "draft_checkpoint": "lmsys/sglang-EAGLE-LLaMA3-Instruct-8B"}, None),
+      "draft_checkpoint": "lmsys/sglang-EAGLE-LLaMA3-Instruct-8B"}, {"enabled": True}),  # the radix cache: on
     # TensorRT-LLM DeepSeek-R1 MTP, https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html
     ("trtllm-serve deepseek-ai/DeepSeek-R1 --tp_size 8 --ep_size 8 --config extra.yml",
      {"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 3},

@@ -108,6 +108,15 @@ class EngineProfile(_Strict):
                     "arrive and preempts when the cache runs out, so on average a running request holds its "
                     "prompt and half its output")
     kernels: list[Kernel]
+    prefix_caching_default: bool = Field(
+        False, description="the engine keeps and reuses prompt prefixes unless a launch flag turns it off: a command "
+                           "without the flag imports as prefix_caching enabled")
+    window_kv: list[Literal["sliding", "chunked"]] = Field(
+        default_factory=list, description="kinds of local-attention layer whose KV the engine's cache keeps to the "
+                                          "window by default; on the others it allocates full-length KV")
+    window_kv_env: dict[Literal["sliding", "chunked"], str] = Field(
+        default_factory=dict, description="environment assignment that makes the engine keep that kind to its "
+                                          "window (export writes it before the command)")
     accelerators: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="kernel speeds measured for this engine on one accelerator (efficiency keys by accelerator id): "

@@ -61,7 +61,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from math import ceil
 from pathlib import Path
@@ -70,6 +70,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tools.core.efficiency import ENV_VAR, Overlay, plan_efficiency
+from tools.core.engine_profile import engine_profile
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.core.models import ModelSpec
@@ -77,7 +78,8 @@ from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 from tools.core.quantization import weight_bytes
 from tools.core.speculative import draft_spec, head_params
 
-__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "memory_report", "state_tokens"]
+__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "engine_window_kv", "memory_report", "one_sequence_tokens",
+           "state_tokens"]
 
 GB = 1e9
 
@@ -541,3 +543,41 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )
+
+
+def one_sequence_tokens(plan: Plan, windowed: bool = True) -> int:
+    """Tokens of one sequence (batch 1) the plan's memory holds beside its weights, as an engine's start-up check
+    counts them: with ``windowed``, a windowed layer keeps its window plus one step's new tokens (vLLM's hybrid
+    manager reserves both for a request); without, every layer keeps them all, as an engine whose cache allocates
+    full-length KV on local layers does."""
+    one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
+    layout = Layout(one)
+    eff = plan_efficiency(one, None)
+    cap = float(one.accelerator.capacity_bytes)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
+    chunk = int(eff["prefill_chunk_tokens"])
+
+    def engine_view(t: _Terms) -> _Terms:
+        if windowed:
+            return replace(t, window=t.window + chunk)
+        return replace(t, kv_full=t.kv_full + t.kv_window, kv_window=0.0)
+
+    pools = [_PoolTerms(pt.name, [engine_view(t) for t in pt.terms], pt.dp, pt.context, pt.prompt)
+             for pt in _pools(one, layout, eff)]
+    return _largest(lambda c: all(pt.worst(1, c, chunk, reserved) <= cap for pt in pools), MAX_SEQ_LEN)
+
+
+def engine_window_kv(plan: Plan, engine: str | None = None) -> tuple[bool, list[str]]:
+    """Whether ``engine``'s KV cache (default: the plan's) keeps the plan's windowed layers to their window, as this
+    module prices them, else full-length KV on them; and the environment assignments that make it do so, which
+    export writes (vLLM's hybrid KV manager for chunked local attention, which an EAGLE drafter rules out;
+    ``window_kv`` and ``window_kv_env`` of knowledge/engines/<id>.json)."""
+    spec = plan.spec
+    if not (spec.sliding_window and spec.sliding_window_layers):
+        return True, []
+    prof = engine_profile(engine or plan.engine)
+    if spec.local_attention in prof.window_kv:
+        return True, []
+    env = prof.window_kv_env.get(spec.local_attention)
+    eagle = plan.speculative is not None and plan.speculative.method in ("eagle", "eagle3")
+    return (True, [env]) if env and not eagle else (False, [])

@@ -233,6 +233,10 @@ class ModelSpec(BaseModel):
     norms_per_layer: int = Field(default=2, ge=1, le=8)
     local_attention: Literal["sliding", "chunked"] = "sliding"  # what the windowed layers do (Llama-4: chunked)
     notes: tuple[str, ...] = ()  # what the reading left out or assumed (vision tower, unread fields)
+    vision_encoder: bool = False  # the checkpoint carries a vision tower (vision_config) pdag does not price
+    # the config is read only through the repo's own code (auto_map, model_type transformers does not register):
+    # engines load it only with their trust-remote-code flag
+    remote_code: bool = False
     attention_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)  # DeepSeek MTP modules, never counted
     # layers whose token mixer is recurrent (a fixed state per request, no KV), and the sparse-attention indexer
@@ -658,6 +662,7 @@ def from_hf_config(
     if isinstance(config.get("vision_config"), dict):  # nested or flat (Qwen2.5-VL keeps its text fields on top)
         notes.append("the vision encoder (vision_config) and its projector are left out: weights, memory and "
                      "time are the language model's, serving text prompts")
+    remote_code = "auto_map" in config and config.get("model_type") not in _families()["transformers_model_types"]
     model_type, generic = _detect_model_type(raw, prefix)
     if model_type in _SAME_DECODER:
         notes.append(f"model_type {model_type} is read as {_SAME_DECODER[model_type]} (the same text decoder)")
@@ -844,6 +849,8 @@ def from_hf_config(
             norms_per_layer=norms,
             local_attention=local,
             notes=tuple(notes),
+            vision_encoder=isinstance(config.get("vision_config"), dict),
+            remote_code=remote_code,
             attention_sinks=sinks,
             mtp_layers=mtp,
             **kinds,

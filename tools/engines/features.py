@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError
 from tools.core.plan import REPO_PATTERN, Plan
 
@@ -108,11 +109,16 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
         out["prefix_caching"] = {"enabled": False}
     elif values.get("prefix_on"):
         out["prefix_caching"] = {"enabled": True}
+    elif engine_profile(engine).prefix_caching_default:
+        out["prefix_caching"] = {"enabled": True}
+        notes.append(f"prefix caching: on, the {engine_profile(engine).name} default when no flag turns it off (no "
+                     "reuse priced until prefix_caching states a shared_prefix_len or hit_rate)")
     return out
 
 
 def export_flags(plan: Plan, engine: str, notes: list[str]) -> list[str]:
-    """vLLM's or SGLang's flags for the plan's speculative decoding and prefix caching."""
+    """vLLM's or SGLang's flags for the plan's speculative decoding and prefix caching (a prefix-caching flag only
+    where the plan departs from the engine's default, so an imported command exports as it was written)."""
     sd, pc = plan.speculative, plan.prefix_caching
     flags: list[str] = []
     if sd is not None and engine == "vllm":
@@ -133,7 +139,7 @@ def export_flags(plan: Plan, engine: str, notes: list[str]) -> list[str]:
             flags += ["--speculative-draft-model-path", sd.draft_checkpoint]
     if sd is not None and sd.method in ("eagle", "eagle3", "draft_model") and not sd.draft_checkpoint:
         notes.append(f"speculative {sd.method}: add the draft's checkpoint (speculative.draft_checkpoint)")
-    if pc is not None and engine == "vllm":
+    if pc is not None and engine == "vllm" and pc.enabled != engine_profile("vllm").prefix_caching_default:
         flags.append("--enable-prefix-caching" if pc.enabled else "--no-enable-prefix-caching")
     elif pc is not None and engine == "sglang" and not pc.enabled:
         flags.append("--disable-radix-cache")

@@ -36,6 +36,7 @@ from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
+from tools.core.memory import engine_window_kv, one_sequence_tokens
 from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
@@ -232,12 +233,25 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     from tools.estimate.serving import running_capacity
 
     caps = plan.engine_options
-    one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
-    fits_len = memory_report(one).max_context_that_fits
+    fits_len = one_sequence_tokens(plan, engine_window_kv(plan, engine)[0])
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
     running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
                                memory_report(plan).max_batch_size_that_fits)
     return caps.max_num_seqs or max(plan.workload.batch_size, running), caps.max_model_len or max_len
+
+
+def _window_notes(plan: Plan, engine: str, env: list[str]) -> list[str]:
+    """Why an environment assignment precedes the command, or why the context cap is lower than the memory model's
+    room: the engine allocates windowed layers' KV unlike pdag prices it."""
+    if env:
+        return [f"{' '.join(env)}: {_ENGINE_NAMES[engine]} keeps the {plan.spec.local_attention} layers' KV to their "
+                f"{plan.spec.sliding_window}-token window, as the plan is priced; without it vLLM turns its hybrid KV "
+                "manager off for chunked local attention and allocates full-length KV on every layer"]
+    if engine_window_kv(plan, engine)[0]:
+        return []
+    return [f"{_ENGINE_NAMES[engine]} allocates full-length KV on the {plan.spec.local_attention} layers (pdag prices "
+            f"them at their {plan.spec.sliding_window}-token window): the context cap is what one request holds that "
+            "way, and the engine holds fewer long requests at once than estimated"]
 
 
 def _hf_repo(plan: Plan) -> str:
@@ -471,12 +485,14 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
     argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     notes += _limit_notes(plan, max_seqs, max_len, "--max-num-seqs", "--max-model-len")
     argv += _dtype_flags(plan, notes, "vllm")
+    argv += _remote_code_flags(plan, "vllm") + _text_only_flags(plan, "vllm", notes)
     argv += _vllm_engine_flags(plan, max_seqs, notes)
     argv += features.export_flags(plan, "vllm", notes)
-    env: list[str] = []
+    env = engine_window_kv(plan, "vllm")[1]
+    notes += _window_notes(plan, "vllm", env)
     split = _layer_split_note(plan, layout)
     if split:
-        env.append(f"VLLM_PP_LAYER_PARTITION={split}")
+        env = [*env, f"VLLM_PP_LAYER_PARTITION={split}"]
     gpus = p.tp * p.pp * p.dp
     argvs = _vllm_dp_nodes(argv, p.dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)
     argvs = [env + a for a in argvs]
@@ -637,8 +653,11 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
                      "rounded up")
     notes += _limit_notes(plan, max_seqs, max_len, "the sequence cap", "--max-model-len")
     argv += _dtype_flags(plan, notes, "vllm")
+    argv += _remote_code_flags(plan, "vllm") + _text_only_flags(plan, "vllm", notes)
     argv += _vllm_engine_flags(plan, per_engine, notes)
-    argvs = _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)
+    env = engine_window_kv(plan, "vllm")[1]
+    notes += _window_notes(plan, "vllm", env)
+    argvs = [env + a for a in _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)]
     return ExportResult(engine="vllm", command=_lines(argvs, "node"), argv=argvs, gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
 
@@ -662,6 +681,33 @@ def _dtype_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     return out
 
 
+_REMOTE_CODE_FLAG = {"vllm": "--trust-remote-code", "sglang": "--trust-remote-code", "trtllm": "--trust_remote_code"}
+
+
+def _text_only_flags(plan: Plan, engine: str, notes: list[str]) -> list[str]:
+    """Keep the engine from loading the vision tower pdag leaves out of memory (``ModelSpec.vision_encoder``):
+    vLLM's --language-model-only sets every modality's limit to 0, so the encoder is neither built nor profiled
+    (vllm/config/multimodal.py).  SGLang turns multimodal off by default only for Gemma-3 and Llama-4
+    (ModelConfig's mm_disabled_models) and trtllm-serve has no such switch: say so for them."""
+    if not plan.spec.vision_encoder:
+        return []
+    if engine == "vllm" and flag_table("vllm").has("--language-model-only"):
+        notes.append("--language-model-only: vLLM skips the vision encoder, which the plan's memory leaves out "
+                     "(text prompts only; drop the flag to serve images, with less KV room than estimated)")
+        return ["--language-model-only"]
+    notes.append(f"{_ENGINE_NAMES[engine]} may load the checkpoint's vision encoder, which the plan's memory leaves "
+                 "out: expect less KV room than estimated (SGLang leaves it off by default only for Gemma-3 and "
+                 "Llama-4)")
+    return []
+
+
+def _remote_code_flags(plan: Plan, engine: str) -> list[str]:
+    """The engine's trust-remote-code switch for a checkpoint transformers reads only through the repo's own code
+    (``ModelSpec.remote_code``: an auto_map and a model_type transformers does not register, e.g. Kimi-K2's
+    kimi_k2); without it vLLM, SGLang and trtllm-serve stop while loading the config."""
+    return [_REMOTE_CODE_FLAG[engine]] if plan.spec.remote_code else []
+
+
 def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     """--quantization for the plan's weights: none when the served checkpoint already stores them (engines read
     its quantization_config), except for AWQ/GPTQ, where the flag picks the kernel; the engine's own method when
@@ -673,15 +719,29 @@ def _weights_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
     flag = engine_flag(fmt, engine)
     info = format_info(fmt)
     stored = checkpoint_format(_hf_repo(plan), plan.spec) == fmt
-    if stored and not info["kernel_flag"]:
+    if stored and (flag is None or not info["kernel_flag"]):
         return []
-    if flag is None:
-        notes.append(f"{fmt} weights need a checkpoint that stores them; serve such a repo")
+    if not stored and (flag is None or not info["online"]):  # engines quantize at load time only some formats (fp8)
+        known = _checkpoints_storing(plan, fmt)
+        has = checkpoint_format(_hf_repo(plan), plan.spec) or "16-bit"
+        raise EngineCannotExpress(
+            "checkpoint", f"{fmt} weights: {_hf_repo(plan)} stores {has} weights and {_ENGINE_NAMES[engine]} does not "
+            f"quantize a checkpoint to {fmt} while loading it"
+            + (f" (--quantization {flag} selects the kernel for a checkpoint that stores them)" if flag else "")
+            + ": the command would not start", f"plan.checkpoint naming a checkpoint of this model that stores {fmt} "
+            "weights" + (f" ({', '.join(known)})" if known else "") + ", or weights the engine quantizes while "
+            "loading (fp8)")
+    return ["--quantization", flag] if flag else []
+
+
+def _checkpoints_storing(plan: Plan, fmt: str) -> list[str]:
+    """The repos index.json lists for the plan's preset (its own and its variants) whose names say they store
+    ``fmt`` weights."""
+    entry = preset_index().get(plan.spec.id)
+    if not entry:
         return []
-    if not stored and not info["online"]:  # engines quantize at load time only some formats (fp8)
-        notes.append(f"{_hf_repo(plan)} does not store {fmt} weights: set plan.checkpoint to a {fmt} repo of this "
-                     "model before launching")
-    return ["--quantization", flag]
+    repos = [entry.get("hf_repo"), *entry.get("aliases", ())]
+    return [r for r in repos if r and format_of_checkpoint(r) == fmt]
 
 
 def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
@@ -718,21 +778,35 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
                              f"path does not use it ({shlex.join(a2a)} selects it; SGLang documents it with "
                              "--enable-dp-attention)")
             if plan.options.overlap_comm and prof.overlap.launch_flag:
-                notes.append(f"priced with {prof.overlap.ep_alltoall:.0%} of the EP all-to-all hidden "
-                             f"(options.overlap_comm): add {prof.overlap.launch_flag} to run it that way, or set "
-                             "overlap_comm false to price the command as written")
+                notes.append(_overlap_note(plan, prof.overlap.ep_alltoall, prof.overlap.launch_flag))
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
     notes += _limit_notes(plan, max_seqs, max_len, "--max-running-requests", "--context-length")
+    notes += _window_notes(plan, "sglang", [])
     argv += _dtype_flags(plan, notes, "sglang")
+    argv += _remote_code_flags(plan, "sglang") + _text_only_flags(plan, "sglang", notes)
     argv += _other_engine_flags(plan, "SGLang", "--chunked-prefill-size", notes)
     argv += _scheduler_export(plan, "sglang", notes)
     argv += features.export_flags(plan, "sglang", notes)
     replica = world * p.pp
     argvs = _sglang_nodes(argv, replica * (1 if adp else p.dp), plan.hardware.gpus_per_node, notes)
     return ExportResult(engine="sglang", command=_lines(argvs, "node"), argv=argvs, gpus=replica * p.dp, notes=notes)
+
+
+def _overlap_note(plan: Plan, engine_hides: float, flag: str) -> str:
+    """What the estimate priced of the EP all-to-all overlap (the plan's own engine profile and overlay), and the
+    flag that makes SGLang run the overlap its profile states."""
+    from tools.core.efficiency import plan_efficiency
+
+    priced = plan_efficiency(plan)["ep_overlap_fraction"]
+    if priced > 0:
+        return (f"priced with {priced:.0%} of the EP all-to-all hidden (options.overlap_comm, engine profile "
+                f"{plan.engine}): add {flag} to run it that way, or set overlap_comm false to price the command as "
+                "written")
+    return (f"priced with the EP all-to-all on the critical path (engine profile {plan.engine} hides none of it); "
+            f"{flag} hides about {engine_hides:.0%} in SGLang: add it and estimate with engine sglang to price that")
 
 
 def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
@@ -757,6 +831,8 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     max_seqs, max_len = _serving_limits(plan, "trtllm")
     base += ["--max_batch_size", str(max_seqs), "--max_seq_len", str(max_len)]
     notes += _limit_notes(plan, max_seqs, max_len, "--max_batch_size", "--max_seq_len")
+    notes += _window_notes(plan, "trtllm", [])
+    base += _remote_code_flags(plan, "trtllm") + _text_only_flags(plan, "trtllm", notes)
     base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
@@ -807,8 +883,9 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
             "weights", f"{fmt} weights: trtllm-serve takes no quantization flag and loads the quantization its "
             f"checkpoint declares; {_hf_repo(plan)} does not store {fmt} weights, so the server would run "
             f"{stored or 'bf16'} weights the plan did not price",
-            "plan.checkpoint naming a checkpoint that stores these weights (e.g. an nvidia/*-FP8 ModelOpt export), "
-            "or another engine")
+            "plan.checkpoint naming a checkpoint that stores these weights ("
+            + (", ".join(_checkpoints_storing(plan, fmt)) or "e.g. an nvidia/*-FP8 ModelOpt export") + "), or another "
+            "engine")
     notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
 
 
@@ -1365,12 +1442,10 @@ def _vllm_graph_max(values: dict[str, str], sizes: list[int] | None, notes: list
 def _context_cap_note(plan: dict[str, Any], values: dict[str, str], flag: str) -> list[str]:
     """The engine reserves KV for one request of its context cap at start-up (vLLM refuses to start when its
     cache cannot hold max_model_len tokens): say so when the plan's memory holds fewer."""
-    from tools.core.memory import memory_report
-
     try:
         cap = int(values["context"])
         one = parse_plan({**plan, "workload": {"input_len": 1, "output_len": 1, "batch_size": 1}})
-        room = memory_report(one).kv_tokens_that_fit
+        room = one_sequence_tokens(one, engine_window_kv(one)[0])
     except (KeyError, ValueError, PdagInputError):
         return []
     if room and cap > room:
@@ -1800,9 +1875,11 @@ def import_deployment(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 
                                "estimating)", "the plan takes the workload given") for n in out.notes]
     if not workload or objective is None:
         wl = Workload.model_validate(out.plan.get("workload") or {})
+        missing = ([] if workload else ["workload"]) + ([] if objective is not None else ["objective"])
         out.notes.append("checked at " + " and ".join(
             ([] if workload else [f"the default workload ({wl.batch_size} x {wl.input_len} in / {wl.output_len} "
                                   "out per replica)"])
             + ([] if objective is not None else [f"objective {out.plan.get('objective', 'latency')}"]))
-            + ": pass workload and objective to judge the deployment at the user's load and goal")
+            + f": pass {' and '.join(missing)} to judge the deployment at the user's "
+            + " and ".join({"workload": "load", "objective": "goal"}[m] for m in missing))
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from tools.core.dag import NodeType
 from tools.core.layout import Layout
-from tools.core.memory import MemoryReport, memory_report, unfit_hint
+from tools.core.memory import MemoryReport, engine_window_kv, memory_report, one_sequence_tokens, unfit_hint
 from tools.core.plan import Plan
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
@@ -265,6 +265,30 @@ def check_context_within_model(ctx: Context) -> Iterator[Finding]:
                       field="plan.workload.input_len",
                       hint=f"keep input_len + output_len <= {spec.max_position_embeddings}, or serve a checkpoint "
                            "configured for the longer context")
+
+
+@checker("MEM-ENGINE-CONTEXT", needs="plan")
+def check_engine_context(ctx: Context) -> Iterator[Finding]:
+    """A request must fit the KV cache as the plan's engine lays it out: an engine that keeps full-length KV on
+    windowed layers (SGLang, TensorRT-LLM; vLLM with an EAGLE drafter on chunked attention) holds fewer tokens of
+    one sequence than the memory model, which caps those layers at their window."""
+    plan = ctx.plan
+    assert plan is not None
+    spec, wl = plan.spec, plan.workload
+    if not (spec.sliding_window and spec.sliding_window_layers) or not report_of(ctx).fits:
+        return
+    keeps = engine_window_kv(plan)[0]
+    tokens = wl.input_len + wl.output_len
+    room = one_sequence_tokens(plan, keeps)
+    if tokens > room:
+        how = (f"keeps the {spec.local_attention} layers to their {spec.sliding_window}-token window plus one step"
+               if keeps else f"allocates full-length KV on the {spec.local_attention} layers")
+        yield Finding(f"one request of input_len + output_len = {tokens} tokens needs more KV than engine "
+                      f"{plan.engine} can hold: it {how}, which leaves room for {room} tokens of one sequence beside "
+                      "the weights (the engine refuses to start with such a context cap, or rejects the request)",
+                      field="plan.workload.input_len",
+                      hint=f"keep input_len + output_len <= {room}, spread the model over more GPUs, fp8 KV "
+                           "(kv_dtype), or an engine that keeps windowed layers to their window (vLLM)")
 
 
 @checker("MEM-KV-ESTIMATED")

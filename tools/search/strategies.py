@@ -1069,9 +1069,14 @@ def search_strategies(
         for m in p.misses:
             search.slo_rejected["SLO-" + m.split()[0].upper()] += 1
     ranked = sorted(points, key=lambda p: _sort_key(p, objective, latency_metric))
+    gap = ""  # why the best layout left out cannot be launched (the same reason for all when it is the checkpoint)
     if not unlaunchable:  # what no engine launches is not a recommendation
         kept = [p for p in ranked if search.launched(p)]
         dropped = len({(p.shape, p.dshape) for p in ranked}) - len({(p.shape, p.dshape) for p in kept})
+        gone = next((p for p in ranked if not search.launched(p)), None)
+        if gone is not None:
+            gaps = search.exportability(gone)[1]
+            gap = next((f" (the best: {e}: {why})" for e, why in gaps.items() if e in search.launch_engines), "")
         ranked, points = kept, [p for p in points if search.launched(p)]
     else:
         dropped = 0
@@ -1099,12 +1104,12 @@ def search_strategies(
         notes.append("left out on rules validate_dag only warns about (it accepts such plans): " + ", ".join(soft))
     if dropped:
         who = " or ".join(search.launch_engines)
-        notes.append(f"{dropped} layout(s) that {who} cannot launch were left out (unlaunchable=true lists them, "
-                     "labelled)")
-    if not points:
+        notes.append(f"{dropped} layout(s) that {who} cannot launch were left out{gap} (unlaunchable=true lists "
+                     "them, labelled)")
+    if not points and not dropped:
         notes.append("no plan fits: see 'rejected' (MEM-FITS usually means more GPUs, fp8 weights or a shorter "
                      "context are needed)")
-    elif top_points[0].misses:
+    elif top_points and top_points[0].misses:
         notes.append("no plan meets every SLO; the list shows the closest ones")
     n_ok = len({(p.shape, p.dshape) for p in points})
     top = [
