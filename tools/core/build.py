@@ -362,8 +362,11 @@ class Builder:
         hs, sp = pl.head_shards, pl.sp
         heads = spec.num_heads // hs
         kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
-        # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V
-        mixer = {"mixer": spec.recurrent.kind} if spec.recurrent and spec.is_recurrent_layer(layer) else {}
+        # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V (Falcon-H1:
+        # both mixers in the one node, its cache K and V and the state)
+        mixer = ({"mixer": spec.recurrent.kind} if spec.recurrent and spec.is_recurrent_layer(layer) else
+                 {"mixer": f"attention_and_{spec.recurrent.kind}"} if spec.recurrent and spec.is_parallel_layer(layer)
+                 else {})
         shards = []
         for h in range(hs):
             for j in range(sp):

@@ -30,7 +30,7 @@ def layer_kind_data() -> dict[str, Any]:
 
 
 class RecurrentSpec(BaseModel):
-    """The recurrent token mixer of ``layers`` (every other layer attends).
+    """The recurrent token mixer of ``layers`` (every other layer attends; with ``parallel``, those layers attend too).
 
     gated_deltanet: ``num_heads`` value heads of ``value_head_dim``, ``num_key_heads`` key heads of ``key_head_dim``.
     mamba2: ``num_heads`` SSM heads of ``value_head_dim`` (mamba_head_dim), ``num_key_heads`` groups (n_groups),
@@ -48,6 +48,11 @@ class RecurrentSpec(BaseModel):
     conv_bias: bool = False
     proj_bias: bool = False
     ssm_state_bytes: float = Field(default=2.0, gt=0, le=8)  # per element of the recurrent (SSM) state
+    gated_norm: bool = True  # a gated RMSNorm over the inner width before out_proj (Falcon-H1's mamba_rms_norm)
+    out_bias: bool | None = None  # a bias on out_proj; None: as the input projection (proj_bias)
+    # the mixer runs beside attention in the same layers and their outputs add (Falcon-H1): those layers keep both
+    # attention's KV per token and this state per request
+    parallel: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> RecurrentSpec:
@@ -87,8 +92,9 @@ class RecurrentSpec(BaseModel):
         # Mamba-2: in_proj -> z, xBC, dt; conv1d; dt_bias, A_log, D; gated norm over the inner width; out_proj
         proj_in = h * (self.inner + self.conv_channels + v) + ((self.inner + self.conv_channels + v)
                                                               if self.proj_bias else 0)
-        out = self.inner * h + (h if self.proj_bias else 0)
-        return proj_in + conv + 3 * v + self.inner + out
+        out_bias = self.proj_bias if self.out_bias is None else self.out_bias
+        out = self.inner * h + (h if out_bias else 0)
+        return proj_in + conv + 3 * v + (self.inner if self.gated_norm else 0) + out
 
     def state_elements(self, shards: int = 1) -> tuple[float, float]:
         """(conv, recurrent) state elements one request holds in one layer, on one of ``shards`` TP ranks."""

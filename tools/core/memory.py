@@ -22,7 +22,8 @@ the TP group, so each holds ``1/dcp`` of it (in a pool that serves decode; prefi
 DeepSeek-V3.2's indexer adds its own fp8 key cache per token and layer, whole on every attention GPU.  A
 recurrent layer (gated DeltaNet, Mamba-2) holds no KV but a fixed conv + recurrent state per sequence, split by
 heads like attention, at the engines' 16-bit state dtype (``knowledge/models/layer_kinds.json``), so it counts
-against the batch and not the context; its weights are split by heads like attention's.
+against the batch and not the context; its weights are split by heads like attention's.  A Falcon-H1 layer runs
+attention and a Mamba-2 mixer side by side, so it holds both its KV per token and that state.
 The larger of the prefill and decode layouts counts (they differ only in ``sp``).
 
 Activations (peak prefill working set, 16-bit): with ``T = min(batch*input_len, prefill_chunk_tokens)``
@@ -278,6 +279,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
         dense_ffn = sum(spec.ffn_params(i) for i in layers)
         n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
         n_rec = sum(1 for i in layers if spec.is_recurrent_layer(i))  # a fixed state, no KV per token
+        n_state = sum(1 for i in layers if spec.has_state(i))  # with Falcon-H1's attention-and-Mamba layers
         n_full = len(layers) - n_slide - n_rec
         last = s == pool.pp - 1
         for local in range(w):
@@ -285,7 +287,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
             j = local % attn_width if local < groups * attn_width else local
             # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
-            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, s == 0, last, j < attn_width, j < tp,
+            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, n_state, s == 0, last, j < attn_width, j < tp,
                    tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
                    (local // expert_tp) < extra, draft is not None and local < draft_tp)
             if key in shapes:
@@ -299,7 +301,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                     kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp / dcp)
                     index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp / dcp)
                     if spec.recurrent is not None:  # split by heads like attention; every sequence shard holds it
-                        state = max(state, n_rec * spec.recurrent.state_bytes(pl.head_shards))
+                        state = max(state, n_state * spec.recurrent.state_bytes(pl.head_shards))
                     q_local = spec.num_heads / pl.head_shards
                     kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
                     hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
@@ -309,9 +311,9 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
                 weights += (len(layers) - n_rec) * (rep_attn + shard_attn / shards) * wba
                 weights += sum(spec.layer_norm_params(i) for i in layers) * hb
-                if n_rec:
+                if n_state:
                     assert spec.recurrent is not None
-                    weights += n_rec * spec.recurrent.params(h) / shards * wba
+                    weights += n_state * spec.recurrent.params(h) / shards * wba
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks

@@ -99,6 +99,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "deepseek_v32": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
+    "falcon_h1": "falcon_h1",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -110,7 +111,6 @@ WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe
 REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
     "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
     "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
-    "falcon_h1": ("mamba_d_ssm", "Falcon-H1's parallel Mamba-2 heads (a recurrent state)"),
 }
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
@@ -142,6 +142,7 @@ _ARCHITECTURES: dict[str, str] = {
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
+    "FalconH1ForCausalLM": "falcon_h1",
 }
 
 
@@ -288,9 +289,19 @@ class ModelSpec(BaseModel):
         return layer in self.ffn_free_layers
 
     def is_recurrent_layer(self, layer: int) -> bool:
-        """The layer mixes tokens through a recurrent state (no attention, no KV per token)."""
+        """The layer mixes tokens through a recurrent state alone (no attention, no KV per token)."""
         self._check_layer(layer)
-        return self.recurrent is not None and layer in self._recurrent_set()
+        return self.recurrent is not None and not self.recurrent.parallel and layer in self._recurrent_set()
+
+    def is_parallel_layer(self, layer: int) -> bool:
+        """The layer runs attention and a recurrent mixer side by side (Falcon-H1): KV per token and a state."""
+        self._check_layer(layer)
+        return self.recurrent is not None and self.recurrent.parallel and layer in self._recurrent_set()
+
+    def has_state(self, layer: int) -> bool:
+        """The layer holds a recurrent state per request (alone or beside attention)."""
+        self._check_layer(layer)
+        return layer in self._recurrent_set()
 
     def _recurrent_set(self) -> frozenset[int]:
         return frozenset(self.recurrent.layers) if self.recurrent is not None else frozenset()
@@ -363,10 +374,13 @@ class ModelSpec(BaseModel):
         return total
 
     def mixer_params(self, layer: int) -> int:
-        """The token mixer of ``layer``: its recurrent block, else attention (with any indexer)."""
+        """The token mixer of ``layer``: its recurrent block, attention (with any indexer), or both side by side."""
         if self.is_recurrent_layer(layer):
             assert self.recurrent is not None
             return self.recurrent.params(self.hidden_size)
+        if self.is_parallel_layer(layer):
+            assert self.recurrent is not None
+            return self.attention_params_per_layer() + self.recurrent.params(self.hidden_size)
         return self.attention_params_per_layer()
 
     @property
@@ -707,7 +721,7 @@ def from_hf_config(
         return tuple(range(num_layers))
 
     if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
-                                 "gemma3_text", "phi3", "olmo2", "cohere2", "nemotron_h"):
+                                 "gemma3_text", "phi3", "olmo2", "cohere2", "nemotron_h", "falcon_h1"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
@@ -1310,6 +1324,12 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "Nemotron-H default: the config's mamba_ssm_cache_dtype, else float32); MLPs are up -> ReLU^2 -> "
                      "down (no gate)")
         return {"recurrent": rec, "ffn_free_layers": alone, "ffn_gated": False}
+    if model_type == "falcon_h1":
+        rec = _falcon_h1_mamba(c, num_layers)
+        notes.append(f"every one of the {num_layers} layers runs attention and a Mamba-2 mixer side by side and adds "
+                     "their outputs (Falcon-H1's parallel hybrid): each layer keeps attention's KV per token and a "
+                     "fixed conv + SSM state per request (16-bit); the muP multipliers change numerics only")
+        return {"recurrent": rec}
     if model_type == "granitemoehybrid":
         rec = _granite_mamba(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are Mamba-2 (a fixed conv + SSM state per request, "
@@ -1353,6 +1373,45 @@ def _granite_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          key_head_dim=_granite_default(c, "mamba_d_state", hi=MAX_HEAD_DIM), value_head_dim=d_head,
                          conv_kernel=_granite_default(c, "mamba_d_conv", hi=1024),
                          conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False))
+
+
+def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Falcon-H1's Mamba-2 mixer, beside attention in every layer: inner width ``mamba_d_ssm`` (else the stated heads'
+    width, else mamba_expand x hidden), heads of ``mamba_d_head`` (``auto``: the inner width over the heads), a gated
+    norm only with ``mamba_rms_norm``, ``mamba_proj_bias`` on in_proj and ``projectors_bias`` on out_proj (transformers
+    FalconH1Mixer). ``attn_layer_indices`` (attention on some layers only) is refused: no published config sets it."""
+    if c.raw.get("attn_layer_indices") is not None:
+        raise PdagInputError(c.path("attn_layer_indices"), "attention on some layers only is not read: pdag prices "
+                             "Falcon-H1 with attention and Mamba-2 in every layer", "null (as published configs state)")
+    defaults = layer_kind_data()["defaults"]["falcon_h1"]
+    hidden = c.int("hidden_size", hi=MAX_HIDDEN)
+    heads = c.int("mamba_n_heads", hi=MAX_HEADS)  # required with the state size: every published config states both
+    groups = c.int("mamba_n_groups", default=defaults["mamba_n_groups"], hi=MAX_HEADS)
+    auto = c.raw.get("mamba_d_head", "auto") == "auto"
+    inner = c.int("mamba_d_ssm", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if not inner:  # the heads' width when they are stated (the only width transformers accepts), else expand x hidden
+        inner = heads * c.int("mamba_d_head", hi=MAX_HEAD_DIM) if not auto else \
+            c.int("mamba_expand", default=defaults["mamba_expand"], hi=1024) * hidden
+    if auto:
+        if inner % heads:
+            raise PdagInputError(c.path("mamba_n_heads"), f"{heads} heads do not divide the Mamba width {inner}",
+                                 f"a divisor of {inner}")
+        d_head = inner // heads
+    else:
+        d_head = c.int("mamba_d_head", hi=MAX_HEAD_DIM)
+        if d_head * heads != inner:
+            raise PdagInputError(c.path("mamba_d_head"), f"{heads} heads of {d_head} are not the Mamba width {inner}",
+                                 f"{inner // heads if inner % heads == 0 else 'auto'}")
+    if heads % groups:
+        raise PdagInputError(c.path("mamba_n_groups"), f"{groups} groups do not divide {heads} Mamba heads",
+                             f"a divisor of {heads}")
+    return RecurrentSpec(kind="mamba2", layers=tuple(range(num_layers)), num_heads=heads, num_key_heads=groups,
+                         key_head_dim=c.int("mamba_d_state", hi=MAX_HEAD_DIM),
+                         value_head_dim=d_head, conv_kernel=c.int("mamba_d_conv", default=defaults["mamba_d_conv"],
+                                                                  hi=1024),
+                         conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
+                         out_bias=c.bool("projectors_bias", False), gated_norm=c.bool("mamba_rms_norm", False),
+                         parallel=True)
 
 
 def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:

@@ -68,6 +68,13 @@ class NodeCost:
     comm_s: float = 0.0  # an exchange inside a compute node (decode context parallel's merge of partial attention)
 
 
+def _sum_costs(a: NodeCost, b: NodeCost) -> NodeCost:
+    """Two kernels' costs run back to back on the same GPUs (Falcon-H1's attention then its Mamba-2 mixer)."""
+    return NodeCost(a.seconds + b.seconds, a.kind if a.seconds >= b.seconds else b.kind, a.flops + b.flops,
+                    a.bytes + b.bytes, a.hidden_seconds + b.hidden_seconds, a.compute_s + b.compute_s,
+                    a.memory_s + b.memory_s, a.overhead_s + b.overhead_s, a.launches + b.launches, a.comm_s + b.comm_s)
+
+
 def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> list[float]:
     """Stage times of a pass the host launches kernel by kernel (no CUDA graph).  Launches are asynchronous, so
     the host runs ahead while long kernels execute, but the GPU cannot start a kernel before its launch: a stage
@@ -326,7 +333,7 @@ class CostModel:
         phase = attrs.get("phase") or "prefill"
         layer = attrs.get("layer")
         sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
-        recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.is_recurrent_layer(layer))
+        recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.has_state(layer))
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
@@ -358,11 +365,15 @@ class CostModel:
         tok = self.tokens(phase, batch)
         h, ab = spec.hidden_size, self.ab
         small = phase == "decode"
+        parallel = recurrent and self.spec.recurrent is not None and self.spec.recurrent.parallel
+        if ntype == T.ATTENTION and parallel:  # Falcon-H1: attention and the Mamba-2 mixer run one after the other
+            return _sum_costs(self.attention(phase, batch, attrs, meta, sliding),
+                              self.recurrent_mixer(phase, batch, attrs, meta))
         if ntype == T.ATTENTION and recurrent:
             return self.recurrent_mixer(phase, batch, attrs, meta)
         if ntype == T.ATTENTION:
             return self.attention(phase, batch, attrs, meta, sliding)
-        if ntype == T.KV_CACHE and recurrent:  # the mixer's kernel reads and writes its state in place (priced there)
+        if ntype == T.KV_CACHE and recurrent and not parallel:  # the mixer reads and writes its state in place
             return NodeCost(0.0, "memory")
         if ntype == T.NORM:
             c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
@@ -651,6 +662,8 @@ class CostModel:
             else:
                 layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"kv_heads": spec.num_kv_heads})
                                                             * self.kvb + spec.indexer_bytes_per_token_per_layer())
+                if layer is not None and spec.recurrent is not None and spec.is_parallel_layer(layer):
+                    layer_kv += batch * spec.recurrent.state_bytes()  # Falcon-H1: its KV and its state
             t = alpha + layer_kv / max(1, n) / bw
         else:  # SEND_RECV: activations of the batch between two pipeline stages
             t = alpha + size / bw
