@@ -238,7 +238,7 @@ def test_unknown_model_says_a_config_can_be_passed() -> None:
 
 @pytest.mark.parametrize("model_type,field", [
     ("minimax_m1", "attn_type_list"), ("falcon_h1", "mamba_n_heads"), ("minimax", "layer_types")])
-def test_families_with_state_or_indexers_are_refused_by_field(model_type: str, field: str) -> None:
+def test_a_config_relabelled_as_a_stateful_family_is_refused_by_the_field_it_lacks(model_type: str, field: str) -> None:
     with pytest.raises(PdagInputError) as info:
         from_hf_config(dict(GLM45, model_type=model_type))
     assert info.value.field == f"hf_config.{field}"

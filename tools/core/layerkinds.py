@@ -1,7 +1,8 @@
 """Layer kinds beyond K/V attention: recurrent token mixers and DeepSeek's sparse-attention indexer.
 
-A recurrent layer (gated DeltaNet in Qwen3-Next, Mamba-2 in Nemotron-H) replaces attention with a fixed-size
-state per request: a short convolution window and a recurrent matrix, which do not grow with the context.  The
+A recurrent layer (gated DeltaNet in Qwen3-Next, Mamba-2 in Nemotron-H, lightning attention in MiniMax-Text-01 and
+M1) replaces attention with a fixed-size state per request: a short convolution window (none for lightning) and a
+recurrent matrix, which do not grow with the context; Falcon-H1 runs a Mamba-2 mixer beside attention instead.  The
 DSA indexer (DeepSeek-V3.2) sits beside MLA: it keeps its own per-token key cache (fp8 plus scales) and picks
 ``topk`` keys for each query, so attention reads ``min(context, topk)`` keys while the indexer scans them all.
 Shapes and figures come from ``knowledge/models/layer_kinds.json`` (with their sources).
@@ -34,11 +35,13 @@ class RecurrentSpec(BaseModel):
 
     gated_deltanet: ``num_heads`` value heads of ``value_head_dim``, ``num_key_heads`` key heads of ``key_head_dim``.
     mamba2: ``num_heads`` SSM heads of ``value_head_dim`` (mamba_head_dim), ``num_key_heads`` groups (n_groups),
-    ``key_head_dim`` the state size (ssm_state_size)."""
+    ``key_head_dim`` the state size (ssm_state_size).
+    lightning (MiniMax's linear attention): ``num_heads`` heads, each keeping a ``key_head_dim`` x ``value_head_dim``
+    matrix (both the head size), no convolution (``conv_kernel`` 1)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["gated_deltanet", "mamba2"]
+    kind: Literal["gated_deltanet", "mamba2", "lightning"]
     layers: tuple[int, ...]
     num_heads: int = Field(ge=1, le=MAX_DIM)
     num_key_heads: int = Field(ge=1, le=MAX_DIM)
@@ -85,6 +88,9 @@ class RecurrentSpec(BaseModel):
         """Weights of one recurrent mixer (its norm inside included; the layer's input norm is not)."""
         h, v = hidden, self.num_heads
         conv = self.conv_channels * self.conv_kernel + (self.conv_channels if self.conv_bias else 0)
+        if self.kind == "lightning":
+            # qkv_proj (3 x heads' width), output_gate, out_proj, an RMSNorm over the heads' width; no biases
+            return 4 * h * self.inner + self.inner * h + self.inner
         if self.kind == "gated_deltanet":
             # in_proj_qkvz, in_proj_ba, conv1d, dt_bias + A_log, gated norm over a value head, out_proj
             proj_in = h * (2 * self.key_width + 2 * self.inner) + h * 2 * v

@@ -100,6 +100,9 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
     "falcon_h1": "falcon_h1",
+    "minimax": "minimax",
+    "minimax_m1": "minimax",
+    "minimax_text_01": "minimax",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -107,11 +110,6 @@ _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_tex
                                  "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2"}
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
-# Families pdag does not price yet, with the field whose meaning it would otherwise drop.
-REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
-    "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
-}
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -143,6 +141,9 @@ _ARCHITECTURES: dict[str, str] = {
     "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
     "FalconH1ForCausalLM": "falcon_h1",
+    "MiniMaxForCausalLM": "minimax",
+    "MiniMaxM1ForCausalLM": "minimax_m1",
+    "MiniMaxText01ForCausalLM": "minimax_text_01",
 }
 
 
@@ -586,10 +587,6 @@ def _detect_model_type(raw: dict[str, Any], prefix: str) -> tuple[str, bool]:
                              f"supported model types: {supported}")
     if mt in SUPPORTED_MODEL_TYPES:
         return mt, False
-    if mt in REFUSED_MODEL_TYPES:
-        field, what = REFUSED_MODEL_TYPES[mt]
-        raise PdagInputError(f"{prefix}.{field}", f"{what} is not priced yet; pdag refuses rather than price it "
-                             "as full attention", f"supported model types: {supported}")
     if mt in WRAPPER_MODEL_TYPES:
         raise PdagInputError(f"{prefix}.text_config", f"a {mt} checkpoint keeps its language model under "
                              "text_config, which is missing", "the config.json with its text_config")
@@ -1161,7 +1158,34 @@ def _read_minimax_m2(c: _Cfg, num_layers: int) -> _Read:
                  qk_norm_full=c.bool("use_qk_norm", False))
 
 
+def _read_minimax(c: _Cfg, num_layers: int) -> _Read:
+    """MiniMax-Text-01 / M1 (and transformers' minimax): every layer MoE, num_local_experts of intermediate_size, top
+    num_experts_per_tok, no router bias; a shared MLP of shared_intermediate_size mixed in by a hidden -> 1
+    coefficient when it is set; attention without biases or q/k norms (vLLM
+    vllm/model_executor/models/minimax_text_01.py, MiniMaxText01DecoderLayer). The layer pattern is read by
+    _minimax_lightning (called first here too, so that a config without the pattern is named by it, not by an expert
+    field); postnorm and the alpha/beta residual scales change numerics only."""
+    _minimax_lightning(c, num_layers)
+    for key in ("num_local_experts", "shared_intermediate_size"):
+        if isinstance(c.raw.get(key), list):
+            raise PdagInputError(c.path(key), "a per-layer list is not read", "one integer for every layer")
+    if c.raw.get("sliding_window") is not None:
+        raise PdagInputError(c.path("sliding_window"), "a window on MiniMax's softmax layers is not read; pdag refuses "
+                             "rather than price it as full attention", "null (as published configs state)")
+    moe = _every_layer_moe(c, num_layers, "num_local_experts", False)
+    shared = c.int("shared_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if shared:
+        moe = moe.model_copy(update={"num_shared_experts": 1, "shared_expert_intermediate_size": shared,
+                                     "shared_expert_gate": True})
+    return _Read(intermediate=moe.expert_intermediate_size, moe=moe, attention_bias=False, attention_out_bias=False,
+                 notes=("vLLM's model registry lists MiniMax-Text-01 and M1 as removed in v0.23; MiniMax's vLLM guide "
+                        "serves them with vLLM 0.8.3 or later",))
+
+
 _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
+    "minimax": _read_minimax,
+    "minimax_m1": _read_minimax,
+    "minimax_text_01": _read_minimax,
     "gemma": _read_gemma,
     "qwen2_moe": _read_qwen2_moe,
     "olmoe": _read_olmoe,
@@ -1330,6 +1354,13 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "their outputs (Falcon-H1's parallel hybrid): each layer keeps attention's KV per token and a "
                      "fixed conv + SSM state per request (16-bit); the muP multipliers change numerics only")
         return {"recurrent": rec}
+    if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
+        rec = _minimax_lightning(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "
+                     f"a fixed {rec.num_heads} x {rec.key_head_dim} x {rec.value_head_dim} state per request (16-bit, "
+                     "as vLLM's linear-attention state dtype), no KV per token; the other "
+                     f"{num_layers - len(rec.layers)} are softmax attention with KV")
+        return {"recurrent": rec}
     if model_type == "granitemoehybrid":
         rec = _granite_mamba(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are Mamba-2 (a fixed conv + SSM state per request, "
@@ -1412,6 +1443,26 @@ def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
                          out_bias=c.bool("projectors_bias", False), gated_norm=c.bool("mamba_rms_norm", False),
                          parallel=True)
+
+
+def _minimax_lightning(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """MiniMax's lightning-attention layers: ``attn_type_list`` (0 lightning, 1 softmax; the published MiniMax-Text-01
+    and M1 configs) or transformers' ``layer_types`` (linear_attention / full_attention); one of them is required, as
+    the library's alternating default is no published pattern. Each lightning layer has the attention heads and head
+    size, and keeps one head_dim x head_dim matrix per head (vLLM MiniMaxText01LinearAttention, cache shape)."""
+    key = next((k for k in ("attn_type_list", "decoder_attention_types", "layer_types") if c.raw.get(k) is not None),
+               "layer_types" if c.raw.get("model_type") == "minimax" else "attn_type_list")
+    types = c.raw.get(key)
+    codes = {0: 0, 1: 1} if key != "layer_types" else {"linear_attention": 0, "full_attention": 1}
+    if not isinstance(types, list) or len(types) != num_layers or any(
+            isinstance(t, bool) or t not in codes for t in types):
+        allowed = "0 (lightning) or 1 (softmax)" if key != "layer_types" else "linear_attention or full_attention"
+        raise PdagInputError(c.path(key), "must give each layer's attention kind", f"a list of {num_layers} of: "
+                             + allowed)
+    heads = c.int("num_attention_heads", hi=MAX_HEADS)
+    d = c.int("head_dim", default=0, lo=0, hi=MAX_HEAD_DIM) or c.int("hidden_size", hi=MAX_HIDDEN) // heads
+    return RecurrentSpec(kind="lightning", layers=tuple(i for i, t in enumerate(types) if codes[t] == 0),
+                         num_heads=heads, num_key_heads=heads, key_head_dim=d, value_head_dim=d, conv_kernel=1)
 
 
 def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:

@@ -194,8 +194,9 @@ def recurrent_heads_split(spec: Any, t: int) -> str | None:
     rec = spec.recurrent
     if rec is None:
         return None
-    heads, keys = ("linear-attention value heads", "linear-attention key heads") if rec.kind == "gated_deltanet" \
-        else ("Mamba heads", "Mamba groups (n_groups)")
+    heads, keys = {"gated_deltanet": ("linear-attention value heads", "linear-attention key heads"),
+                   "lightning": ("lightning-attention heads", "lightning-attention heads")}.get(
+        rec.kind, ("Mamba heads", "Mamba groups (n_groups)"))
     if rec.num_heads % t:
         return f"{rec.num_heads} {heads}"
     if rec.num_key_heads % t and not rec.groups_replicated(t):
