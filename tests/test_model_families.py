@@ -282,3 +282,41 @@ def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[
         assert exc.field.startswith("hf_config")
     else:
         assert spec.param_count() > 0 and spec.kv_bytes(1000, BF16) >= 0
+
+
+# ----------------------------------------------------------------------------------------------- GLM-4.7-Flash
+GLM47_FLASH_COOKBOOK = "python -m sglang.launch_server --model zai-org/GLM-4.7-Flash --attention-backend triton --tp 1"
+
+
+def test_glm_4_7_flash_is_deepseek_mla_with_glms_moe() -> None:
+    """glm4_moe_lite: 30B total in SGLang's cookbook (pdag 29.94B); one MLA latent of 512 + 64 per token and layer;
+    the first layer dense, the other 46 MoE with one shared expert and a routing bias per expert."""
+    spec = load_preset("zai-org/GLM-4.7-Flash")
+    assert spec.id == "glm-4.7-flash" and spec.attention == "mla" and spec.family == "deepseek"
+    assert spec.param_count() == pytest.approx(30e9, rel=0.01)
+    assert spec.kv_bytes_per_token(BF16) == 47 * (512 + 64) * BF16 == 54_144
+    assert spec.moe is not None and spec.moe.moe_layers == tuple(range(1, 47)) and spec.moe.router_bias
+    assert spec.shared_expert_params() == 3 * 2048 * 1536
+    # transformers' own spelling of the layer pattern reads the same model; a wrong entry is named
+    cfg = load_preset_config("glm-4.7-flash")
+    typed = {**cfg, "mlp_layer_types": ["dense"] + ["sparse"] * 46}
+    assert from_hf_config(typed).param_count() == spec.param_count()
+    with pytest.raises(PdagInputError) as err:
+        from_hf_config({**cfg, "mlp_layer_types": ["moe"] * 47})
+    assert err.value.field == "hf_config.mlp_layer_types"
+
+
+def test_glm_4_7_flash_cookbook_command_imports_validates_estimates_exports(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.cli import main
+
+    assert main(["import", GLM47_FLASH_COOKBOOK, "--gpu", "b200"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"] == "glm-4.7-flash"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    for command in ("validate", "estimate"):
+        assert main([command, str(path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(path)]) == 0
+    assert "--model-path zai-org/GLM-4.7-Flash --tp-size 1" in capsys.readouterr().out

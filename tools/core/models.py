@@ -97,6 +97,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     # layer kinds beyond K/V attention (tools/core/layerkinds.py)
     "qwen3_next": "qwen3_next",
     "deepseek_v32": "deepseek",
+    "glm4_moe_lite": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
     "falcon_h1": "falcon_h1",
@@ -108,6 +109,9 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
 _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3", "qwen2_5_vl": "qwen2",
                                  "qwen2_5_vl_text": "qwen2", "qwen2_vl": "qwen2", "qwen2_vl_text": "qwen2"}
+# DeepSeek-style MLA + MoE decoders; GLM-4.7-Flash (glm4_moe_lite) is DeepSeek-V2's MLA attention with GLM-4.5's MoE
+# block (vLLM vllm/model_executor/models/glm4_moe_lite.py), which DeepSeek-V3's reading already is
+_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm4_moe_lite")
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
 WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
 _ARCHITECTURES: dict[str, str] = {
@@ -138,6 +142,7 @@ _ARCHITECTURES: dict[str, str] = {
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
     "FalconH1ForCausalLM": "falcon_h1",
@@ -688,7 +693,7 @@ def from_hf_config(
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
     if head_dim is None and model_type == "nemotron_h":
         head_dim = c.opt_int("attention_head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
+    if head_dim is None and model_type not in _MLA_TYPES:
         if hidden % num_heads:
             raise PdagInputError(c.path("num_attention_heads"),
                                  f"{num_heads} heads do not divide hidden_size {hidden} "
@@ -743,7 +748,7 @@ def from_hf_config(
             raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense",
                                  "a positive integer")
         moe = _moe(c, n_exp, k, expert_i, 0, 0, layers, False, False)
-    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
+    elif model_type in _MLA_TYPES:
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         mla = _mla(c)
         head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
@@ -752,7 +757,14 @@ def from_hf_config(
         if c.has("n_routed_experts"):
             first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
             freq = raw.get("moe_layer_freq", 1)
-            if isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
+            if raw.get("mlp_layer_types") is not None:  # transformers' glm4_moe_lite spelling: "dense" / "sparse"
+                mlp_kinds = raw["mlp_layer_types"]
+                if not isinstance(mlp_kinds, list) or len(mlp_kinds) != num_layers or any(
+                        k not in ("dense", "sparse") for k in mlp_kinds):
+                    raise PdagInputError(c.path("mlp_layer_types"), "must give each layer's FFN kind",
+                                         f"a list of {num_layers} of: dense, sparse")
+                layers = tuple(i for i, k in enumerate(mlp_kinds) if k == "sparse")
+            elif isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
                 layers = tuple(i for i in range(num_layers) if freq[i] and i >= first_dense)
             else:
                 f = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
