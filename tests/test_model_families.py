@@ -320,3 +320,88 @@ def test_glm_4_7_flash_cookbook_command_imports_validates_estimates_exports(
     capsys.readouterr()
     assert main(["export", str(path)]) == 0
     assert "--model-path zai-org/GLM-4.7-Flash --tp-size 1" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------- Gemma-4
+# google/gemma-4-31B-it's config.json as transformers 5.7 loads it (a third-party printout of Gemma4Config; the text
+# fields here are copied from it, the vision tower reduced to its model_type). No preset: no verbatim copy of the
+# file itself could be cited.
+GEMMA4_31B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "tie_word_embeddings": True,
+    "text_config": {
+        "attention_bias": False, "attention_k_eq_v": True, "enable_moe_block": False, "final_logit_softcapping": 30.0,
+        "global_head_dim": 512, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376,
+        "hidden_size_per_layer_input": 0, "intermediate_size": 21504,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10, "max_position_embeddings": 262144,
+        "model_type": "gemma4_text", "num_attention_heads": 32, "num_experts": None, "num_global_key_value_heads": 4,
+        "num_hidden_layers": 60, "num_key_value_heads": 16, "num_kv_shared_layers": 0, "sliding_window": 1024,
+        "tie_word_embeddings": True, "use_double_wide_mlp": False, "vocab_size": 262144},
+    "vision_config": {"model_type": "gemma4_vision"},
+}
+GEMMA4_COOKBOOK = "sglang serve --model-path google/gemma-4-31B-it --tp 2"
+
+
+def test_gemma_4_global_layers_carry_their_own_kv_shape() -> None:
+    """30.7B (the published language-model figure; the ~550M vision tower left out): 50 sliding layers with 16 KV
+    heads of 256, 10 global ones with 4 KV heads of 512 whose values come from the key projection (no v_proj)."""
+    spec = from_hf_config(GEMMA4_31B)
+    assert spec.param_count() == pytest.approx(30.7e9, rel=0.01)
+    h = 5376
+    sliding = 2 * h * 32 * 256 + 2 * h * 16 * 256 + 2 * 256
+    full = 2 * h * 32 * 512 + h * 4 * 512 + 2 * 512  # q and o, one k (no v), q/k norms
+    assert spec.attention_params_per_layer(0) == sliding and spec.attention_params_per_layer(5) == full
+    assert spec.kv_shape(0) == (16, 256) and spec.kv_shape(5) == (4, 512)
+    # KV per token: 50 x 2 x 16 x 256 + 10 x 2 x 4 x 512 elements; at 128k the sliding layers keep 1,024 tokens
+    assert spec.kv_bytes_per_token(BF16) == (50 * 2 * 16 * 256 + 10 * 2 * 4 * 512) * BF16 == 901_120
+    assert spec.kv_bytes(CTX_128K, BF16) == (50 * 1024 * 16_384 + 10 * CTX_128K * 8_192)
+
+
+def test_gemma_4_features_not_priced_are_named() -> None:
+    for key, value in (("hidden_size_per_layer_input", 256), ("num_kv_shared_layers", 20),
+                       ("enable_moe_block", True)):
+        cfg = json.loads(json.dumps(GEMMA4_31B))
+        cfg["text_config"][key] = value
+        with pytest.raises(PdagInputError) as err:
+            from_hf_config(cfg)
+        assert err.value.field == f"hf_config.text_config.{key}"
+
+
+def test_gemma_4_memory_and_tp_split_each_layer_kind(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """At tp 2 each GPU holds half of both kinds' KV heads (8 of 16, 2 of 4); at tp 8 the 4 global KV heads are
+    replicated (the rule says so) while the 16 sliding ones still split. SGLang's cookbook line for the 31B goes
+    through import, validate, estimate and export with the config."""
+    from tools.cli import main
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
+    from tools.rules.validate import validate_dag
+
+    plan = {"model": {"hf_config": GEMMA4_31B}, "hardware": {"gpu": "h200", "num_gpus": 2}, "parallel": {"tp": 2},
+            "workload": {"batch_size": 4, "input_len": 8192, "output_len": 256}}
+    ctx = 8192 + 256
+    per_seq = (50 * 1024 * 2 * 8 * 256 + 10 * ctx * 2 * 2 * 512) * BF16
+    assert memory_report(parse_plan(plan)).kv_cache_bytes == pytest.approx(4 * per_seq)
+    wide = validate_dag({**plan, "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8}})
+    assert wide.valid and any(v.rule_id == "TP-KV-REPLICATED" for v in wide.violations)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(GEMMA4_31B), encoding="utf-8")
+    assert main(["import", GEMMA4_COOKBOOK, "--gpu", "h200", "--hf-config", str(cfg)]) == 0
+    path = tmp_path / "plan.json"
+    path.write_text(capsys.readouterr().out, encoding="utf-8")
+    for command in ("validate", "estimate"):
+        assert main([command, str(path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(path)]) == 0
+    assert "--model-path google/gemma-4-31B-it --tp-size 2" in capsys.readouterr().out
+
+
+def test_gemma_4_search_prices_each_layer_kind_as_the_full_estimate_does() -> None:
+    from tools.core.plan import parse_plan
+    from tools.estimate.core import estimate_performance
+    from tools.estimate.fast import FastEstimator
+
+    plan = {"model": {"hf_config": GEMMA4_31B}, "hardware": {"gpu": "h200", "num_gpus": 4},
+            "parallel": {"tp": 2, "pp": 2}, "workload": {"batch_size": 8, "input_len": 8192, "output_len": 256}}
+    full = estimate_performance(plan)
+    fast = FastEstimator(parse_plan(plan)).headline(8)
+    assert fast.ttft_ms == pytest.approx(full.prefill_latency_ms, rel=1e-9)
+    assert fast.tpot_ms == pytest.approx(full.decode_latency_ms_per_token, rel=1e-9)

@@ -34,6 +34,7 @@ from tools.core.formats import format_of_config
 from tools.core.layerkinds import IndexerSpec, RecurrentSpec, layer_kind_data
 
 __all__ = [
+    "AttentionShape",
     "MLASpec",
     "MoESpec",
     "ModelSpec",
@@ -76,6 +77,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gpt_oss": "gpt_oss",
     "gemma2": "gemma",
     "gemma3_text": "gemma",
+    "gemma4_text": "gemma",
     "phi3": "phi3",
     "olmo2": "olmo2",
     "cohere2": "cohere2",
@@ -113,7 +115,8 @@ _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_tex
 # block (vLLM vllm/model_executor/models/glm4_moe_lite.py), which DeepSeek-V3's reading already is
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm4_moe_lite")
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
-WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl")
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "gemma4", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl",
+                       "qwen2_vl")
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -126,6 +129,7 @@ _ARCHITECTURES: dict[str, str] = {
     "GptOssForCausalLM": "gpt_oss",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma4ForCausalLM": "gemma4_text",
     "Llama4ForCausalLM": "llama4_text",
     "Glm4MoeForCausalLM": "glm4_moe",
     "Phi3ForCausalLM": "phi3",
@@ -171,6 +175,19 @@ class MLASpec(BaseModel):
     @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class AttentionShape(BaseModel):
+    """The full-attention layers' own K/V shape where it differs from the windowed layers' (Gemma-4: 4 KV heads of
+    512 on its global layers, 16 of 256 on its sliding ones). ``shared_kv``: the layer has no v_proj and its values
+    come from the key projection (attention_k_eq_v); the cache still holds K and V, as vLLM loads the key weights
+    into both slots."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    shared_kv: bool = False
 
 
 class MoESpec(BaseModel):
@@ -239,6 +256,7 @@ class ModelSpec(BaseModel):
     recurrent: RecurrentSpec | None = None
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
+    full_layer_shape: AttentionShape | None = None  # the full-attention layers' own KV heads and head size (Gemma-4)
     # layers made of a token mixer alone, without a feed-forward block after it (Nemotron-H's "M" or "*" followed by
     # another mixer); their one norm is the mixer's
     ffn_free_layers: tuple[int, ...] = ()
@@ -274,6 +292,9 @@ class ModelSpec(BaseModel):
             raise ValueError("ffn_free_layers out of range or MoE")
         if self.indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
+        if self.full_layer_shape is not None and (self.attention == "mla" or not self.sliding_window_layers or
+                                                  self.num_heads % self.full_layer_shape.num_kv_heads):
+            raise ValueError("a full-attention layer shape needs windowed GQA layers and KV heads dividing the heads")
         return self
 
     # ------------------------------------------------------------------ structure
@@ -309,6 +330,20 @@ class ModelSpec(BaseModel):
         self._check_layer(layer)
         return layer in self._recurrent_set()
 
+    def kv_shape(self, layer: int | None = None) -> tuple[int, int]:
+        """(KV heads, head size) of ``layer``'s attention: the full-attention layers' own shape where the config gives
+        one (Gemma-4), else the model's; without a layer, the windowed layers' (the model's)."""
+        fls = self.full_layer_shape
+        if layer is not None and fls is not None and not self.is_sliding_layer(layer):
+            return fls.num_kv_heads, fls.head_dim
+        return self.num_kv_heads, self.head_dim
+
+    @property
+    def kv_head_counts(self) -> tuple[int, ...]:
+        """Every KV head count a layer has (one, or two with a full-attention layer shape): what TP must split."""
+        fls = self.full_layer_shape
+        return (self.num_kv_heads,) if fls is None else tuple(sorted({self.num_kv_heads, fls.num_kv_heads}))
+
     def _recurrent_set(self) -> frozenset[int]:
         return frozenset(self.recurrent.layers) if self.recurrent is not None else frozenset()
 
@@ -341,7 +376,9 @@ class ModelSpec(BaseModel):
         n = self.norms_per_layer - (1 if layer is not None and self.is_ffn_free(layer) else 0)
         return max(1, n) * self.hidden_size
 
-    def attention_params_per_layer(self) -> int:
+    def attention_params_per_layer(self, layer: int | None = None) -> int:
+        """Attention weights of ``layer`` (a full-attention layer's own shape where it has one); without a layer, of
+        the model's common shape."""
         h = self.hidden_size
         if self.attention == "mla":
             m = self.mla
@@ -362,17 +399,20 @@ class ModelSpec(BaseModel):
             if self.attention_out_bias:
                 total += h
             return total
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        total = h * q_out + 2 * h * kv_out + q_out * h
+        kv_heads, head_dim = self.kv_shape(layer)
+        shared = layer is not None and self.full_layer_shape is not None and self.full_layer_shape.shared_kv and \
+            not self.is_sliding_layer(layer)
+        q_out = self.num_heads * head_dim
+        kv_out = kv_heads * head_dim
+        total = h * q_out + (1 if shared else 2) * h * kv_out + q_out * h
         if self.attention_output_gate:
             total += h * q_out
         if self.attention_bias:
-            total += q_out + 2 * kv_out
+            total += q_out + (1 if shared else 2) * kv_out
         if self.attention_out_bias:
             total += h
         if self.qk_norm:
-            total += 2 * self.head_dim
+            total += 2 * head_dim
         if self.qk_norm_full:
             total += q_out + kv_out
         if self.attention_sinks:
@@ -386,8 +426,8 @@ class ModelSpec(BaseModel):
             return self.recurrent.params(self.hidden_size)
         if self.is_parallel_layer(layer):
             assert self.recurrent is not None
-            return self.attention_params_per_layer() + self.recurrent.params(self.hidden_size)
-        return self.attention_params_per_layer()
+            return self.attention_params_per_layer(layer) + self.recurrent.params(self.hidden_size)
+        return self.attention_params_per_layer(layer)
 
     @property
     def expert_width(self) -> int:
@@ -473,7 +513,8 @@ class ModelSpec(BaseModel):
         if self.attention == "mla":
             assert self.mla is not None
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
-        return 2 * self.num_kv_heads * self.head_dim
+        kv_heads, head_dim = self.kv_shape(layer)
+        return 2 * kv_heads * head_dim
 
     def kv_tokens_in_layer(self, layer: int, context_len: int) -> int:
         """Tokens ``layer`` keeps in its cache for a sequence of ``context_len`` tokens."""
@@ -660,7 +701,8 @@ def from_hf_config(
         if "quantization_config" not in raw and isinstance(config.get("quantization_config"), dict):
             raw["quantization_config"] = config["quantization_config"]
         if "model_type" not in raw and outer in WRAPPER_MODEL_TYPES:
-            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral",
+            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
+                                 "mistral3": "mistral",
                                  "kimi_k25": "kimi_k2", "qwen3_vl_moe": "qwen3_vl_moe_text",
                                  "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                                  "qwen2_vl": "qwen2_vl_text"}[outer]
@@ -674,7 +716,7 @@ def from_hf_config(
     c = _Cfg(raw, prefix)
     if generic:
         notes.append(_generic_note(raw, model_type, prefix))
-    gemma = model_type in ("gemma2", "gemma3_text")
+    gemma = model_type in ("gemma2", "gemma3_text", "gemma4_text")
 
     num_layers = c.int("num_hidden_layers", hi=MAX_LAYERS)
     if model_type == "nemotron_h":  # a mixer block and the MLP block after it form one layer
@@ -706,7 +748,7 @@ def from_hf_config(
     attention_bias = c.bool("attention_bias", False)
     attention_out_bias = attention_bias
     mlp_bias = c.bool("mlp_bias", False)
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next")
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "qwen3_next")
     qk_norm_full = model_type == "olmo2"
     norms = 4 if gemma else 1 if model_type == "cohere2" else 2  # Cohere-2: one LayerNorm feeds both branches
     sinks = False
@@ -723,7 +765,7 @@ def from_hf_config(
         return tuple(range(num_layers))
 
     if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
-                                 "gemma3_text", "phi3", "olmo2", "cohere2", "nemotron_h", "falcon_h1"):
+                                 "gemma3_text", "gemma4_text", "phi3", "olmo2", "cohere2", "nemotron_h", "falcon_h1"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
@@ -1366,6 +1408,8 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "their outputs (Falcon-H1's parallel hybrid): each layer keeps attention's KV per token and a "
                      "fixed conv + SSM state per request (16-bit); the muP multipliers change numerics only")
         return {"recurrent": rec}
+    if model_type == "gemma4_text":
+        return _gemma4_full_layers(c, notes)
     if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
         rec = _minimax_lightning(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "
@@ -1455,6 +1499,34 @@ def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
                          out_bias=c.bool("projectors_bias", False), gated_norm=c.bool("mamba_rms_norm", False),
                          parallel=True)
+
+
+def _gemma4_full_layers(c: _Cfg, notes: list[str]) -> dict[str, Any]:
+    """Gemma-4's global (full-attention) layers: global_head_dim and, with attention_k_eq_v, num_global_key_value_heads
+    and no v_proj (vLLM vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer). Per-layer embeddings, KV shared
+    across layers and the MoE block are not read yet and are refused by name."""
+    for key, what in (("hidden_size_per_layer_input", "per-layer embeddings (E2B / E4B)"),
+                      ("num_kv_shared_layers", "layers reusing an earlier layer's KV (E2B / E4B)"),
+                      ("enable_moe_block", "the MoE block beside the MLP (26B-A4B)")):
+        if c.raw.get(key) not in (None, 0, False):
+            raise PdagInputError(c.path(key), f"Gemma-4's {what} is not priced yet; pdag refuses rather than price "
+                                 "the model without it", "0, false or absent (Gemma-4 31B's config)")
+    head_dim = c.int("head_dim", hi=MAX_HEAD_DIM)
+    kv_heads = c.int("num_key_value_heads", hi=MAX_HEADS)
+    shared = c.bool("attention_k_eq_v", False)
+    shape = AttentionShape(num_kv_heads=c.int("num_global_key_value_heads", default=kv_heads, hi=MAX_HEADS)
+                           if shared else kv_heads,
+                           head_dim=c.int("global_head_dim", default=head_dim, hi=MAX_HEAD_DIM), shared_kv=shared)
+    if shape == AttentionShape(num_kv_heads=kv_heads, head_dim=head_dim):
+        return {}
+    heads = c.int("num_attention_heads", hi=MAX_HEADS)
+    if heads % shape.num_kv_heads:
+        raise PdagInputError(c.path("num_global_key_value_heads"), f"{shape.num_kv_heads} KV heads do not divide "
+                             f"{heads} attention heads", f"a divisor of {heads}")
+    values = ", values from the key projection (no v_proj; vLLM still caches K and V)" if shared else ""
+    notes.append(f"Gemma-4's full-attention layers have their own shape: {shape.num_kv_heads} KV heads of "
+                 f"{shape.head_dim}{values}, against {kv_heads} of {head_dim} on the sliding layers")
+    return {"full_layer_shape": shape}
 
 
 def _minimax_lightning(c: _Cfg, num_layers: int) -> RecurrentSpec:

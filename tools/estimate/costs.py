@@ -482,7 +482,8 @@ class CostModel:
         spec = self.spec
         if spec.attention == "mla":
             return float(spec.kv_elements_per_token_per_layer(0))
-        return 2.0 * (attrs.get("kv_heads") or spec.num_kv_heads) * spec.head_dim
+        kv_heads, head_dim = spec.kv_shape(attrs.get("layer"))  # a full-attention layer's own shape (Gemma-4)
+        return 2.0 * (attrs.get("kv_heads") or kv_heads) * head_dim
 
     def _sixteen_bit(self, kernels: list[Kernel]) -> list[Kernel]:
         """The attention node's projection GEMMs in 16-bit math where the checkpoint keeps them unquantized (no
@@ -539,10 +540,13 @@ class CostModel:
                 kernels.extend(self.indexer_kernels(phase, batch, tok, sp))
             return self._with_dcp(phase, self.run(phase, self._sixteen_bit(kernels)), tok, hq, kvl + rope, kvl,
                                   attrs)
-        d = spec.head_dim
-        hkv = attrs.get("kv_heads") or spec.num_kv_heads
+        layer = attrs.get("layer")
+        kv_heads, d = spec.kv_shape(layer)  # a full-attention layer's own shape (Gemma-4)
+        hkv = attrs.get("kv_heads") or kv_heads
         gate = hq if spec.attention_output_gate else 0  # Qwen3-Next's q_proj also emits an output gate per head
-        qkv_w = h * (hq + gate + 2 * hkv) * d
+        shared = spec.full_layer_shape is not None and spec.full_layer_shape.shared_kv and layer is not None and \
+            not spec.is_sliding_layer(layer)  # values from the key projection: no v_proj
+        qkv_w = h * (hq + gate + (1 if shared else 2) * hkv) * d
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
                           block_gemms=1, speed_scale=self.gemm_speed((hq + 2 * hkv) * d, h))]
@@ -660,7 +664,7 @@ class CostModel:
             if layer is not None and spec.recurrent is not None and spec.is_recurrent_layer(layer):
                 layer_kv = batch * spec.recurrent.state_bytes()  # a recurrent layer hands over its state
             else:
-                layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"kv_heads": spec.num_kv_heads})
+                layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"layer": layer})
                                                             * self.kvb + spec.indexer_bytes_per_token_per_layer())
                 if layer is not None and spec.recurrent is not None and spec.is_parallel_layer(layer):
                     layer_kv += batch * spec.recurrent.state_bytes()  # Falcon-H1: its KV and its state
