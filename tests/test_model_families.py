@@ -405,3 +405,23 @@ def test_gemma_4_search_prices_each_layer_kind_as_the_full_estimate_does() -> No
     fast = FastEstimator(parse_plan(plan)).headline(8)
     assert fast.ttft_ms == pytest.approx(full.prefill_latency_ms, rel=1e-9)
     assert fast.tpot_ms == pytest.approx(full.decode_latency_ms_per_token, rel=1e-9)
+
+
+def test_tp_must_split_both_kv_head_counts() -> None:
+    """TP-KV-HEADS-DIVISIBLE judges the global layers' own KV head count too: 3 global KV heads neither divide by
+    nor divide tp 4, although the sliding layers' 8 do; tp 3 is refused by the 8, and the fix lands on a degree
+    both accept."""
+    from tools.repair.autofix import autofix_dag
+    from tools.rules.validate import validate_dag
+
+    text = {**GEMMA4_31B["text_config"], "num_attention_heads": 24, "num_key_value_heads": 8,
+            "num_global_key_value_heads": 3, "num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 +
+                                                                                       ["full_attention"]) * 2}
+    model = {"hf_config": {**GEMMA4_31B, "text_config": text}}
+    for tp, kv in ((4, "3"), (3, "8")):
+        plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": tp}, "parallel": {"tp": tp}}
+        found = [v for v in validate_dag(plan).violations if v.rule_id == "TP-KV-HEADS-DIVISIBLE"]
+        assert found and f"{kv} KV heads" in found[0].message
+    fixed = autofix_dag({"model": model, "hardware": {"gpu": "h200", "num_gpus": 4}, "parallel": {"tp": 4}})
+    tp = fixed.plan["parallel"]["tp"]
+    assert all(k % tp == 0 or tp % k == 0 for k in (8, 3)) and 24 % tp == 0
