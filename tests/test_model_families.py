@@ -357,13 +357,36 @@ def test_gemma_4_global_layers_carry_their_own_kv_shape() -> None:
 
 
 def test_gemma_4_features_not_priced_are_named() -> None:
-    for key, value in (("hidden_size_per_layer_input", 256), ("num_kv_shared_layers", 20),
-                       ("enable_moe_block", True)):
+    for key, value in (("hidden_size_per_layer_input", 256), ("num_kv_shared_layers", 20)):
         cfg = json.loads(json.dumps(GEMMA4_31B))
         cfg["text_config"][key] = value
         with pytest.raises(PdagInputError) as err:
             from_hf_config(cfg)
         assert err.value.field == f"hf_config.text_config.{key}"
+
+
+# Gemma-4 26B-A4B: the text fields a third-party card copies from google/gemma-4-26B-A4B-it's config.json
+GEMMA4_26B_A4B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "num_global_key_value_heads": 2,
+                    "head_dim": 256, "global_head_dim": 512, "intermediate_size": 2112, "moe_intermediate_size": 704,
+                    "num_experts": 128, "top_k_experts": 8, "enable_moe_block": True, "sliding_window": 1024,
+                    "max_position_embeddings": 262144, "attention_k_eq_v": True, "vocab_size": 262144,
+                    "tie_word_embeddings": True,
+                    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5}}
+
+
+def test_gemma_4_moe_block_runs_beside_the_mlp() -> None:
+    """25.2B total and 3.8B active as published: every layer's dense MLP (2112) runs beside 128 GELU experts of 704,
+    top-8, read as an always-on shared expert; the router adds a per-expert scale and a hidden-sized input scale."""
+    spec = from_hf_config(GEMMA4_26B_A4B)
+    assert spec.param_count() == pytest.approx(25.2e9, rel=0.01)
+    assert spec.active_param_count() == pytest.approx(3.8e9, rel=0.01)
+    assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 2112
+    assert spec.router_params() == 2816 * 128 + 128 + 2816
+    assert spec.layer_norm_params(0) == 7 * 2816
+    assert spec.kv_bytes_per_token(BF16) == (25 * 2 * 8 * 256 + 5 * 2 * 2 * 512) * BF16 == 225_280
 
 
 def test_gemma_4_memory_and_tp_split_each_layer_kind(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -202,7 +202,9 @@ class MoESpec(BaseModel):
     # Total intermediate size of all shared experts together (0 if none).
     shared_expert_intermediate_size: int = Field(default=0, ge=0, le=MAX_INTERMEDIATE * 100)
     moe_layers: tuple[int, ...]
-    router_bias: bool = False  # a per-expert bias on the router (gpt-oss bias, DeepSeek-V3 score correction)
+    # a per-expert vector on the router (gpt-oss bias, DeepSeek-V3 score correction, Gemma-4's per_expert_scale)
+    router_bias: bool = False
+    router_input_scale: bool = False  # a learned hidden-sized scale on the router's input (Gemma-4's router.scale)
     shared_expert_gate: bool = False  # a hidden -> 1 sigmoid gate on the shared expert's output (Qwen2-MoE)
     expert_bias: bool = False  # biases inside each expert's projections (gpt-oss)
     # routed experts read and write this width instead of hidden_size, between a down-projection of the token and an
@@ -465,6 +467,7 @@ class ModelSpec(BaseModel):
         if self.moe is None:
             return 0
         gate = self.hidden_size if self.moe.shared_expert_gate else 0
+        gate += self.hidden_size if self.moe.router_input_scale else 0
         latent = 2 * self.hidden_size * self.moe.latent_size if self.moe.latent_size else 0  # replicated like it
         return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0) + gate \
             + latent
@@ -813,6 +816,8 @@ def from_hf_config(
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "gemma4_text" and c.bool("enable_moe_block", False):
+        moe, norms = _gemma4_moe(c, num_layers, intermediate), norms + 3
     elif model_type == "qwen3_next":
         moe, intermediate = _qwen_shared_moe(c, num_layers)
     elif model_type == "granitemoehybrid":
@@ -1504,10 +1509,9 @@ def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
 def _gemma4_full_layers(c: _Cfg, notes: list[str]) -> dict[str, Any]:
     """Gemma-4's global (full-attention) layers: global_head_dim and, with attention_k_eq_v, num_global_key_value_heads
     and no v_proj (vLLM vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer). Per-layer embeddings, KV shared
-    across layers and the MoE block are not read yet and are refused by name."""
+    across layers are not read yet and are refused by name."""
     for key, what in (("hidden_size_per_layer_input", "per-layer embeddings (E2B / E4B)"),
-                      ("num_kv_shared_layers", "layers reusing an earlier layer's KV (E2B / E4B)"),
-                      ("enable_moe_block", "the MoE block beside the MLP (26B-A4B)")):
+                      ("num_kv_shared_layers", "layers reusing an earlier layer's KV (E2B / E4B)")):
         if c.raw.get(key) not in (None, 0, False):
             raise PdagInputError(c.path(key), f"Gemma-4's {what} is not priced yet; pdag refuses rather than price "
                                  "the model without it", "0, false or absent (Gemma-4 31B's config)")
@@ -1527,6 +1531,18 @@ def _gemma4_full_layers(c: _Cfg, notes: list[str]) -> dict[str, Any]:
     notes.append(f"Gemma-4's full-attention layers have their own shape: {shape.num_kv_heads} KV heads of "
                  f"{shape.head_dim}{values}, against {kv_heads} of {head_dim} on the sliding layers")
     return {"full_layer_shape": shape}
+
+
+def _gemma4_moe(c: _Cfg, num_layers: int, dense_i: int) -> MoESpec:
+    """Gemma-4's MoE block (26B-A4B, enable_moe_block): on every layer the dense MLP of intermediate_size runs beside
+    num_experts routed GELU experts of moe_intermediate_size (top_k_experts per token) and their outputs add, so the
+    MLP is read as an always-on shared expert; the router carries a per-expert output scale and a hidden-sized input
+    scale, and the block three more RMSNorms (vLLM vllm/model_executor/models/gemma4.py, Gemma4Router, Gemma4MoE,
+    Gemma4DecoderLayer)."""
+    key = "moe_intermediate_size" if c.has("moe_intermediate_size") else "expert_intermediate_size"
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("top_k_experts", hi=MAX_EXPERTS),
+               c.int(key, hi=MAX_INTERMEDIATE), 1, dense_i, tuple(range(num_layers)), True, False, "top_k_experts")
+    return moe.model_copy(update={"router_input_scale": True})
 
 
 def _minimax_lightning(c: _Cfg, num_layers: int) -> RecurrentSpec:
