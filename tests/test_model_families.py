@@ -448,3 +448,14 @@ def test_tp_must_split_both_kv_head_counts() -> None:
     fixed = autofix_dag({"model": model, "hardware": {"gpu": "h200", "num_gpus": 4}, "parallel": {"tp": 4}})
     tp = fixed.plan["parallel"]["tp"]
     assert all(k % tp == 0 or tp % k == 0 for k in (8, 3)) and 24 % tp == 0
+
+
+def test_glm_4_7_flash_measurements_load_and_fit_their_gpu() -> None:
+    """The SGLang cookbook's GLM-4.7-Flash points (kept beside the scored corpus, scored by pdag accuracy on their
+    own) load as measurements whose plans fit the one B200 they ran on."""
+    from tools.calibration.accuracy import load_measurements, point_plan
+    from tools.estimate.core import estimate_performance
+
+    pts = load_measurements(ROOT.parent / "evals" / "new_families" / "glm47_flash_sglang_cookbook.json")
+    assert len(pts) == 19 and {p["model"] for p in pts} == {"glm-4.7-flash"}
+    assert estimate_performance(plan=point_plan(pts[0])).memory.fits
