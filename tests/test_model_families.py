@@ -450,12 +450,16 @@ def test_tp_must_split_both_kv_head_counts() -> None:
     assert all(k % tp == 0 or tp % k == 0 for k in (8, 3)) and 24 % tp == 0
 
 
-def test_glm_4_7_flash_measurements_load_and_fit_their_gpu() -> None:
-    """The SGLang cookbook's GLM-4.7-Flash points (kept beside the scored corpus, scored by pdag accuracy on their
-    own) load as measurements whose plans fit the one B200 they ran on."""
+def test_new_family_measurements_load_and_fit_their_gpus() -> None:
+    """The SGLang cookbook's GLM-4.7-Flash and Gemma-4 points (kept beside the scored corpus, scored by pdag accuracy
+    on their own) load as measurements whose plans fit the GPUs they ran on."""
     from tools.calibration.accuracy import load_measurements, point_plan
     from tools.estimate.core import estimate_performance
 
     pts = load_measurements(ROOT.parent / "evals" / "new_families" / "glm47_flash_sglang_cookbook.json")
     assert len(pts) == 19 and {p["model"] for p in pts} == {"glm-4.7-flash"}
     assert estimate_performance(plan=point_plan(pts[0])).memory.fits
+    gemma = load_measurements(ROOT.parent / "evals" / "new_families" / "gemma4_sglang_cookbook.json")
+    assert len(gemma) == 20
+    assert all(p["model"]["hf_config"]["text_config"]["model_type"] == "gemma4_text" for p in gemma)
+    assert all(estimate_performance(plan=point_plan(p)).memory.fits for p in gemma if p["batch_size"] == 1)
