@@ -532,11 +532,13 @@ async def test_an_agent_plans_the_new_kinds_by_name_or_config_over_mcp() -> None
     from server import create_server
 
     async with Client(create_server(), raise_exceptions=True) as client:
-        for model, said in (("deepseek-ai/DeepSeek-V3.2", "sparse attention"), ("nemotron-h-56b", "Mamba-2"),
-                            ({"hf_config": QWEN3_NEXT}, "gated DeltaNet")):
-            gpus = 16 if model == "deepseek-ai/DeepSeek-V3.2" else 4
-            plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": gpus},
-                    "parallel": {"tp": gpus, "ep": gpus} if model != "nemotron-h-56b" else {"tp": gpus},
+        cases = (("deepseek-ai/DeepSeek-V3.2", "sparse attention", {"tp": 16, "ep": 16}),
+                 ("nemotron-h-56b", "Mamba-2", {"tp": 4}),
+                 ({"hf_config": QWEN3_NEXT}, "gated DeltaNet", {"tp": 4, "ep": 4}),
+                 ("tiiuae/Falcon-H1-0.5B-Instruct", "side by side", {"tp": 2}),
+                 ({"hf_config": MINIMAX_TEXT_01}, "lightning attention", {"tp": 8, "ep": 8}))
+        for model, said, parallel in cases:
+            plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": parallel["tp"]}, "parallel": parallel,
                     "workload": {"input_len": 4096, "output_len": 512, "batch_size": 8}}
             r = await client.call_tool("estimate_performance", {"plan": plan, "detail": "full"})
             assert not r.is_error, r.content[0].text
