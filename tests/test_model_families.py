@@ -356,13 +356,47 @@ def test_gemma_4_global_layers_carry_their_own_kv_shape() -> None:
     assert spec.kv_bytes(CTX_128K, BF16) == (50 * 1024 * 16_384 + 10 * CTX_128K * 8_192)
 
 
-def test_gemma_4_features_not_priced_are_named() -> None:
-    for key, value in (("hidden_size_per_layer_input", 256), ("num_kv_shared_layers", 20)):
-        cfg = json.loads(json.dumps(GEMMA4_31B))
-        cfg["text_config"][key] = value
-        with pytest.raises(PdagInputError) as err:
-            from_hf_config(cfg)
-        assert err.value.field == f"hf_config.text_config.{key}"
+# Gemma-4 E2B: the text fields several third-party readers copy from google/gemma-4-E2B-it's config.json
+GEMMA4_E2B = {"model_type": "gemma4", "tie_word_embeddings": True, "text_config": {
+    "model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35, "intermediate_size": 6144,
+    "num_attention_heads": 8, "head_dim": 256, "global_head_dim": 512, "vocab_size": 262144, "num_key_value_heads": 1,
+    "num_kv_shared_layers": 20, "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144,
+    "sliding_window": 512, "max_position_embeddings": 131072, "final_logit_softcapping": 30.0, "attention_bias": False,
+    "attention_k_eq_v": False, "use_double_wide_mlp": True, "enable_moe_block": False, "tie_word_embeddings": True,
+    "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
+
+
+def test_gemma_4_e2b_per_layer_embeddings_and_shared_kv() -> None:
+    """2.3B effective parameters as published (5.1B with per-layer embeddings and the audio and vision towers): the
+    262,144 x 35 x 256 per-layer table is what the effective count leaves out. The last 20 layers keep no KV (they
+    read the last earlier layer of their kind) and have a 12,288-wide FFN; 15 layers' KV per token remains."""
+    spec = from_hf_config(GEMMA4_E2B)
+    table = 262_144 * 35 * 256
+    assert spec.param_count() - table == pytest.approx(2.3e9, rel=0.01)
+    assert spec.ffn_width(14) == 6144 and spec.ffn_width(15) == 12288 and spec.is_kv_shared(15)
+    own = [i for i in range(35) if not spec.is_kv_shared(i)]
+    assert spec.kv_bytes_per_token(BF16) == sum(2 * 1 * (512 if i % 5 == 4 else 256) for i in own) * BF16 == 18_432
+    assert spec.kv_bytes(CTX_128K, BF16) == (12 * 512 * 1024 + 3 * CTX_128K * 2048)
+    with pytest.raises(PdagInputError) as err:
+        from_hf_config({**GEMMA4_E2B, "text_config": {**GEMMA4_E2B["text_config"], "num_kv_shared_layers": 35}})
+    assert err.value.field == "hf_config.text_config.num_kv_shared_layers"
+
+
+def test_gemma_4_e2b_memory_and_search_follow_each_layer() -> None:
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
+    from tools.estimate.core import estimate_performance
+    from tools.estimate.fast import FastEstimator
+
+    plan = {"model": {"hf_config": GEMMA4_E2B}, "hardware": {"gpu": "h200", "num_gpus": 2}, "parallel": {"pp": 2},
+            "workload": {"batch_size": 8, "input_len": 4096, "output_len": 256}}
+    spec = from_hf_config(GEMMA4_E2B)
+    report = memory_report(parse_plan(plan))
+    assert report.kv_cache_bytes == pytest.approx(8 * spec.kv_bytes(4096 + 256, BF16))
+    full = estimate_performance(plan)
+    fast = FastEstimator(parse_plan(plan)).headline(8)
+    assert fast.ttft_ms == pytest.approx(full.prefill_latency_ms, rel=1e-9)
+    assert fast.tpot_ms == pytest.approx(full.decode_latency_ms_per_token, rel=1e-9)
 
 
 # Gemma-4 26B-A4B: the text fields a third-party card copies from google/gemma-4-26B-A4B-it's config.json
@@ -460,6 +494,6 @@ def test_new_family_measurements_load_and_fit_their_gpus() -> None:
     assert len(pts) == 19 and {p["model"] for p in pts} == {"glm-4.7-flash"}
     assert estimate_performance(plan=point_plan(pts[0])).memory.fits
     gemma = load_measurements(ROOT.parent / "evals" / "new_families" / "gemma4_sglang_cookbook.json")
-    assert len(gemma) == 20
+    assert len(gemma) == 25
     assert all(p["model"]["hf_config"]["text_config"]["model_type"] == "gemma4_text" for p in gemma)
     assert all(estimate_performance(plan=point_plan(p)).memory.fits for p in gemma if p["batch_size"] == 1)

@@ -280,7 +280,8 @@ class Builder:
         """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
         and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
         key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer),
-               self.spec.is_ffn_free(layer), self.spec.kv_shape(layer))  # a full layer's own KV heads (Gemma-4)
+               self.spec.is_ffn_free(layer), self.spec.kv_shape(layer),  # a full layer's own KV heads (Gemma-4)
+               self.spec.is_kv_shared(layer), self.spec.ffn_width(layer))
         tmpl = self.templates.get(key)
         if tmpl is not None:
             return self.copy_layer(tmpl, c, s, layer, inputs)

@@ -277,10 +277,13 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
         n_moe = sum(1 for i in layers if spec.is_moe_layer(i))
         n_dense = len(layers) - n_moe
         dense_ffn = sum(spec.ffn_params(i) for i in layers)
-        n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
+        # layers reading an earlier layer's cache (Gemma-4 E2B / E4B) keep none of their own
+        n_shared_kv = sum(1 for i in layers if spec.is_kv_shared(i))
+        n_slide = sum(1 for i in layers if spec.is_sliding_layer(i) and not spec.is_kv_shared(i))
         n_rec = sum(1 for i in layers if spec.is_recurrent_layer(i))  # a fixed state, no KV per token
         n_state = sum(1 for i in layers if spec.has_state(i))  # with Falcon-H1's attention-and-Mamba layers
-        n_full = len(layers) - n_slide - n_rec
+        n_full = len(layers) - n_slide - n_rec - n_shared_kv
+        wide = max((spec.ffn_width(i) for i in layers if spec.ffn_params(i)), default=spec.intermediate_size)
         # a full-attention layer may have its own KV shape (Gemma-4): price it as the stage's first such layer
         full = next((i for i in layers if not spec.is_sliding_layer(i) and not spec.is_recurrent_layer(i)), None)
         attn_rep = sum(_attention_split(plan, i)[0] for i in layers if not spec.is_recurrent_layer(i))
@@ -291,8 +294,8 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
             j = local % attn_width if local < groups * attn_width else local
             # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
-            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, n_state, s == 0, last, j < attn_width, j < tp,
-                   tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
+            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, n_state, n_shared_kv, s == 0, last, j < attn_width,
+                   j < tp, tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
                    (local // expert_tp) < extra, draft is not None and local < draft_tp)
             if key in shapes:
                 out.append(_Terms(gpu, s, local, **shapes[key]))
@@ -316,15 +319,15 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             if attn_gpu:
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
                 weights += (attn_rep + attn_shard / shards) * wba
-                weights += sum(spec.layer_norm_params(i) for i in layers) * hb
+                weights += sum(spec.layer_norm_params(i) + spec.per_layer_input_params(i) for i in layers) * hb
                 if n_state:
                     assert spec.recurrent is not None
                     weights += n_state * spec.recurrent.params(h) / shards * wba
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks
-                if s == 0:
-                    weights += spec.embedding_params() / vocab * hb
+                if s == 0:  # the embedding and any per-layer embeddings, split by vocabulary like it
+                    weights += (spec.embedding_params() + spec.per_layer_input_params()) / vocab * hb
                 if last:
                     head = spec.lm_head_params() or (spec.embedding_params() if pool.pp > 1 else 0)
                     weights += (head / vocab + spec.final_norm_params()) * hb
@@ -334,7 +337,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 if moe:
                     weights += n_moe * spec.shared_expert_params() / tp * wb
                 if n_dense:
-                    act_ffn = 2 * spec.intermediate_size / tp
+                    act_ffn = 2 * wide / tp
                 if moe and n_moe:
                     act_ffn = max(act_ffn, 2 * moe.shared_expert_intermediate_size / tp)
             if moe and n_moe and local < ep * expert_tp:

@@ -259,6 +259,14 @@ class ModelSpec(BaseModel):
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
     full_layer_shape: AttentionShape | None = None  # the full-attention layers' own KV heads and head size (Gemma-4)
+    # layers that attend over an earlier layer's cache and keep none of their own (Gemma-4 E2B / E4B's last
+    # num_kv_shared_layers), and layers whose dense FFN is twice intermediate_size (their use_double_wide_mlp)
+    kv_shared_layers: tuple[int, ...] = ()
+    wide_ffn_layers: tuple[int, ...] = ()
+    # per-layer embeddings (Gemma-4 E2B / E4B): each token also looks up per_layer_input_width values for every layer
+    # in a table of per_layer_input_vocab rows, projected from the embedding too, and each layer gates them in
+    per_layer_input_width: int = Field(default=0, ge=0, le=MAX_HIDDEN)
+    per_layer_input_vocab: int = Field(default=0, ge=0, le=MAX_VOCAB)
     # layers made of a token mixer alone, without a feed-forward block after it (Nemotron-H's "M" or "*" followed by
     # another mixer); their one norm is the mixer's
     ffn_free_layers: tuple[int, ...] = ()
@@ -294,6 +302,8 @@ class ModelSpec(BaseModel):
             raise ValueError("ffn_free_layers out of range or MoE")
         if self.indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
+        if any(not 0 <= i < self.num_layers for i in (*self.kv_shared_layers, *self.wide_ffn_layers)):
+            raise ValueError("kv_shared_layers or wide_ffn_layers out of range")
         if self.full_layer_shape is not None and (self.attention == "mla" or not self.sliding_window_layers or
                                                   self.num_heads % self.full_layer_shape.num_kv_heads):
             raise ValueError("a full-attention layer shape needs windowed GQA layers and KV heads dividing the heads")
@@ -364,6 +374,26 @@ class ModelSpec(BaseModel):
     # ------------------------------------------------------------------ parameter counts
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
+
+    def per_layer_input_params(self, layer: int | None = None) -> int:
+        """Per-layer embeddings: without a layer, the model's table, its projection from the embedding and that
+        projection's norm (beside the embedding); with one, the layer's gate, projection back and norm."""
+        w = self.per_layer_input_width
+        if not w:
+            return 0
+        if layer is None:
+            return self.per_layer_input_vocab * self.num_layers * w + self.hidden_size * self.num_layers * w + w
+        return 2 * self.hidden_size * w + self.hidden_size
+
+    def is_kv_shared(self, layer: int) -> bool:
+        """The layer attends over an earlier layer's cache and keeps no KV of its own."""
+        self._check_layer(layer)
+        return layer in self.kv_shared_layers
+
+    def ffn_width(self, layer: int) -> int:
+        """The dense FFN's intermediate size in ``layer`` (twice it in a double-wide layer)."""
+        self._check_layer(layer)
+        return self.intermediate_size * (2 if layer in self.wide_ffn_layers else 1)
 
     def lm_head_params(self) -> int:
         """Output projection; 0 when tied to the embedding (the embedding holds the weights)."""
@@ -449,7 +479,7 @@ class ModelSpec(BaseModel):
         MoE or has no FFN."""
         if self.is_moe_layer(layer) or self.is_ffn_free(layer):
             return 0
-        return self._swiglu(self.intermediate_size, self.mlp_bias)
+        return self._swiglu(self.ffn_width(layer), self.mlp_bias)
 
     def expert_params(self) -> int:
         """One routed expert (gate, up, down and any biases)."""
@@ -482,7 +512,7 @@ class ModelSpec(BaseModel):
     def layer_params(self, layer: int) -> int:
         """Every parameter of decoder block ``layer``."""
         ffn = self.moe_params() if self.is_moe_layer(layer) else self.ffn_params(layer)
-        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.per_layer_input_params(layer)
 
     def active_layer_params(self, layer: int) -> int:
         """Parameters of ``layer`` one token uses (only ``experts_per_token`` routed experts)."""
@@ -490,28 +520,33 @@ class ModelSpec(BaseModel):
             return self.layer_params(layer)
         assert self.moe is not None
         ffn = self.moe.experts_per_token * self.expert_params() + self.shared_expert_params()
-        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.router_params()
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.router_params() + \
+            self.per_layer_input_params(layer)
 
     def param_count(self) -> int:
-        """Total parameters (MTP modules excluded)."""
+        """Total parameters (MTP modules excluded), per-layer embeddings included."""
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.final_norm_params() + self.lm_head_params()
+        return self.embedding_params() + self.per_layer_input_params() + layers + self.final_norm_params() + \
+            self.lm_head_params()
 
     def active_param_count(self, include_embedding: bool = True) -> int:
-        """Parameters used per token. ``include_embedding=False`` leaves out the input embedding table
-        (a lookup, no FLOPs), which is how some model cards quote active parameters. With tied
-        embeddings the shared matrix is always counted once (it is the LM head)."""
+        """Parameters used per token. ``include_embedding=False`` leaves out the input embedding tables
+        (lookups, no FLOPs; the per-layer embeddings' table too), which is how some model cards quote active
+        parameters. With tied embeddings the shared matrix is always counted once (it is the LM head)."""
         layers = sum(self.active_layer_params(i) for i in range(self.num_layers))
         head = self.vocab_size * self.hidden_size if self.tie_embeddings else self.lm_head_params()
         emb = self.embedding_params() if (include_embedding and not self.tie_embeddings) else 0
-        return emb + layers + self.final_norm_params() + head
+        ple = self.per_layer_input_params()
+        if ple and not include_embedding:
+            ple -= self.per_layer_input_vocab * self.num_layers * self.per_layer_input_width
+        return emb + ple + layers + self.final_norm_params() + head
 
     # ------------------------------------------------------------------ KV cache
     def kv_elements_per_token_per_layer(self, layer: int = 0) -> int:
         """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key; none in a
-        recurrent layer (its state is per request: ``state_bytes_per_sequence``)."""
+        recurrent layer (its state is per request: ``state_bytes_per_sequence``) or one reading another's cache."""
         self._check_layer(layer)
-        if self.is_recurrent_layer(layer):
+        if self.is_recurrent_layer(layer) or layer in self.kv_shared_layers:
             return 0
         if self.attention == "mla":
             assert self.mla is not None
@@ -1414,7 +1449,7 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "fixed conv + SSM state per request (16-bit); the muP multipliers change numerics only")
         return {"recurrent": rec}
     if model_type == "gemma4_text":
-        return _gemma4_full_layers(c, notes)
+        return _gemma4_layers(c, num_layers, notes)
     if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
         rec = _minimax_lightning(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "
@@ -1506,31 +1541,45 @@ def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          parallel=True)
 
 
-def _gemma4_full_layers(c: _Cfg, notes: list[str]) -> dict[str, Any]:
-    """Gemma-4's global (full-attention) layers: global_head_dim and, with attention_k_eq_v, num_global_key_value_heads
-    and no v_proj (vLLM vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer). Per-layer embeddings, KV shared
-    across layers are not read yet and are refused by name."""
-    for key, what in (("hidden_size_per_layer_input", "per-layer embeddings (E2B / E4B)"),
-                      ("num_kv_shared_layers", "layers reusing an earlier layer's KV (E2B / E4B)")):
-        if c.raw.get(key) not in (None, 0, False):
-            raise PdagInputError(c.path(key), f"Gemma-4's {what} is not priced yet; pdag refuses rather than price "
-                                 "the model without it", "0, false or absent (Gemma-4 31B's config)")
+def _gemma4_layers(c: _Cfg, num_layers: int, notes: list[str]) -> dict[str, Any]:
+    """Gemma-4's layer kinds beyond Gemma-3's (vLLM vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer,
+    Gemma4Attention, Gemma4Model): the global (full-attention) layers' global_head_dim and, with attention_k_eq_v,
+    num_global_key_value_heads and no v_proj; the last num_kv_shared_layers layers attending over the cache of the
+    last earlier layer of their kind (none of their own), their FFN twice as wide with use_double_wide_mlp; per-layer
+    embeddings of hidden_size_per_layer_input (E2B / E4B)."""
+    out: dict[str, Any] = {}
     head_dim = c.int("head_dim", hi=MAX_HEAD_DIM)
     kv_heads = c.int("num_key_value_heads", hi=MAX_HEADS)
     shared = c.bool("attention_k_eq_v", False)
     shape = AttentionShape(num_kv_heads=c.int("num_global_key_value_heads", default=kv_heads, hi=MAX_HEADS)
                            if shared else kv_heads,
                            head_dim=c.int("global_head_dim", default=head_dim, hi=MAX_HEAD_DIM), shared_kv=shared)
-    if shape == AttentionShape(num_kv_heads=kv_heads, head_dim=head_dim):
-        return {}
-    heads = c.int("num_attention_heads", hi=MAX_HEADS)
-    if heads % shape.num_kv_heads:
-        raise PdagInputError(c.path("num_global_key_value_heads"), f"{shape.num_kv_heads} KV heads do not divide "
-                             f"{heads} attention heads", f"a divisor of {heads}")
-    values = ", values from the key projection (no v_proj; vLLM still caches K and V)" if shared else ""
-    notes.append(f"Gemma-4's full-attention layers have their own shape: {shape.num_kv_heads} KV heads of "
-                 f"{shape.head_dim}{values}, against {kv_heads} of {head_dim} on the sliding layers")
-    return {"full_layer_shape": shape}
+    if shape != AttentionShape(num_kv_heads=kv_heads, head_dim=head_dim):
+        heads = c.int("num_attention_heads", hi=MAX_HEADS)
+        if heads % shape.num_kv_heads:
+            raise PdagInputError(c.path("num_global_key_value_heads"), f"{shape.num_kv_heads} KV heads do not divide "
+                                 f"{heads} attention heads", f"a divisor of {heads}")
+        values = ", values from the key projection (no v_proj; vLLM still caches K and V)" if shared else ""
+        notes.append(f"Gemma-4's full-attention layers have their own shape: {shape.num_kv_heads} KV heads of "
+                     f"{shape.head_dim}{values}, against {kv_heads} of {head_dim} on the sliding layers")
+        out["full_layer_shape"] = shape
+    n_shared = c.int("num_kv_shared_layers", default=0, lo=0, hi=num_layers - 1)
+    if n_shared:
+        out["kv_shared_layers"] = tuple(range(num_layers - n_shared, num_layers))
+        if c.bool("use_double_wide_mlp", False):
+            out["wide_ffn_layers"] = out["kv_shared_layers"]
+        notes.append(f"the last {n_shared} layers attend over the cache of the last earlier layer of their kind and "
+                     "keep no KV of their own" + (", with a dense FFN twice as wide" if "wide_ffn_layers" in out
+                                                   else ""))
+    width = c.int("hidden_size_per_layer_input", default=0, lo=0, hi=MAX_HIDDEN)
+    if width:
+        out["per_layer_input_width"] = width
+        out["per_layer_input_vocab"] = c.int("vocab_size_per_layer_input", default=c.int("vocab_size", hi=MAX_VOCAB),
+                                             hi=MAX_VOCAB)
+        notes.append(f"per-layer embeddings: a {out['per_layer_input_vocab']:,}-row table of {width} values per layer "
+                     "(a lookup, stored beside the embedding) and each layer's gate and projection of them; their "
+                     "compute, under 2 % of an FFN's, is not priced")
+    return out
 
 
 def _gemma4_moe(c: _Cfg, num_layers: int, dense_i: int) -> MoESpec:

@@ -334,11 +334,13 @@ class CostModel:
         layer = attrs.get("layer")
         sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
         recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.has_state(layer))
+        # a layer reading an earlier layer's cache writes none, and a double-wide FFN costs twice (Gemma-4 E2B)
+        own = (self.spec.is_kv_shared(layer), self.spec.ffn_width(layer)) if layer is not None else None
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
                meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
-               sliding, recurrent, len(devices), self.link(devices) if len(devices) > 1 else None)
+               sliding, recurrent, own, len(devices), self.link(devices) if len(devices) > 1 else None)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding, recurrent)
@@ -375,6 +377,9 @@ class CostModel:
             return self.attention(phase, batch, attrs, meta, sliding)
         if ntype == T.KV_CACHE and recurrent and not parallel:  # the mixer reads and writes its state in place
             return NodeCost(0.0, "memory")
+        layer = attrs.get("layer")
+        if ntype in (T.KV_CACHE, T.KV_TRANSFER) and layer is not None and spec.is_kv_shared(layer):
+            return NodeCost(0.0, "memory")  # the layer reads an earlier layer's cache and keeps none
         if ntype == T.NORM:
             c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
             if attrs.get("role") in ("pre_attention", "pre_ffn"):
@@ -383,8 +388,9 @@ class CostModel:
                 c.overhead_s += extra
             return c
         if ntype == T.FFN:
+            dense = spec.ffn_width(layer) if layer is not None else spec.intermediate_size
             inter = spec.moe.shared_expert_intermediate_size if (attrs.get("role") == "shared_expert"
-                                                                  and spec.moe) else spec.intermediate_size
+                                                                  and spec.moe) else dense
             i_l = inter / max(1, int(meta.get("of", 1)))
             g = 2 if spec.ffn_gated else 1  # gate and up, or up alone (ReLU^2 MLP)
             return self.run(phase, [

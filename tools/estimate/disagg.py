@@ -45,7 +45,7 @@ def _prompt_tokens_over_layers(plan: Plan) -> float:
     spec, n = plan.spec, plan.workload.input_len
     window = spec.sliding_window or n
     return float(sum(min(n, window) if spec.is_sliding_layer(i) else n for i in range(spec.num_layers)
-                     if not spec.is_recurrent_layer(i)))
+                     if not spec.is_recurrent_layer(i) and not spec.is_kv_shared(i)))
 
 
 def _kv_elems_per_shard(plan: Plan, pl: PhaseLayout, layer: int | None = None) -> float:
@@ -61,7 +61,7 @@ def _wire_kv_elems(plan: Plan, pl: PhaseLayout) -> float:
     spec, n = plan.spec, plan.workload.input_len
     window = spec.sliding_window or n
     return float(sum((min(n, window) if spec.is_sliding_layer(i) else n) * _kv_elems_per_shard(plan, pl, i)
-                     for i in range(spec.num_layers) if not spec.is_recurrent_layer(i)))
+                     for i in range(spec.num_layers) if not spec.is_recurrent_layer(i) and not spec.is_kv_shared(i)))
 
 
 def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) -> KvHandoff:
