@@ -263,16 +263,19 @@ _keys = st.sampled_from(["model_type", "num_hidden_layers", "hidden_size", "num_
                          "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "sliding_window",
                          "layer_types", "text_config", "n_routed_experts", "moe_intermediate_size",
                          "interleave_moe_layer_step", "attention_chunk_size", "no_rope_layers",
-                         "sliding_window_pattern", "first_k_dense_replace", "kv_lora_rank", "mlp_only_layers"])
+                         "sliding_window_pattern", "first_k_dense_replace", "kv_lora_rank", "mlp_only_layers",
+                         "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers",
+                         "hidden_size_per_layer_input", "enable_moe_block", "num_experts", "top_k_experts"])
 
 
 @settings(max_examples=300, deadline=None)
 @given(base=st.sampled_from(["gemma-3-27b", "llama-4-scout", "kimi-k2", "qwen3-32b", "gemma-2-27b", "R7B",
-                             "ERNIE_21B"]),
+                             "ERNIE_21B", "GEMMA4_E2B", "GEMMA4_26B_A4B"]),
        edits=st.dictionaries(_keys, _json, max_size=4), extra=st.dictionaries(st.text(max_size=8), _json, max_size=3))
 def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[str, Any],
                                                          extra: dict[str, Any]) -> None:
-    cfg = dict({"R7B": R7B, "ERNIE_21B": ERNIE_21B}[base]) if base.isupper() else load_preset_config(base)
+    named = {"R7B": R7B, "ERNIE_21B": ERNIE_21B, "GEMMA4_E2B": GEMMA4_E2B, "GEMMA4_26B_A4B": GEMMA4_26B_A4B}
+    cfg = json.loads(json.dumps(named[base])) if base.isupper() else load_preset_config(base)
     target = cfg["text_config"] if "text_config" in cfg and "text_config" not in edits else cfg
     target.update(extra)
     target.update(edits)

@@ -304,9 +304,9 @@ class ModelSpec(BaseModel):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
         if any(not 0 <= i < self.num_layers for i in (*self.kv_shared_layers, *self.wide_ffn_layers)):
             raise ValueError("kv_shared_layers or wide_ffn_layers out of range")
-        if self.full_layer_shape is not None and (self.attention == "mla" or not self.sliding_window_layers or
+        if self.full_layer_shape is not None and (self.attention == "mla" or
                                                   self.num_heads % self.full_layer_shape.num_kv_heads):
-            raise ValueError("a full-attention layer shape needs windowed GQA layers and KV heads dividing the heads")
+            raise ValueError("a full-attention layer shape needs GQA attention and KV heads dividing the heads")
         return self
 
     # ------------------------------------------------------------------ structure
