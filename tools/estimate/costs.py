@@ -335,7 +335,7 @@ class CostModel:
         sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
         recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.has_state(layer))
         # a layer reading an earlier layer's cache writes none, and a double-wide FFN costs twice (Gemma-4 E2B)
-        own = (self.spec.is_kv_shared(layer), self.spec.ffn_width(layer)) if layer is not None else None
+        own = (self.spec.is_kv_shared(layer), self.spec.ffn_width(layer)) if self._in_range(layer) else None
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
@@ -346,6 +346,10 @@ class CostModel:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding, recurrent)
             self._cache[key] = hit
         return hit
+
+    def _in_range(self, layer: Any) -> bool:
+        """A node's layer index that names one of the model's layers (a drafted DAG may carry others)."""
+        return isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < self.spec.num_layers
 
     def crosses_nodes(self, devices: list[int]) -> bool:
         return self.plan.cluster.crosses_domains(devices)
@@ -377,7 +381,7 @@ class CostModel:
             return self.attention(phase, batch, attrs, meta, sliding)
         if ntype == T.KV_CACHE and recurrent and not parallel:  # the mixer reads and writes its state in place
             return NodeCost(0.0, "memory")
-        layer = attrs.get("layer")
+        layer = attrs.get("layer") if self._in_range(attrs.get("layer")) else None
         if ntype in (T.KV_CACHE, T.KV_TRANSFER) and layer is not None and spec.is_kv_shared(layer):
             return NodeCost(0.0, "memory")  # the layer reads an earlier layer's cache and keeps none
         if ntype == T.NORM:
