@@ -158,7 +158,7 @@ def test_nvl72_racks_keep_tp_and_wide_ep_on_nvlink():
         assert rack < apart.decode_latency_ms_per_token
 
 
-NEW_IN_ISSUE_39 = ["a10g", "l4", "l20", "h20", "h800", "a800", "mi355x", "b300", "rtx-pro-6000"]
+NEW_IN_ISSUE_39 = ["a10g", "l4", "l20", "h20", "h800", "a800", "mi355x", "mi350x", "b300", "rtx-pro-6000"]
 
 
 def test_issue_39_accelerators_present() -> None:
@@ -200,6 +200,26 @@ def test_fp4_native_accelerators_state_an_fp4_peak() -> None:
         acc = load_accelerator(gid)
         assert acc.dense_tflops.fp4 is not None and acc.dense_tflops.fp4 > acc.dense_tflops.fp8, gid  # type: ignore[operator]
         assert "dense_tflops.fp4" in acc.sources
+
+
+def test_mi350x_is_mi355x_at_its_lower_clock() -> None:
+    """MI350X: MI355X's 256 compute units, memory and links at a 2.2 GHz peak clock instead of 2.4 GHz, so each
+    dense peak is MI355X's scaled by 2.2 / 2.4; SGLang's cookbook serves Kimi-K2.5 on 4 of them."""
+    from tools.engines.launch import import_command
+    from tools.estimate.core import estimate_performance
+
+    mi350, mi355 = load_accelerator("mi350x"), load_accelerator("mi355x")
+    assert mi350.memory_bytes == mi355.memory_bytes == 288 * 10**9
+    assert mi350.intra_node == mi355.intra_node
+    for dtype in ("bf16", "fp8", "int8"):
+        assert mi350.peak_flops(dtype) == pytest.approx(mi355.peak_flops(dtype) * 2.2 / 2.4, rel=1e-4)
+    assert mi350.dense_tflops.fp4 == pytest.approx(mi355.dense_tflops.fp4 * 2.2 / 2.4, rel=1e-4)  # type: ignore[operator]
+    assert all(url.startswith("https://www.amd.com/") for key, url in mi350.sources.items()
+               if key.startswith(("memory", "dense_tflops")))
+    plan = import_command("sglang serve --model-path moonshotai/Kimi-K2.5 --tp 4 --mem-fraction-static 0.8 "
+                          "--trust-remote-code", gpu="mi350x").plan
+    assert plan["hardware"]["gpu"] == "mi350x" and plan["parallel"]["tp"] == 4
+    assert estimate_performance(plan).memory.fits
 
 
 def test_export_cut_parts_keep_their_cut_links() -> None:

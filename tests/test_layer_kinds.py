@@ -1,7 +1,8 @@
-"""Layer kinds beyond K/V attention: Qwen3-Next's gated DeltaNet, DeepSeek-V3.2's sparse-attention indexer and
-Nemotron-H's Mamba-2 blocks.  Parameter counts against published totals, KV bytes per token and state bytes per
-request against hand calculations from each config, the memory model and the estimator pricing each kind, the
-TP rule on recurrent heads, and arbitrary configs of each family (a model or a named field error, never a crash)."""
+"""Layer kinds beyond K/V attention: Qwen3-Next's gated DeltaNet, DeepSeek-V3.2's sparse-attention indexer,
+Nemotron-H's Mamba-2 blocks, Falcon-H1's attention and Mamba-2 side by side and MiniMax's lightning attention.
+Parameter counts against published totals, KV bytes per token and state bytes per request against hand calculations
+from each config, the memory model and the estimator pricing each kind, the TP rule on recurrent heads, and arbitrary
+configs of each family (a model or a named field error, never a crash)."""
 
 from __future__ import annotations
 
@@ -264,6 +265,179 @@ def test_granite_without_experts_reads_its_shared_mlp_as_the_dense_ffn() -> None
     assert spec.ffn_params(0) == 3 * 4096 * 1536
 
 
+# ----------------------------------------------------------------------------------------------- Falcon-H1
+FALCON_README_COMMAND = "vllm serve tiiuae/Falcon-H1-0.5B-Instruct --tensor-parallel-size 2 --data-parallel-size 1"
+
+
+def _falcon_tensors(cfg: dict[str, Any]) -> int:
+    """Every tensor of transformers' FalconH1ForCausalLM for this config, written out from its modules."""
+    h, n_layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    inner = cfg["mamba_n_heads"] * cfg["mamba_d_head"]
+    conv_dim = inner + 2 * cfg["mamba_n_groups"] * cfg["mamba_d_state"]
+    attention = h * q + 2 * h * kv + q * h  # q, k, v, o without biases
+    mamba = (h * (inner + conv_dim + cfg["mamba_n_heads"])  # in_proj: gate, x B C, dt
+             + conv_dim * cfg["mamba_d_conv"] + conv_dim  # depthwise conv1d with its bias
+             + 3 * cfg["mamba_n_heads"]  # dt_bias, A_log, D (no gated norm: mamba_rms_norm false)
+             + inner * h)  # out_proj
+    mlp = 3 * h * cfg["intermediate_size"]
+    layer = attention + mamba + mlp + 2 * h  # input_layernorm, pre_ff_layernorm
+    return 2 * vocab * h + n_layers * layer + h  # untied embedding and lm_head, final norm
+
+
+def test_falcon_h1_counts_every_tensor_of_both_mixers() -> None:
+    """521,411,104: attention and the Mamba-2 mixer in each of the 36 layers, the total a third-party card lists for
+    tiiuae/Falcon-H1-0.5B-Base (the README rounds it to 0.5B)."""
+    cfg = preset_config("falcon-h1-0.5b.json")
+    spec = load_preset("falcon-h1-0.5b")
+    assert spec.param_count() == _falcon_tensors(cfg) == spec.published_params == 521_411_104
+    assert spec.param_count() == pytest.approx(0.5e9, rel=0.05)
+    assert all(spec.is_parallel_layer(i) and not spec.is_recurrent_layer(i) for i in range(36))
+    assert spec.mixer_params(0) > spec.attention_params_per_layer()
+
+
+def test_falcon_h1_keeps_kv_per_token_and_state_per_request_in_every_layer() -> None:
+    spec = load_preset("falcon-h1-0.5b")
+    assert spec.kv_bytes_per_token(BF16) == 36 * 2 * 2 * 64 * BF16 == 18_432
+    conv = (24 * 64 + 2 * 1 * 128) * (4 - 1)
+    ssm = 24 * 64 * 128
+    assert spec.state_bytes_per_sequence() == 36 * (conv + ssm) * BF16 == 14_542_848
+    assert spec.kv_bytes(8192, BF16) == 8192 * 18_432  # no layer is capped or KV-free
+
+
+def test_falcon_h1_memory_holds_both_caches_split_by_heads() -> None:
+    """At tp 2: one of the 2 KV heads per rank, the Mamba heads split in two, the one group's B and C whole."""
+    batch, ctx = 8, 4096 + 512
+    plan = parse_plan({"model": "falcon-h1-0.5b", "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                       "parallel": {"tp": 2}, "workload": {"batch_size": batch, "input_len": 4096, "output_len": 512}})
+    per_token = 36 * 2 * 1 * 64 * BF16
+    per_seq = 36 * ((24 * 64 // 2 + 2 * 128) * 3 + 24 * 64 * 128 // 2) * BF16
+    assert memory_report(plan).kv_cache_bytes == pytest.approx(batch * (ctx * per_token + per_seq))
+
+
+def test_a_falcon_h1_layer_prices_attention_and_the_mamba_mixer() -> None:
+    """The layer's mixer node costs its attention (growing with the context) plus the Mamba-2 scan (not growing):
+    more than the same attention in a plain decoder, and more at a long context than at a short one."""
+    cfg = preset_config("falcon-h1-0.5b.json")
+    plain = {k: v for k, v in cfg.items() if not k.startswith(("mamba", "ssm", "attn_layer"))}
+    plain.update(model_type="llama", architectures=["LlamaForCausalLM"])
+    for phase in ("prefill", "decode"):
+        falcon, llama = (_attention_node_cost(_plan(m, 4096, 2, tp=2), 0, phase, 8)
+                         for m in ("falcon-h1-0.5b", {"hf_config": plain}))
+        assert falcon > llama
+    short, long = (_attention_node_cost(_plan("falcon-h1-0.5b", n, 2, tp=2), 0, "decode", 8) for n in (1024, 16000))
+    assert long > short
+    est = estimate_performance(parse_plan(_plan("falcon-h1-0.5b", 4096, 2, tp=2)))
+    assert "attention and mamba2 mixer" in {c.name for c in est.decode.critical_path}
+    assert est.kv_cache.state_bytes_per_sequence == 14_542_848
+
+
+def test_falcon_h1_readmes_vllm_command_imports_validates_estimates_exports(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Falcon-H1 README's vLLM line (its 1B model name replaced by the 0.5B preset's checkpoint) goes through
+    the CLI: import, validate, estimate, export, and the export names the checkpoint and its TP."""
+    from tools.cli import main
+
+    assert main(["import", FALCON_README_COMMAND, "--gpu", "h100-sxm"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"] == "falcon-h1-0.5b" and plan["parallel"]["tp"] == 2
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    assert main(["validate", str(path)]) == 0
+    assert "valid" in capsys.readouterr().out
+    assert main(["estimate", str(path)]) == 0
+    assert "recurrent state per sequence" in capsys.readouterr().out
+    assert main(["export", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "tiiuae/Falcon-H1-0.5B-Instruct" in out and "--tensor-parallel-size 2" in out
+
+
+def test_falcon_h1_fields_it_cannot_read_are_named() -> None:
+    cfg = preset_config("falcon-h1-0.5b.json")
+    for bad, field in (({"attn_layer_indices": [0, 1]}, "attn_layer_indices"),
+                       ({"mamba_d_ssm": 2000}, "mamba_d_head"), ({"mamba_n_groups": 5}, "mamba_n_groups")):
+        with pytest.raises(PdagInputError) as err:
+            from_hf_config({**cfg, **bad})
+        assert err.value.field == f"hf_config.{field}"
+    assert recurrent_heads_split(load_preset("falcon-h1-0.5b"), 8) is None
+    assert recurrent_heads_split(load_preset("falcon-h1-0.5b"), 16) == "24 Mamba heads"
+
+
+# ----------------------------------------------------------------------------------------------- MiniMax lightning
+# MiniMax-Text-01: the shapes its model card lists (https://github.com/MiniMax-AI/MiniMax-01/blob/
+# 3c6375c22a892bb04b1fd341bd6bcb7463fcb6fc/MiniMax-Text-01-Model-Card.md: 80 layers, a softmax layer after every 7
+# lightning layers, 64 heads of 128, 32 experts of 9216 top-2, hidden 6144, vocabulary 200,064, RoPE on half the head)
+# with the 8 KV heads the published config states. No preset: no verbatim copy of the config could be cited.
+MINIMAX_TEXT_01 = {
+    "architectures": ["MiniMaxText01ForCausalLM"], "model_type": "minimax_text_01", "hidden_size": 6144,
+    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "rotary_dim": 64,
+    "intermediate_size": 9216, "num_local_experts": 32, "num_experts_per_tok": 2, "shared_intermediate_size": 0,
+    "vocab_size": 200064, "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10, "max_position_embeddings": 10240000,
+    "tie_word_embeddings": False, "postnorm": True, "layernorm_full_attention_alpha": 3.5565588200778455,
+}
+MINIMAX_GUIDE_COMMAND = ("python3 -m vllm.entrypoints.api_server --model MiniMaxAI/MiniMax-Text-01 "
+                         "--tensor-parallel-size 8 --trust-remote-code --quantization experts_int8 "
+                         "--max_model_len 4096 --dtype bfloat16")
+
+
+def test_minimax_text_01_counts_the_cards_totals() -> None:
+    """456B total; 45.9B activated, which the card counts without the embedding and the LM head."""
+    spec = from_hf_config(MINIMAX_TEXT_01)
+    assert spec.param_count() == pytest.approx(456e9, rel=0.01)
+    active = spec.active_param_count(include_embedding=False) - spec.lm_head_params()
+    assert active == pytest.approx(45.9e9, rel=0.01)
+    # a lightning layer: qkv, output gate and out_proj over 64 x 128, its norm; a softmax layer: GQA with 8 KV heads
+    assert spec.mixer_params(0) == 5 * 6144 * 8192 + 8192
+    assert spec.mixer_params(7) == 2 * 6144 * 8192 + 2 * 6144 * 8 * 128
+
+
+def test_minimax_kv_per_token_and_lightning_state_per_request_by_hand() -> None:
+    spec = from_hf_config(MINIMAX_TEXT_01)
+    assert [i for i in range(80) if not spec.is_recurrent_layer(i)] == list(range(7, 80, 8))
+    assert spec.kv_bytes_per_token(BF16) == 10 * 2 * 8 * 128 * BF16 == 40_960
+    assert spec.state_bytes_per_sequence() == 70 * 64 * 128 * 128 * BF16 == 146_800_640
+    assert spec.kv_bytes(1 << 20, BF16) == (1 << 20) * 40_960  # a million tokens: KV of the 10 softmax layers only
+
+
+def test_minimax_layer_types_spelling_and_missing_pattern() -> None:
+    """transformers' minimax spells the pattern as layer_types; a config with neither spelling is refused by it."""
+    tf = {k: v for k, v in MINIMAX_TEXT_01.items() if k != "attn_type_list"}
+    tf.update(model_type="minimax", layer_types=(["linear_attention"] * 7 + ["full_attention"]) * 10)
+    assert from_hf_config(tf).recurrent == from_hf_config(MINIMAX_TEXT_01).recurrent
+    for cfg, field in (({**tf, "layer_types": None}, "layer_types"),
+                       ({**MINIMAX_TEXT_01, "attn_type_list": [True] * 80}, "attn_type_list"),
+                       ({**MINIMAX_TEXT_01, "num_local_experts": [32] * 80}, "num_local_experts"),
+                       ({**MINIMAX_TEXT_01, "sliding_window": 4096}, "sliding_window")):
+        with pytest.raises(PdagInputError) as err:
+            from_hf_config(cfg)
+        assert err.value.field == f"hf_config.{field}"
+
+
+def test_minimax_guides_vllm_command_imports_validates_estimates_exports(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """MiniMax's vLLM guide line for MiniMax-Text-01 with the config: on 8 H200 it validates, estimates (70 lightning
+    layers priced as a constant-state mixer) and exports; on the guide's 8 H800 the bf16 weights do not fit, since its
+    --quantization experts_int8 is not mapped (the import says so) and the validator names the weights."""
+    from tools.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(MINIMAX_TEXT_01), encoding="utf-8")
+    assert main(["import", MINIMAX_GUIDE_COMMAND, "--gpu", "h200", "--hf-config", str(cfg)]) == 0
+    out = capsys.readouterr()
+    plan = json.loads(out.out)
+    assert "experts_int8" in out.err and plan["parallel"]["tp"] == 8
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    assert main(["validate", str(path)]) == 0
+    assert main(["estimate", str(path)]) == 0
+    assert "lightning mixer" in capsys.readouterr().out
+    assert main(["export", str(path)]) == 0
+    assert "MiniMaxAI/MiniMax-Text-01 --tensor-parallel-size 8" in capsys.readouterr().out
+    path.write_text(json.dumps({**plan, "hardware": {**plan["hardware"], "gpu": "h800"}}), encoding="utf-8")
+    assert main(["validate", str(path)]) == 1
+    assert "MEM-FITS" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------- TP rule
 def test_recurrent_heads_must_split_whole() -> None:
     next_spec = from_hf_config(QWEN3_NEXT)
@@ -274,6 +448,9 @@ def test_recurrent_heads_must_split_whole() -> None:
     assert recurrent_heads_split(nemo, 16) == "8 Mamba groups (n_groups)"
     one_group = from_hf_config(dict(preset_config("nemotron-h-56b.json"), n_groups=1))
     assert recurrent_heads_split(one_group, 16) is None  # a single group is replicated on every rank
+    lightning = from_hf_config(MINIMAX_TEXT_01)
+    assert recurrent_heads_split(lightning, 8) is None
+    assert recurrent_heads_split(lightning, 48) == "64 lightning-attention heads"
 
 
 # ----------------------------------------------------------------------------------------------- any config
@@ -281,10 +458,12 @@ SIZE = st.one_of(st.integers(min_value=1, max_value=64), st.sampled_from([0, -1,
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(family=st.sampled_from(["qwen3_next", "deepseek_v32", "nemotron_h", "granitemoehybrid"]), data=st.data())
+@given(family=st.sampled_from(["qwen3_next", "deepseek_v32", "nemotron_h", "granitemoehybrid", "falcon_h1",
+                               "minimax_text_01"]), data=st.data())
 def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.DataObject) -> None:
     base = {"qwen3_next": QWEN3_NEXT, "deepseek_v32": preset_config("deepseek-v3.2.json"),
-            "nemotron_h": preset_config("nemotron-h-56b.json"), "granitemoehybrid": GRANITE_H_SMALL}[family]
+            "nemotron_h": preset_config("nemotron-h-56b.json"), "granitemoehybrid": GRANITE_H_SMALL,
+            "falcon_h1": preset_config("falcon-h1-0.5b.json"), "minimax_text_01": MINIMAX_TEXT_01}[family]
     fields = {
         "qwen3_next": ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",
                        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
@@ -297,6 +476,10 @@ def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.D
         "granitemoehybrid": ["mamba_n_heads", "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_expand",
                              "num_local_experts", "num_experts_per_tok", "shared_intermediate_size",
                              "intermediate_size", "num_hidden_layers", "layer_types"],
+        "falcon_h1": ["mamba_n_heads", "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_ssm",
+                      "mamba_expand", "mamba_d_conv", "num_hidden_layers", "num_key_value_heads", "head_dim"],
+        "minimax_text_01": ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                            "num_local_experts", "num_experts_per_tok", "shared_intermediate_size", "attn_type_list"],
     }[family]
     cfg = dict(base, hidden_size=data.draw(st.sampled_from([64, 128, 256])), vocab_size=1000)
     for key in data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique=True)):
@@ -314,7 +497,8 @@ def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.D
     assert spec.kv_bytes_per_token(BF16) >= 0 and spec.state_bytes_per_sequence() >= 0
     if spec.recurrent is not None:
         assert spec.kv_bytes(4096, BF16) == spec.kv_bytes(4096, BF16)  # deterministic and finite
-        assert all(spec.kv_elements_per_token_per_layer(i) == 0 for i in spec.recurrent.layers)
+        assert all((spec.kv_elements_per_token_per_layer(i) == 0) != spec.recurrent.parallel
+                   for i in spec.recurrent.layers)
 
 
 # ----------------------------------------------------------------------------------------------- fast = full
@@ -322,7 +506,10 @@ def test_any_config_of_a_family_reads_or_names_its_field(family: str, data: st.D
     _plan({"hf_config": QWEN3_NEXT}, 4096, 8, tp=4, ep=4, pp=2),
     _plan("deepseek-v3.2", 8192, 16, tp=8, ep=8, pp=2),
     _plan("nemotron-h-56b", 4096, 8, tp=4, pp=2),
-], ids=["qwen3-next", "deepseek-v3.2", "nemotron-h"])
+    _plan("falcon-h1-0.5b", 4096, 4, tp=2, pp=2),
+    _plan({"hf_config": {**MINIMAX_TEXT_01, "num_hidden_layers": 16, "attn_type_list": [0] * 7 + [1] + [0] * 7 + [1]}},
+          4096, 8, tp=4, ep=4, pp=2),
+], ids=["qwen3-next", "deepseek-v3.2", "nemotron-h", "falcon-h1", "minimax-lightning"])
 def test_search_prices_each_layer_kind_as_the_full_estimate_does(plan: dict[str, Any]) -> None:
     from tools.estimate.fast import FastEstimator
 
@@ -345,11 +532,13 @@ async def test_an_agent_plans_the_new_kinds_by_name_or_config_over_mcp() -> None
     from server import create_server
 
     async with Client(create_server(), raise_exceptions=True) as client:
-        for model, said in (("deepseek-ai/DeepSeek-V3.2", "sparse attention"), ("nemotron-h-56b", "Mamba-2"),
-                            ({"hf_config": QWEN3_NEXT}, "gated DeltaNet")):
-            gpus = 16 if model == "deepseek-ai/DeepSeek-V3.2" else 4
-            plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": gpus},
-                    "parallel": {"tp": gpus, "ep": gpus} if model != "nemotron-h-56b" else {"tp": gpus},
+        cases = (("deepseek-ai/DeepSeek-V3.2", "sparse attention", {"tp": 16, "ep": 16}),
+                 ("nemotron-h-56b", "Mamba-2", {"tp": 4}),
+                 ({"hf_config": QWEN3_NEXT}, "gated DeltaNet", {"tp": 4, "ep": 4}),
+                 ("tiiuae/Falcon-H1-0.5B-Instruct", "side by side", {"tp": 2}),
+                 ({"hf_config": MINIMAX_TEXT_01}, "lightning attention", {"tp": 8, "ep": 8}))
+        for model, said, parallel in cases:
+            plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": parallel["tp"]}, "parallel": parallel,
                     "workload": {"input_len": 4096, "output_len": 512, "batch_size": 8}}
             r = await client.call_tool("estimate_performance", {"plan": plan, "detail": "full"})
             assert not r.is_error, r.content[0].text

@@ -237,8 +237,8 @@ def test_unknown_model_says_a_config_can_be_passed() -> None:
 
 
 @pytest.mark.parametrize("model_type,field", [
-    ("minimax_m1", "attn_type_list"), ("falcon_h1", "mamba_d_ssm"), ("minimax", "layer_types")])
-def test_families_with_state_or_indexers_are_refused_by_field(model_type: str, field: str) -> None:
+    ("minimax_m1", "attn_type_list"), ("falcon_h1", "mamba_n_heads"), ("minimax", "layer_types")])
+def test_a_config_relabelled_as_a_stateful_family_is_refused_by_the_field_it_lacks(model_type: str, field: str) -> None:
     with pytest.raises(PdagInputError) as info:
         from_hf_config(dict(GLM45, model_type=model_type))
     assert info.value.field == f"hf_config.{field}"
@@ -263,16 +263,19 @@ _keys = st.sampled_from(["model_type", "num_hidden_layers", "hidden_size", "num_
                          "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "sliding_window",
                          "layer_types", "text_config", "n_routed_experts", "moe_intermediate_size",
                          "interleave_moe_layer_step", "attention_chunk_size", "no_rope_layers",
-                         "sliding_window_pattern", "first_k_dense_replace", "kv_lora_rank", "mlp_only_layers"])
+                         "sliding_window_pattern", "first_k_dense_replace", "kv_lora_rank", "mlp_only_layers",
+                         "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers",
+                         "hidden_size_per_layer_input", "enable_moe_block", "num_experts", "top_k_experts"])
 
 
 @settings(max_examples=300, deadline=None)
 @given(base=st.sampled_from(["gemma-3-27b", "llama-4-scout", "kimi-k2", "qwen3-32b", "gemma-2-27b", "R7B",
-                             "ERNIE_21B"]),
+                             "ERNIE_21B", "GEMMA4_E2B", "GEMMA4_26B_A4B"]),
        edits=st.dictionaries(_keys, _json, max_size=4), extra=st.dictionaries(st.text(max_size=8), _json, max_size=3))
 def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[str, Any],
                                                          extra: dict[str, Any]) -> None:
-    cfg = dict({"R7B": R7B, "ERNIE_21B": ERNIE_21B}[base]) if base.isupper() else load_preset_config(base)
+    named = {"R7B": R7B, "ERNIE_21B": ERNIE_21B, "GEMMA4_E2B": GEMMA4_E2B, "GEMMA4_26B_A4B": GEMMA4_26B_A4B}
+    cfg = json.loads(json.dumps(named[base])) if base.isupper() else load_preset_config(base)
     target = cfg["text_config"] if "text_config" in cfg and "text_config" not in edits else cfg
     target.update(extra)
     target.update(edits)
@@ -282,3 +285,218 @@ def test_any_config_gives_a_model_or_a_named_input_error(base: str, edits: dict[
         assert exc.field.startswith("hf_config")
     else:
         assert spec.param_count() > 0 and spec.kv_bytes(1000, BF16) >= 0
+
+
+# ----------------------------------------------------------------------------------------------- GLM-4.7-Flash
+GLM47_FLASH_COOKBOOK = "python -m sglang.launch_server --model zai-org/GLM-4.7-Flash --attention-backend triton --tp 1"
+
+
+def test_glm_4_7_flash_is_deepseek_mla_with_glms_moe() -> None:
+    """glm4_moe_lite: 30B total in SGLang's cookbook (pdag 29.94B); one MLA latent of 512 + 64 per token and layer;
+    the first layer dense, the other 46 MoE with one shared expert and a routing bias per expert."""
+    spec = load_preset("zai-org/GLM-4.7-Flash")
+    assert spec.id == "glm-4.7-flash" and spec.attention == "mla" and spec.family == "deepseek"
+    assert spec.param_count() == pytest.approx(30e9, rel=0.01)
+    assert spec.kv_bytes_per_token(BF16) == 47 * (512 + 64) * BF16 == 54_144
+    assert spec.moe is not None and spec.moe.moe_layers == tuple(range(1, 47)) and spec.moe.router_bias
+    assert spec.shared_expert_params() == 3 * 2048 * 1536
+    # transformers' own spelling of the layer pattern reads the same model; a wrong entry is named
+    cfg = load_preset_config("glm-4.7-flash")
+    typed = {**cfg, "mlp_layer_types": ["dense"] + ["sparse"] * 46}
+    assert from_hf_config(typed).param_count() == spec.param_count()
+    with pytest.raises(PdagInputError) as err:
+        from_hf_config({**cfg, "mlp_layer_types": ["moe"] * 47})
+    assert err.value.field == "hf_config.mlp_layer_types"
+
+
+def test_glm_4_7_flash_cookbook_command_imports_validates_estimates_exports(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.cli import main
+
+    assert main(["import", GLM47_FLASH_COOKBOOK, "--gpu", "b200"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["model"] == "glm-4.7-flash"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    for command in ("validate", "estimate"):
+        assert main([command, str(path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(path)]) == 0
+    assert "--model-path zai-org/GLM-4.7-Flash --tp-size 1" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------- Gemma-4
+# google/gemma-4-31B-it's config.json as transformers 5.7 loads it (a third-party printout of Gemma4Config; the text
+# fields here are copied from it, the vision tower reduced to its model_type). No preset: no verbatim copy of the
+# file itself could be cited.
+GEMMA4_31B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "tie_word_embeddings": True,
+    "text_config": {
+        "attention_bias": False, "attention_k_eq_v": True, "enable_moe_block": False, "final_logit_softcapping": 30.0,
+        "global_head_dim": 512, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376,
+        "hidden_size_per_layer_input": 0, "intermediate_size": 21504,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10, "max_position_embeddings": 262144,
+        "model_type": "gemma4_text", "num_attention_heads": 32, "num_experts": None, "num_global_key_value_heads": 4,
+        "num_hidden_layers": 60, "num_key_value_heads": 16, "num_kv_shared_layers": 0, "sliding_window": 1024,
+        "tie_word_embeddings": True, "use_double_wide_mlp": False, "vocab_size": 262144},
+    "vision_config": {"model_type": "gemma4_vision"},
+}
+GEMMA4_COOKBOOK = "sglang serve --model-path google/gemma-4-31B-it --tp 2"
+
+
+def test_gemma_4_global_layers_carry_their_own_kv_shape() -> None:
+    """30.7B (the published language-model figure; the ~550M vision tower left out): 50 sliding layers with 16 KV
+    heads of 256, 10 global ones with 4 KV heads of 512 whose values come from the key projection (no v_proj)."""
+    spec = from_hf_config(GEMMA4_31B)
+    assert spec.param_count() == pytest.approx(30.7e9, rel=0.01)
+    h = 5376
+    sliding = 2 * h * 32 * 256 + 2 * h * 16 * 256 + 2 * 256
+    full = 2 * h * 32 * 512 + h * 4 * 512 + 2 * 512  # q and o, one k (no v), q/k norms
+    assert spec.attention_params_per_layer(0) == sliding and spec.attention_params_per_layer(5) == full
+    assert spec.kv_shape(0) == (16, 256) and spec.kv_shape(5) == (4, 512)
+    # KV per token: 50 x 2 x 16 x 256 + 10 x 2 x 4 x 512 elements; at 128k the sliding layers keep 1,024 tokens
+    assert spec.kv_bytes_per_token(BF16) == (50 * 2 * 16 * 256 + 10 * 2 * 4 * 512) * BF16 == 901_120
+    assert spec.kv_bytes(CTX_128K, BF16) == (50 * 1024 * 16_384 + 10 * CTX_128K * 8_192)
+
+
+# Gemma-4 E2B: the text fields several third-party readers copy from google/gemma-4-E2B-it's config.json
+GEMMA4_E2B = {"model_type": "gemma4", "tie_word_embeddings": True, "text_config": {
+    "model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35, "intermediate_size": 6144,
+    "num_attention_heads": 8, "head_dim": 256, "global_head_dim": 512, "vocab_size": 262144, "num_key_value_heads": 1,
+    "num_kv_shared_layers": 20, "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144,
+    "sliding_window": 512, "max_position_embeddings": 131072, "final_logit_softcapping": 30.0, "attention_bias": False,
+    "attention_k_eq_v": False, "use_double_wide_mlp": True, "enable_moe_block": False, "tie_word_embeddings": True,
+    "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
+
+
+def test_gemma_4_e2b_per_layer_embeddings_and_shared_kv() -> None:
+    """2.3B effective parameters as published (5.1B with per-layer embeddings and the audio and vision towers): the
+    262,144 x 35 x 256 per-layer table is what the effective count leaves out. The last 20 layers keep no KV (they
+    read the last earlier layer of their kind) and have a 12,288-wide FFN; 15 layers' KV per token remains."""
+    spec = from_hf_config(GEMMA4_E2B)
+    table = 262_144 * 35 * 256
+    assert spec.param_count() - table == pytest.approx(2.3e9, rel=0.01)
+    assert spec.ffn_width(14) == 6144 and spec.ffn_width(15) == 12288 and spec.is_kv_shared(15)
+    own = [i for i in range(35) if not spec.is_kv_shared(i)]
+    assert spec.kv_bytes_per_token(BF16) == sum(2 * 1 * (512 if i % 5 == 4 else 256) for i in own) * BF16 == 18_432
+    assert spec.kv_bytes(CTX_128K, BF16) == (12 * 512 * 1024 + 3 * CTX_128K * 2048)
+    with pytest.raises(PdagInputError) as err:
+        from_hf_config({**GEMMA4_E2B, "text_config": {**GEMMA4_E2B["text_config"], "num_kv_shared_layers": 35}})
+    assert err.value.field == "hf_config.text_config.num_kv_shared_layers"
+
+
+def test_gemma_4_e2b_memory_and_search_follow_each_layer() -> None:
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
+    from tools.estimate.core import estimate_performance
+    from tools.estimate.fast import FastEstimator
+
+    plan = {"model": {"hf_config": GEMMA4_E2B}, "hardware": {"gpu": "h200", "num_gpus": 2}, "parallel": {"pp": 2},
+            "workload": {"batch_size": 8, "input_len": 4096, "output_len": 256}}
+    spec = from_hf_config(GEMMA4_E2B)
+    report = memory_report(parse_plan(plan))
+    assert report.kv_cache_bytes == pytest.approx(8 * spec.kv_bytes(4096 + 256, BF16))
+    full = estimate_performance(plan)
+    fast = FastEstimator(parse_plan(plan)).headline(8)
+    assert fast.ttft_ms == pytest.approx(full.prefill_latency_ms, rel=1e-9)
+    assert fast.tpot_ms == pytest.approx(full.decode_latency_ms_per_token, rel=1e-9)
+
+
+# Gemma-4 26B-A4B: the text fields a third-party card copies from google/gemma-4-26B-A4B-it's config.json
+GEMMA4_26B_A4B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "num_global_key_value_heads": 2,
+                    "head_dim": 256, "global_head_dim": 512, "intermediate_size": 2112, "moe_intermediate_size": 704,
+                    "num_experts": 128, "top_k_experts": 8, "enable_moe_block": True, "sliding_window": 1024,
+                    "max_position_embeddings": 262144, "attention_k_eq_v": True, "vocab_size": 262144,
+                    "tie_word_embeddings": True,
+                    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5}}
+
+
+def test_gemma_4_moe_block_runs_beside_the_mlp() -> None:
+    """25.2B total and 3.8B active as published: every layer's dense MLP (2112) runs beside 128 GELU experts of 704,
+    top-8, read as an always-on shared expert; the router adds a per-expert scale and a hidden-sized input scale."""
+    spec = from_hf_config(GEMMA4_26B_A4B)
+    assert spec.param_count() == pytest.approx(25.2e9, rel=0.01)
+    assert spec.active_param_count() == pytest.approx(3.8e9, rel=0.01)
+    assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 2112
+    assert spec.router_params() == 2816 * 128 + 128 + 2816
+    assert spec.layer_norm_params(0) == 7 * 2816
+    assert spec.kv_bytes_per_token(BF16) == (25 * 2 * 8 * 256 + 5 * 2 * 2 * 512) * BF16 == 225_280
+
+
+def test_gemma_4_memory_and_tp_split_each_layer_kind(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """At tp 2 each GPU holds half of both kinds' KV heads (8 of 16, 2 of 4); at tp 8 the 4 global KV heads are
+    replicated (the rule says so) while the 16 sliding ones still split. SGLang's cookbook line for the 31B goes
+    through import, validate, estimate and export with the config."""
+    from tools.cli import main
+    from tools.core.memory import memory_report
+    from tools.core.plan import parse_plan
+    from tools.rules.validate import validate_dag
+
+    plan = {"model": {"hf_config": GEMMA4_31B}, "hardware": {"gpu": "h200", "num_gpus": 2}, "parallel": {"tp": 2},
+            "workload": {"batch_size": 4, "input_len": 8192, "output_len": 256}}
+    ctx = 8192 + 256
+    per_seq = (50 * 1024 * 2 * 8 * 256 + 10 * ctx * 2 * 2 * 512) * BF16
+    assert memory_report(parse_plan(plan)).kv_cache_bytes == pytest.approx(4 * per_seq)
+    wide = validate_dag({**plan, "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8}})
+    assert wide.valid and any(v.rule_id == "TP-KV-REPLICATED" for v in wide.violations)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(GEMMA4_31B), encoding="utf-8")
+    assert main(["import", GEMMA4_COOKBOOK, "--gpu", "h200", "--hf-config", str(cfg)]) == 0
+    path = tmp_path / "plan.json"
+    path.write_text(capsys.readouterr().out, encoding="utf-8")
+    for command in ("validate", "estimate"):
+        assert main([command, str(path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(path)]) == 0
+    assert "--model-path google/gemma-4-31B-it --tp-size 2" in capsys.readouterr().out
+
+
+def test_gemma_4_search_prices_each_layer_kind_as_the_full_estimate_does() -> None:
+    from tools.core.plan import parse_plan
+    from tools.estimate.core import estimate_performance
+    from tools.estimate.fast import FastEstimator
+
+    plan = {"model": {"hf_config": GEMMA4_31B}, "hardware": {"gpu": "h200", "num_gpus": 4},
+            "parallel": {"tp": 2, "pp": 2}, "workload": {"batch_size": 8, "input_len": 8192, "output_len": 256}}
+    full = estimate_performance(plan)
+    fast = FastEstimator(parse_plan(plan)).headline(8)
+    assert fast.ttft_ms == pytest.approx(full.prefill_latency_ms, rel=1e-9)
+    assert fast.tpot_ms == pytest.approx(full.decode_latency_ms_per_token, rel=1e-9)
+
+
+def test_tp_must_split_both_kv_head_counts() -> None:
+    """TP-KV-HEADS-DIVISIBLE judges the global layers' own KV head count too: 3 global KV heads neither divide by
+    nor divide tp 4, although the sliding layers' 8 do; tp 3 is refused by the 8, and the fix lands on a degree
+    both accept."""
+    from tools.repair.autofix import autofix_dag
+    from tools.rules.validate import validate_dag
+
+    text = {**GEMMA4_31B["text_config"], "num_attention_heads": 24, "num_key_value_heads": 8,
+            "num_global_key_value_heads": 3, "num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 +
+                                                                                       ["full_attention"]) * 2}
+    model = {"hf_config": {**GEMMA4_31B, "text_config": text}}
+    for tp, kv in ((4, "3"), (3, "8")):
+        plan = {"model": model, "hardware": {"gpu": "h200", "num_gpus": tp}, "parallel": {"tp": tp}}
+        found = [v for v in validate_dag(plan).violations if v.rule_id == "TP-KV-HEADS-DIVISIBLE"]
+        assert found and f"{kv} KV heads" in found[0].message
+    fixed = autofix_dag({"model": model, "hardware": {"gpu": "h200", "num_gpus": 4}, "parallel": {"tp": 4}})
+    tp = fixed.plan["parallel"]["tp"]
+    assert all(k % tp == 0 or tp % k == 0 for k in (8, 3)) and 24 % tp == 0
+
+
+def test_new_family_measurements_load_and_fit_their_gpus() -> None:
+    """The SGLang cookbook's GLM-4.7-Flash and Gemma-4 points (kept beside the scored corpus, scored by pdag accuracy
+    on their own) load as measurements whose plans fit the GPUs they ran on."""
+    from tools.calibration.accuracy import load_measurements, point_plan
+    from tools.estimate.core import estimate_performance
+
+    pts = load_measurements(ROOT.parent / "evals" / "new_families" / "glm47_flash_sglang_cookbook.json")
+    assert len(pts) == 19 and {p["model"] for p in pts} == {"glm-4.7-flash"}
+    assert estimate_performance(plan=point_plan(pts[0])).memory.fits
+    gemma = load_measurements(ROOT.parent / "evals" / "new_families" / "gemma4_sglang_cookbook.json")
+    assert len(gemma) == 25
+    assert all(p["model"]["hf_config"]["text_config"]["model_type"] == "gemma4_text" for p in gemma)
+    assert all(estimate_performance(plan=point_plan(p)).memory.fits for p in gemma if p["batch_size"] == 1)

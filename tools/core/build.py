@@ -280,7 +280,8 @@ class Builder:
         """One decoder layer.  Layers of the same kind in a stage have the same sub-DAG: the first one is built
         and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
         key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer),
-               self.spec.is_ffn_free(layer))
+               self.spec.is_ffn_free(layer), self.spec.kv_shape(layer),  # a full layer's own KV heads (Gemma-4)
+               self.spec.is_kv_shared(layer), self.spec.ffn_width(layer))
         tmpl = self.templates.get(key)
         if tmpl is not None:
             return self.copy_layer(tmpl, c, s, layer, inputs)
@@ -361,9 +362,12 @@ class Builder:
         spec, pl = self.spec, c.pl
         hs, sp = pl.head_shards, pl.sp
         heads = spec.num_heads // hs
-        kv_heads = None if spec.attention == "mla" else max(1, spec.num_kv_heads // hs)
-        # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V
-        mixer = {"mixer": spec.recurrent.kind} if spec.recurrent and spec.is_recurrent_layer(layer) else {}
+        kv_heads = None if spec.attention == "mla" else max(1, spec.kv_shape(layer)[0] // hs)
+        # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V (Falcon-H1:
+        # both mixers in the one node, its cache K and V and the state)
+        mixer = ({"mixer": spec.recurrent.kind} if spec.recurrent and spec.is_recurrent_layer(layer) else
+                 {"mixer": f"attention_and_{spec.recurrent.kind}"} if spec.recurrent and spec.is_parallel_layer(layer)
+                 else {})
         shards = []
         for h in range(hs):
             for j in range(sp):

@@ -1,7 +1,8 @@
 """Layer kinds beyond K/V attention: recurrent token mixers and DeepSeek's sparse-attention indexer.
 
-A recurrent layer (gated DeltaNet in Qwen3-Next, Mamba-2 in Nemotron-H) replaces attention with a fixed-size
-state per request: a short convolution window and a recurrent matrix, which do not grow with the context.  The
+A recurrent layer (gated DeltaNet in Qwen3-Next, Mamba-2 in Nemotron-H, lightning attention in MiniMax-Text-01 and
+M1) replaces attention with a fixed-size state per request: a short convolution window (none for lightning) and a
+recurrent matrix, which do not grow with the context; Falcon-H1 runs a Mamba-2 mixer beside attention instead.  The
 DSA indexer (DeepSeek-V3.2) sits beside MLA: it keeps its own per-token key cache (fp8 plus scales) and picks
 ``topk`` keys for each query, so attention reads ``min(context, topk)`` keys while the indexer scans them all.
 Shapes and figures come from ``knowledge/models/layer_kinds.json`` (with their sources).
@@ -30,15 +31,17 @@ def layer_kind_data() -> dict[str, Any]:
 
 
 class RecurrentSpec(BaseModel):
-    """The recurrent token mixer of ``layers`` (every other layer attends).
+    """The recurrent token mixer of ``layers`` (every other layer attends; with ``parallel``, those layers attend too).
 
     gated_deltanet: ``num_heads`` value heads of ``value_head_dim``, ``num_key_heads`` key heads of ``key_head_dim``.
     mamba2: ``num_heads`` SSM heads of ``value_head_dim`` (mamba_head_dim), ``num_key_heads`` groups (n_groups),
-    ``key_head_dim`` the state size (ssm_state_size)."""
+    ``key_head_dim`` the state size (ssm_state_size).
+    lightning (MiniMax's linear attention): ``num_heads`` heads, each keeping a ``key_head_dim`` x ``value_head_dim``
+    matrix (both the head size), no convolution (``conv_kernel`` 1)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["gated_deltanet", "mamba2"]
+    kind: Literal["gated_deltanet", "mamba2", "lightning"]
     layers: tuple[int, ...]
     num_heads: int = Field(ge=1, le=MAX_DIM)
     num_key_heads: int = Field(ge=1, le=MAX_DIM)
@@ -48,6 +51,11 @@ class RecurrentSpec(BaseModel):
     conv_bias: bool = False
     proj_bias: bool = False
     ssm_state_bytes: float = Field(default=2.0, gt=0, le=8)  # per element of the recurrent (SSM) state
+    gated_norm: bool = True  # a gated RMSNorm over the inner width before out_proj (Falcon-H1's mamba_rms_norm)
+    out_bias: bool | None = None  # a bias on out_proj; None: as the input projection (proj_bias)
+    # the mixer runs beside attention in the same layers and their outputs add (Falcon-H1): those layers keep both
+    # attention's KV per token and this state per request
+    parallel: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> RecurrentSpec:
@@ -80,6 +88,9 @@ class RecurrentSpec(BaseModel):
         """Weights of one recurrent mixer (its norm inside included; the layer's input norm is not)."""
         h, v = hidden, self.num_heads
         conv = self.conv_channels * self.conv_kernel + (self.conv_channels if self.conv_bias else 0)
+        if self.kind == "lightning":
+            # qkv_proj (3 x heads' width), output_gate, out_proj, an RMSNorm over the heads' width; no biases
+            return 4 * h * self.inner + self.inner * h + self.inner
         if self.kind == "gated_deltanet":
             # in_proj_qkvz, in_proj_ba, conv1d, dt_bias + A_log, gated norm over a value head, out_proj
             proj_in = h * (2 * self.key_width + 2 * self.inner) + h * 2 * v
@@ -87,8 +98,9 @@ class RecurrentSpec(BaseModel):
         # Mamba-2: in_proj -> z, xBC, dt; conv1d; dt_bias, A_log, D; gated norm over the inner width; out_proj
         proj_in = h * (self.inner + self.conv_channels + v) + ((self.inner + self.conv_channels + v)
                                                               if self.proj_bias else 0)
-        out = self.inner * h + (h if self.proj_bias else 0)
-        return proj_in + conv + 3 * v + self.inner + out
+        out_bias = self.proj_bias if self.out_bias is None else self.out_bias
+        out = self.inner * h + (h if out_bias else 0)
+        return proj_in + conv + 3 * v + (self.inner if self.gated_norm else 0) + out
 
     def state_elements(self, shards: int = 1) -> tuple[float, float]:
         """(conv, recurrent) state elements one request holds in one layer, on one of ``shards`` TP ranks."""

@@ -22,7 +22,8 @@ the TP group, so each holds ``1/dcp`` of it (in a pool that serves decode; prefi
 DeepSeek-V3.2's indexer adds its own fp8 key cache per token and layer, whole on every attention GPU.  A
 recurrent layer (gated DeltaNet, Mamba-2) holds no KV but a fixed conv + recurrent state per sequence, split by
 heads like attention, at the engines' 16-bit state dtype (``knowledge/models/layer_kinds.json``), so it counts
-against the batch and not the context; its weights are split by heads like attention's.
+against the batch and not the context; its weights are split by heads like attention's.  A Falcon-H1 layer runs
+attention and a Mamba-2 mixer side by side, so it holds both its KV per token and that state.
 The larger of the prefill and decode layouts counts (they differ only in ``sp``).
 
 Activations (peak prefill working set, 16-bit): with ``T = min(batch*input_len, prefill_chunk_tokens)``
@@ -215,10 +216,10 @@ def unfit_hint(plan: Plan, layout: Layout | None, report: MemoryReport | None = 
     return f"shorten the context, fp8 KV (kv_dtype), or {wider}"
 
 
-def _attention_split(plan: Plan) -> tuple[int, int]:
-    """(replicated, sharded) attention parameters per layer under TP."""
+def _attention_split(plan: Plan, layer: int | None = None) -> tuple[int, int]:
+    """(replicated, sharded) attention parameters of ``layer`` (of the common shape without one) under TP."""
     spec = plan.spec
-    total = spec.attention_params_per_layer()
+    total = spec.attention_params_per_layer(layer)
     if spec.attention != "mla":
         return 0, total
     m = spec.mla
@@ -232,17 +233,17 @@ def _attention_split(plan: Plan) -> tuple[int, int]:
     return rep, total - rep
 
 
-def _kv_heads_local(plan: Plan, pl: PhaseLayout) -> int:
+def _kv_heads_local(plan: Plan, pl: PhaseLayout, layer: int | None = None) -> int:
     spec = plan.spec
-    return max(1, ceil(spec.num_kv_heads / pl.head_shards))
+    return max(1, ceil(spec.kv_shape(layer)[0] / pl.head_shards))
 
 
-def _kv_elems_local(plan: Plan, pl: PhaseLayout) -> float:
-    """KV elements per token per layer held by one attention GPU."""
+def _kv_elems_local(plan: Plan, pl: PhaseLayout, layer: int | None = None) -> float:
+    """KV elements per token of ``layer`` (a windowed layer's without one) held by one attention GPU."""
     spec = plan.spec
     if spec.attention == "mla":
         return float(spec.kv_elements_per_token_per_layer(0))
-    return 2.0 * _kv_heads_local(plan, pl) * spec.head_dim
+    return 2.0 * _kv_heads_local(plan, pl, layer) * spec.kv_shape(layer)[1]
 
 
 def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str, float]) -> list[_Terms]:
@@ -278,47 +279,57 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
         n_moe = sum(1 for i in layers if spec.is_moe_layer(i))
         n_dense = len(layers) - n_moe
         dense_ffn = sum(spec.ffn_params(i) for i in layers)
-        n_slide = sum(1 for i in layers if spec.is_sliding_layer(i))
+        # layers reading an earlier layer's cache (Gemma-4 E2B / E4B) keep none of their own
+        n_shared_kv = sum(1 for i in layers if spec.is_kv_shared(i))
+        n_slide = sum(1 for i in layers if spec.is_sliding_layer(i) and not spec.is_kv_shared(i))
         n_rec = sum(1 for i in layers if spec.is_recurrent_layer(i))  # a fixed state, no KV per token
-        n_full = len(layers) - n_slide - n_rec
+        n_state = sum(1 for i in layers if spec.has_state(i))  # with Falcon-H1's attention-and-Mamba layers
+        n_full = len(layers) - n_slide - n_rec - n_shared_kv
+        wide = max((spec.ffn_width(i) for i in layers if spec.ffn_params(i)), default=spec.intermediate_size)
+        # a full-attention layer may have its own KV shape (Gemma-4): price it as the stage's first such layer
+        full = next((i for i in layers if not spec.is_sliding_layer(i) and not spec.is_recurrent_layer(i)), None)
+        attn_rep = sum(_attention_split(plan, i)[0] for i in layers if not spec.is_recurrent_layer(i))
+        attn_shard = sum(_attention_split(plan, i)[1] for i in layers if not spec.is_recurrent_layer(i))
         last = s == pool.pp - 1
         for local in range(w):
             gpu = pool.device(0, s, local)
             # index inside the GPU's attention group (attention-DP repeats attention, KV and dense FFN per group)
             j = local % attn_width if local < groups * attn_width else local
             # GPUs of a stage come in a few shapes: price each shape once (a replica may span 65,536 GPUs)
-            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, s == 0, last, j < attn_width, j < tp,
-                   tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
+            key = (len(layers), n_moe, dense_ffn, n_slide, n_rec, n_state, n_shared_kv, s == 0, last, j < attn_width,
+                   j < tp, tuple(local < pl.attention_gpus for pl in phases), local < ep * expert_tp,
                    (local // expert_tp) < extra, draft is not None and local < draft_tp)
             if key in shapes:
                 out.append(_Terms(gpu, s, local, **shapes[key]))
                 continue
             weights = 0.0
-            kv_elems = index_bytes = state = 0.0
+            kv_elems = kv_slide = index_bytes = state = 0.0
             act_attn = 0.0
             for pl in phases:
                 if local < pl.attention_gpus:
-                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl) / pl.sp / dcp)
+                    kv_elems = max(kv_elems, _kv_elems_local(plan, pl, full) / pl.sp / dcp)
+                    kv_slide = max(kv_slide, _kv_elems_local(plan, pl) / pl.sp / dcp)
                     index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp / dcp)
                     if spec.recurrent is not None:  # split by heads like attention; every sequence shard holds it
-                        state = max(state, n_rec * spec.recurrent.state_bytes(pl.head_shards))
+                        state = max(state, n_state * spec.recurrent.state_bytes(pl.head_shards))
                     q_local = spec.num_heads / pl.head_shards
-                    kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl)
-                    hd = spec.mla.qk_head_dim if spec.mla else spec.head_dim
-                    act_attn = max(act_attn, (2 * q_local + 2 * kv_local) * hd / pl.sp)
+                    for layer in (None, full):  # the windowed (common) shape and a full layer's own
+                        kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl, layer)
+                        hd = spec.mla.qk_head_dim if spec.mla else spec.kv_shape(layer)[1]
+                        act_attn = max(act_attn, (2 * q_local + 2 * kv_local) * hd / pl.sp)
             attn_gpu = j < attn_width
             if attn_gpu:
                 shards = min(p.head_shards for p in phases if local < p.attention_gpus)
-                weights += (len(layers) - n_rec) * (rep_attn + shard_attn / shards) * wba
-                weights += sum(spec.layer_norm_params(i) for i in layers) * hb
-                if n_rec:
+                weights += (attn_rep + attn_shard / shards) * wba
+                weights += sum(spec.layer_norm_params(i) + spec.per_layer_input_params(i) for i in layers) * hb
+                if n_state:
                     assert spec.recurrent is not None
-                    weights += n_rec * spec.recurrent.params(h) / shards * wba
+                    weights += n_state * spec.recurrent.params(h) / shards * wba
                 if moe:
                     weights += n_moe * spec.router_params() * hb
                 vocab = min(vocab_shards(plan, p) for p in phases)  # split by vocabulary over the TP ranks
-                if s == 0:
-                    weights += spec.embedding_params() / vocab * hb
+                if s == 0:  # the embedding and any per-layer embeddings, split by vocabulary like it
+                    weights += (spec.embedding_params() + spec.per_layer_input_params()) / vocab * hb
                 if last:
                     head = spec.lm_head_params() or (spec.embedding_params() if pool.pp > 1 else 0)
                     weights += (head / vocab + spec.final_norm_params()) * hb
@@ -328,7 +339,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                 if moe:
                     weights += n_moe * spec.shared_expert_params() / tp * wb
                 if n_dense:
-                    act_ffn = 2 * spec.intermediate_size / tp
+                    act_ffn = 2 * wide / tp
                 if moe and n_moe:
                     act_ffn = max(act_ffn, 2 * moe.shared_expert_intermediate_size / tp)
             if moe and n_moe and local < ep * expert_tp:
@@ -361,7 +372,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
             shapes[key] = dict(
                 weights=weights, kv_full=(n_full + extra_kv_layers) * (kv_elems * kvb + index_bytes) + extra_kv,
                 state_per_seq=state,
-                kv_window=n_slide * kv_elems * kvb, window=window,
+                kv_window=n_slide * kv_slide * kvb, window=window,
                 resid_per_token=resid * ab, act_per_token=max(act_attn, act_ffn) * ab, logits_per_seq=logits,
                 comm_per_token=comm, groups=groups if attn_gpu else 1, expert_act_per_token=act_exp * ab,
                 shared_per_token=shared,

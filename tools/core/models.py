@@ -34,6 +34,7 @@ from tools.core.formats import format_of_config
 from tools.core.layerkinds import IndexerSpec, RecurrentSpec, layer_kind_data
 
 __all__ = [
+    "AttentionShape",
     "MLASpec",
     "MoESpec",
     "ModelSpec",
@@ -76,6 +77,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "gpt_oss": "gpt_oss",
     "gemma2": "gemma",
     "gemma3_text": "gemma",
+    "gemma4_text": "gemma",
     "phi3": "phi3",
     "olmo2": "olmo2",
     "cohere2": "cohere2",
@@ -99,8 +101,13 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "qwen3_5_moe_text": "qwen3_next",
     "deepseek_v32": "deepseek",
     "glm_moe_dsa": "deepseek",
+    "glm4_moe_lite": "deepseek",
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granitemoehybrid",
+    "falcon_h1": "falcon_h1",
+    "minimax": "minimax",
+    "minimax_m1": "minimax",
+    "minimax_text_01": "minimax",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -109,15 +116,12 @@ _SAME_DECODER: dict[str, str] = {"qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_tex
                                  "qwen3_5_moe_text": "qwen3_next",
                                  # GLM-5: vLLM builds GlmMoeDsaForCausalLM as DeepseekV2ForCausalLM (deepseek_v2.py)
                                  "glm_moe_dsa": "deepseek_v32"}
+# DeepSeek-style MLA + MoE decoders; GLM-4.7-Flash (glm4_moe_lite) is DeepSeek-V2's MLA attention with GLM-4.5's MoE
+# block (vLLM vllm/model_executor/models/glm4_moe_lite.py), which DeepSeek-V3's reading already is
+_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm4_moe_lite")
 # Multimodal wrappers: their language model sits under text_config (the vision tower is not priced).
-WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl", "qwen2_vl",
-                       "qwen3_5_moe")
-# Families pdag does not price yet, with the field whose meaning it would otherwise drop.
-REFUSED_MODEL_TYPES: dict[str, tuple[str, str]] = {
-    "minimax": ("layer_types", "MiniMax's lightning linear-attention layers (a recurrent state)"),
-    "minimax_m1": ("attn_type_list", "MiniMax-M1's lightning linear-attention layers (a recurrent state)"),
-    "falcon_h1": ("mamba_d_ssm", "Falcon-H1's parallel Mamba-2 heads (a recurrent state)"),
-}
+WRAPPER_MODEL_TYPES = ("llama4", "gemma3", "gemma4", "mistral3", "kimi_k25", "qwen3_vl_moe", "qwen3_vl", "qwen2_5_vl",
+                       "qwen2_vl", "qwen3_5_moe")
 _ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -130,6 +134,7 @@ _ARCHITECTURES: dict[str, str] = {
     "GptOssForCausalLM": "gpt_oss",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma4ForCausalLM": "gemma4_text",
     "Llama4ForCausalLM": "llama4_text",
     "Glm4MoeForCausalLM": "glm4_moe",
     "Phi3ForCausalLM": "phi3",
@@ -147,8 +152,13 @@ _ARCHITECTURES: dict[str, str] = {
     "Qwen3NextForCausalLM": "qwen3_next",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid",
+    "FalconH1ForCausalLM": "falcon_h1",
+    "MiniMaxForCausalLM": "minimax",
+    "MiniMaxM1ForCausalLM": "minimax_m1",
+    "MiniMaxText01ForCausalLM": "minimax_text_01",
 }
 
 
@@ -173,6 +183,19 @@ class MLASpec(BaseModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+class AttentionShape(BaseModel):
+    """The full-attention layers' own K/V shape where it differs from the windowed layers' (Gemma-4: 4 KV heads of
+    512 on its global layers, 16 of 256 on its sliding ones). ``shared_kv``: the layer has no v_proj and its values
+    come from the key projection (attention_k_eq_v); the cache still holds K and V, as vLLM loads the key weights
+    into both slots."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    shared_kv: bool = False
+
+
 class MoESpec(BaseModel):
     """Mixture-of-experts block, identical on every MoE layer."""
 
@@ -185,7 +208,9 @@ class MoESpec(BaseModel):
     # Total intermediate size of all shared experts together (0 if none).
     shared_expert_intermediate_size: int = Field(default=0, ge=0, le=MAX_INTERMEDIATE * 100)
     moe_layers: tuple[int, ...]
-    router_bias: bool = False  # a per-expert bias on the router (gpt-oss bias, DeepSeek-V3 score correction)
+    # a per-expert vector on the router (gpt-oss bias, DeepSeek-V3 score correction, Gemma-4's per_expert_scale)
+    router_bias: bool = False
+    router_input_scale: bool = False  # a learned hidden-sized scale on the router's input (Gemma-4's router.scale)
     shared_expert_gate: bool = False  # a hidden -> 1 sigmoid gate on the shared expert's output (Qwen2-MoE)
     expert_bias: bool = False  # biases inside each expert's projections (gpt-oss)
     # routed experts read and write this width instead of hidden_size, between a down-projection of the token and an
@@ -243,6 +268,15 @@ class ModelSpec(BaseModel):
     recurrent: RecurrentSpec | None = None
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
+    full_layer_shape: AttentionShape | None = None  # the full-attention layers' own KV heads and head size (Gemma-4)
+    # layers that attend over an earlier layer's cache and keep none of their own (Gemma-4 E2B / E4B's last
+    # num_kv_shared_layers), and layers whose dense FFN is twice intermediate_size (their use_double_wide_mlp)
+    kv_shared_layers: tuple[int, ...] = ()
+    wide_ffn_layers: tuple[int, ...] = ()
+    # per-layer embeddings (Gemma-4 E2B / E4B): each token also looks up per_layer_input_width values for every layer
+    # in a table of per_layer_input_vocab rows, projected from the embedding too, and each layer gates them in
+    per_layer_input_width: int = Field(default=0, ge=0, le=MAX_HIDDEN)
+    per_layer_input_vocab: int = Field(default=0, ge=0, le=MAX_VOCAB)
     # layers made of a token mixer alone, without a feed-forward block after it (Nemotron-H's "M" or "*" followed by
     # another mixer); their one norm is the mixer's
     ffn_free_layers: tuple[int, ...] = ()
@@ -278,6 +312,11 @@ class ModelSpec(BaseModel):
             raise ValueError("ffn_free_layers out of range or MoE")
         if self.indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
+        if any(not 0 <= i < self.num_layers for i in (*self.kv_shared_layers, *self.wide_ffn_layers)):
+            raise ValueError("kv_shared_layers or wide_ffn_layers out of range")
+        if self.full_layer_shape is not None and (self.attention == "mla" or
+                                                  self.num_heads % self.full_layer_shape.num_kv_heads):
+            raise ValueError("a full-attention layer shape needs GQA attention and KV heads dividing the heads")
         return self
 
     # ------------------------------------------------------------------ structure
@@ -299,9 +338,33 @@ class ModelSpec(BaseModel):
         return layer in self.ffn_free_layers
 
     def is_recurrent_layer(self, layer: int) -> bool:
-        """The layer mixes tokens through a recurrent state (no attention, no KV per token)."""
+        """The layer mixes tokens through a recurrent state alone (no attention, no KV per token)."""
         self._check_layer(layer)
-        return self.recurrent is not None and layer in self._recurrent_set()
+        return self.recurrent is not None and not self.recurrent.parallel and layer in self._recurrent_set()
+
+    def is_parallel_layer(self, layer: int) -> bool:
+        """The layer runs attention and a recurrent mixer side by side (Falcon-H1): KV per token and a state."""
+        self._check_layer(layer)
+        return self.recurrent is not None and self.recurrent.parallel and layer in self._recurrent_set()
+
+    def has_state(self, layer: int) -> bool:
+        """The layer holds a recurrent state per request (alone or beside attention)."""
+        self._check_layer(layer)
+        return layer in self._recurrent_set()
+
+    def kv_shape(self, layer: int | None = None) -> tuple[int, int]:
+        """(KV heads, head size) of ``layer``'s attention: the full-attention layers' own shape where the config gives
+        one (Gemma-4), else the model's; without a layer, the windowed layers' (the model's)."""
+        fls = self.full_layer_shape
+        if layer is not None and fls is not None and not self.is_sliding_layer(layer):
+            return fls.num_kv_heads, fls.head_dim
+        return self.num_kv_heads, self.head_dim
+
+    @property
+    def kv_head_counts(self) -> tuple[int, ...]:
+        """Every KV head count a layer has (one, or two with a full-attention layer shape): what TP must split."""
+        fls = self.full_layer_shape
+        return (self.num_kv_heads,) if fls is None else tuple(sorted({self.num_kv_heads, fls.num_kv_heads}))
 
     def _recurrent_set(self) -> frozenset[int]:
         return frozenset(self.recurrent.layers) if self.recurrent is not None else frozenset()
@@ -322,6 +385,26 @@ class ModelSpec(BaseModel):
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
+    def per_layer_input_params(self, layer: int | None = None) -> int:
+        """Per-layer embeddings: without a layer, the model's table, its projection from the embedding and that
+        projection's norm (beside the embedding); with one, the layer's gate, projection back and norm."""
+        w = self.per_layer_input_width
+        if not w:
+            return 0
+        if layer is None:
+            return self.per_layer_input_vocab * self.num_layers * w + self.hidden_size * self.num_layers * w + w
+        return 2 * self.hidden_size * w + self.hidden_size
+
+    def is_kv_shared(self, layer: int) -> bool:
+        """The layer attends over an earlier layer's cache and keeps no KV of its own."""
+        self._check_layer(layer)
+        return layer in self.kv_shared_layers
+
+    def ffn_width(self, layer: int) -> int:
+        """The dense FFN's intermediate size in ``layer`` (twice it in a double-wide layer)."""
+        self._check_layer(layer)
+        return self.intermediate_size * (2 if layer in self.wide_ffn_layers else 1)
+
     def lm_head_params(self) -> int:
         """Output projection; 0 when tied to the embedding (the embedding holds the weights)."""
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
@@ -335,7 +418,9 @@ class ModelSpec(BaseModel):
         n = self.norms_per_layer - (1 if layer is not None and self.is_ffn_free(layer) else 0)
         return max(1, n) * self.hidden_size
 
-    def attention_params_per_layer(self) -> int:
+    def attention_params_per_layer(self, layer: int | None = None) -> int:
+        """Attention weights of ``layer`` (a full-attention layer's own shape where it has one); without a layer, of
+        the model's common shape."""
         h = self.hidden_size
         if self.attention == "mla":
             m = self.mla
@@ -356,17 +441,20 @@ class ModelSpec(BaseModel):
             if self.attention_out_bias:
                 total += h
             return total
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        total = h * q_out + 2 * h * kv_out + q_out * h
+        kv_heads, head_dim = self.kv_shape(layer)
+        shared = layer is not None and self.full_layer_shape is not None and self.full_layer_shape.shared_kv and \
+            not self.is_sliding_layer(layer)
+        q_out = self.num_heads * head_dim
+        kv_out = kv_heads * head_dim
+        total = h * q_out + (1 if shared else 2) * h * kv_out + q_out * h
         if self.attention_output_gate:
             total += h * q_out
         if self.attention_bias:
-            total += q_out + 2 * kv_out
+            total += q_out + (1 if shared else 2) * kv_out
         if self.attention_out_bias:
             total += h
         if self.qk_norm:
-            total += 2 * self.head_dim
+            total += 2 * head_dim
         if self.qk_norm_full:
             total += q_out + kv_out
         if self.attention_sinks:
@@ -374,11 +462,14 @@ class ModelSpec(BaseModel):
         return total
 
     def mixer_params(self, layer: int) -> int:
-        """The token mixer of ``layer``: its recurrent block, else attention (with any indexer)."""
+        """The token mixer of ``layer``: its recurrent block, attention (with any indexer), or both side by side."""
         if self.is_recurrent_layer(layer):
             assert self.recurrent is not None
             return self.recurrent.params(self.hidden_size)
-        return self.attention_params_per_layer()
+        if self.is_parallel_layer(layer):
+            assert self.recurrent is not None
+            return self.attention_params_per_layer(layer) + self.recurrent.params(self.hidden_size)
+        return self.attention_params_per_layer(layer)
 
     @property
     def expert_width(self) -> int:
@@ -398,7 +489,7 @@ class ModelSpec(BaseModel):
         MoE or has no FFN."""
         if self.is_moe_layer(layer) or self.is_ffn_free(layer):
             return 0
-        return self._swiglu(self.intermediate_size, self.mlp_bias)
+        return self._swiglu(self.ffn_width(layer), self.mlp_bias)
 
     def expert_params(self) -> int:
         """One routed expert (gate, up, down and any biases)."""
@@ -416,6 +507,7 @@ class ModelSpec(BaseModel):
         if self.moe is None:
             return 0
         gate = self.hidden_size if self.moe.shared_expert_gate else 0
+        gate += self.hidden_size if self.moe.router_input_scale else 0
         latent = 2 * self.hidden_size * self.moe.latent_size if self.moe.latent_size else 0  # replicated like it
         return self.hidden_size * self.moe.num_experts + (self.moe.num_experts if self.moe.router_bias else 0) + gate \
             + latent
@@ -430,7 +522,7 @@ class ModelSpec(BaseModel):
     def layer_params(self, layer: int) -> int:
         """Every parameter of decoder block ``layer``."""
         ffn = self.moe_params() if self.is_moe_layer(layer) else self.ffn_params(layer)
-        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.per_layer_input_params(layer)
 
     def active_layer_params(self, layer: int) -> int:
         """Parameters of ``layer`` one token uses (only ``experts_per_token`` routed experts)."""
@@ -438,33 +530,39 @@ class ModelSpec(BaseModel):
             return self.layer_params(layer)
         assert self.moe is not None
         ffn = self.moe.experts_per_token * self.expert_params() + self.shared_expert_params()
-        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.router_params()
+        return self.mixer_params(layer) + self.layer_norm_params(layer) + ffn + self.router_params() + \
+            self.per_layer_input_params(layer)
 
     def param_count(self) -> int:
-        """Total parameters (MTP modules excluded)."""
+        """Total parameters (MTP modules excluded), per-layer embeddings included."""
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.final_norm_params() + self.lm_head_params()
+        return self.embedding_params() + self.per_layer_input_params() + layers + self.final_norm_params() + \
+            self.lm_head_params()
 
     def active_param_count(self, include_embedding: bool = True) -> int:
-        """Parameters used per token. ``include_embedding=False`` leaves out the input embedding table
-        (a lookup, no FLOPs), which is how some model cards quote active parameters. With tied
-        embeddings the shared matrix is always counted once (it is the LM head)."""
+        """Parameters used per token. ``include_embedding=False`` leaves out the input embedding tables
+        (lookups, no FLOPs; the per-layer embeddings' table too), which is how some model cards quote active
+        parameters. With tied embeddings the shared matrix is always counted once (it is the LM head)."""
         layers = sum(self.active_layer_params(i) for i in range(self.num_layers))
         head = self.vocab_size * self.hidden_size if self.tie_embeddings else self.lm_head_params()
         emb = self.embedding_params() if (include_embedding and not self.tie_embeddings) else 0
-        return emb + layers + self.final_norm_params() + head
+        ple = self.per_layer_input_params()
+        if ple and not include_embedding:
+            ple -= self.per_layer_input_vocab * self.num_layers * self.per_layer_input_width
+        return emb + ple + layers + self.final_norm_params() + head
 
     # ------------------------------------------------------------------ KV cache
     def kv_elements_per_token_per_layer(self, layer: int = 0) -> int:
         """Cached elements per token in ``layer``: K and V heads, or MLA's latent plus its RoPE key; none in a
-        recurrent layer (its state is per request: ``state_bytes_per_sequence``)."""
+        recurrent layer (its state is per request: ``state_bytes_per_sequence``) or one reading another's cache."""
         self._check_layer(layer)
-        if self.is_recurrent_layer(layer):
+        if self.is_recurrent_layer(layer) or layer in self.kv_shared_layers:
             return 0
         if self.attention == "mla":
             assert self.mla is not None
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
-        return 2 * self.num_kv_heads * self.head_dim
+        kv_heads, head_dim = self.kv_shape(layer)
+        return 2 * kv_heads * head_dim
 
     def kv_tokens_in_layer(self, layer: int, context_len: int) -> int:
         """Tokens ``layer`` keeps in its cache for a sequence of ``context_len`` tokens."""
@@ -583,10 +681,6 @@ def _detect_model_type(raw: dict[str, Any], prefix: str) -> tuple[str, bool]:
                              f"supported model types: {supported}")
     if mt in SUPPORTED_MODEL_TYPES:
         return mt, False
-    if mt in REFUSED_MODEL_TYPES:
-        field, what = REFUSED_MODEL_TYPES[mt]
-        raise PdagInputError(f"{prefix}.{field}", f"{what} is not priced yet; pdag refuses rather than price it "
-                             "as full attention", f"supported model types: {supported}")
     if mt in WRAPPER_MODEL_TYPES:
         raise PdagInputError(f"{prefix}.text_config", f"a {mt} checkpoint keeps its language model under "
                              "text_config, which is missing", "the config.json with its text_config")
@@ -655,7 +749,8 @@ def from_hf_config(
         if "quantization_config" not in raw and isinstance(config.get("quantization_config"), dict):
             raw["quantization_config"] = config["quantization_config"]
         if "model_type" not in raw and outer in WRAPPER_MODEL_TYPES:
-            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral",
+            raw["model_type"] = {"llama4": "llama4_text", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
+                                 "mistral3": "mistral",
                                  "kimi_k25": "kimi_k2", "qwen3_vl_moe": "qwen3_vl_moe_text",
                                  "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                                  "qwen2_vl": "qwen2_vl_text", "qwen3_5_moe": "qwen3_5_moe_text"}[outer]
@@ -670,7 +765,7 @@ def from_hf_config(
     c = _Cfg(raw, prefix)
     if generic:
         notes.append(_generic_note(raw, model_type, prefix))
-    gemma = model_type in ("gemma2", "gemma3_text")
+    gemma = model_type in ("gemma2", "gemma3_text", "gemma4_text")
 
     num_layers = c.int("num_hidden_layers", hi=MAX_LAYERS)
     if model_type == "nemotron_h":  # a mixer block and the MLP block after it form one layer
@@ -689,7 +784,7 @@ def from_hf_config(
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
     if head_dim is None and model_type == "nemotron_h":
         head_dim = c.opt_int("attention_head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type not in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
+    if head_dim is None and model_type not in _MLA_TYPES:
         if hidden % num_heads:
             raise PdagInputError(c.path("num_attention_heads"),
                                  f"{num_heads} heads do not divide hidden_size {hidden} "
@@ -702,7 +797,7 @@ def from_hf_config(
     attention_bias = c.bool("attention_bias", False)
     attention_out_bias = attention_bias
     mlp_bias = c.bool("mlp_bias", False)
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next")
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "gemma4_text", "qwen3_next")
     qk_norm_full = model_type == "olmo2"
     norms = 4 if gemma else 1 if model_type == "cohere2" else 2  # Cohere-2: one LayerNorm feeds both branches
     sinks = False
@@ -719,7 +814,7 @@ def from_hf_config(
         return tuple(range(num_layers))
 
     if generic or model_type in ("llama", "mistral", "ministral", "ministral3", "qwen2", "qwen3", "gemma2",
-                                 "gemma3_text", "phi3", "olmo2", "cohere2", "nemotron_h"):
+                                 "gemma3_text", "gemma4_text", "phi3", "olmo2", "cohere2", "nemotron_h", "falcon_h1"):
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     if model_type == "qwen2":
         attention_bias, attention_out_bias = True, False  # Qwen2 has q/k/v biases, none on o_proj
@@ -744,7 +839,7 @@ def from_hf_config(
             raise PdagInputError(c.path("intermediate_size"), "missing, but some layers are dense",
                                  "a positive integer")
         moe = _moe(c, n_exp, k, expert_i, 0, 0, layers, False, False)
-    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"):
+    elif model_type in _MLA_TYPES:
         intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
         mla = _mla(c)
         head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
@@ -753,13 +848,22 @@ def from_hf_config(
         if c.has("n_routed_experts"):
             first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
             freq = raw.get("moe_layer_freq", 1)
-            if isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
+            if raw.get("mlp_layer_types") is not None:  # transformers' glm4_moe_lite spelling: "dense" / "sparse"
+                mlp_kinds = raw["mlp_layer_types"]
+                if not isinstance(mlp_kinds, list) or len(mlp_kinds) != num_layers or any(
+                        k not in ("dense", "sparse") for k in mlp_kinds):
+                    raise PdagInputError(c.path("mlp_layer_types"), "must give each layer's FFN kind",
+                                         f"a list of {num_layers} of: dense, sparse")
+                layers = tuple(i for i, k in enumerate(mlp_kinds) if k == "sparse")
+            elif isinstance(freq, list) and len(freq) == num_layers and all(v in (0, 1) for v in freq):
                 layers = tuple(i for i in range(num_layers) if freq[i] and i >= first_dense)
             else:
                 f = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "gemma4_text" and c.bool("enable_moe_block", False):
+        moe, norms = _gemma4_moe(c, num_layers, intermediate), norms + 3
     elif model_type == "qwen3_next":
         moe, intermediate = _qwen_shared_moe(c, num_layers)
         # MTP layers (never counted): Qwen3.5 states mtp_num_hidden_layers; Qwen3-Next's configs state none and
@@ -1165,7 +1269,34 @@ def _read_minimax_m2(c: _Cfg, num_layers: int) -> _Read:
                  qk_norm_full=c.bool("use_qk_norm", False))
 
 
+def _read_minimax(c: _Cfg, num_layers: int) -> _Read:
+    """MiniMax-Text-01 / M1 (and transformers' minimax): every layer MoE, num_local_experts of intermediate_size, top
+    num_experts_per_tok, no router bias; a shared MLP of shared_intermediate_size mixed in by a hidden -> 1
+    coefficient when it is set; attention without biases or q/k norms (vLLM
+    vllm/model_executor/models/minimax_text_01.py, MiniMaxText01DecoderLayer). The layer pattern is read by
+    _minimax_lightning (called first here too, so that a config without the pattern is named by it, not by an expert
+    field); postnorm and the alpha/beta residual scales change numerics only."""
+    _minimax_lightning(c, num_layers)
+    for key in ("num_local_experts", "shared_intermediate_size"):
+        if isinstance(c.raw.get(key), list):
+            raise PdagInputError(c.path(key), "a per-layer list is not read", "one integer for every layer")
+    if c.raw.get("sliding_window") is not None:
+        raise PdagInputError(c.path("sliding_window"), "a window on MiniMax's softmax layers is not read; pdag refuses "
+                             "rather than price it as full attention", "null (as published configs state)")
+    moe = _every_layer_moe(c, num_layers, "num_local_experts", False)
+    shared = c.int("shared_intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if shared:
+        moe = moe.model_copy(update={"num_shared_experts": 1, "shared_expert_intermediate_size": shared,
+                                     "shared_expert_gate": True})
+    return _Read(intermediate=moe.expert_intermediate_size, moe=moe, attention_bias=False, attention_out_bias=False,
+                 notes=("vLLM's model registry lists MiniMax-Text-01 and M1 as removed in v0.23; MiniMax's vLLM guide "
+                        "serves them with vLLM 0.8.3 or later",))
+
+
 _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
+    "minimax": _read_minimax,
+    "minimax_m1": _read_minimax,
+    "minimax_text_01": _read_minimax,
     "gemma": _read_gemma,
     "qwen2_moe": _read_qwen2_moe,
     "olmoe": _read_olmoe,
@@ -1331,6 +1462,21 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
                      "Nemotron-H default: the config's mamba_ssm_cache_dtype, else float32); MLPs are up -> ReLU^2 -> "
                      "down (no gate)")
         return {"recurrent": rec, "ffn_free_layers": alone, "ffn_gated": False}
+    if model_type == "falcon_h1":
+        rec = _falcon_h1_mamba(c, num_layers)
+        notes.append(f"every one of the {num_layers} layers runs attention and a Mamba-2 mixer side by side and adds "
+                     "their outputs (Falcon-H1's parallel hybrid): each layer keeps attention's KV per token and a "
+                     "fixed conv + SSM state per request (16-bit); the muP multipliers change numerics only")
+        return {"recurrent": rec}
+    if model_type == "gemma4_text":
+        return _gemma4_layers(c, num_layers, notes)
+    if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
+        rec = _minimax_lightning(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "
+                     f"a fixed {rec.num_heads} x {rec.key_head_dim} x {rec.value_head_dim} state per request (16-bit, "
+                     "as vLLM's linear-attention state dtype), no KV per token; the other "
+                     f"{num_layers - len(rec.layers)} are softmax attention with KV")
+        return {"recurrent": rec}
     if model_type == "granitemoehybrid":
         rec = _granite_mamba(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are Mamba-2 (a fixed conv + SSM state per request, "
@@ -1374,6 +1520,118 @@ def _granite_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
                          key_head_dim=_granite_default(c, "mamba_d_state", hi=MAX_HEAD_DIM), value_head_dim=d_head,
                          conv_kernel=_granite_default(c, "mamba_d_conv", hi=1024),
                          conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False))
+
+
+def _falcon_h1_mamba(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Falcon-H1's Mamba-2 mixer, beside attention in every layer: inner width ``mamba_d_ssm`` (else the stated heads'
+    width, else mamba_expand x hidden), heads of ``mamba_d_head`` (``auto``: the inner width over the heads), a gated
+    norm only with ``mamba_rms_norm``, ``mamba_proj_bias`` on in_proj and ``projectors_bias`` on out_proj (transformers
+    FalconH1Mixer). ``attn_layer_indices`` (attention on some layers only) is refused: no published config sets it."""
+    if c.raw.get("attn_layer_indices") is not None:
+        raise PdagInputError(c.path("attn_layer_indices"), "attention on some layers only is not read: pdag prices "
+                             "Falcon-H1 with attention and Mamba-2 in every layer", "null (as published configs state)")
+    defaults = layer_kind_data()["defaults"]["falcon_h1"]
+    hidden = c.int("hidden_size", hi=MAX_HIDDEN)
+    heads = c.int("mamba_n_heads", hi=MAX_HEADS)  # required with the state size: every published config states both
+    groups = c.int("mamba_n_groups", default=defaults["mamba_n_groups"], hi=MAX_HEADS)
+    auto = c.raw.get("mamba_d_head", "auto") == "auto"
+    inner = c.int("mamba_d_ssm", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if not inner:  # the heads' width when they are stated (the only width transformers accepts), else expand x hidden
+        inner = heads * c.int("mamba_d_head", hi=MAX_HEAD_DIM) if not auto else \
+            c.int("mamba_expand", default=defaults["mamba_expand"], hi=1024) * hidden
+    if auto:
+        if inner % heads:
+            raise PdagInputError(c.path("mamba_n_heads"), f"{heads} heads do not divide the Mamba width {inner}",
+                                 f"a divisor of {inner}")
+        d_head = inner // heads
+    else:
+        d_head = c.int("mamba_d_head", hi=MAX_HEAD_DIM)
+        if d_head * heads != inner:
+            raise PdagInputError(c.path("mamba_d_head"), f"{heads} heads of {d_head} are not the Mamba width {inner}",
+                                 f"{inner // heads if inner % heads == 0 else 'auto'}")
+    if heads % groups:
+        raise PdagInputError(c.path("mamba_n_groups"), f"{groups} groups do not divide {heads} Mamba heads",
+                             f"a divisor of {heads}")
+    return RecurrentSpec(kind="mamba2", layers=tuple(range(num_layers)), num_heads=heads, num_key_heads=groups,
+                         key_head_dim=c.int("mamba_d_state", hi=MAX_HEAD_DIM),
+                         value_head_dim=d_head, conv_kernel=c.int("mamba_d_conv", default=defaults["mamba_d_conv"],
+                                                                  hi=1024),
+                         conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
+                         out_bias=c.bool("projectors_bias", False), gated_norm=c.bool("mamba_rms_norm", False),
+                         parallel=True)
+
+
+def _gemma4_layers(c: _Cfg, num_layers: int, notes: list[str]) -> dict[str, Any]:
+    """Gemma-4's layer kinds beyond Gemma-3's (vLLM vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer,
+    Gemma4Attention, Gemma4Model): the global (full-attention) layers' global_head_dim and, with attention_k_eq_v,
+    num_global_key_value_heads and no v_proj; the last num_kv_shared_layers layers attending over the cache of the
+    last earlier layer of their kind (none of their own), their FFN twice as wide with use_double_wide_mlp; per-layer
+    embeddings of hidden_size_per_layer_input (E2B / E4B)."""
+    out: dict[str, Any] = {}
+    head_dim = c.int("head_dim", hi=MAX_HEAD_DIM)
+    kv_heads = c.int("num_key_value_heads", hi=MAX_HEADS)
+    shared = c.bool("attention_k_eq_v", False)
+    shape = AttentionShape(num_kv_heads=c.int("num_global_key_value_heads", default=kv_heads, hi=MAX_HEADS)
+                           if shared else kv_heads,
+                           head_dim=c.int("global_head_dim", default=head_dim, hi=MAX_HEAD_DIM), shared_kv=shared)
+    if shape != AttentionShape(num_kv_heads=kv_heads, head_dim=head_dim):
+        heads = c.int("num_attention_heads", hi=MAX_HEADS)
+        if heads % shape.num_kv_heads:
+            raise PdagInputError(c.path("num_global_key_value_heads"), f"{shape.num_kv_heads} KV heads do not divide "
+                                 f"{heads} attention heads", f"a divisor of {heads}")
+        values = ", values from the key projection (no v_proj; vLLM still caches K and V)" if shared else ""
+        notes.append(f"Gemma-4's full-attention layers have their own shape: {shape.num_kv_heads} KV heads of "
+                     f"{shape.head_dim}{values}, against {kv_heads} of {head_dim} on the sliding layers")
+        out["full_layer_shape"] = shape
+    n_shared = c.int("num_kv_shared_layers", default=0, lo=0, hi=num_layers - 1)
+    if n_shared:
+        out["kv_shared_layers"] = tuple(range(num_layers - n_shared, num_layers))
+        if c.bool("use_double_wide_mlp", False):
+            out["wide_ffn_layers"] = out["kv_shared_layers"]
+        notes.append(f"the last {n_shared} layers attend over the cache of the last earlier layer of their kind and "
+                     "keep no KV of their own" + (", with a dense FFN twice as wide" if "wide_ffn_layers" in out
+                                                   else ""))
+    width = c.int("hidden_size_per_layer_input", default=0, lo=0, hi=MAX_HIDDEN)
+    if width:
+        out["per_layer_input_width"] = width
+        out["per_layer_input_vocab"] = c.int("vocab_size_per_layer_input", default=c.int("vocab_size", hi=MAX_VOCAB),
+                                             hi=MAX_VOCAB)
+        notes.append(f"per-layer embeddings: a {out['per_layer_input_vocab']:,}-row table of {width} values per layer "
+                     "(a lookup, stored beside the embedding) and each layer's gate and projection of them; their "
+                     "compute, under 2 % of an FFN's, is not priced")
+    return out
+
+
+def _gemma4_moe(c: _Cfg, num_layers: int, dense_i: int) -> MoESpec:
+    """Gemma-4's MoE block (26B-A4B, enable_moe_block): on every layer the dense MLP of intermediate_size runs beside
+    num_experts routed GELU experts of moe_intermediate_size (top_k_experts per token) and their outputs add, so the
+    MLP is read as an always-on shared expert; the router carries a per-expert output scale and a hidden-sized input
+    scale, and the block three more RMSNorms (vLLM vllm/model_executor/models/gemma4.py, Gemma4Router, Gemma4MoE,
+    Gemma4DecoderLayer)."""
+    key = "moe_intermediate_size" if c.has("moe_intermediate_size") else "expert_intermediate_size"
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("top_k_experts", hi=MAX_EXPERTS),
+               c.int(key, hi=MAX_INTERMEDIATE), 1, dense_i, tuple(range(num_layers)), True, False, "top_k_experts")
+    return moe.model_copy(update={"router_input_scale": True})
+
+
+def _minimax_lightning(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """MiniMax's lightning-attention layers: ``attn_type_list`` (0 lightning, 1 softmax; the published MiniMax-Text-01
+    and M1 configs) or transformers' ``layer_types`` (linear_attention / full_attention); one of them is required, as
+    the library's alternating default is no published pattern. Each lightning layer has the attention heads and head
+    size, and keeps one head_dim x head_dim matrix per head (vLLM MiniMaxText01LinearAttention, cache shape)."""
+    key = next((k for k in ("attn_type_list", "decoder_attention_types", "layer_types") if c.raw.get(k) is not None),
+               "layer_types" if c.raw.get("model_type") == "minimax" else "attn_type_list")
+    types = c.raw.get(key)
+    codes = {0: 0, 1: 1} if key != "layer_types" else {"linear_attention": 0, "full_attention": 1}
+    if not isinstance(types, list) or len(types) != num_layers or any(
+            isinstance(t, bool) or t not in codes for t in types):
+        allowed = "0 (lightning) or 1 (softmax)" if key != "layer_types" else "linear_attention or full_attention"
+        raise PdagInputError(c.path(key), "must give each layer's attention kind", f"a list of {num_layers} of: "
+                             + allowed)
+    heads = c.int("num_attention_heads", hi=MAX_HEADS)
+    d = c.int("head_dim", default=0, lo=0, hi=MAX_HEAD_DIM) or c.int("hidden_size", hi=MAX_HIDDEN) // heads
+    return RecurrentSpec(kind="lightning", layers=tuple(i for i, t in enumerate(types) if codes[t] == 0),
+                         num_heads=heads, num_key_heads=heads, key_head_dim=d, value_head_dim=d, conv_kernel=1)
 
 
 def _granite_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:

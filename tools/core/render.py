@@ -77,7 +77,8 @@ def _pattern(graph: nx.DiGraph, nodes: list[str]) -> tuple[str, dict[str, int]]:
     for n in nodes:  # insertion order follows construction order
         a = graph.nodes[n]
         mixer = (a.get("meta") or {}).get("mixer")  # a recurrent mixer in attention's place, its state in the cache's
-        name = ("state" if a["type"] == NodeType.KV_CACHE else mixer) if mixer else str(a["type"])
+        cache = "kv_and_state" if mixer and mixer.startswith("attention_and_") else "state"
+        name = (cache if a["type"] == NodeType.KV_CACHE else mixer) if mixer else str(a["type"])
         key = (name, a.get("role"), _GROUP.sub("", a.get("op") or "").rsplit(".", 1)[-1])
         if key not in counts:
             order.append(key)

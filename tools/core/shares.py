@@ -129,9 +129,16 @@ def node_shares(g: nx.DiGraph, spec: ModelSpec) -> dict[str, Share]:
             heads_declared=heads / spread if heads is not None and t == T.ATTENTION else None,
             heads_implied=spec.num_heads / head_shards if t == T.ATTENTION else None,
             kv_declared=None if mla or kv is None else max(1.0, kv / spread),
-            kv_implied=None if mla else float(max(1, spec.num_kv_heads // head_shards)),
+            kv_implied=None if mla else float(max(1, spec.kv_shape(_layer_of(a, spec))[0] // head_shards)),
         )
     return out
+
+
+def _layer_of(a: dict[str, Any], spec: ModelSpec) -> int | None:
+    """The node's layer when it names one in range (a full-attention layer may have its own KV heads)."""
+    layer = a.get("layer")
+    ok = isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < spec.num_layers
+    return layer if ok else None
 
 
 def _expert(spec: ModelSpec, a: dict[str, Any], devs: int, of: int | None, span: int) -> Share:

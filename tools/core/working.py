@@ -86,10 +86,12 @@ def layer_kind(spec: ModelSpec, layer: int) -> tuple[bool, bool]:
     return spec.is_moe_layer(layer), sliding
 
 
-def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool, bool, bool]:
-    """``layer_kind`` plus whether the layer mixes tokens through a recurrent state instead of attention and whether
-    it has an FFN: layers fold into one run, and are priced once, only when all of these agree."""
-    return (*layer_kind(spec, layer), spec.is_recurrent_layer(layer), spec.is_ffn_free(layer))
+def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, bool, bool, bool, bool, int]:
+    """``layer_kind`` plus whether the layer mixes tokens through a recurrent state instead of attention, whether
+    it has an FFN, whether it keeps its own KV and its FFN's width: layers fold into one run, and are priced once,
+    only when all of these agree."""
+    return (*layer_kind(spec, layer), spec.is_recurrent_layer(layer), spec.is_ffn_free(layer),
+            spec.is_kv_shared(layer), spec.ffn_width(layer))
 
 
 def layer_runs(spec: ModelSpec, layers: range, cuts: frozenset[int]) -> list[range]:

@@ -68,6 +68,13 @@ class NodeCost:
     comm_s: float = 0.0  # an exchange inside a compute node (decode context parallel's merge of partial attention)
 
 
+def _sum_costs(a: NodeCost, b: NodeCost) -> NodeCost:
+    """Two kernels' costs run back to back on the same GPUs (Falcon-H1's attention then its Mamba-2 mixer)."""
+    return NodeCost(a.seconds + b.seconds, a.kind if a.seconds >= b.seconds else b.kind, a.flops + b.flops,
+                    a.bytes + b.bytes, a.hidden_seconds + b.hidden_seconds, a.compute_s + b.compute_s,
+                    a.memory_s + b.memory_s, a.overhead_s + b.overhead_s, a.launches + b.launches, a.comm_s + b.comm_s)
+
+
 def host_floor(stage_s: list[float], stage_launches: list[float], host_us_per_kernel: float) -> list[float]:
     """Stage times of a pass the host launches kernel by kernel (no CUDA graph).  Launches are asynchronous, so
     the host runs ahead while long kernels execute, but the GPU cannot start a kernel before its launch: a stage
@@ -326,17 +333,23 @@ class CostModel:
         phase = attrs.get("phase") or "prefill"
         layer = attrs.get("layer")
         sliding = bool(layer is not None and self.spec.sliding_window_layers and self.spec.is_sliding_layer(layer))
-        recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.is_recurrent_layer(layer))
+        recurrent = bool(layer is not None and self.spec.recurrent is not None and self.spec.has_state(layer))
+        # a layer reading an earlier layer's cache writes none, and a double-wide FFN costs twice (Gemma-4 E2B)
+        own = (self.spec.is_kv_shared(layer), self.spec.ffn_width(layer)) if self._in_range(layer) else None
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
         key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
                meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
-               sliding, recurrent, len(devices), self.link(devices) if len(devices) > 1 else None)
+               sliding, recurrent, own, len(devices), self.link(devices) if len(devices) > 1 else None)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cost(ntype, phase, batch, attrs, meta, sliding, recurrent)
             self._cache[key] = hit
         return hit
+
+    def _in_range(self, layer: Any) -> bool:
+        """A node's layer index that names one of the model's layers (a drafted DAG may carry others)."""
+        return isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < self.spec.num_layers
 
     def crosses_nodes(self, devices: list[int]) -> bool:
         return self.plan.cluster.crosses_domains(devices)
@@ -358,12 +371,19 @@ class CostModel:
         tok = self.tokens(phase, batch)
         h, ab = spec.hidden_size, self.ab
         small = phase == "decode"
+        parallel = recurrent and self.spec.recurrent is not None and self.spec.recurrent.parallel
+        if ntype == T.ATTENTION and parallel:  # Falcon-H1: attention and the Mamba-2 mixer run one after the other
+            return _sum_costs(self.attention(phase, batch, attrs, meta, sliding),
+                              self.recurrent_mixer(phase, batch, attrs, meta))
         if ntype == T.ATTENTION and recurrent:
             return self.recurrent_mixer(phase, batch, attrs, meta)
         if ntype == T.ATTENTION:
             return self.attention(phase, batch, attrs, meta, sliding)
-        if ntype == T.KV_CACHE and recurrent:  # the mixer's kernel reads and writes its state in place (priced there)
+        if ntype == T.KV_CACHE and recurrent and not parallel:  # the mixer reads and writes its state in place
             return NodeCost(0.0, "memory")
+        layer = attrs.get("layer") if self._in_range(attrs.get("layer")) else None
+        if ntype in (T.KV_CACHE, T.KV_TRANSFER) and layer is not None and spec.is_kv_shared(layer):
+            return NodeCost(0.0, "memory")  # the layer reads an earlier layer's cache and keeps none
         if ntype == T.NORM:
             c = self.run(phase, [Kernel(0.0, 2 * tok * h * ab, small=True)])
             if attrs.get("role") in ("pre_attention", "pre_ffn"):
@@ -372,8 +392,9 @@ class CostModel:
                 c.overhead_s += extra
             return c
         if ntype == T.FFN:
+            dense = spec.ffn_width(layer) if layer is not None else spec.intermediate_size
             inter = spec.moe.shared_expert_intermediate_size if (attrs.get("role") == "shared_expert"
-                                                                  and spec.moe) else spec.intermediate_size
+                                                                  and spec.moe) else dense
             i_l = inter / max(1, int(meta.get("of", 1)))
             g = 2 if spec.ffn_gated else 1  # gate and up, or up alone (ReLU^2 MLP)
             return self.run(phase, [
@@ -471,7 +492,8 @@ class CostModel:
         spec = self.spec
         if spec.attention == "mla":
             return float(spec.kv_elements_per_token_per_layer(0))
-        return 2.0 * (attrs.get("kv_heads") or spec.num_kv_heads) * spec.head_dim
+        kv_heads, head_dim = spec.kv_shape(attrs.get("layer"))  # a full-attention layer's own shape (Gemma-4)
+        return 2.0 * (attrs.get("kv_heads") or kv_heads) * head_dim
 
     def _sixteen_bit(self, kernels: list[Kernel]) -> list[Kernel]:
         """The attention node's projection GEMMs in 16-bit math where the checkpoint keeps them unquantized (no
@@ -528,10 +550,13 @@ class CostModel:
                 kernels.extend(self.indexer_kernels(phase, batch, tok, sp))
             return self._with_dcp(phase, self.run(phase, self._sixteen_bit(kernels)), tok, hq, kvl + rope, kvl,
                                   attrs)
-        d = spec.head_dim
-        hkv = attrs.get("kv_heads") or spec.num_kv_heads
+        layer = attrs.get("layer")
+        kv_heads, d = spec.kv_shape(layer)  # a full-attention layer's own shape (Gemma-4)
+        hkv = attrs.get("kv_heads") or kv_heads
         gate = hq if spec.attention_output_gate else 0  # Qwen3-Next's q_proj also emits an output gate per head
-        qkv_w = h * (hq + gate + 2 * hkv) * d
+        shared = spec.full_layer_shape is not None and spec.full_layer_shape.shared_kv and layer is not None and \
+            not spec.is_sliding_layer(layer)  # values from the key projection: no v_proj
+        qkv_w = h * (hq + gate + (1 if shared else 2) * hkv) * d
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
                           block_gemms=1, speed_scale=self.gemm_speed((hq + 2 * hkv) * d, h))]
@@ -649,8 +674,10 @@ class CostModel:
             if layer is not None and spec.recurrent is not None and spec.is_recurrent_layer(layer):
                 layer_kv = batch * spec.recurrent.state_bytes()  # a recurrent layer hands over its state
             else:
-                layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"kv_heads": spec.num_kv_heads})
+                layer_kv = self.tokens("prefill", batch) * (self.kv_elems_local({"layer": layer})
                                                             * self.kvb + spec.indexer_bytes_per_token_per_layer())
+                if layer is not None and spec.recurrent is not None and spec.is_parallel_layer(layer):
+                    layer_kv += batch * spec.recurrent.state_bytes()  # Falcon-H1: its KV and its state
             t = alpha + layer_kv / max(1, n) / bw
         else:  # SEND_RECV: activations of the batch between two pipeline stages
             t = alpha + size / bw

@@ -45,14 +45,23 @@ def _prompt_tokens_over_layers(plan: Plan) -> float:
     spec, n = plan.spec, plan.workload.input_len
     window = spec.sliding_window or n
     return float(sum(min(n, window) if spec.is_sliding_layer(i) else n for i in range(spec.num_layers)
-                     if not spec.is_recurrent_layer(i)))
+                     if not spec.is_recurrent_layer(i) and not spec.is_kv_shared(i)))
 
 
-def _kv_elems_per_shard(plan: Plan, pl: PhaseLayout) -> float:
+def _kv_elems_per_shard(plan: Plan, pl: PhaseLayout, layer: int | None = None) -> float:
     spec = plan.spec
     if spec.attention == "mla":
         return float(spec.kv_elements_per_token_per_layer(0))
-    return 2.0 * max(1, ceil(spec.num_kv_heads / pl.head_shards)) * spec.head_dim
+    kv_heads, head_dim = spec.kv_shape(layer)  # a full-attention layer's own shape (Gemma-4)
+    return 2.0 * max(1, ceil(kv_heads / pl.head_shards)) * head_dim
+
+
+def _wire_kv_elems(plan: Plan, pl: PhaseLayout) -> float:
+    """Sum over layers of the prompt tokens a layer keeps times its KV elements per decode shard."""
+    spec, n = plan.spec, plan.workload.input_len
+    window = spec.sliding_window or n
+    return float(sum((min(n, window) if spec.is_sliding_layer(i) else n) * _kv_elems_per_shard(plan, pl, i)
+                     for i in range(spec.num_layers) if not spec.is_recurrent_layer(i) and not spec.is_kv_shared(i)))
 
 
 def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) -> KvHandoff:
@@ -66,7 +75,7 @@ def kv_handoff(plan: Plan, layout: Layout, eff: dict[str, float], batch: int) ->
     # state split by heads
     index = tokens * dec.head_shards * spec.indexer_bytes_per_token_per_layer() / dec.dcp
     state = spec.state_bytes_per_sequence()
-    wire = tokens * dec.head_shards * _kv_elems_per_shard(plan, dec) / dec.dcp * kvb + index + state
+    wire = dec.head_shards * _wire_kv_elems(plan, dec) / dec.dcp * kvb + index + state
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     senders = p_pool.pp * pre.attn_width
     receivers = d_pool.pp * dec.attn_width

@@ -134,8 +134,8 @@ def _turn_off(plan: dict[str, Any], ctx: Context, rule_id: str, into_dp: bool) -
             continue
         tp = d.get("tp", par.get("tp", 1))
         wide = tp * a
-        ok = spec.num_heads % wide == 0 and (spec.attention == "mla" or spec.num_kv_heads % wide == 0
-                                            or wide % spec.num_kv_heads == 0)
+        ok = spec.num_heads % wide == 0 and (spec.attention == "mla" or all(
+            kv % wide == 0 or wide % kv == 0 for kv in spec.kv_head_counts))
         msg = f"set attn_dp from {a} to 1"
         if ok:
             d["tp"] = wide

@@ -53,7 +53,7 @@ def tp_candidates(plan: Plan) -> list[int]:
     for t in range(1, min(spec.num_heads, 64) + 1):
         if spec.num_heads % t:
             continue
-        if spec.attention != "mla" and spec.num_kv_heads % t and t % spec.num_kv_heads:
+        if spec.attention != "mla" and any(kv % t and t % kv for kv in spec.kv_head_counts):
             continue
         if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
             continue
@@ -317,13 +317,13 @@ def check_kv_gqa(ctx: Context) -> Iterator[Finding]:
     spec = ctx.spec
     if spec is None or spec.attention == "mla":
         return
-    bad = [n for n in ctx.of(NodeType.ATTENTION, NodeType.KV_CACHE)
-           if (ctx.attr(n, "kv_heads") or 0) > spec.num_kv_heads]
+    most = max(spec.kv_head_counts)
+    bad = [n for n in ctx.of(NodeType.ATTENTION, NodeType.KV_CACHE) if (ctx.attr(n, "kv_heads") or 0) > most]
     if bad:
         n = bad[0]
-        yield Finding(f"{n} holds kv_heads = {ctx.attr(n, 'kv_heads')} but {spec.id} has {spec.num_kv_heads} KV heads; "
+        yield Finding(f"{n} holds kv_heads = {ctx.attr(n, 'kv_heads')} but {spec.id} has {most} KV heads; "
                       "KV bytes count num_key_value_heads (not the query heads)", bad,
-                      hint=f"use at most {spec.num_kv_heads} KV heads per shard")
+                      hint=f"use at most {most} KV heads per shard")
 
 
 @checker("KV-FORMULA-MLA")
@@ -350,12 +350,14 @@ def check_kv_tp(ctx: Context) -> Iterator[Finding]:
         hs = ctx.tp_width(shards)
         if hs <= 1:
             continue
-        expect = max(1, spec.num_kv_heads // hs)
+        layer = ctx.attr(shards[0], "layer")
+        kv = spec.kv_shape(layer if isinstance(layer, int) and 0 <= layer < spec.num_layers else None)[0]
+        expect = max(1, kv // hs)
         bad = [s for s in shards if ctx.attr(s, "kv_heads") not in (None, expect)]
         if bad:
             yield Finding(f"attention {key[0]} has {hs} head shards each stating kv_heads = "
                           f"{ctx.attr(bad[0], 'kv_heads')};"
-                          f" under TP each rank holds {spec.num_kv_heads}/{hs} -> {expect} KV head(s) (sharded while "
+                          f" under TP each rank holds {kv}/{hs} -> {expect} KV head(s) (sharded while "
                           "tp "
                           "<= kv heads, replicated beyond)", bad)
             return

@@ -225,9 +225,9 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
                                                      f"{_n(s.heads_implied)} per GPU: heads = {_n(want)} on its "
                                                      f"{gpus} GPU(s)"))
         if s.kv_declared is not None and s.kv_implied is not None and n not in ranked \
-                and a["kv_heads"] <= spec.num_kv_heads and not math.isclose(s.kv_declared, s.kv_implied):
+                and a["kv_heads"] <= max(spec.kv_head_counts) and not math.isclose(s.kv_declared, s.kv_implied):
             found.setdefault("kv_heads", []).append((n, f"{n} declares kv_heads = {a['kv_heads']} on {gpus} GPU(s) but "
-                                                        f"{spec.id}'s {spec.num_kv_heads} KV heads over {s.parts} "
+                                                        f"{spec.id}'s KV heads over {s.parts} "
                                                         f"shard(s) give {_n(s.kv_implied)} per GPU (sharded while "
                                                         "the shards are no more than the KV heads, replicated beyond)"))
         if s.experts_declared is not None and s.experts_implied is not None and n not in stacked and \

@@ -179,7 +179,7 @@ def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
 def _tp_ok(spec: Any, t: int) -> bool:
     if spec.num_heads % t:
         return False
-    if spec.attention != "mla" and spec.num_kv_heads % t and t % spec.num_kv_heads:
+    if spec.attention != "mla" and any(kv % t and t % kv for kv in spec.kv_head_counts):
         return False
     if spec.dense_layer_indices and spec.intermediate_size and spec.intermediate_size % t:
         return False
@@ -194,8 +194,9 @@ def recurrent_heads_split(spec: Any, t: int) -> str | None:
     rec = spec.recurrent
     if rec is None:
         return None
-    heads, keys = ("linear-attention value heads", "linear-attention key heads") if rec.kind == "gated_deltanet" \
-        else ("Mamba heads", "Mamba groups (n_groups)")
+    heads, keys = {"gated_deltanet": ("linear-attention value heads", "linear-attention key heads"),
+                   "lightning": ("lightning-attention heads", "lightning-attention heads")}.get(
+        rec.kind, ("Mamba heads", "Mamba groups (n_groups)"))
     if rec.num_heads % t:
         return f"{rec.num_heads} {heads}"
     if rec.num_key_heads % t and not rec.groups_replicated(t):
@@ -267,10 +268,10 @@ def check_kv_heads(ctx: Context) -> Iterator[Finding]:
     spec = ctx.plan.spec
     if spec.attention == "mla":
         return
-    kv = spec.num_kv_heads
     for ph, pl in ctx.layout.phases.items():
         hs = pl.head_shards
-        if kv % hs and hs % kv:
+        kv = next((k for k in spec.kv_head_counts if k % hs and hs % k), None)  # Gemma-4 has two counts
+        if kv is not None:
             yield Finding(f"{ph}: {kv} KV heads neither divide by nor divide {hs} head shards; each rank would hold a "
                           "fraction of a KV head", field=field_of(ph, "tp", ctx.plan),
                           hint=f"use a tp that divides {kv} or a multiple of it")
@@ -301,7 +302,7 @@ def fix_recurrent_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
 @fixer("TP-KV-HEADS-DIVISIBLE")
 def fix_kv_heads(plan: dict[str, Any], ctx: Context) -> list[Change]:
     assert ctx.plan is not None
-    kv = ctx.plan.spec.num_kv_heads
+    kv = " and ".join(str(k) for k in ctx.plan.spec.kv_head_counts)
     return set_tp(plan, ctx, "TP-KV-HEADS-DIVISIBLE", f"a degree compatible with the {kv} KV heads")
 
 
@@ -312,7 +313,7 @@ def check_kv_replicated(ctx: Context) -> Iterator[Finding]:
     spec = ctx.plan.spec
     if spec.attention == "mla":
         return
-    kv = spec.num_kv_heads
+    kv = min(spec.kv_head_counts)  # the fewest heads replicate first (Gemma-4's full-attention layers)
     kv_bytes = DTYPE_BYTES[ctx.plan.effective_kv_dtype]
     for ph, pl in ctx.layout.phases.items():
         hs = pl.head_shards

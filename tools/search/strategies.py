@@ -398,8 +398,8 @@ class _Search:
         if spec.num_heads % tp:
             self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
             return False
-        kv = spec.num_kv_heads
-        if spec.attention != "mla" and kv % tp and tp % kv:
+        kv = next((k for k in spec.kv_head_counts if k % tp and tp % k), None)
+        if spec.attention != "mla" and kv is not None:
             self.reject("TP-KV-HEADS-DIVISIBLE", f"{what}: {kv} KV heads")
             return False
         return True
