@@ -81,11 +81,12 @@ def test_one_share_counted_n_times_is_the_whole_deployment(per: int, rounds: int
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mode=st.sampled_from(["closed", "poisson", "burst"]), n=st.integers(4, 90), c=st.integers(1, 40),
        out=st.sampled_from([1, 2, 17, 150, 400]), ranged=st.booleans(),
-       kv=st.sampled_from([None, 3000, 6000, 20000]), ahead=st.booleans())
+       kv=st.sampled_from([None, 3000, 6000, 20000]), engine=st.sampled_from(["vllm", "generic", "sglang"]))
 def test_decode_cohort_is_byte_identical_to_request_by_request(mode: str, n: int, c: int, out: int, ranged: bool,
-                                                              kv: int | None, ahead: bool) -> None:
+                                                              kv: int | None, engine: str) -> None:
     """The cohort forms, prices and ends every step as the request-by-request code does, through KV walls that
-    preempt (the requests get their own state back and are gathered again), to the byte."""
+    preempt or retract (the requests get their own state back and are gathered again), to the byte; under SGLang
+    with the admission reserve summed over the cohort (vLLM's scheduler runs ahead, the generic one does not)."""
     wl: dict[str, Any] = {"input_len": 900, "output_len": out, "num_requests": n, "seed": n}
     if mode == "closed":
         wl["concurrency"] = c
@@ -93,7 +94,7 @@ def test_decode_cohort_is_byte_identical_to_request_by_request(mode: str, n: int
         wl["request_rate"] = float(c * 5)
     if ranged:
         wl |= {"input_len_range": [300, 900], "output_len_range": [1, out]}
-    d = {**P_DIS, "engine": "vllm" if ahead else "generic", "workload": wl}
+    d = {**P_DIS, "engine": engine, "workload": wl}
     if kv:
         d["engine_options"] = {"kv_cache_tokens": kv}
     plan = parse_plan(d)

@@ -100,6 +100,7 @@ import math
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -125,8 +126,9 @@ MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (
 # (assumptions: the engines' documented defaults at the time of writing; a page is only the rounding of a request).
 BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # SGLang reserves new_token_ratio x (remaining max_new_tokens) of every running request before admitting a prompt;
-# the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here.
-SGLANG_NEW_TOKEN_RATIO = 0.4
+# the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here, a
+# fraction so that a request's reserve is integer arithmetic and a cohort's sum is closed-form (``_DecodeCohort``).
+SGLANG_NEW_TOKEN_RATIO = Fraction(2, 5)
 MAX_REQUESTS = 100_000
 # Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
 # so that whole tokens come out deterministically and a run of steps is closed-form in integers.
@@ -453,8 +455,12 @@ class _Engine:
         # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
         # last step left them (non-speculative only): the next decode run needs no pass of its own
         self.summary: tuple[int, int] | None = None
-        # a decode pool's running requests held as one cohort (vLLM, no speculation): steps cost O(log n), not O(n)
-        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q else None
+        # SGLang's admission reserve (pages) of the running requests outside the cohort, kept as they join, advance
+        # and leave (a request's share is 0 once its output is complete, so one that finishes leaves nothing)
+        self.reserving = policy == "sglang" and role != "prefill"
+        self.reserve = 0
+        # a decode pool's running requests held as one cohort (no speculation): steps cost O(log n), not O(n)
+        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy != "trtllm" and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
         # referencing them, and how many of the free pages are that unreferenced, evictable prefix
         self.prefix = prefix if role != "decode" else None
@@ -564,9 +570,13 @@ class _Engine:
         cutoff = self.prev_start if self.ahead and self.prev_start >= 0 else start
         return r.ready_ms <= cutoff + 1e-9
 
+    def reserve_of(self, left: int) -> int:
+        """Pages SGLang reserves for a running request with ``left`` output tokens to go."""
+        return -(-(left * SGLANG_NEW_TOKEN_RATIO.numerator // SGLANG_NEW_TOKEN_RATIO.denominator) // self.bs)
+
     def _sglang_reserve(self) -> int:
-        bs = self.bs
-        return sum(-(-int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated)) // bs) for r in self.running)
+        cohort = self.cohort
+        return self.reserve + (cohort.reserve() if cohort is not None and cohort.active else 0)
 
     def _admissible(self, r: _Req, budget: int) -> bool:
         if len(self.running) >= self.max_seqs:
@@ -689,6 +699,8 @@ class _Engine:
 
     def _preempt(self, victim: _Req) -> None:
         self.running.remove(victim)
+        if self.reserving:
+            self.reserve -= self.reserve_of(victim.out_len - victim.generated)
         self._release(victim)
         victim.prompt = victim.in_len + victim.generated
         victim.base = victim.generated
@@ -791,6 +803,8 @@ class _Engine:
             n = min(r.prompt - r.computed, budget)
             self._grow(r, r.computed + n)
             self.running.append(r)
+            if self.reserving:
+                self.reserve += self.reserve_of(r.out_len - r.generated)
             chunks.append((r, n))
             budget -= n
         if chunks:
@@ -801,6 +815,7 @@ class _Engine:
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
                 self.running.append(r)
+                self.reserve += self.reserve_of(r.out_len - r.generated)
         decodes = [r for r in self.running if r.computed >= r.prompt]
         bs, spec = self.bs, self.spec_q
         # the pages each decode's next token(s) take (a retraction frees the victim's, leaves the others' as they are)
@@ -815,7 +830,9 @@ class _Engine:
             if n:
                 r.blocks += n
         self.free -= need
-        return self._priced(start, [], decodes)
+        plan = self._priced(start, [], decodes)
+        plan.grown = len(decodes) == len(self.running)  # every running request decodes with its next pages
+        return plan
 
     def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
                 ) -> _Plan:
@@ -852,17 +869,20 @@ class _Engine:
 
 
 class _DecodeCohort:
-    """The running requests of a disaggregated decode replica (vLLM scheduler, no speculation) held as one cohort.
+    """The running requests of a disaggregated decode replica (vLLM or SGLang scheduler, no speculation) held as one
+    cohort.
 
     Why: every step of such a replica decodes all its running requests, one token each, so their state moves in
     lockstep.  A request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F);
     the pages every request holds after the last step that grew them are ceil((K + grown) / bs), so the pages of all
-    of them at any clock are summed from the count of requests per residue of K modulo the page size.  A step then
+    of them at any clock are summed from the count of requests per residue of K modulo the page size.  SGLang's
+    admission reserve, floor((p (F - clock) + s) / Q) per request (``SGLANG_NEW_TOKEN_RATIO`` = p/q rounded up to
+    pages: Q = q * bs), is summed the same way from the count of requests per residue of F modulo Q.  A step then
     costs a heap operation per request that ends instead of a pass over all of them, and forms and ends exactly as
-    ``_Engine._form_budget``, ``_decode_run`` and the run loop would (the same pages, prices, gaps and order of
-    completion).  When a step needs more pages than are free (a preemption) or more tokens than the budget, the
-    requests get their own state back (``release``) and the engine goes on request by request; it gathers them again
-    (``resume``) after a step that decoded and grew every running request.
+    ``_Engine._form_budget`` (or ``_form_sglang``), ``_decode_run`` and the run loop would (the same pages, prices,
+    gaps and order of completion).  When a step needs more pages than are free (a preemption or retraction) or more
+    tokens than the budget, the requests get their own state back (``release``) and the engine goes on request by
+    request; it gathers them again (``resume``) after a step that decoded and grew every running request.
     """
 
     def __init__(self, bs: int) -> None:
@@ -875,6 +895,9 @@ class _DecodeCohort:
         self.k_sum = 0
         self.k_pages = 0  # sum of K // bs
         self.residues = [0] * bs  # requests per K mod bs
+        self.res_q = SGLANG_NEW_TOKEN_RATIO.denominator * bs
+        self.f_sum = 0  # sum of F
+        self.f_residues = [0] * self.res_q  # requests per F mod res_q
         self.order = 0
         self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
 
@@ -884,13 +907,23 @@ class _DecodeCohort:
         b, c = divmod(x - 1, self.bs)
         return self.k_pages + len(self.heap) * (b + 1) + (sum(self.residues[self.bs - c:]) if c else 0)
 
+    def reserve(self) -> int:
+        """SGLang's admission reserve of the cohort's requests: the sum of ``_Engine.reserve_of`` their tokens left."""
+        p, q, c, n = SGLANG_NEW_TOKEN_RATIO.numerator, self.res_q, self.clock, len(self.heap)
+        s = SGLANG_NEW_TOKEN_RATIO.denominator * (self.bs - 1)
+        rest = sum(m * ((p * (f - c) + s) % q) for f, m in enumerate(self.f_residues) if m)
+        return (p * (self.f_sum - n * c) + n * s - rest) // q
+
     def _add(self, r: _Req) -> None:
         k = r.computed + r.generated - r.base - self.clock
-        heapq.heappush(self.heap, (r.out_len - r.generated + self.clock, self.order, k, r))
+        f = r.out_len - r.generated + self.clock
+        heapq.heappush(self.heap, (f, self.order, k, r))
         self.order += 1
         self.k_sum += k
         self.k_pages += k // self.bs
         self.residues[k % self.bs] += 1
+        self.f_sum += f
+        self.f_residues[f % self.res_q] += 1
 
     def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
         """A request's own fields, as processing it one by one would have left them."""
@@ -906,7 +939,7 @@ class _DecodeCohort:
             run = self._run(e, start)
             if run is not None:
                 return run
-        return self._step(e, start)
+        return self._step_sglang(e, start) if e.policy == "sglang" else self._step(e, start)
 
     def _run(self, e: _Engine, start: float) -> _Plan | None:
         """``_decode_run``: decode-only steps until the first request ends or a page is missing."""
@@ -924,6 +957,8 @@ class _DecodeCohort:
                 else:
                     hi = mid
             k = lo
+        if e.waiting and e.policy == "sglang":
+            k = 1
         ctx = self.k_sum + d * self.clock
         a, b = e.cost.decode_line(d)
         a_ms = a + b * ctx / d
@@ -957,6 +992,37 @@ class _DecodeCohort:
         plan.grown = plan.pooled = True
         return plan
 
+    def _step_sglang(self, e: _Engine, start: float) -> _Plan | None:
+        """``_form_sglang`` of a decode replica: arrived requests join while their pages and the reserve fit, then
+        every running request decodes; None (nothing changed) when the decodes' pages are short (it retracts)."""
+        free, reserve, n = e.free, self.reserve(), len(self.heap)
+        joining = []
+        for r in e.waiting:
+            if not e.eligible(r, start) or n + len(joining) >= e.max_seqs \
+                    or e._pages(r.in_len + r.generated + 1) + reserve > free:
+                break
+            free -= e._pages(r.prompt + r.generated - r.base)
+            reserve += e.reserve_of(r.out_len - r.generated)
+            joining.append(r)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        grow += sum(e._pages(r.in_len + r.generated + 1) - e._pages(r.in_len + r.generated) for r in joining)
+        if grow > free:
+            return None
+        e.free = free - grow
+        ctx = self.k_sum + n * self.clock
+        self.grown = self.clock + 1
+        for r in joining:
+            e.waiting.popleft()
+            r.computed = r.prompt
+            r.blocks = e._pages(e._held(r) + 1)
+            e.running.append(r)
+            ctx += r.in_len + r.generated
+            self._add(r)
+        self.fresh = len(joining)
+        plan = e._priced(start, [], e.running[:], ctx)
+        plan.grown = plan.pooled = True
+        return plan
+
     def complete(self, p: _Plan, t: float, rec: _Recorder) -> list[_Req]:
         """End ``p`` at ``t``: the requests that finish, in the order of the running list."""
         if p.k > 1:
@@ -979,6 +1045,8 @@ class _DecodeCohort:
             self.k_sum -= entry[2]
             self.k_pages -= entry[2] // self.bs
             self.residues[entry[2] % self.bs] -= 1
+            self.f_sum -= entry[0]
+            self.f_residues[entry[0] % self.res_q] -= 1
             done.append(entry)
         done.sort(key=lambda x: x[1])
         return [self._own(x) for x in done]
@@ -988,9 +1056,12 @@ class _DecodeCohort:
         for entry in self.heap:
             self._own(entry)
         e.lacking = self._pages(self.clock) - self._pages(self.grown)
+        if e.reserving:
+            e.reserve = sum(e.reserve_of(r.out_len - r.generated) for r in e.running)
         self.heap.clear()
-        self.k_sum = self.k_pages = 0
+        self.k_sum = self.k_pages = self.f_sum = 0
         self.residues = [0] * self.bs
+        self.f_residues = [0] * self.res_q
         self.active = False
 
     def resume(self, e: _Engine, t: float) -> None:
@@ -999,6 +1070,7 @@ class _DecodeCohort:
         self.clock = self.grown = 0
         self.last_ms = t
         self.active = True
+        e.reserve = 0  # the cohort's sum stands for it
         for r in e.running:
             self._add(r)
 
@@ -1311,7 +1383,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                 e.prefix_computed(r)
         done: list[_Req] = []
         # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
-        ctx, least, spec = 0, _BIG, e.spec_q
+        ctx, least, spec, reserving = 0, _BIG, e.spec_q, e.reserving
         if p.pooled:
             assert e.cohort is not None
             done = e.cohort.complete(p, t, rec)
@@ -1333,12 +1405,16 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                             last, same = r.last_ms, 1
                     else:
                         r.first_ms = t  # disaggregated: the first token streams after the first decode step
+                if reserving:
+                    e.reserve -= e.reserve_of(r.out_len - r.generated)
                 if spec:
                     e.advance(r, k)
                 else:
                     r.generated += k
                 r.last_ms = t
                 left = r.out_len - r.generated
+                if reserving:
+                    e.reserve += e.reserve_of(left)
                 if left <= 0:
                     done.append(r)
                 else:
@@ -1367,6 +1443,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                     push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
                     continue
                 e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
+                if reserving:
+                    e.reserve += e.reserve_of(r.out_len - r.generated - 1) - e.reserve_of(r.out_len - r.generated)
                 r.generated += 1
                 r.last_ms = t
                 if r.generated >= r.out_len:
