@@ -455,12 +455,15 @@ class _Engine:
         # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
         # last step left them (non-speculative only): the next decode run needs no pass of its own
         self.summary: tuple[int, int] | None = None
-        # SGLang's admission reserve (pages) of the running requests outside the cohort, kept as they join, advance
-        # and leave (a request's share is 0 once its output is complete, so one that finishes leaves nothing)
+        # SGLang's admission reserve (pages) of the running requests outside the cohort, kept as they join and leave
+        # (a request's share is 0 once its output is complete, so one that finishes leaves nothing); None once a
+        # step advanced them, summed again when an admission asks (a Poisson trickle asks far less often than every
+        # step); 0 while the cohort holds every running request and sums theirs in closed form
         self.reserving = policy == "sglang" and role != "prefill"
-        self.reserve = 0
+        self.reserve: int | None = 0
         # a decode pool's running requests held as one cohort (no speculation): steps cost O(log n), not O(n)
-        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy != "trtllm" and not spec_q else None
+        pooled = role == "decode" and policy != "trtllm" or role == "both" and policy == "vllm" and prefix is None
+        self.cohort = _DecodeCohort(self.bs) if pooled and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
         # referencing them, and how many of the free pages are that unreferenced, evictable prefix
         self.prefix = prefix if role != "decode" else None
@@ -571,10 +574,13 @@ class _Engine:
         return r.ready_ms <= cutoff + 1e-9
 
     def reserve_of(self, left: int) -> int:
-        """Pages SGLang reserves for a running request with ``left`` output tokens to go."""
+        """Pages SGLang reserves for a running request with ``left`` (>= 0) output tokens to go."""
         return -(-(left * SGLANG_NEW_TOKEN_RATIO.numerator // SGLANG_NEW_TOKEN_RATIO.denominator) // self.bs)
 
     def _sglang_reserve(self) -> int:
+        if self.reserve is None:
+            p, q, bs = SGLANG_NEW_TOKEN_RATIO.numerator, SGLANG_NEW_TOKEN_RATIO.denominator, self.bs
+            self.reserve = sum(-(-((r.out_len - r.generated) * p // q) // bs) for r in self.running)
         cohort = self.cohort
         return self.reserve + (cohort.reserve() if cohort is not None and cohort.active else 0)
 
@@ -699,7 +705,7 @@ class _Engine:
 
     def _preempt(self, victim: _Req) -> None:
         self.running.remove(victim)
-        if self.reserving:
+        if self.reserving and self.reserve is not None:
             self.reserve -= self.reserve_of(victim.out_len - victim.generated)
         self._release(victim)
         victim.prompt = victim.in_len + victim.generated
@@ -754,34 +760,41 @@ class _Engine:
                 continue
             break
         if not preempted:
-            while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
-                r = self.waiting[0]
-                if not self._admissible(r, budget):
-                    break
-                self.waiting.popleft()
-                if self.role == "decode":  # its KV arrived: it decodes from its generated first token
-                    r.computed = r.prompt
-                    self._grow(r, self._held(r) + self.emits(r, 1))
-                    self.running.append(r)
-                    decodes.append(r)
-                    ctx += r.in_len + r.generated
-                    budget -= width
-                    continue
-                if self.prefix is not None:
-                    self.prefix_hit(r)
-                n = min(r.prompt - r.computed, budget)
-                if self.policy == "trtllm":
-                    r.reserved = self._pages(r.in_len + r.out_len) - r.shared
-                    self.free -= r.reserved
-                    r.blocks = r.reserved + r.shared
-                else:
-                    self._grow(r, r.computed + n)
-                self.running.append(r)
-                chunks.append((r, n))
-                budget -= n
+            ctx += self._admit(start, budget, chunks, decodes)
         plan = self._priced(start, chunks, decodes, ctx)
         plan.grown = len(decodes) + len(chunks) == len(running)
         return plan
+
+    def _admit(self, start: float, budget: int, chunks: list[tuple[_Req, int]], decodes: list[_Req]) -> int:
+        """vLLM V1 and TensorRT-LLM: waiting requests admitted first come, first served into what is left of the
+        step's budget (their chunks, or a decode replica's arrived requests' decodes); the context they add."""
+        ctx, width = 0, self.width
+        while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
+            r = self.waiting[0]
+            if not self._admissible(r, budget):
+                break
+            self.waiting.popleft()
+            if self.role == "decode":  # its KV arrived: it decodes from its generated first token
+                r.computed = r.prompt
+                self._grow(r, self._held(r) + self.emits(r, 1))
+                self.running.append(r)
+                decodes.append(r)
+                ctx += r.in_len + r.generated
+                budget -= width
+                continue
+            if self.prefix is not None:
+                self.prefix_hit(r)
+            n = min(r.prompt - r.computed, budget)
+            if self.policy == "trtllm":
+                r.reserved = self._pages(r.in_len + r.out_len) - r.shared
+                self.free -= r.reserved
+                r.blocks = r.reserved + r.shared
+            else:
+                self._grow(r, r.computed + n)
+            self.running.append(r)
+            chunks.append((r, n))
+            budget -= n
+        return ctx
 
     def _form_sglang(self, start: float) -> _Plan:
         """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
@@ -803,7 +816,7 @@ class _Engine:
             n = min(r.prompt - r.computed, budget)
             self._grow(r, r.computed + n)
             self.running.append(r)
-            if self.reserving:
+            if self.reserving and self.reserve is not None:
                 self.reserve += self.reserve_of(r.out_len - r.generated)
             chunks.append((r, n))
             budget -= n
@@ -815,7 +828,8 @@ class _Engine:
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
                 self.running.append(r)
-                self.reserve += self.reserve_of(r.out_len - r.generated)
+                if self.reserve is not None:
+                    self.reserve += self.reserve_of(r.out_len - r.generated)
         decodes = [r for r in self.running if r.computed >= r.prompt]
         bs, spec = self.bs, self.spec_q
         # the pages each decode's next token(s) take (a retraction frees the victim's, leaves the others' as they are)
@@ -899,6 +913,8 @@ class _DecodeCohort:
         self.f_sum = 0  # sum of F
         self.f_residues = [0] * self.res_q  # requests per F mod res_q
         self.order = 0
+        self.short: dict[int, int] = {}  # pages a request lacks of ceil((K + grown) / bs), by admission order
+        self.short_sum = 0
         self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
 
     def _pages(self, x: int) -> int:
@@ -914,10 +930,17 @@ class _DecodeCohort:
         rest = sum(m * ((p * (f - c) + s) % q) for f, m in enumerate(self.f_residues) if m)
         return (p * (self.f_sum - n * c) + n * s - rest) // q
 
-    def _add(self, r: _Req) -> None:
+    def join(self, r: _Req) -> None:
+        """``r`` joins at the end (the running list's order: a decode replica's arrived request, or a prompt the step
+        that just ended computed); the pages it lacks of ceil((K + grown) / bs), a prompt
+        just computed whose sampled token has no page yet, are kept apart until the next step grows them."""
         k = r.computed + r.generated - r.base - self.clock
         f = r.out_len - r.generated + self.clock
         heapq.heappush(self.heap, (f, self.order, k, r))
+        short = -(-(k + self.grown) // self.bs) - r.blocks
+        if short:
+            self.short[self.order] = short
+            self.short_sum += short
         self.order += 1
         self.k_sum += k
         self.k_pages += k // self.bs
@@ -927,15 +950,21 @@ class _DecodeCohort:
 
     def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
         """A request's own fields, as processing it one by one would have left them."""
-        f, _, k, r = entry
+        f, order, k, r = entry
         r.generated = r.out_len - (f - self.clock)
-        r.blocks = -(-(k + self.grown) // self.bs)
+        r.blocks = -(-(k + self.grown) // self.bs) - self.short.get(order, 0)
         r.last_ms = self.last_ms
         return r
 
+    def _grew(self) -> None:
+        """A step grew every request's pages to its held tokens and one more."""
+        self.grown = self.clock + 1
+        self.short.clear()
+        self.short_sum = 0
+
     def form(self, e: _Engine, start: float) -> _Plan | None:
         """The step ``e`` forms (None: one the cohort cannot form)."""
-        if e.running and e._nothing_to_admit(start):
+        if len(self.heap) == len(e.running) and e.running and e._nothing_to_admit(start):
             run = self._run(e, start)
             if run is not None:
                 return run
@@ -945,7 +974,7 @@ class _DecodeCohort:
         """``_decode_run``: decode-only steps until the first request ends or a page is missing."""
         d = len(self.heap)
         k = self.heap[0][0] - self.clock
-        base = self._pages(self.grown)
+        base = self._pages(self.grown) - self.short_sum
         if self._pages(self.clock + k) - base > e.free:
             if self._pages(self.clock + 1) - base > e.free:
                 return None
@@ -966,30 +995,43 @@ class _DecodeCohort:
         return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b, decodes=e.running[:], pooled=True)
 
     def _step(self, e: _Engine, start: float) -> _Plan | None:
-        """``_form_budget`` of a decode replica: every running request decodes, then arrived requests join."""
+        """``_form_budget`` with the cohort's requests decoding first: the rest of the running list (aggregated:
+        prompts being computed) takes its chunks, then waiting requests are admitted.  None (nothing changed) when a
+        page or the budget is short or a decode follows a prompt: request by request then."""
         d = len(self.heap)
-        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum
         if d > e.budget or grow > e.free:
             return None
-        e.free -= grow
-        self.grown = self.clock + 1
-        budget = e.budget - d
-        ctx = self.k_sum + d * self.clock
-        self.fresh = 0
-        while e.waiting and budget > 0 and e.eligible(e.waiting[0], start):
-            r = e.waiting[0]
-            if not e._admissible(r, budget):
+        budget, free, bs = e.budget - d, e.free - grow, e.bs
+        running = e.running
+        chunks: list[tuple[_Req, int]] = []
+        pages = []
+        for i in range(d, len(running)):
+            if budget <= 0:
                 break
-            e.waiting.popleft()
-            r.computed = r.prompt
-            e._grow(r, e._held(r) + 1)
-            e.running.append(r)
-            ctx += r.in_len + r.generated
-            budget -= 1
-            self._add(r)
-            self.fresh += 1
-        plan = e._priced(start, [], e.running[:], ctx)
-        plan.grown = plan.pooled = True
+            r = running[i]
+            if r.computed >= r.prompt:
+                return None
+            n = min(r.prompt - r.computed, budget)
+            need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks)
+            if need > free:
+                return None  # it would preempt
+            free -= need
+            pages.append(need)
+            chunks.append((r, n))
+            budget -= n
+        e.free = free
+        self._grew()
+        for (r, _), need in zip(chunks, pages, strict=True):
+            r.blocks += need
+        decodes = running[:d]
+        ctx = self.k_sum + d * self.clock + e._admit(start, budget, chunks, decodes)
+        for r in decodes[d:]:  # a decode replica's arrived requests decode from this step
+            self.join(r)
+        self.fresh = len(decodes) - d
+        plan = e._priced(start, chunks, decodes, ctx)
+        plan.grown = len(decodes) + len(chunks) == len(running)
+        plan.pooled = True
         return plan
 
     def _step_sglang(self, e: _Engine, start: float) -> _Plan | None:
@@ -1004,20 +1046,20 @@ class _DecodeCohort:
             free -= e._pages(r.prompt + r.generated - r.base)
             reserve += e.reserve_of(r.out_len - r.generated)
             joining.append(r)
-        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum
         grow += sum(e._pages(r.in_len + r.generated + 1) - e._pages(r.in_len + r.generated) for r in joining)
         if grow > free:
             return None
         e.free = free - grow
         ctx = self.k_sum + n * self.clock
-        self.grown = self.clock + 1
+        self._grew()
         for r in joining:
             e.waiting.popleft()
             r.computed = r.prompt
             r.blocks = e._pages(e._held(r) + 1)
             e.running.append(r)
             ctx += r.in_len + r.generated
-            self._add(r)
+            self.join(r)
         self.fresh = len(joining)
         plan = e._priced(start, [], e.running[:], ctx)
         plan.grown = plan.pooled = True
@@ -1049,30 +1091,43 @@ class _DecodeCohort:
             self.f_residues[entry[0] % self.res_q] -= 1
             done.append(entry)
         done.sort(key=lambda x: x[1])
-        return [self._own(x) for x in done]
+        out = [self._own(x) for x in done]
+        for x in done:
+            self.short_sum -= self.short.pop(x[1], 0)
+        return out
 
     def release(self, e: _Engine) -> None:
         """Give every running request its own state back; the engine goes on request by request."""
         for entry in self.heap:
             self._own(entry)
-        e.lacking = self._pages(self.clock) - self._pages(self.grown)
+        # the pages the cohort's held tokens lack (the rest of the running list, prompts, lack none)
+        e.lacking = self._pages(self.clock) - self._pages(self.grown) + self.short_sum
         if e.reserving:
-            e.reserve = sum(e.reserve_of(r.out_len - r.generated) for r in e.running)
-        self.heap.clear()
-        self.k_sum = self.k_pages = self.f_sum = 0
-        self.residues = [0] * self.bs
-        self.f_residues = [0] * self.res_q
+            e.reserve = None  # summed from the requests' own state when an admission asks
+        self._clear()
         self.active = False
 
+    def _clear(self) -> None:
+        self.heap.clear()
+        self.k_sum = self.k_pages = self.f_sum = self.short_sum = 0
+        self.short.clear()
+        self.residues = [0] * self.bs
+        self.f_residues = [0] * self.res_q
+
     def resume(self, e: _Engine, t: float) -> None:
-        """Gather the running requests again: each decoded in the step that ended at ``t`` and holds the pages of
-        its tokens."""
+        """Gather the running requests again, the leading ones whose prompts are computed (each decoded or
+        computed its prompt in the step that ended at ``t``); not when one holds more pages than its tokens fill."""
         self.clock = self.grown = 0
         self.last_ms = t
-        self.active = True
-        e.reserve = 0  # the cohort's sum stands for it
         for r in e.running:
-            self._add(r)
+            if r.computed < r.prompt:
+                break
+            if r.blocks > -(-(r.computed + r.generated - r.base) // self.bs):
+                self._clear()
+                return
+            self.join(r)
+        self.active = True
+        e.reserve = 0  # the cohort's sum stands for it (SGLang: a decode replica, every running request)
 
 
 class _Recorder:
@@ -1383,10 +1438,11 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                 e.prefix_computed(r)
         done: list[_Req] = []
         # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
-        ctx, least, spec, reserving = 0, _BIG, e.spec_q, e.reserving
+        ctx, least, spec = 0, _BIG, e.spec_q
+        cohort = e.cohort
         if p.pooled:
-            assert e.cohort is not None
-            done = e.cohort.complete(p, t, rec)
+            assert cohort is not None
+            done = cohort.complete(p, t, rec)
         else:
             k = p.k
             if k > 1:  # a run of decode-only steps: its gaps are recorded as the run
@@ -1405,16 +1461,12 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                             last, same = r.last_ms, 1
                     else:
                         r.first_ms = t  # disaggregated: the first token streams after the first decode step
-                if reserving:
-                    e.reserve -= e.reserve_of(r.out_len - r.generated)
                 if spec:
                     e.advance(r, k)
                 else:
                     r.generated += k
                 r.last_ms = t
                 left = r.out_len - r.generated
-                if reserving:
-                    e.reserve += e.reserve_of(left)
                 if left <= 0:
                     done.append(r)
                 else:
@@ -1424,6 +1476,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
             if same:
                 singles.append((t - last, same))
         every = not p.chunks and len(p.decodes) == len(e.running)  # every running request decoded
+        if e.reserving and not p.pooled:
+            e.reserve = None  # the requests advanced: SGLang's reserve is summed again when an admission asks
         if every and not spec and not p.pooled:
             e.summary = (ctx, least)  # every running request decoded: the pass above saw them all
         for r, _ in p.chunks:
@@ -1443,12 +1497,12 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                     push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
                     continue
                 e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
-                if reserving:
-                    e.reserve += e.reserve_of(r.out_len - r.generated - 1) - e.reserve_of(r.out_len - r.generated)
                 r.generated += 1
                 r.last_ms = t
                 if r.generated >= r.out_len:
                     done.append(r)
+                elif cohort is not None and p.pooled:
+                    cohort.join(r)
         used = e.capacity - e.free
         e.peak_used = max(e.peak_used, used)
         e.max_running = max(e.max_running, len(e.running))
@@ -1460,8 +1514,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         for r in done:
             e._release(r)
             finish(r, t)
-        if e.cohort is not None and not e.cohort.active and (not e.running or every and p.grown and p.k == 1):
-            e.cohort.resume(e, t)
+        if cohort is not None and not cohort.active and (not e.running or p.grown and p.k == 1):
+            cohort.resume(e, t)
         plan_engine(e, t)
     return _result(whole, setup, reqs, rec, area, copies)
 
