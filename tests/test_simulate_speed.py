@@ -81,15 +81,15 @@ def test_one_share_counted_n_times_is_the_whole_deployment(per: int, rounds: int
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mode=st.sampled_from(["closed", "poisson", "burst"]), n=st.integers(4, 90), c=st.integers(1, 40),
        out=st.sampled_from([1, 2, 17, 150, 400]), ranged=st.booleans(),
-       kv=st.sampled_from([None, 3000, 6000, 20000]), engine=st.sampled_from(["vllm", "generic", "sglang"]),
+       kv=st.sampled_from([None, 3000, 6000, 20000]), engine=st.sampled_from(["vllm", "generic", "sglang", "trtllm"]),
        disagg=st.booleans())
 def test_decode_cohort_is_byte_identical_to_request_by_request(mode: str, n: int, c: int, out: int, ranged: bool,
                                                               kv: int | None, engine: str, disagg: bool) -> None:
     """The cohort forms, prices and ends every step as the request-by-request code does, through KV walls that
     preempt or retract (the requests get their own state back and are gathered again), to the byte: on a
     disaggregated decode replica (under SGLang with the admission reserve summed over the cohort) and on aggregated
-    vLLM replicas, where prompts being computed step beside it (vLLM's scheduler runs ahead, the generic one does
-    not)."""
+    vLLM and TensorRT-LLM replicas, where prompts being computed step beside it (vLLM's scheduler runs ahead, the
+    generic one does not; TensorRT-LLM's requests hold their pages from admission)."""
     wl: dict[str, Any] = {"input_len": 900, "output_len": out, "num_requests": n, "seed": n}
     if mode == "closed":
         wl["concurrency"] = c

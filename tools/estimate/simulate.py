@@ -462,8 +462,8 @@ class _Engine:
         self.reserving = policy == "sglang" and role != "prefill"
         self.reserve: int | None = 0
         # a decode pool's running requests held as one cohort (no speculation): steps cost O(log n), not O(n)
-        pooled = role == "decode" and policy != "trtllm" or role == "both" and policy == "vllm" and prefix is None
-        self.cohort = _DecodeCohort(self.bs) if pooled and not spec_q else None
+        pooled = role == "decode" or role == "both" and policy != "sglang" and prefix is None
+        self.cohort = _DecodeCohort(self.bs, policy != "trtllm") if pooled and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
         # referencing them, and how many of the free pages are that unreferenced, evictable prefix
         self.prefix = prefix if role != "decode" else None
@@ -899,8 +899,9 @@ class _DecodeCohort:
     request; it gathers them again (``resume``) after a step that decoded and grew every running request.
     """
 
-    def __init__(self, bs: int) -> None:
+    def __init__(self, bs: int, paged: bool) -> None:
         self.bs = bs
+        self.paged = paged  # False: TensorRT-LLM, whose requests hold their pages from admission (none to grow)
         self.active = True
         self.clock = 0  # decode steps taken by every request in the cohort
         self.grown = 0  # clock at which every request's pages were last grown to its held tokens
@@ -937,7 +938,7 @@ class _DecodeCohort:
         k = r.computed + r.generated - r.base - self.clock
         f = r.out_len - r.generated + self.clock
         heapq.heappush(self.heap, (f, self.order, k, r))
-        short = -(-(k + self.grown) // self.bs) - r.blocks
+        short = -(-(k + self.grown) // self.bs) - r.blocks if self.paged else 0
         if short:
             self.short[self.order] = short
             self.short_sum += short
@@ -952,7 +953,8 @@ class _DecodeCohort:
         """A request's own fields, as processing it one by one would have left them."""
         f, order, k, r = entry
         r.generated = r.out_len - (f - self.clock)
-        r.blocks = -(-(k + self.grown) // self.bs) - self.short.get(order, 0)
+        if self.paged:
+            r.blocks = -(-(k + self.grown) // self.bs) - self.short.get(order, 0)
         r.last_ms = self.last_ms
         return r
 
@@ -975,7 +977,7 @@ class _DecodeCohort:
         d = len(self.heap)
         k = self.heap[0][0] - self.clock
         base = self._pages(self.grown) - self.short_sum
-        if self._pages(self.clock + k) - base > e.free:
+        if self.paged and self._pages(self.clock + k) - base > e.free:
             if self._pages(self.clock + 1) - base > e.free:
                 return None
             lo, hi = 1, k  # the most steps the free pages allow
@@ -999,7 +1001,7 @@ class _DecodeCohort:
         prompts being computed) takes its chunks, then waiting requests are admitted.  None (nothing changed) when a
         page or the budget is short or a decode follows a prompt: request by request then."""
         d = len(self.heap)
-        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum
+        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum if self.paged else 0
         if d > e.budget or grow > e.free:
             return None
         budget, free, bs = e.budget - d, e.free - grow, e.bs
@@ -1013,7 +1015,7 @@ class _DecodeCohort:
             if r.computed >= r.prompt:
                 return None
             n = min(r.prompt - r.computed, budget)
-            need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks)
+            need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks) if self.paged else 0
             if need > free:
                 return None  # it would preempt
             free -= need
@@ -1122,7 +1124,7 @@ class _DecodeCohort:
         for r in e.running:
             if r.computed < r.prompt:
                 break
-            if r.blocks > -(-(r.computed + r.generated - r.base) // self.bs):
+            if self.paged and r.blocks > -(-(r.computed + r.generated - r.base) // self.bs):
                 self._clear()
                 return
             self.join(r)
