@@ -82,8 +82,10 @@ random routing is not simulated); when the replicas of each pool, the clients an
 ``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
 counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
 with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
-waits for admission on its decode replica; its first token is streamed after its first decode step there.  A decode
-replica under vLLM's scheduler holds its running requests as one cohort (``_DecodeCohort``), stepped in O(log n).
+waits for admission on its decode replica; its first token is streamed after its first decode step there.  A replica
+holds its decoding requests as one cohort (``_DecodeCohort``; a disaggregated decode replica under any scheduler, an
+aggregated one under vLLM's or TensorRT-LLM's, without speculation or prefix caching), stepped in O(log n) per step
+plus the prompts being computed beside it, with the same result as request by request.
 
 Recurrent layers (gated DeltaNet, Mamba-2): each runnable sequence's fixed state is set aside from the KV room
 first, and at most as many sequences run as their KV and state fit at the plan's context (``_state_room``).
@@ -883,20 +885,23 @@ class _Engine:
 
 
 class _DecodeCohort:
-    """The running requests of a disaggregated decode replica (vLLM or SGLang scheduler, no speculation) held as one
-    cohort.
+    """The decoding requests of a replica held as one cohort: every running request of a disaggregated decode replica,
+    or the leading running requests of an aggregated vLLM or TensorRT-LLM replica whose prompts are computed (the
+    rest of its running list, prompts being computed in chunks, stays request by request; no speculation).
 
-    Why: every step of such a replica decodes all its running requests, one token each, so their state moves in
-    lockstep.  A request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F);
-    the pages every request holds after the last step that grew them are ceil((K + grown) / bs), so the pages of all
-    of them at any clock are summed from the count of requests per residue of K modulo the page size.  SGLang's
+    Why: every step of such a replica decodes all of them, one token each, so their state moves in lockstep.  A
+    request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F); the pages
+    every request holds after the last step that grew them are ceil((K + grown) / bs) (less the pages a prompt just
+    computed lacks for its sampled token, kept apart until the next step grows them), so the pages of all of them at
+    any clock are summed from the count of requests per residue of K modulo the page size.  SGLang's
     admission reserve, floor((p (F - clock) + s) / Q) per request (``SGLANG_NEW_TOKEN_RATIO`` = p/q rounded up to
     pages: Q = q * bs), is summed the same way from the count of requests per residue of F modulo Q.  A step then
     costs a heap operation per request that ends instead of a pass over all of them, and forms and ends exactly as
     ``_Engine._form_budget`` (or ``_form_sglang``), ``_decode_run`` and the run loop would (the same pages, prices,
     gaps and order of completion).  When a step needs more pages than are free (a preemption or retraction) or more
     tokens than the budget, the requests get their own state back (``release``) and the engine goes on request by
-    request; it gathers them again (``resume``) after a step that decoded and grew every running request.
+    request; it gathers them again (``resume``) after a step that grew every running request.  A prompt computed by
+    a step joins at the end (prompts finish in the running list's order, as the budget goes to the first ones).
     """
 
     def __init__(self, bs: int, paged: bool) -> None:
