@@ -966,8 +966,9 @@ class _DecodeCohort:
     def _grew(self) -> None:
         """A step grew every request's pages to its held tokens and one more."""
         self.grown = self.clock + 1
-        self.short.clear()
-        self.short_sum = 0
+        if self.short:
+            self.short.clear()
+            self.short_sum = 0
 
     def form(self, e: _Engine, start: float) -> _Plan | None:
         """The step ``e`` forms (None: one the cohort cannot form)."""
@@ -1009,32 +1010,33 @@ class _DecodeCohort:
         grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum if self.paged else 0
         if d > e.budget or grow > e.free:
             return None
-        budget, free, bs = e.budget - d, e.free - grow, e.bs
+        budget, free = e.budget - d, e.free - grow
         running = e.running
         chunks: list[tuple[_Req, int]] = []
-        pages = []
-        for i in range(d, len(running)):
-            if budget <= 0:
-                break
-            r = running[i]
-            if r.computed >= r.prompt:
-                return None
-            n = min(r.prompt - r.computed, budget)
-            need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks) if self.paged else 0
-            if need > free:
-                return None  # it would preempt
-            free -= need
-            pages.append(need)
-            chunks.append((r, n))
-            budget -= n
+        if len(running) > d:  # aggregated: the prompts being computed, as _form_budget's second loop takes them
+            bs, pages = e.bs, []
+            for i in range(d, len(running)):
+                if budget <= 0:
+                    break
+                r = running[i]
+                if r.computed >= r.prompt:
+                    return None
+                n = min(r.prompt - r.computed, budget)
+                need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks) if self.paged else 0
+                if need > free:
+                    return None  # it would preempt
+                free -= need
+                pages.append(need)
+                chunks.append((r, n))
+                budget -= n
+            for (r, _), need in zip(chunks, pages, strict=True):
+                r.blocks += need
         e.free = free
         self._grew()
-        for (r, _), need in zip(chunks, pages, strict=True):
-            r.blocks += need
         decodes = running[:d]
-        ctx = self.k_sum + d * self.clock + e._admit(start, budget, chunks, decodes)
-        for r in decodes[d:]:  # a decode replica's arrived requests decode from this step
-            self.join(r)
+        ctx = self.k_sum + d * self.clock + (e._admit(start, budget, chunks, decodes) if e.waiting else 0)
+        for i in range(d, len(decodes)):  # a decode replica's arrived requests decode from this step
+            self.join(decodes[i])
         self.fresh = len(decodes) - d
         plan = e._priced(start, chunks, decodes, ctx)
         plan.grown = len(decodes) + len(chunks) == len(running)
@@ -1099,8 +1101,9 @@ class _DecodeCohort:
             done.append(entry)
         done.sort(key=lambda x: x[1])
         out = [self._own(x) for x in done]
-        for x in done:
-            self.short_sum -= self.short.pop(x[1], 0)
+        if self.short:
+            for x in done:
+                self.short_sum -= self.short.pop(x[1], 0)
         return out
 
     def release(self, e: _Engine) -> None:
