@@ -938,8 +938,8 @@ class _DecodeCohort:
 
     def join(self, r: _Req) -> None:
         """``r`` joins at the end (the running list's order: a decode replica's arrived request, or a prompt the step
-        that just ended computed); the pages it lacks of ceil((K + grown) / bs), a prompt
-        just computed whose sampled token has no page yet, are kept apart until the next step grows them."""
+        that just ended computed); the pages it lacks of ceil((K + grown) / bs) (a just-computed prompt's sampled
+        token may have none yet) are kept apart until the next step grows them."""
         k = r.computed + r.generated - r.base - self.clock
         f = r.out_len - r.generated + self.clock
         heapq.heappush(self.heap, (f, self.order, k, r))
