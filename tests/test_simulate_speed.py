@@ -1,5 +1,5 @@
 """The serving simulator's shortcuts (issue 40 item 5) against the long way round: one share of identical replicas
-counted as many times as there are shares, and a decode replica's requests held as one cohort."""
+counted as many times as there are shares, and a replica's decoding requests held as one cohort."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.generate import P_DIS
+from tests.fixtures.generate import P_DIS, P_DP
 from tools.core.plan import Plan, parse_plan
 from tools.estimate.fast import FastEstimator
 from tools.estimate.simulate import Load, SimResult, _setup, resolve_load, run, simulate, symmetric_shares
@@ -78,14 +78,18 @@ def test_one_share_counted_n_times_is_the_whole_deployment(per: int, rounds: int
         <= 0.02 * short.mean_in_flight
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mode=st.sampled_from(["closed", "poisson", "burst"]), n=st.integers(4, 90), c=st.integers(1, 40),
        out=st.sampled_from([1, 2, 17, 150, 400]), ranged=st.booleans(),
-       kv=st.sampled_from([None, 3000, 6000, 20000]), ahead=st.booleans())
+       kv=st.sampled_from([None, 3000, 6000, 20000]), engine=st.sampled_from(["vllm", "generic", "sglang", "trtllm"]),
+       disagg=st.booleans())
 def test_decode_cohort_is_byte_identical_to_request_by_request(mode: str, n: int, c: int, out: int, ranged: bool,
-                                                              kv: int | None, ahead: bool) -> None:
+                                                              kv: int | None, engine: str, disagg: bool) -> None:
     """The cohort forms, prices and ends every step as the request-by-request code does, through KV walls that
-    preempt (the requests get their own state back and are gathered again), to the byte."""
+    preempt or retract (the requests get their own state back and are gathered again), to the byte: on a
+    disaggregated decode replica (under SGLang with the admission reserve summed over the cohort) and on aggregated
+    vLLM and TensorRT-LLM replicas, where prompts being computed step beside it (vLLM's scheduler runs ahead, the
+    generic one does not; TensorRT-LLM's requests hold their pages from admission)."""
     wl: dict[str, Any] = {"input_len": 900, "output_len": out, "num_requests": n, "seed": n}
     if mode == "closed":
         wl["concurrency"] = c
@@ -93,7 +97,7 @@ def test_decode_cohort_is_byte_identical_to_request_by_request(mode: str, n: int
         wl["request_rate"] = float(c * 5)
     if ranged:
         wl |= {"input_len_range": [300, 900], "output_len_range": [1, out]}
-    d = {**P_DIS, "engine": "vllm" if ahead else "generic", "workload": wl}
+    d = {**(P_DIS if disagg else P_DP), "engine": engine, "workload": wl}
     if kv:
         d["engine_options"] = {"kv_cache_tokens": kv}
     plan = parse_plan(d)

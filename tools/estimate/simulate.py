@@ -82,8 +82,10 @@ random routing is not simulated); when the replicas of each pool, the clients an
 ``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
 counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
 with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
-waits for admission on its decode replica; its first token is streamed after its first decode step there.  A decode
-replica under vLLM's scheduler holds its running requests as one cohort (``_DecodeCohort``), stepped in O(log n).
+waits for admission on its decode replica; its first token is streamed after its first decode step there.  A replica
+holds its decoding requests as one cohort (``_DecodeCohort``; a disaggregated decode replica under any scheduler, an
+aggregated one under vLLM's or TensorRT-LLM's, without speculation or prefix caching), stepped in O(log n) per step
+plus the prompts being computed beside it, with the same result as request by request.
 
 Recurrent layers (gated DeltaNet, Mamba-2): each runnable sequence's fixed state is set aside from the KV room
 first, and at most as many sequences run as their KV and state fit at the plan's context (``_state_room``).
@@ -100,6 +102,7 @@ import math
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -125,8 +128,9 @@ MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (
 # (assumptions: the engines' documented defaults at the time of writing; a page is only the rounding of a request).
 BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # SGLang reserves new_token_ratio x (remaining max_new_tokens) of every running request before admitting a prompt;
-# the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here.
-SGLANG_NEW_TOKEN_RATIO = 0.4
+# the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here, a
+# fraction so that a request's reserve is integer arithmetic and a cohort's sum is closed-form (``_DecodeCohort``).
+SGLANG_NEW_TOKEN_RATIO = Fraction(2, 5)
 MAX_REQUESTS = 100_000
 # Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
 # so that whole tokens come out deterministically and a run of steps is closed-form in integers.
@@ -453,8 +457,15 @@ class _Engine:
         # (summed context, fewest tokens left) of the running requests, all decoding, as the pass that processed the
         # last step left them (non-speculative only): the next decode run needs no pass of its own
         self.summary: tuple[int, int] | None = None
-        # a decode pool's running requests held as one cohort (vLLM, no speculation): steps cost O(log n), not O(n)
-        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q else None
+        # SGLang's admission reserve (pages) of the running requests outside the cohort, kept as they join and leave
+        # (a request's share is 0 once its output is complete, so one that finishes leaves nothing); None once a
+        # step advanced them, summed again when an admission asks (a Poisson trickle asks far less often than every
+        # step); 0 while the cohort holds every running request and sums theirs in closed form
+        self.reserving = policy == "sglang" and role != "prefill"
+        self.reserve: int | None = 0
+        # a decode pool's running requests held as one cohort (no speculation): steps cost O(log n), not O(n)
+        pooled = role == "decode" or role == "both" and policy != "sglang" and prefix is None
+        self.cohort = _DecodeCohort(self.bs, policy != "trtllm") if pooled and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
         # referencing them, and how many of the free pages are that unreferenced, evictable prefix
         self.prefix = prefix if role != "decode" else None
@@ -564,9 +575,16 @@ class _Engine:
         cutoff = self.prev_start if self.ahead and self.prev_start >= 0 else start
         return r.ready_ms <= cutoff + 1e-9
 
+    def reserve_of(self, left: int) -> int:
+        """Pages SGLang reserves for a running request with ``left`` (>= 0) output tokens to go."""
+        return -(-(left * SGLANG_NEW_TOKEN_RATIO.numerator // SGLANG_NEW_TOKEN_RATIO.denominator) // self.bs)
+
     def _sglang_reserve(self) -> int:
-        bs = self.bs
-        return sum(-(-int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated)) // bs) for r in self.running)
+        if self.reserve is None:
+            p, q, bs = SGLANG_NEW_TOKEN_RATIO.numerator, SGLANG_NEW_TOKEN_RATIO.denominator, self.bs
+            self.reserve = sum(-(-((r.out_len - r.generated) * p // q) // bs) for r in self.running)
+        cohort = self.cohort
+        return self.reserve + (cohort.reserve() if cohort is not None and cohort.active else 0)
 
     def _admissible(self, r: _Req, budget: int) -> bool:
         if len(self.running) >= self.max_seqs:
@@ -689,6 +707,8 @@ class _Engine:
 
     def _preempt(self, victim: _Req) -> None:
         self.running.remove(victim)
+        if self.reserving and self.reserve is not None:
+            self.reserve -= self.reserve_of(victim.out_len - victim.generated)
         self._release(victim)
         victim.prompt = victim.in_len + victim.generated
         victim.base = victim.generated
@@ -742,34 +762,41 @@ class _Engine:
                 continue
             break
         if not preempted:
-            while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
-                r = self.waiting[0]
-                if not self._admissible(r, budget):
-                    break
-                self.waiting.popleft()
-                if self.role == "decode":  # its KV arrived: it decodes from its generated first token
-                    r.computed = r.prompt
-                    self._grow(r, self._held(r) + self.emits(r, 1))
-                    self.running.append(r)
-                    decodes.append(r)
-                    ctx += r.in_len + r.generated
-                    budget -= width
-                    continue
-                if self.prefix is not None:
-                    self.prefix_hit(r)
-                n = min(r.prompt - r.computed, budget)
-                if self.policy == "trtllm":
-                    r.reserved = self._pages(r.in_len + r.out_len) - r.shared
-                    self.free -= r.reserved
-                    r.blocks = r.reserved + r.shared
-                else:
-                    self._grow(r, r.computed + n)
-                self.running.append(r)
-                chunks.append((r, n))
-                budget -= n
+            ctx += self._admit(start, budget, chunks, decodes)
         plan = self._priced(start, chunks, decodes, ctx)
         plan.grown = len(decodes) + len(chunks) == len(running)
         return plan
+
+    def _admit(self, start: float, budget: int, chunks: list[tuple[_Req, int]], decodes: list[_Req]) -> int:
+        """vLLM V1 and TensorRT-LLM: waiting requests admitted first come, first served into what is left of the
+        step's budget (their chunks, or a decode replica's arrived requests' decodes); the context they add."""
+        ctx, width = 0, self.width
+        while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
+            r = self.waiting[0]
+            if not self._admissible(r, budget):
+                break
+            self.waiting.popleft()
+            if self.role == "decode":  # its KV arrived: it decodes from its generated first token
+                r.computed = r.prompt
+                self._grow(r, self._held(r) + self.emits(r, 1))
+                self.running.append(r)
+                decodes.append(r)
+                ctx += r.in_len + r.generated
+                budget -= width
+                continue
+            if self.prefix is not None:
+                self.prefix_hit(r)
+            n = min(r.prompt - r.computed, budget)
+            if self.policy == "trtllm":
+                r.reserved = self._pages(r.in_len + r.out_len) - r.shared
+                self.free -= r.reserved
+                r.blocks = r.reserved + r.shared
+            else:
+                self._grow(r, r.computed + n)
+            self.running.append(r)
+            chunks.append((r, n))
+            budget -= n
+        return ctx
 
     def _form_sglang(self, start: float) -> _Plan:
         """SGLang: a prefill batch whenever one can be formed, else a decode step (retracting when pages run out)."""
@@ -791,6 +818,8 @@ class _Engine:
             n = min(r.prompt - r.computed, budget)
             self._grow(r, r.computed + n)
             self.running.append(r)
+            if self.reserving and self.reserve is not None:
+                self.reserve += self.reserve_of(r.out_len - r.generated)
             chunks.append((r, n))
             budget -= n
         if chunks:
@@ -801,6 +830,8 @@ class _Engine:
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
                 self.running.append(r)
+                if self.reserve is not None:
+                    self.reserve += self.reserve_of(r.out_len - r.generated)
         decodes = [r for r in self.running if r.computed >= r.prompt]
         bs, spec = self.bs, self.spec_q
         # the pages each decode's next token(s) take (a retraction frees the victim's, leaves the others' as they are)
@@ -815,7 +846,9 @@ class _Engine:
             if n:
                 r.blocks += n
         self.free -= need
-        return self._priced(start, [], decodes)
+        plan = self._priced(start, [], decodes)
+        plan.grown = len(decodes) == len(self.running)  # every running request decodes with its next pages
+        return plan
 
     def _priced(self, start: float, chunks: list[tuple[_Req, int]], decodes: list[_Req], ctx: int | None = None,
                 ) -> _Plan:
@@ -852,21 +885,28 @@ class _Engine:
 
 
 class _DecodeCohort:
-    """The running requests of a disaggregated decode replica (vLLM scheduler, no speculation) held as one cohort.
+    """The decoding requests of a replica held as one cohort: every running request of a disaggregated decode replica,
+    or the leading running requests of an aggregated vLLM or TensorRT-LLM replica whose prompts are computed (the
+    rest of its running list, prompts being computed in chunks, stays request by request; no speculation).
 
-    Why: every step of such a replica decodes all its running requests, one token each, so their state moves in
-    lockstep.  A request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F);
-    the pages every request holds after the last step that grew them are ceil((K + grown) / bs), so the pages of all
-    of them at any clock are summed from the count of requests per residue of K modulo the page size.  A step then
+    Why: every step of such a replica decodes all of them, one token each, so their state moves in lockstep.  A
+    request is kept as ``K`` (tokens held = K + clock) and ``F`` (it finishes when the clock reaches F); the pages
+    every request holds after the last step that grew them are ceil((K + grown) / bs) (less the pages a prompt just
+    computed lacks for its sampled token, kept apart until the next step grows them), so the pages of all of them at
+    any clock are summed from the count of requests per residue of K modulo the page size.  SGLang's
+    admission reserve, floor((p (F - clock) + s) / Q) per request (``SGLANG_NEW_TOKEN_RATIO`` = p/q rounded up to
+    pages: Q = q * bs), is summed the same way from the count of requests per residue of F modulo Q.  A step then
     costs a heap operation per request that ends instead of a pass over all of them, and forms and ends exactly as
-    ``_Engine._form_budget``, ``_decode_run`` and the run loop would (the same pages, prices, gaps and order of
-    completion).  When a step needs more pages than are free (a preemption) or more tokens than the budget, the
-    requests get their own state back (``release``) and the engine goes on request by request; it gathers them again
-    (``resume``) after a step that decoded and grew every running request.
+    ``_Engine._form_budget`` (or ``_form_sglang``), ``_decode_run`` and the run loop would (the same pages, prices,
+    gaps and order of completion).  When a step needs more pages than are free (a preemption or retraction) or more
+    tokens than the budget, the requests get their own state back (``release``) and the engine goes on request by
+    request; it gathers them again (``resume``) after a step that grew every running request.  A prompt computed by
+    a step joins at the end (prompts finish in the running list's order, as the budget goes to the first ones).
     """
 
-    def __init__(self, bs: int) -> None:
+    def __init__(self, bs: int, paged: bool) -> None:
         self.bs = bs
+        self.paged = paged  # False: TensorRT-LLM, whose requests hold their pages from admission (none to grow)
         self.active = True
         self.clock = 0  # decode steps taken by every request in the cohort
         self.grown = 0  # clock at which every request's pages were last grown to its held tokens
@@ -875,7 +915,12 @@ class _DecodeCohort:
         self.k_sum = 0
         self.k_pages = 0  # sum of K // bs
         self.residues = [0] * bs  # requests per K mod bs
+        self.res_q = SGLANG_NEW_TOKEN_RATIO.denominator * bs
+        self.f_sum = 0  # sum of F
+        self.f_residues = [0] * self.res_q  # requests per F mod res_q
         self.order = 0
+        self.short: dict[int, int] = {}  # pages a request lacks of ceil((K + grown) / bs), by admission order
+        self.short_sum = 0
         self.fresh = 0  # requests admitted by the step being formed (their first token ends it)
 
     def _pages(self, x: int) -> int:
@@ -884,36 +929,61 @@ class _DecodeCohort:
         b, c = divmod(x - 1, self.bs)
         return self.k_pages + len(self.heap) * (b + 1) + (sum(self.residues[self.bs - c:]) if c else 0)
 
-    def _add(self, r: _Req) -> None:
+    def reserve(self) -> int:
+        """SGLang's admission reserve of the cohort's requests: the sum of ``_Engine.reserve_of`` their tokens left."""
+        p, q, c, n = SGLANG_NEW_TOKEN_RATIO.numerator, self.res_q, self.clock, len(self.heap)
+        s = SGLANG_NEW_TOKEN_RATIO.denominator * (self.bs - 1)
+        rest = sum(m * ((p * (f - c) + s) % q) for f, m in enumerate(self.f_residues) if m)
+        return (p * (self.f_sum - n * c) + n * s - rest) // q
+
+    def join(self, r: _Req) -> None:
+        """``r`` joins at the end (the running list's order: a decode replica's arrived request, or a prompt the step
+        that just ended computed); the pages it lacks of ceil((K + grown) / bs) (a just-computed prompt's sampled
+        token may have none yet) are kept apart until the next step grows them."""
         k = r.computed + r.generated - r.base - self.clock
-        heapq.heappush(self.heap, (r.out_len - r.generated + self.clock, self.order, k, r))
+        f = r.out_len - r.generated + self.clock
+        heapq.heappush(self.heap, (f, self.order, k, r))
+        short = -(-(k + self.grown) // self.bs) - r.blocks if self.paged else 0
+        if short:
+            self.short[self.order] = short
+            self.short_sum += short
         self.order += 1
         self.k_sum += k
         self.k_pages += k // self.bs
         self.residues[k % self.bs] += 1
+        self.f_sum += f
+        self.f_residues[f % self.res_q] += 1
 
     def _own(self, entry: tuple[int, int, int, _Req]) -> _Req:
         """A request's own fields, as processing it one by one would have left them."""
-        f, _, k, r = entry
+        f, order, k, r = entry
         r.generated = r.out_len - (f - self.clock)
-        r.blocks = -(-(k + self.grown) // self.bs)
+        if self.paged:
+            r.blocks = -(-(k + self.grown) // self.bs) - self.short.get(order, 0)
         r.last_ms = self.last_ms
         return r
 
+    def _grew(self) -> None:
+        """A step grew every request's pages to its held tokens and one more."""
+        self.grown = self.clock + 1
+        if self.short:
+            self.short.clear()
+            self.short_sum = 0
+
     def form(self, e: _Engine, start: float) -> _Plan | None:
         """The step ``e`` forms (None: one the cohort cannot form)."""
-        if e.running and e._nothing_to_admit(start):
+        if len(self.heap) == len(e.running) and e.running and e._nothing_to_admit(start):
             run = self._run(e, start)
             if run is not None:
                 return run
-        return self._step(e, start)
+        return self._step_sglang(e, start) if e.policy == "sglang" else self._step(e, start)
 
     def _run(self, e: _Engine, start: float) -> _Plan | None:
         """``_decode_run``: decode-only steps until the first request ends or a page is missing."""
         d = len(self.heap)
         k = self.heap[0][0] - self.clock
-        base = self._pages(self.grown)
-        if self._pages(self.clock + k) - base > e.free:
+        base = self._pages(self.grown) - self.short_sum
+        if self.paged and self._pages(self.clock + k) - base > e.free:
             if self._pages(self.clock + 1) - base > e.free:
                 return None
             lo, hi = 1, k  # the most steps the free pages allow
@@ -924,6 +994,8 @@ class _DecodeCohort:
                 else:
                     hi = mid
             k = lo
+        if e.waiting and e.policy == "sglang":
+            k = 1
         ctx = self.k_sum + d * self.clock
         a, b = e.cost.decode_line(d)
         a_ms = a + b * ctx / d
@@ -931,28 +1003,73 @@ class _DecodeCohort:
         return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b, decodes=e.running[:], pooled=True)
 
     def _step(self, e: _Engine, start: float) -> _Plan | None:
-        """``_form_budget`` of a decode replica: every running request decodes, then arrived requests join."""
+        """``_form_budget`` with the cohort's requests decoding first: the rest of the running list (aggregated:
+        prompts being computed) takes its chunks, then waiting requests are admitted.  None (nothing changed) when a
+        page or the budget is short or a decode follows a prompt: request by request then."""
         d = len(self.heap)
-        grow = self._pages(self.clock + 1) - self._pages(self.grown)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum if self.paged else 0
         if d > e.budget or grow > e.free:
             return None
-        e.free -= grow
-        self.grown = self.clock + 1
-        budget = e.budget - d
-        ctx = self.k_sum + d * self.clock
-        self.fresh = 0
-        while e.waiting and budget > 0 and e.eligible(e.waiting[0], start):
-            r = e.waiting[0]
-            if not e._admissible(r, budget):
+        budget, free = e.budget - d, e.free - grow
+        running = e.running
+        chunks: list[tuple[_Req, int]] = []
+        if len(running) > d:  # aggregated: the prompts being computed, as _form_budget's second loop takes them
+            bs, pages = e.bs, []
+            for i in range(d, len(running)):
+                if budget <= 0:
+                    break
+                r = running[i]
+                if r.computed >= r.prompt:
+                    return None
+                n = min(r.prompt - r.computed, budget)
+                need = max(0, -(-(r.computed + r.generated - r.base + n) // bs) - r.blocks) if self.paged else 0
+                if need > free:
+                    return None  # it would preempt
+                free -= need
+                pages.append(need)
+                chunks.append((r, n))
+                budget -= n
+            for (r, _), need in zip(chunks, pages, strict=True):
+                r.blocks += need
+        e.free = free
+        self._grew()
+        decodes = running[:d]
+        ctx = self.k_sum + d * self.clock + (e._admit(start, budget, chunks, decodes) if e.waiting else 0)
+        for i in range(d, len(decodes)):  # a decode replica's arrived requests decode from this step
+            self.join(decodes[i])
+        self.fresh = len(decodes) - d
+        plan = e._priced(start, chunks, decodes, ctx)
+        plan.grown = len(decodes) + len(chunks) == len(running)
+        plan.pooled = True
+        return plan
+
+    def _step_sglang(self, e: _Engine, start: float) -> _Plan | None:
+        """``_form_sglang`` of a decode replica: arrived requests join while their pages and the reserve fit, then
+        every running request decodes; None (nothing changed) when the decodes' pages are short (it retracts)."""
+        free, reserve, n = e.free, self.reserve(), len(self.heap)
+        joining = []
+        for r in e.waiting:
+            if not e.eligible(r, start) or n + len(joining) >= e.max_seqs \
+                    or e._pages(r.in_len + r.generated + 1) + reserve > free:
                 break
+            free -= e._pages(r.prompt + r.generated - r.base)
+            reserve += e.reserve_of(r.out_len - r.generated)
+            joining.append(r)
+        grow = self._pages(self.clock + 1) - self._pages(self.grown) + self.short_sum
+        grow += sum(e._pages(r.in_len + r.generated + 1) - e._pages(r.in_len + r.generated) for r in joining)
+        if grow > free:
+            return None
+        e.free = free - grow
+        ctx = self.k_sum + n * self.clock
+        self._grew()
+        for r in joining:
             e.waiting.popleft()
             r.computed = r.prompt
-            e._grow(r, e._held(r) + 1)
+            r.blocks = e._pages(e._held(r) + 1)
             e.running.append(r)
             ctx += r.in_len + r.generated
-            budget -= 1
-            self._add(r)
-            self.fresh += 1
+            self.join(r)
+        self.fresh = len(joining)
         plan = e._priced(start, [], e.running[:], ctx)
         plan.grown = plan.pooled = True
         return plan
@@ -979,28 +1096,48 @@ class _DecodeCohort:
             self.k_sum -= entry[2]
             self.k_pages -= entry[2] // self.bs
             self.residues[entry[2] % self.bs] -= 1
+            self.f_sum -= entry[0]
+            self.f_residues[entry[0] % self.res_q] -= 1
             done.append(entry)
         done.sort(key=lambda x: x[1])
-        return [self._own(x) for x in done]
+        out = [self._own(x) for x in done]
+        if self.short:
+            for x in done:
+                self.short_sum -= self.short.pop(x[1], 0)
+        return out
 
     def release(self, e: _Engine) -> None:
         """Give every running request its own state back; the engine goes on request by request."""
         for entry in self.heap:
             self._own(entry)
-        e.lacking = self._pages(self.clock) - self._pages(self.grown)
-        self.heap.clear()
-        self.k_sum = self.k_pages = 0
-        self.residues = [0] * self.bs
+        # the pages the cohort's held tokens lack (the rest of the running list, prompts, lack none)
+        e.lacking = self._pages(self.clock) - self._pages(self.grown) + self.short_sum
+        if e.reserving:
+            e.reserve = None  # summed from the requests' own state when an admission asks
+        self._clear()
         self.active = False
 
+    def _clear(self) -> None:
+        self.heap.clear()
+        self.k_sum = self.k_pages = self.f_sum = self.short_sum = 0
+        self.short.clear()
+        self.residues = [0] * self.bs
+        self.f_residues = [0] * self.res_q
+
     def resume(self, e: _Engine, t: float) -> None:
-        """Gather the running requests again: each decoded in the step that ended at ``t`` and holds the pages of
-        its tokens."""
+        """Gather the running requests again, the leading ones whose prompts are computed (each decoded or
+        computed its prompt in the step that ended at ``t``); not when one holds more pages than its tokens fill."""
         self.clock = self.grown = 0
         self.last_ms = t
-        self.active = True
         for r in e.running:
-            self._add(r)
+            if r.computed < r.prompt:
+                break
+            if self.paged and r.blocks > -(-(r.computed + r.generated - r.base) // self.bs):
+                self._clear()
+                return
+            self.join(r)
+        self.active = True
+        e.reserve = 0  # the cohort's sum stands for it (SGLang: a decode replica, every running request)
 
 
 class _Recorder:
@@ -1312,9 +1449,10 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         done: list[_Req] = []
         # the context and fewest tokens left of the decodes that go on, summed in this pass for the next run
         ctx, least, spec = 0, _BIG, e.spec_q
+        cohort = e.cohort
         if p.pooled:
-            assert e.cohort is not None
-            done = e.cohort.complete(p, t, rec)
+            assert cohort is not None
+            done = cohort.complete(p, t, rec)
         else:
             k = p.k
             if k > 1:  # a run of decode-only steps: its gaps are recorded as the run
@@ -1348,6 +1486,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
             if same:
                 singles.append((t - last, same))
         every = not p.chunks and len(p.decodes) == len(e.running)  # every running request decoded
+        if e.reserving and not p.pooled:
+            e.reserve = None  # the requests advanced: SGLang's reserve is summed again when an admission asks
         if every and not spec and not p.pooled:
             e.summary = (ctx, least)  # every running request decoded: the pass above saw them all
         for r, _ in p.chunks:
@@ -1371,6 +1511,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                 r.last_ms = t
                 if r.generated >= r.out_len:
                     done.append(r)
+                elif cohort is not None and p.pooled:
+                    cohort.join(r)
         used = e.capacity - e.free
         e.peak_used = max(e.peak_used, used)
         e.max_running = max(e.max_running, len(e.running))
@@ -1382,8 +1524,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         for r in done:
             e._release(r)
             finish(r, t)
-        if e.cohort is not None and not e.cohort.active and (not e.running or every and p.grown and p.k == 1):
-            e.cohort.resume(e, t)
+        if cohort is not None and not cohort.active and (not e.running or p.grown and p.k == 1):
+            cohort.resume(e, t)
         plan_engine(e, t)
     return _result(whole, setup, reqs, rec, area, copies)
 
