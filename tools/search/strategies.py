@@ -101,7 +101,8 @@ class Slo(BaseModel):
 
 
 class PlanSummary(BaseModel):
-    rank: int = Field(0, description="1 = best for the objective; 0 = not ranked (Pareto only)")
+    rank: int | None = Field(None, description="1 = best for the objective; none on a Pareto entry (the front is "
+                                               "not ranked) or a best-of-kind plan outside top")
     label: str = Field(description="compact degrees, e.g. 'TP8' or 'DP2 x PP2 x TP4 EP4'")
     plan: dict[str, Any] = Field(description="the complete plan; pass it to validate_dag / estimate_performance")
     gpus_used: int
@@ -870,7 +871,7 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     return ok, gaps
 
 
-def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
+def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanSummary:
     plan = search.point_dict(p) | {"objective": search.objective}
     # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware, and a note says so): a
     # cluster larger than the plan reads as idle GPUs, or as tp x ep counted twice when the sizes happen to match.
@@ -1049,8 +1050,8 @@ def search_strategies(
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
         raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
     _refuse_what_validation_refuses(base)
-    if isinstance(model, str):
-        base["model"] = probe.model_id
+    if isinstance(model, str):  # as spelled: a repo id is the checkpoint an export serves (Plan.served_repo)
+        base["model"] = model.strip()
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
     search.serving = bool(serving)
     search.spec_settings = _spec_settings(probe, speculative)
@@ -1114,7 +1115,7 @@ def search_strategies(
     ]
     feasible = [p for p in points if not p.misses] or points
     pareto = [
-        _summary(search, p, 0, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
+        _summary(search, p, None, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
                                f"(batch {p.batch}, {p.gpus} GPUs)")
         for p in _pareto(feasible)
     ]
@@ -1124,7 +1125,7 @@ def search_strategies(
     def side(p: _Point | None) -> PlanSummary | None:
         if p is None:
             return None
-        rank = next((i + 1 for i, q in enumerate(top_points) if q is p), 0)
+        rank = next((i + 1 for i, q in enumerate(top_points) if q is p), None)
         return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok,
                                                           search.total))
 
