@@ -646,7 +646,7 @@ def estimate_performance(
         vmodel = CostModel(full, layout, eff, use_overlap, balanced_experts, decode_queries=sd.num_draft_tokens + 1)
         step_at = speculative_pricer(full, layout.phases["decode"].tp, plain_at, lambda b: _phase(
             vmodel, prep.phases["decode"], b, dec_pp, dec_over).latency_ms)
-        decode_at = lambda b: step_at(b).tpot_ms  # noqa: E731
+        decode_at = lambda b: step_at(b).ms_per_token  # noqa: E731
     hit = full.prefix_hit_fraction
     overhead_ms = eff["step_overhead_ms"]
     serving_plain = capacity_plain = None
@@ -666,7 +666,7 @@ def estimate_performance(
                                        prep.replica_gpus * layout.dp, capacity_plain, shared_plain)
         if sla_m is not None:
             best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
-    static_tpot = step_at(wl.batch_size).tpot_ms if step_at is not None else dec.latency_ms
+    static_tpot = step_at(wl.batch_size).ms_per_token if step_at is not None else dec.latency_ms
     figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
                        prep.replica_gpus)
     served = pcts = None
@@ -810,7 +810,7 @@ def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serv
         method=sd.method, num_draft_tokens=sd.num_draft_tokens, topk=sd.topk, draft_passes=draft_passes(plan),
         tokens_per_step=acc.tokens_per_step, acceptance_source=src, draft_read_fraction=frac, static=st,
         tpot_without_ms=plain.tpot_ms if plain else st.plain_step_ms,
-        tpot_with_ms=serving.tpot_ms if serving else st.tpot_ms,
+        tpot_with_ms=serving.tpot_ms if serving else st.ms_per_token,
         output_tokens_per_s_without=plain.output_tokens_per_s if plain else 0.0,
         output_tokens_per_s_with=serving.output_tokens_per_s if serving else 0.0, assumptions=notes)
 
