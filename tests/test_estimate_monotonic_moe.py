@@ -34,7 +34,8 @@ def _est(cfg: tuple, engine: str, per_replica: int, i: int, o: int = 128):
 
 def _latencies(est) -> tuple[float, float, float, float]:
     """Static TPOT and TTFT, then serving-mode TPOT and TTFT (continuous batching at the same concurrency)."""
-    return (est.decode_latency_ms_per_token, est.prefill_latency_ms, est.steady_state_estimate.tpot_ms, est.steady_state_estimate.ttft_ms)
+    sv = est.steady_state_estimate
+    return (est.decode_latency_ms_per_token, est.prefill_latency_ms, sv.tpot_ms, sv.ttft_ms)
 
 
 @SLOW

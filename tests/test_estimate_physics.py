@@ -498,7 +498,8 @@ def test_an_eager_prefill_in_a_serving_step_hides_the_decode_it_carries() -> Non
     free = estimate_performance(plan=p, efficiency={"defaults": {"prefill_host_us_per_kernel": 0}})
     host = eager.prefill.host_launch_ms
     assert eager.steady_state_estimate.tpot_ms > free.steady_state_estimate.tpot_ms
-    assert eager.steady_state_estimate.tpot_ms <= free.steady_state_estimate.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
+    assert eager.steady_state_estimate.tpot_ms <= \
+        free.steady_state_estimate.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
 
 
 def test_sharded_block_fp8_moe_and_mla_decode_keep_their_published_floors() -> None:

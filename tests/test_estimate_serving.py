@@ -43,7 +43,8 @@ def test_a_lone_clients_tpot_is_the_bare_decode_step_even_with_a_long_prompt() -
     e = estimate_performance(plan=plan(1, i=131072, o=200))
     assert e.steady_state_estimate is not None
     assert e.steady_state_estimate.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
-    assert e.steady_state_estimate.step_ms > 1.5 * e.steady_state_estimate.tpot_ms  # the throughput still pays the next prompt
+    sv = e.steady_state_estimate
+    assert sv.step_ms > 1.5 * sv.tpot_ms  # the throughput still pays the next prompt
 
 
 def test_best_under_sla_meets_it_and_beats_its_neighbour() -> None:
@@ -105,7 +106,8 @@ def test_search_under_sla_prices_continuous_batching() -> None:
 
 def test_a_lone_client_waits_for_nothing_but_its_prefill() -> None:
     e = estimate_performance(plan=plan(1))
-    assert e.steady_state_estimate is not None and e.steady_state_estimate.ttft_ms == pytest.approx(e.prefill_latency_ms)
+    sv = e.steady_state_estimate
+    assert sv is not None and sv.ttft_ms == pytest.approx(e.prefill_latency_ms)
     assert e.steady_state_estimate.ttft_lockstep_ms == pytest.approx(e.prefill_latency_ms)
 
 
@@ -204,8 +206,9 @@ def test_a_larger_step_budget_never_raises_ttft(budget: int, more: int, graph: i
     base = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "engine": "vllm",
             "workload": {"input_len": 6000, "output_len": 500, "batch_size": 16}}
     opts = {} if graph is None else {"graph_max_tokens": graph}
-    small = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget}}).steady_state_estimate
-    large = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget + more}}).steady_state_estimate
+    small = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget}})
+    large = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget + more}})
+    small, large = small.steady_state_estimate, large.steady_state_estimate
     assert large.ttft_ms <= small.ttft_ms * (1 + 1e-9)
     assert large.tpot_ms == pytest.approx(small.tpot_ms)
 

@@ -21,7 +21,8 @@ publication several sources belong to (pages of one site written with one harnes
   at the point's load (``point_load``) and compared with the statistic the point reports (``statistic``: mean,
   p50, p90 or p99; default mean, or p50 where its note says median); ``serving_model="analytic"`` scores the older
   steady-state formula (the estimate's ``steady_state_estimate`` block) instead.  A point with ``request_rate`` was
-  measured under Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size);
+  measured under Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives
+  no batch_size);
 * ``serving_e2e_ms`` (a request's time from sending to its last token) and ``serving_request_throughput``
   (completed requests per second of the run, the benchmark's "Request throughput"), from the same simulation.
 

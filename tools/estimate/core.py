@@ -723,8 +723,8 @@ def estimate_performance(
         warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
                         f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
                         "decode replica would balance them")
-    record = track_record(full.spec.is_moe, serving is not None, figures.gpus > full.hardware.gpus_per_node,
-                          full.engine)
+    record = track_record(full.spec.is_moe, served is not None or serving is not None,  # a disaggregated plan's
+                          figures.gpus > full.hardware.gpus_per_node, full.engine)  # served figures are served too
     warnings.extend(track_record_warnings(record))
     return Estimate(
         ttft_ms=ttft,
