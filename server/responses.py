@@ -407,7 +407,7 @@ def shape_export(result: Any, validation: Any, detail: Detail) -> ExportAnswer:
 
 
 REPEAT_KEPT = ("label", "batch_size", "in_flight", "ttft_ms", "tpot_ms", "throughput_tokens_per_s",
-               "throughput_per_gpu", "user_tokens_per_s")  # what a repeated plan keeps in a summary
+               "throughput_per_gpu", "user_tokens_per_s", "basis")  # what a repeated plan keeps in a summary
 
 
 def _name_repeats(data: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from server.responses import shape_estimate
-from tools import estimate_performance, import_deployment, validate_dag
+from tools import estimate_performance, import_deployment, search_strategies, validate_dag
 from tools.core.errors import PdagInputError
 from tools.core.formats import format_of_checkpoint
 from tools.core.memory import memory_report
@@ -126,3 +126,19 @@ def test_export_of_a_plan_that_names_no_engine_says_so() -> None:
     assert err.value.field == "engine" and "names no engine" in err.value.problem
     assert all(e in err.value.allowed for e in ("vllm", "sglang", "trtllm"))
     assert export_plan({**plan, "engine": "sglang"}).engine == "sglang"  # a named engine is the default
+
+
+def test_search_entries_say_which_figures_they_carry() -> None:
+    """A served search's head carries estimate_performance's served figures and says so; without serving the
+    figures are the static batch's, named so (search's ttft_ms was the whole batch's prefill, unlabelled)."""
+    wl = {"input_len": 1024, "output_len": 128, "concurrency": 16}
+    hw = {"gpu": "h100-sxm", "num_gpus": 2}
+    served = search_strategies("llama-3.1-8b", hw, wl, "throughput", serving=True, top_k=2, disaggregated=False)
+    best = served.top[0]
+    est = estimate_performance(plan=best.plan)
+    assert best.basis == f"served at {est.load}"
+    assert best.ttft_ms == pytest.approx(est.ttft_ms, rel=1e-6)
+    assert best.throughput_tokens_per_s == pytest.approx(est.throughput.output_tokens_per_s, rel=1e-6)
+    static = search_strategies("llama-3.1-8b", hw, wl, "throughput", top_k=2, disaggregated=False).top[0]
+    assert static.basis == "static batch"
+    assert static.ttft_ms == pytest.approx(estimate_performance(plan=static.plan).prefill_latency_ms, rel=1e-6)

@@ -214,7 +214,8 @@ class Estimate(BaseModel):
                and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
             f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
             f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
-            f"throughput ({self.throughput.basis}): {self.throughput.output_tokens_per_s:,.0f} output tok/s "
+            f"throughput ({'served, same load' if self.served else self.throughput.basis}): "
+            f"{self.throughput.output_tokens_per_s:,.0f} output tok/s "
             f"deployment ({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU, "
             f"{self.throughput.output_tokens_per_s_per_user:,.1f}/user)",
             f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token"

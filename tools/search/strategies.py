@@ -115,6 +115,8 @@ class PlanSummary(BaseModel):
     throughput_tokens_per_s: float = Field(description="output tokens/s of the deployment (all replicas)")
     throughput_per_gpu: float
     user_tokens_per_s: float = Field(description="per-user decode speed, 1000 / TPOT")
+    basis: str = Field("", description="what ttft_ms, tpot_ms and the rates are: 'served at <load>' (the simulation "
+                                       "estimate_performance answers with), 'steady-state estimate' or 'static batch'")
     memory_max_gpu_bytes: float
     memory_capacity_bytes: float
     meets_slo: bool
@@ -893,8 +895,17 @@ def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanS
         ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
-        slo_misses=list(p.misses), reason=reason, **extra,
+        slo_misses=list(p.misses), reason=reason, basis=_basis(search, p), **extra,
     )
+
+
+def _basis(search: _Search, p: _Point) -> str:
+    """Which figures a plan's summary carries, so that a search answer never passes one set off as another: the
+    ranked head is served by the simulator; the rest was priced by the steady-state formula (serving) or as the
+    static batch (estimate_performance's prefill_latency_ms, decode_latency_ms_per_token)."""
+    if p.served:
+        return f"served at {p.served}"
+    return "steady-state estimate" if search.serving else "static batch"
 
 
 def prefill_work_share(prefill_ms: float, step_ms: float, output_len: int) -> float:
