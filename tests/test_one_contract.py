@@ -142,3 +142,12 @@ def test_search_entries_say_which_figures_they_carry() -> None:
     static = search_strategies("llama-3.1-8b", hw, wl, "throughput", top_k=2, disaggregated=False).top[0]
     assert static.basis == "static batch"
     assert static.ttft_ms == pytest.approx(estimate_performance(plan=static.plan).prefill_latency_ms, rel=1e-6)
+
+
+def test_without_a_simulation_the_rates_are_the_same_models_as_the_latencies() -> None:
+    est = estimate_performance(plan=PLANS["dense at 64 clients"], simulate=False)
+    sv = est.steady_state_estimate
+    assert sv is not None and est.served is None
+    assert (est.ttft_ms, est.tpot_ms) == (sv.ttft_ms, sv.tpot_ms)
+    assert est.throughput.output_tokens_per_s == sv.output_tokens_per_s
+    assert est.throughput.basis.startswith("steady-state estimate")

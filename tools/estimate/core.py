@@ -131,7 +131,8 @@ class DeploymentThroughput(BaseModel):
     output_tokens_per_s: float = Field(description="whole deployment (all DP replicas)")
     output_tokens_per_s_per_gpu: float
     output_tokens_per_s_per_user: float = Field(description="what one request sees while it decodes")
-    basis: str = Field(description="'served at <load>' (the simulation) or 'static batch'")
+    basis: str = Field(description="'served at <load>' (the simulation); without one (simulate=False), the "
+                                   "'steady-state estimate' or the 'static batch' that ttft_ms and tpot_ms come from")
 
 
 class Provenance(BaseModel):
@@ -705,6 +706,11 @@ def estimate_performance(
                                     output_tokens_per_s_per_gpu=served.output_tokens_per_s_per_gpu,
                                     output_tokens_per_s_per_user=served.output_tokens_per_s_per_user,
                                     basis=f"served at {served.load}")
+    elif serving is not None:  # no simulation: the rates beside ttft_ms and tpot_ms are the same model's
+        rate = DeploymentThroughput(output_tokens_per_s=serving.output_tokens_per_s,
+                                    output_tokens_per_s_per_gpu=serving.output_tokens_per_s_per_gpu,
+                                    output_tokens_per_s_per_user=serving.output_tokens_per_s_per_user,
+                                    basis=f"steady-state estimate at {load}")
     else:
         rate = DeploymentThroughput(output_tokens_per_s=st.output_tokens_per_s,
                                     output_tokens_per_s_per_gpu=st.output_tokens_per_s_per_gpu,
