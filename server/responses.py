@@ -452,7 +452,8 @@ def shape_search(result: Any, detail: Detail) -> SearchAnswer:
         data, cut = trim(data)
         if cut:
             notes.append(cut + ' Call search_strategies with detail="full" for all of it.')
-    return SearchAnswer(note=" ".join(n if n.endswith(".") else n + "." for n in notes) or None, **data)
+    sentences = (n[:1].upper() + n[1:] + ("" if n.endswith(".") else ".") for n in notes if n)
+    return SearchAnswer(note=" ".join(sentences) or None, **data)
 
 
 def drop_keys(data: Any, keys: tuple[str, ...], dropped: list[str], where: str = "") -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.responses import shape_estimate
+from server.responses import shape_estimate, shape_search
 from tools import estimate_performance, import_deployment, search_strategies, validate_dag
 from tools.core.errors import PdagInputError
 from tools.core.formats import format_of_checkpoint
@@ -139,6 +139,9 @@ def test_search_entries_say_which_figures_they_carry() -> None:
     assert best.basis == f"served at {est.load}"
     assert best.ttft_ms == pytest.approx(est.ttft_ms, rel=1e-6)
     assert best.throughput_tokens_per_s == pytest.approx(est.throughput.output_tokens_per_s, rel=1e-6)
+    assert all(e.rank is None for e in served.pareto)  # the front is not ranked (it said rank 0)
+    note = shape_search(served, "summary").note or ""
+    assert note and all(s[:1].isupper() for s in note.split(". ") if s), note  # sentences, not one run-on line
     static = search_strategies("llama-3.1-8b", hw, wl, "throughput", top_k=2, disaggregated=False).top[0]
     assert static.basis == "static batch"
     assert static.ttft_ms == pytest.approx(estimate_performance(plan=static.plan).prefill_latency_ms, rel=1e-6)
