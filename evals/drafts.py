@@ -209,7 +209,7 @@ def regret(fixed: Doc, p: dict[str, Any]) -> float | None:
         return None
     est = estimate_performance(dag=copy.deepcopy(fixed))
     if p.get("objective", "latency") == "throughput":
-        mine = est.throughput.output_tokens_per_s / max(1, est.gpus_used)
+        mine = est.static_batch_throughput.output_tokens_per_s / max(1, est.gpus_used)  # as search's
         return max(0.0, best.throughput_per_gpu / mine - 1) if mine > 0 else None
     return max(0.0, est.e2e_latency_ms / best.e2e_ms - 1) if best.e2e_ms > 0 else None
 

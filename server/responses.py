@@ -122,7 +122,7 @@ class EstimateAnswer(Paged):
                                                                "to first token)")
     decode_latency_ms_per_token: float | None = Field(None, description="time per output token (one step), ms")
     e2e_latency_ms: float | None = Field(None, description="prefill plus all decode steps for one request, ms")
-    throughput: dict[str, Any] | None = Field(None, description="output_tokens_per_s of the whole deployment, ...")
+    throughput: dict[str, Any] | None = Field(None, description="served output_tokens_per_s, deployment, ...")
     kv_cache: dict[str, Any] | None = Field(None, description="bytes_total, bytes_per_gpu_max, ...")
     memory: dict[str, Any] | None = Field(None, description="fits, max_gpu_bytes, capacity_bytes, ...")
     gpus_used: int | None = None
@@ -345,8 +345,10 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
                          violations=left, note=" ".join(notes) or None, **data)
 
 
-ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions", "track_record")  # bulky in a summary (the worst GPU,
-# totals and the track record's warnings stay)
+ESTIMATE_DROPPED = ("per_gpu", "provenance", "assumptions", "track_record",  # bulky in a summary (the worst GPU,
+                    # totals and the track record's warnings stay); then the static and analytic rates beside the
+                    # served ones, which agents took for a second TTFT, TPOT and throughput of the same plan
+                    "steady_state_estimate", "static_batch_throughput", "tpot_with_prefill_ms")
 # Repeats in the core's result: the per-phase critical path and bottleneck are already under prefill/decode,
 # `fits` under memory, the KV totals under kv_cache.
 ESTIMATE_REPEATS = (("critical_path",), ("bottleneck",), ("fits",), ("memory", "kv_bytes_per_token"),
@@ -405,7 +407,7 @@ def shape_export(result: Any, validation: Any, detail: Detail) -> ExportAnswer:
 
 
 REPEAT_KEPT = ("label", "batch_size", "in_flight", "ttft_ms", "tpot_ms", "throughput_tokens_per_s",
-               "throughput_per_gpu", "user_tokens_per_s")  # what a repeated plan keeps in a summary
+               "throughput_per_gpu", "user_tokens_per_s", "basis")  # what a repeated plan keeps in a summary
 
 
 def _name_repeats(data: dict[str, Any]) -> bool:
@@ -450,7 +452,8 @@ def shape_search(result: Any, detail: Detail) -> SearchAnswer:
         data, cut = trim(data)
         if cut:
             notes.append(cut + ' Call search_strategies with detail="full" for all of it.')
-    return SearchAnswer(note=" ".join(notes) or None, **data)
+    sentences = (n[:1].upper() + n[1:] + ("" if n.endswith(".") else ".") for n in notes if n)
+    return SearchAnswer(note=" ".join(sentences) or None, **data)
 
 
 def drop_keys(data: Any, keys: tuple[str, ...], dropped: list[str], where: str = "") -> Any:

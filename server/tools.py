@@ -346,8 +346,8 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
     Give `plan`, or a `dag` carrying its plan; `sla` adds best_under_sla.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
-    Returns ttft_ms, tpot_ms (a served request at the workload's load), prefill_latency_ms (the static
-    batch's prefill, not TTFT), decode_latency_ms_per_token, e2e_latency_ms, throughput.output_tokens_per_s,
+    Returns ttft_ms, tpot_ms, throughput (served at the workload's load, as `scheduler` runs it), the static
+    batch's prefill_latency_ms (not TTFT), decode_latency_ms_per_token, e2e_latency_ms,
     kv_cache, memory (fits, max_gpu_bytes, capacity_bytes), gpus_used, each phase's bottleneck and critical path.
     `render`: true adds images. More (pools, KV hand-off, every field): pdag://tools/estimate_performance.
         """

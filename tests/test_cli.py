@@ -61,8 +61,8 @@ def test_engine_options_from_flags_reach_the_serving_estimate(capsys):
     base = ["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "8", "--batch", "32",
             "--engine", "vllm", "--json"]
     assert main(base) == 0
-    ahead = json.loads(capsys.readouterr().out)["serving"]
+    ahead = json.loads(capsys.readouterr().out)["steady_state_estimate"]
     assert main([*base, "--no-scheduler-ahead"]) == 0
-    now = json.loads(capsys.readouterr().out)["serving"]
+    now = json.loads(capsys.readouterr().out)["steady_state_estimate"]
     assert now["tpot_ms"] == ahead["tpot_ms"]
     assert abs(ahead["ttft_ms"] - now["ttft_ms"] - ahead["step_ms"]) < 1e-6 * ahead["ttft_ms"]

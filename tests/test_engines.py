@@ -588,13 +588,13 @@ def test_estimate_prices_the_engine_options() -> None:
     replays a CUDA graph under vLLM's default capture size and runs eagerly (host-bound) when graphs are off."""
     plan = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8},
             "engine": "vllm", "dtype": "fp8", "workload": {"input_len": 8000, "output_len": 1000, "batch_size": 32}}
-    wide = estimate_performance(plan=plan).serving
-    narrow = estimate_performance(plan={**plan, "engine_options": {"max_batched_tokens": 2048}}).serving
+    wide = estimate_performance(plan=plan).steady_state_estimate
+    narrow = estimate_performance(plan={**plan, "engine_options": {"max_batched_tokens": 2048}}).steady_state_estimate
     assert narrow.chunk_tokens == 2048 - 32 and wide.chunk_tokens == 8192 - 32
     assert narrow.ttft_ms > wide.ttft_ms and narrow.tpot_ms == pytest.approx(wide.tpot_ms)
     short = {**plan, "workload": {"input_len": 500, "output_len": 1000, "batch_size": 4}}
-    graphed = estimate_performance(plan=short).serving
-    eager = estimate_performance(plan={**short, "engine_options": {"graph_max_tokens": 0}}).serving
+    graphed = estimate_performance(plan=short).steady_state_estimate
+    eager = estimate_performance(plan={**short, "engine_options": {"graph_max_tokens": 0}}).steady_state_estimate
     assert eager.ttft_ms > 1.5 * graphed.ttft_ms
 
 

@@ -60,7 +60,8 @@ def test_dp_never_changes_latency_and_scales_throughput(model: str, gpu: str, tp
     three = est(model=model, gpu=gpu, n=3 * tp, b=4, dtype=dtype, tp=tp, ep=ep, dp=3)
     assert three.prefill_latency_ms == pytest.approx(one.prefill_latency_ms)
     assert three.decode_latency_ms_per_token == pytest.approx(one.decode_latency_ms_per_token)
-    assert three.throughput.output_tokens_per_s == pytest.approx(3 * one.throughput.output_tokens_per_s)
+    assert three.static_batch_throughput.output_tokens_per_s == pytest.approx(
+        3 * one.static_batch_throughput.output_tokens_per_s)
     assert three.gpus_used == 3 * one.gpus_used
 
 
@@ -225,11 +226,11 @@ ADP8_EP8 = {"tp": 1, "attn_dp": 8, "ep": 8}
 def test_attention_dp_wins_at_large_batch_not_at_batch_one() -> None:
     tp, adp = estimate_performance(_dsv3(TP8_EP8, 1)), estimate_performance(_dsv3(ADP8_EP8, 1))
     assert adp.decode_latency_ms_per_token >= tp.decode_latency_ms_per_token  # one group works, seven idle
-    assert adp.throughput.decode_tokens_per_s <= tp.throughput.decode_tokens_per_s
+    assert adp.static_batch_throughput.decode_tokens_per_s <= tp.static_batch_throughput.decode_tokens_per_s
     big = 512
     tp, adp = estimate_performance(_dsv3(TP8_EP8, big)), estimate_performance(_dsv3(ADP8_EP8, big))
     assert adp.fits and tp.fits
-    assert adp.throughput.decode_tokens_per_s > 1.05 * tp.throughput.decode_tokens_per_s
+    assert adp.static_batch_throughput.decode_tokens_per_s > 1.05 * tp.static_batch_throughput.decode_tokens_per_s
     assert adp.kv_cache.bytes_per_gpu_max == pytest.approx(tp.kv_cache.bytes_per_gpu_max / 8)
     assert adp.memory.max_batch_size_that_fits > tp.memory.max_batch_size_that_fits
     names = {c.name for c in adp.decode.critical_path}
@@ -257,7 +258,8 @@ def test_fast_estimator_matches_the_dag_estimate() -> None:
         h = FastEstimator(parse_plan(plan)).headline(plan["workload"]["batch_size"])
         assert h.ttft_ms == pytest.approx(e.prefill_latency_ms, rel=1e-9)
         assert h.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
-        assert h.throughput.output_tokens_per_s == pytest.approx(e.throughput.output_tokens_per_s, rel=1e-9)
+        assert h.throughput.output_tokens_per_s == pytest.approx(e.static_batch_throughput.output_tokens_per_s,
+                                                                  rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------- disaggregated
@@ -280,7 +282,7 @@ def test_disaggregated_fields_and_rates() -> None:
     assert e.gpus_used == 16 and pre.gpus == dec.gpus == 8
     assert e.prefill_latency_ms == pytest.approx(e.prefill.latency_ms + e.kv_transfer.ms)
     rate = min(pre.requests_per_s, dec.requests_per_s)
-    assert e.throughput.output_tokens_per_s == pytest.approx(rate * 256)
+    assert e.static_batch_throughput.output_tokens_per_s == pytest.approx(rate * 256)
     assert e.pool_balance == pytest.approx(pre.requests_per_s / dec.requests_per_s)
     assert e.balanced_prefill_per_decode == pytest.approx(dec.requests_per_s_per_replica
                                                           / pre.requests_per_s_per_replica)

@@ -422,7 +422,7 @@ def test_serving_metrics_score_the_continuous_batching_estimate(metric: str, fie
           "kv_dtype": "bf16", "input_len": 2000, "output_len": 500, "batch_size": 32, "metric": metric, "value": 1.0,
           "engine": "vLLM"}
     pred = predict(pt, serving_model="analytic")
-    serving = estimate_performance(plan=point_plan(pt)).serving
+    serving = estimate_performance(plan=point_plan(pt)).steady_state_estimate
     assert serving is not None and pred.value == pytest.approx(getattr(serving, field))
     total = sum(pred.parts.values())
     assert (pred.numerator / total if pred.kind == "rate" else total) == pytest.approx(pred.value)
@@ -452,7 +452,7 @@ def test_serving_ttft_under_load_is_bracketed_where_nothing_queues() -> None:
     lengths (InferenceMAX, the vLLM blog) drift apart, and for dense models their median TTFT sits nearer the
     spread end (MoE prefill is under-predicted about 2x, README)."""
     pts = [p for p in load_measurements() if p["metric"] == "serving_ttft_ms" and p["batch_size"] > 1]
-    unqueued = [p for p in pts if estimate_performance(plan=point_plan(p)).serving.queue_ms == 0]
+    unqueued = [p for p in pts if estimate_performance(plan=point_plan(p)).steady_state_estimate.queue_ms == 0]
     rows = accuracy_report(unqueued, leave_one_out=False, serving_model="analytic").rows
     fixed = [r for r in rows if "fixed-length clients" in r.regimes]
     b = ttft_bracket(fixed)

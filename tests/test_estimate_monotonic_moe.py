@@ -34,7 +34,8 @@ def _est(cfg: tuple, engine: str, per_replica: int, i: int, o: int = 128):
 
 def _latencies(est) -> tuple[float, float, float, float]:
     """Static TPOT and TTFT, then serving-mode TPOT and TTFT (continuous batching at the same concurrency)."""
-    return (est.decode_latency_ms_per_token, est.prefill_latency_ms, est.serving.tpot_ms, est.serving.ttft_ms)
+    sv = est.steady_state_estimate
+    return (est.decode_latency_ms_per_token, est.prefill_latency_ms, sv.tpot_ms, sv.ttft_ms)
 
 
 @SLOW
@@ -70,7 +71,7 @@ def test_wide_ep_decode_throughput_per_gpu_monotonic(widths: tuple[int, int], pe
             "parallel": {"ep": ep, "attn_dp": ep}, "options": {"allow_attention_dp": True,
                                                                "expert_imbalance_ok": True},
             "workload": {"input_len": 2000, "output_len": 200, "batch_size": per_gpu * ep}})
-        rate.append(est.throughput.decode_tokens_per_s / ep)
+        rate.append(est.static_batch_throughput.decode_tokens_per_s / ep)
     assert rate[1] >= 0.98 * rate[0], (widths, per_gpu, gpu, rate)
 
 
@@ -91,7 +92,7 @@ def test_dense_serving_latency_monotonic(mt: tuple[str, int], gpu: str, engine: 
         est = estimate_performance(plan={"model": model, "hardware": {"gpu": gpu, "num_gpus": tp},
                                          "parallel": {"tp": tp}, "engine": engine,
                                          "workload": {"input_len": inp, "output_len": 256, "batch_size": batch}})
-        return est.serving.tpot_ms, est.serving.ttft_ms
+        return est.steady_state_estimate.tpot_ms, est.steady_state_estimate.ttft_ms
 
     base = serving(b, i)
     for other in (serving(b + extra_b, i), serving(b, i + extra_i)):

@@ -231,7 +231,7 @@ def test_wide_ep_keeps_throughput_per_gpu() -> None:
                                              engine="sglang", options={"allow_attention_dp": True,
                                                                        "expert_imbalance_ok": True},
                                              ep=ep, attn_dp=ep))
-        rate[ep] = est.throughput.decode_tokens_per_s / ep
+        rate[ep] = est.static_batch_throughput.decode_tokens_per_s / ep
     assert rate[144] >= 0.98 * rate[72]
 
 
@@ -497,8 +497,9 @@ def test_an_eager_prefill_in_a_serving_step_hides_the_decode_it_carries() -> Non
     eager = estimate_performance(plan=p)
     free = estimate_performance(plan=p, efficiency={"defaults": {"prefill_host_us_per_kernel": 0}})
     host = eager.prefill.host_launch_ms
-    assert eager.serving.tpot_ms > free.serving.tpot_ms
-    assert eager.serving.tpot_ms <= free.serving.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
+    assert eager.steady_state_estimate.tpot_ms > free.steady_state_estimate.tpot_ms
+    assert eager.steady_state_estimate.tpot_ms <= \
+        free.steady_state_estimate.tpot_ms + min(1.0, 64 / 256) * host * (1 + 1e-9)
 
 
 def test_sharded_block_fp8_moe_and_mla_decode_keep_their_published_floors() -> None:

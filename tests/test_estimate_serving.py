@@ -20,7 +20,7 @@ def plan(b: int, i: int = 2048, o: int = 256, **extra: object) -> dict:
 def test_serving_step_is_decode_plus_prompt_share() -> None:
     e = estimate_performance(plan=plan(32))
     one = estimate_performance(plan=plan(1))
-    sv = e.serving
+    sv = e.steady_state_estimate
     assert sv is not None and sv.concurrency == 32
     # a step carries 32/256 of one request's prefill work on top of the decode step at 32, less the host cost and
     # the weight reads the decode step already pays (70B fp8 over 8 H100s: ~8.8 GB per GPU at 0.8 x 3.35 TB/s)
@@ -41,18 +41,19 @@ def test_a_lone_clients_tpot_is_the_bare_decode_step_even_with_a_long_prompt() -
     """One client's decode never shares a step with a prompt (its own came before, its next comes after), as
     TensorRT-LLM's 130k-token LongBench run shows: 9.3 ms TPOT after a 16 s TTFT on one H200."""
     e = estimate_performance(plan=plan(1, i=131072, o=200))
-    assert e.serving is not None
-    assert e.serving.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
-    assert e.serving.step_ms > 1.5 * e.serving.tpot_ms  # the throughput still pays the next prompt
+    assert e.steady_state_estimate is not None
+    assert e.steady_state_estimate.tpot_ms == pytest.approx(e.decode_latency_ms_per_token, rel=1e-9)
+    sv = e.steady_state_estimate
+    assert sv.step_ms > 1.5 * sv.tpot_ms  # the throughput still pays the next prompt
 
 
 def test_best_under_sla_meets_it_and_beats_its_neighbour() -> None:
     e = estimate_performance(plan=plan(8), sla={"max_tpot_ms": 40, "max_ttft_ms": 1000})
     best = e.best_under_sla
     assert best is not None and best.meets_sla and best.tpot_ms <= 40 and best.ttft_ms <= 1000
-    over = estimate_performance(plan=plan(best.concurrency + 1)).serving
+    over = estimate_performance(plan=plan(best.concurrency + 1)).steady_state_estimate
     assert over is not None and over.tpot_ms > 40  # one more request in flight breaks the SLA
-    assert best.output_tokens_per_s_per_gpu >= e.serving.output_tokens_per_s_per_gpu  # type: ignore[union-attr]
+    assert best.output_tokens_per_s_per_gpu >= e.steady_state_estimate.output_tokens_per_s_per_gpu  # type: ignore[union-attr]
 
 
 def test_impossible_sla_gives_none_and_bad_sla_is_named() -> None:
@@ -65,8 +66,8 @@ def test_impossible_sla_gives_none_and_bad_sla_is_named() -> None:
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(st.integers(1, 512), st.integers(1, 256), st.integers(16, 8192), st.integers(16, 2048))
 def test_serving_latencies_grow_with_concurrency(c: int, extra: int, i: int, o: int) -> None:
-    lo = estimate_performance(plan=plan(c, i, o)).serving
-    hi = estimate_performance(plan=plan(c + extra, i, o)).serving
+    lo = estimate_performance(plan=plan(c, i, o)).steady_state_estimate
+    hi = estimate_performance(plan=plan(c + extra, i, o)).steady_state_estimate
     assert lo is not None and hi is not None
     assert hi.tpot_ms >= lo.tpot_ms and hi.ttft_ms >= lo.ttft_ms
     # clients in lockstep wait for the prompts of the burst ahead of them: never less than spread arrivals
@@ -105,8 +106,9 @@ def test_search_under_sla_prices_continuous_batching() -> None:
 
 def test_a_lone_client_waits_for_nothing_but_its_prefill() -> None:
     e = estimate_performance(plan=plan(1))
-    assert e.serving is not None and e.serving.ttft_ms == pytest.approx(e.prefill_latency_ms)
-    assert e.serving.ttft_lockstep_ms == pytest.approx(e.prefill_latency_ms)
+    sv = e.steady_state_estimate
+    assert sv is not None and sv.ttft_ms == pytest.approx(e.prefill_latency_ms)
+    assert e.steady_state_estimate.ttft_lockstep_ms == pytest.approx(e.prefill_latency_ms)
 
 
 def test_a_burst_of_prompts_costs_half_its_prefill_on_average() -> None:
@@ -114,7 +116,7 @@ def test_a_burst_of_prompts_costs_half_its_prefill_on_average() -> None:
     all of the static batch's prefill of the same C prompts (which also pays their attention at once)."""
     for c in (16, 64, 128):
         e = estimate_performance(plan=plan(c, 1024, 512))
-        sv = e.serving
+        sv = e.steady_state_estimate
         assert sv is not None and sv.queue_ms == 0
         assert 0.4 * e.prefill_latency_ms < sv.ttft_lockstep_ms < 1.05 * e.prefill_latency_ms, c
         assert sv.ttft_lockstep_ms > 3 * sv.ttft_ms
@@ -135,7 +137,7 @@ def test_clients_beyond_the_kv_cache_queue(engine: str) -> None:
     """More clients than the KV cache holds: the extra ones wait (Little's law over the running slots), so TPOT
     and throughput stay those of the running batch and TTFT grows by the wait."""
     def serve(c: int):
-        return estimate_performance(plan=plan(c, 4096, 1024, engine=engine)).serving
+        return estimate_performance(plan=plan(c, 4096, 1024, engine=engine)).steady_state_estimate
 
     first = serve(1)
     assert first is not None and first.running == 1 and first.queue_ms == 0
@@ -153,8 +155,8 @@ def test_clients_beyond_the_kv_cache_queue(engine: str) -> None:
 def test_on_demand_pages_hold_more_requests_than_full_reservation() -> None:
     """vLLM takes KV pages as tokens arrive (on average the prompt and half the output), TensorRT-LLM's default
     scheduler reserves the whole output up front."""
-    vllm = estimate_performance(plan=plan(4096, 4096, 1024, engine="vllm")).serving
-    trt = estimate_performance(plan=plan(4096, 4096, 1024, engine="trtllm")).serving
+    vllm = estimate_performance(plan=plan(4096, 4096, 1024, engine="vllm")).steady_state_estimate
+    trt = estimate_performance(plan=plan(4096, 4096, 1024, engine="trtllm")).steady_state_estimate
     assert vllm is not None and trt is not None
     assert vllm.running == pytest.approx(trt.running * (4096 + 1024) / (4096 + 512), abs=1)
 
@@ -204,8 +206,9 @@ def test_a_larger_step_budget_never_raises_ttft(budget: int, more: int, graph: i
     base = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "engine": "vllm",
             "workload": {"input_len": 6000, "output_len": 500, "batch_size": 16}}
     opts = {} if graph is None else {"graph_max_tokens": graph}
-    small = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget}}).serving
-    large = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget + more}}).serving
+    small = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget}})
+    large = estimate_performance(plan={**base, "engine_options": {**opts, "max_batched_tokens": budget + more}})
+    small, large = small.steady_state_estimate, large.steady_state_estimate
     assert large.ttft_ms <= small.ttft_ms * (1 + 1e-9)
     assert large.tpot_ms == pytest.approx(small.tpot_ms)
 
@@ -217,7 +220,7 @@ def test_a_scheduler_one_step_ahead_costs_a_new_request_one_step(engine: str) ->
     and neither the step nor the burst-arrival end changes."""
     def serving(b: int, ahead: bool):
         p = plan(b, engine=engine, engine_options={"scheduler_ahead": ahead})
-        return estimate_performance(plan=p).serving
+        return estimate_performance(plan=p).steady_state_estimate
 
     on, off = serving(32, True), serving(32, False)
     assert on is not None and off is not None
@@ -226,7 +229,7 @@ def test_a_scheduler_one_step_ahead_costs_a_new_request_one_step(engine: str) ->
     assert on.ttft_lockstep_ms >= on.ttft_ms
     lone_on, lone_off = serving(1, True), serving(1, False)
     assert lone_on is not None and lone_off is not None and lone_on.ttft_ms == lone_off.ttft_ms
-    default = estimate_performance(plan=plan(32, engine=engine)).serving
+    default = estimate_performance(plan=plan(32, engine=engine)).steady_state_estimate
     assert default is not None and default.ttft_ms == on.ttft_ms  # all three schedule ahead by default
 
 
@@ -238,5 +241,5 @@ def test_a_burst_that_fits_one_step_waits_for_the_whole_step(engine: str) -> Non
     p = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, "parallel": {"tp": 1},
          "engine": engine, "workload": {"input_len": 200, "output_len": 200, "batch_size": 20}}
     e = estimate_performance(plan=p)
-    assert e.serving is not None and e.serving.running == 20
-    assert 0.7 * e.prefill_latency_ms <= e.serving.ttft_lockstep_ms <= 1.05 * e.prefill_latency_ms
+    assert e.steady_state_estimate is not None and e.steady_state_estimate.running == 20
+    assert 0.7 * e.prefill_latency_ms <= e.steady_state_estimate.ttft_lockstep_ms <= 1.05 * e.prefill_latency_ms

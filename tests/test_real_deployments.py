@@ -198,7 +198,7 @@ def test_export_serving_limits_come_from_model_and_memory_not_the_workload() -> 
     assert fit < seqs <= fit * (128 + 16) / (128 + 8) + 1
     from tools import estimate_performance
     crowd = {**base, "engine": "vllm", "workload": {"batch_size": 2 * seqs, "input_len": 128, "output_len": 16}}
-    assert estimate_performance(plan=crowd).serving.running == seqs  # type: ignore[union-attr]
+    assert estimate_performance(plan=crowd).steady_state_estimate.running == seqs  # type: ignore[union-attr]
 
 
 @settings(max_examples=5, deadline=None)

@@ -109,7 +109,7 @@ def test_batch_under_an_slo_is_refined_between_powers_of_two() -> None:
     assert estimate_performance(plan=over).decode_latency_ms_per_token > 30
     low = 1 << (best.batch_size.bit_length() - 1)
     floor = {**best.plan, "workload": {**best.plan["workload"], "batch_size": low}}
-    assert estimate_performance(plan=floor).throughput.output_tokens_per_s < best.throughput_tokens_per_s
+    assert estimate_performance(plan=floor).static_batch_throughput.output_tokens_per_s < best.throughput_tokens_per_s
 
 
 def test_fixed_batch_is_respected() -> None:
@@ -210,7 +210,7 @@ def test_search_compares_aggregated_and_disaggregated(dsv3_throughput) -> None:
     from tools import estimate_performance
 
     e = estimate_performance(dis.plan)
-    assert e.throughput.output_tokens_per_s == pytest.approx(dis.throughput_tokens_per_s, rel=1e-6)
+    assert e.static_batch_throughput.output_tokens_per_s == pytest.approx(dis.throughput_tokens_per_s, rel=1e-6)
     assert e.prefill_latency_ms == pytest.approx(dis.ttft_ms, rel=1e-6)
 
 
@@ -294,7 +294,7 @@ def test_a_total_changes_the_ranking_a_per_replica_batch_gave() -> None:
     assert rank(total, "TP8 (expert TP8)") < rank(total, "DP2 x TP4 (expert TP4)")
     dp2 = next(p for p in total.top if p.label == "DP2 x TP4 (expert TP4)")
     alone = estimate_performance(dp2.plan, simulate=False)
-    assert alone.throughput.output_tokens_per_s == pytest.approx(dp2.throughput_tokens_per_s, rel=0.01)
+    assert alone.static_batch_throughput.output_tokens_per_s == pytest.approx(dp2.throughput_tokens_per_s, rel=0.01)
 
 
 def test_a_total_beyond_memory_queues() -> None:

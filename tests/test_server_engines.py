@@ -122,7 +122,7 @@ async def test_export_says_when_a_plan_breaks_rules_or_cannot_be_launched():
     assert ok and not data["valid"] and "MEM-FITS" in {v["rule_id"] for v in data["violations"]}
     assert any(n.startswith("forced:") for n in data["notes"])
     ok, text = await call("export_plan", {"plan": {**bad, "engine": "generic", "workload": {"batch_size": 1}}})
-    assert not ok and "engine" in text and "vllm, sglang, trtllm" in text
+    assert not ok and "names no engine" in text and "vllm, sglang, trtllm" in text
     ok, text = await call("export_plan", {"plan": {"model": "nope", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}},
                                           "engine": "vllm"})
     assert not ok and "plan.model" in text

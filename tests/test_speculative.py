@@ -77,7 +77,7 @@ def test_speculative_step_arithmetic():
 
     assert tokens_per_step(0.8, 0.8, 2) == pytest.approx(1 + 0.8 + 0.64)
     st = speculative_step(10.0, 12.0, 0.05, 2, 2.0)
-    assert st.step_ms == pytest.approx(13.0) and st.tpot_ms == pytest.approx(6.5)
+    assert st.step_ms == pytest.approx(13.0) and st.ms_per_token == pytest.approx(6.5)
     assert st.cost_multiplier == pytest.approx(1.3)
 
 

@@ -27,7 +27,7 @@ LLAMA = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8
 
 def test_moe_serving_estimate_warns_that_published_ttft_ran_slower() -> None:
     est = estimate_performance(plan=GPT_OSS)
-    assert est.serving is not None
+    assert est.steady_state_estimate is not None
     ttft = next(r for r in est.track_record if r.metric == "TTFT" and "serving" in r.regime)
     assert ttft.regime == "MoE, serving, one node" and ttft.engine == "vllm" and ttft.median_bias < -0.1
     assert ttft.points >= 100

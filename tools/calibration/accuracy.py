@@ -20,8 +20,9 @@ publication several sources belong to (pages of one site written with one harnes
   fixed concurrency of ``batch_size`` per DP replica, priced by the serving simulator (``tools/estimate/simulate.py``)
   at the point's load (``point_load``) and compared with the statistic the point reports (``statistic``: mean,
   p50, p90 or p99; default mean, or p50 where its note says median); ``serving_model="analytic"`` scores the older
-  steady-state formula (the estimate's ``serving`` block) instead.  A point with ``request_rate`` was measured under
-  Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives no batch_size);
+  steady-state formula (the estimate's ``steady_state_estimate`` block) instead.  A point with ``request_rate`` was
+  measured under Poisson arrivals at that rate, at most ``batch_size`` per replica in flight (no cap when it gives
+  no batch_size);
 * ``serving_e2e_ms`` (a request's time from sending to its last token) and ``serving_request_throughput``
   (completed requests per second of the run, the benchmark's "Request throughput"), from the same simulation.
 
@@ -474,9 +475,9 @@ def predict(pt: dict[str, Any], overlay: dict[str, Any] | str | None = None,
     e2e = {k: pre[k] + out * dec[k] for k in PARTS}
     if metric == "e2e_ms":
         return Prediction(est.e2e_latency_ms, e2e, "time")
-    value = est.throughput.output_tokens_per_s
+    value = est.static_batch_throughput.output_tokens_per_s
     if metric == "output_tokens_per_s_per_gpu":
-        value = est.throughput.output_tokens_per_s_per_gpu
+        value = est.static_batch_throughput.output_tokens_per_s_per_gpu
     return Prediction(value, e2e, "rate", value * est.e2e_latency_ms)
 
 
@@ -491,7 +492,7 @@ def is_serving(metric: str) -> bool:
 def _serving_prediction(pt: dict[str, Any], est: Any) -> Prediction:
     """Continuous batching at ``batch_size`` requests in flight (``serving.py``).  Its parts, which only the fits
     use, take the decode step's composition for a mixed step and the prefill pass's for a prompt's own prefill."""
-    sv = est.serving
+    sv = est.steady_state_estimate
     if sv is None:
         raise PdagInputError(f"measurements.points[{pt.get('id', '?')}].metric",
                              "serving metrics need an aggregated plan", "a plan without options.disaggregated")

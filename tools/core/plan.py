@@ -293,6 +293,18 @@ class Plan(_Strict):
         cfg = self.model.hf_config
         return str(cfg.get("_name_or_path") or cfg.get("model_type") or "custom")
 
+    @property
+    def served_repo(self) -> str | None:
+        """The repo the engine serves, which says how its weights are stored: ``checkpoint``, else the model name
+        when it is a repo id rather than the preset's own id (``...-Instruct-FP8`` names an fp8 checkpoint of its
+        preset, as import_deployment reads a command's model), else the preset's base repo.  Every tool prices and
+        launches this one repo."""
+        if self.checkpoint:
+            return self.checkpoint
+        if isinstance(self.model, str) and self.model.strip().lower() != self.spec.id:
+            return self.model.strip()
+        return self.spec.hf_repo
+
     @cached_property
     def spec(self) -> ModelSpec:
         return resolve_model(self.model if isinstance(self.model, str) else self.model.model_dump())

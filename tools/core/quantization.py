@@ -24,7 +24,7 @@ def weights_of(plan: Plan) -> str | None:
         return plan.weights
     if plan.dtype not in ("bf16", "fp16"):
         return None
-    fmt = checkpoint_format(plan.checkpoint or plan.spec.hf_repo, plan.spec)
+    fmt = checkpoint_format(plan.served_repo, plan.spec)
     return fmt if fmt not in (None, "bf16", "fp16") else None
 
 
@@ -42,7 +42,7 @@ def weight_block(plan: Plan) -> int:
     if not info:
         return 0
     spec = plan.spec
-    repo = (plan.checkpoint or spec.hf_repo or "").lower()
+    repo = (plan.served_repo or "").lower()
     stored = spec.checkpoint_format == fmt and spec.fp8_block_scaled
     family = any(repo.startswith(p) for p in info["repo_prefixes"]) and format_of_checkpoint(repo) == fmt
     return int(info["block_size"]) if stored or family else 0
@@ -69,7 +69,7 @@ def attention_unquantized(plan: Plan) -> bool:
     if experts_only(plan):
         return True
     spec = plan.spec
-    repo = (plan.checkpoint or spec.hf_repo or "").lower()
+    repo = (plan.served_repo or "").lower()
     family = (quant_data().get("attention_unquantized") or {}).get("repo_prefixes") or ()
     if any(repo.startswith(p) for p in family):
         return True

@@ -255,11 +255,7 @@ def _window_notes(plan: Plan, engine: str, env: list[str]) -> list[str]:
 
 
 def _hf_repo(plan: Plan) -> str:
-    if plan.checkpoint:
-        return plan.checkpoint
-    if plan.spec.hf_repo:
-        return plan.spec.hf_repo
-    return plan.model_id
+    return plan.served_repo or plan.model_id
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -892,6 +888,9 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
 
 
+ENGINE_OF_PROFILE = ("vllm", "sglang", "trtllm", "trtllm-cpp")  # plan.engine values that name a launchable engine
+
+
 def engine_key(engine: str) -> str:
     """vllm, sglang or trtllm for an engine name as users spell it (TensorRT-LLM, trt, trtllm-cpp)."""
     raw = str(engine).strip().lower().replace("-", "").replace("_", "")
@@ -926,6 +925,10 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
     parsed = parse_plan(plan)
     if engine is None:
         engine = parsed.engine
+        if engine not in ENGINE_OF_PROFILE:  # e.g. 'generic': a plan from search states no engine
+            raise PdagInputError("engine", f"the plan names no engine to launch (plan.engine is {engine!r}, a "
+                                 "pricing profile with no launch command of its own), so there is no default",
+                                 "engine: " + ", ".join(ENGINES) + ", or plan.engine set to one of them")
     key = engine_key(engine)
     table = flag_table(key, engine_version)
     result = _export(parsed, key)

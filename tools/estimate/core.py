@@ -49,7 +49,7 @@ from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_ke
 from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
-from tools.estimate.simulate import SimResult
+from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult
 from tools.estimate.simulate import simulate as simulate_serving
 from tools.estimate.speculative import (
     PrefixFigures,
@@ -124,6 +124,17 @@ class KvCache(BaseModel):
     state_bytes_per_sequence: float = Field(0.0, description="recurrent layers' fixed state per sequence, all layers")
 
 
+class DeploymentThroughput(BaseModel):
+    """Output rates of the whole deployment, from the serving simulation when it ran (the served figures beside
+    ttft_ms and tpot_ms), else from the static batch; ``basis`` says which, so no answer mixes the two."""
+
+    output_tokens_per_s: float = Field(description="whole deployment (all DP replicas)")
+    output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_user: float = Field(description="what one request sees while it decodes")
+    basis: str = Field(description="'served at <load>' (the simulation); without one (simulate=False), the "
+                                   "'steady-state estimate' or the 'static batch' that ttft_ms and tpot_ms come from")
+
+
 class Provenance(BaseModel):
     figure: str
     kind: str = Field(description="catalog | modelled | assumption | calibrated")
@@ -150,9 +161,14 @@ class Estimate(BaseModel):
     decode_latency_ms_per_token: float
     e2e_latency_ms: float
     tpot_with_prefill_ms: float = Field(
-        description="TPOT under continuous batching: the decode step plus the prefill passes that interrupt it "
-                    "(aggregated: prefill latency / output_len; disaggregated: none)")
-    throughput: Throughput
+        description="the static batch's e2e per output token: its decode step plus its prefill pass spread over "
+                    "the output (disaggregated: the decode step); not a served TPOT (see tpot_ms)")
+    throughput: DeploymentThroughput = Field(
+        description="the served output rate at `load` (the simulation), whole deployment, per GPU and per user; "
+                    "`basis` says which")
+    static_batch_throughput: Throughput = Field(
+        description="the static batch's rates (every sequence starts and finishes together): the seeds' view")
+    scheduler: str = Field("", description="the engine scheduler the served figures simulate, and why that one")
     kv_cache: KvCache
     memory: MemoryReport
     gpus_used: int
@@ -171,9 +187,10 @@ class Estimate(BaseModel):
         None, description="disaggregated: prefill replicas per decode replica that would balance the rates")
     balanced_split: dict[str, int] | None = Field(
         None, description="disaggregated: prefill and decode replicas that best balance hardware.num_gpus")
-    serving: Serving | None = Field(
-        None, description="aggregated: continuous batching with chunked prefill at concurrency = batch_size per "
-                          "replica (TTFT and TPOT under mixed prefill/decode); the fields above are the static batch")
+    steady_state_estimate: Serving | None = Field(
+        None, description="aggregated: the analytic steady-state model of continuous batching at batch_size in "
+                          "flight per replica, what search pre-ranks with; not the served figures (ttft_ms, tpot_ms "
+                          "and throughput are the simulation's)")
     served: SimResult | None = Field(
         None, description="the serving simulation behind ttft_ms and tpot_ms: TTFT, TPOT, ITL, E2E and queue time "
                           "(mean, p50, p90, p99), throughput per deployment, GPU and user, preemptions and KV use")
@@ -198,10 +215,10 @@ class Estimate(BaseModel):
                and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
             f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
             f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
-            f"throughput: {self.throughput.output_tokens_per_s:,.0f} output tok/s deployment "
-            f"({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU), "
-            f"decode {self.throughput.decode_tokens_per_s:,.0f} tok/s, "
-            f"per request {self.throughput.single_request_tokens_per_s:,.1f} tok/s",
+            f"throughput ({'served, same load' if self.served else self.throughput.basis}): "
+            f"{self.throughput.output_tokens_per_s:,.0f} output tok/s "
+            f"deployment ({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU, "
+            f"{self.throughput.output_tokens_per_s_per_user:,.1f}/user)",
             f"KV cache: {self.kv_cache.bytes_per_token:,.0f} B/token"
             + (f" + {self.kv_cache.state_bytes_per_sequence / 1e6:,.1f} MB of recurrent state per sequence"
                if self.kv_cache.state_bytes_per_sequence else "")
@@ -221,22 +238,17 @@ class Estimate(BaseModel):
                          f"{self.kv_transfer.ms:.2f} ms per batch over {self.kv_transfer.link}")
         if self.served:
             s = self.served
-            lines.append(f"simulated {s.engine} scheduler: {s.output_tokens_per_s:,.0f} output tok/s "
-                         f"({s.output_tokens_per_s_per_gpu:,.1f}/GPU, {s.output_tokens_per_s_per_user:,.1f}/user), "
+            lines.append(f"simulated scheduler {self.scheduler or s.engine}: "
                          f"ITL {s.itl_ms.mean:.2f} ms, E2E {s.e2e_ms.mean / 1e3:,.2f} s, "
                          f"queue {s.queue_ms.mean:,.1f} ms, "
                          f"{s.mean_running:.1f} running on average (most {s.max_running}), {s.preemptions} "
                          f"preemptions, KV peak {s.kv_peak_fraction:.0%} of {s.kv_cache_tokens:,} tokens, "
                          f"run {s.duration_ms / 1e3:,.1f} s")
-        if self.serving:
-            sv = self.serving
-            held = "" if sv.running == sv.concurrency else \
-                f", the KV cache holds {sv.running}, the rest wait {sv.queue_ms / 1e3:,.1f} s"
-            burst = f" (clients in lockstep: {sv.ttft_lockstep_ms:,.1f} ms)" if sv.concurrency > 1 else ""
-            lines.append(f"serving (continuous batching, {sv.concurrency} in flight per replica{held}): TTFT "
-                         f"{sv.ttft_ms:.1f} ms{burst}, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
-                         f"tok/s/GPU, {sv.output_tokens_per_s_per_user:,.1f} tok/s/user"
-                         + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
+        if self.served is None and self.steady_state_estimate:  # no simulation: the analytic model is all there is
+            sv = self.steady_state_estimate
+            lines.append(f"steady-state estimate (analytic, {sv.concurrency} in flight per replica): TTFT "
+                         f"{sv.ttft_ms:.1f} ms, TPOT {sv.tpot_ms:.2f} ms, {sv.output_tokens_per_s_per_gpu:,.1f} "
+                         "tok/s/GPU" + ("" if sv.meets_sla is None else f", SLA {'met' if sv.meets_sla else 'missed'}"))
         if self.speculative:
             sp = self.speculative
             lines.append(f"speculative {sp.method} k={sp.num_draft_tokens}: {sp.tokens_per_step:.2f} tokens per step, "
@@ -636,7 +648,7 @@ def estimate_performance(
         vmodel = CostModel(full, layout, eff, use_overlap, balanced_experts, decode_queries=sd.num_draft_tokens + 1)
         step_at = speculative_pricer(full, layout.phases["decode"].tp, plain_at, lambda b: _phase(
             vmodel, prep.phases["decode"], b, dec_pp, dec_over).latency_ms)
-        decode_at = lambda b: step_at(b).tpot_ms  # noqa: E731
+        decode_at = lambda b: step_at(b).ms_per_token  # noqa: E731
     hit = full.prefix_hit_fraction
     overhead_ms = eff["step_overhead_ms"]
     serving_plain = capacity_plain = None
@@ -656,7 +668,7 @@ def estimate_performance(
                                        prep.replica_gpus * layout.dp, capacity_plain, shared_plain)
         if sla_m is not None:
             best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
-    static_tpot = step_at(wl.batch_size).tpot_ms if step_at is not None else dec.latency_ms
+    static_tpot = step_at(wl.batch_size).ms_per_token if step_at is not None else dec.latency_ms
     figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
                        prep.replica_gpus)
     served = pcts = None
@@ -688,6 +700,21 @@ def estimate_performance(
         ttft = one.latency_ms + kv_handoff(full, layout, eff, 1).seconds_per_batch * 1e3 + dec.latency_ms
         tpot = dec.latency_ms
         load = f"{wl.batch_size} requests decoding per decode replica, prompts prefilled one at a time"
+    st = figures.throughput
+    if served is not None:
+        rate = DeploymentThroughput(output_tokens_per_s=served.output_tokens_per_s,
+                                    output_tokens_per_s_per_gpu=served.output_tokens_per_s_per_gpu,
+                                    output_tokens_per_s_per_user=served.output_tokens_per_s_per_user,
+                                    basis=f"served at {served.load}")
+    elif serving is not None:  # no simulation: the rates beside ttft_ms and tpot_ms are the same model's
+        rate = DeploymentThroughput(output_tokens_per_s=serving.output_tokens_per_s,
+                                    output_tokens_per_s_per_gpu=serving.output_tokens_per_s_per_gpu,
+                                    output_tokens_per_s_per_user=serving.output_tokens_per_s_per_user,
+                                    basis=f"steady-state estimate at {load}")
+    else:
+        rate = DeploymentThroughput(output_tokens_per_s=st.output_tokens_per_s,
+                                    output_tokens_per_s_per_gpu=st.output_tokens_per_s_per_gpu,
+                                    output_tokens_per_s_per_user=st.single_request_tokens_per_s, basis="static batch")
     per_gpu_kv = {g.gpu: g.kv_cache_bytes for g in mem.per_gpu}
     kv = KvCache(bytes_per_token=mem.kv_bytes_per_token, bytes_total=mem.kv_cache_bytes_total,
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv,
@@ -703,8 +730,8 @@ def estimate_performance(
         warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
                         f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
                         "decode replica would balance them")
-    record = track_record(full.spec.is_moe, serving is not None, figures.gpus > full.hardware.gpus_per_node,
-                          full.engine)
+    record = track_record(full.spec.is_moe, served is not None or serving is not None,  # a disaggregated plan's
+                          figures.gpus > full.hardware.gpus_per_node, full.engine)  # served figures are served too
     warnings.extend(track_record_warnings(record))
     return Estimate(
         ttft_ms=ttft,
@@ -716,7 +743,9 @@ def estimate_performance(
         decode_latency_ms_per_token=figures.tpot_ms,
         e2e_latency_ms=figures.e2e_ms,
         tpot_with_prefill_ms=figures.tpot_with_prefill_ms,
-        throughput=figures.throughput,
+        throughput=rate,
+        static_batch_throughput=st,
+        scheduler=_scheduler(full) if served is not None else "",
         kv_cache=kv,
         memory=mem,
         gpus_used=figures.gpus,
@@ -734,12 +763,23 @@ def estimate_performance(
         pool_balance=figures.pool_balance,
         balanced_prefill_per_decode=figures.balanced_prefill_per_decode,
         balanced_split=figures.balanced_split,
-        serving=serving,
+        steady_state_estimate=serving,
         best_under_sla=best,
         track_record=record,
         speculative=spec_fig,
         prefix_caching=prefix_fig,
     )
+
+
+def _scheduler(plan: Plan) -> str:
+    """The scheduler the simulation ran, named with the plan's engine (an engine-neutral profile has none)."""
+    policy = POLICY_OF_ENGINE.get(plan.engine, "vllm")
+    if plan.engine == policy:
+        return policy
+    how = f"steps formed as {policy}'s scheduler forms them, priced with the {plan.engine!r} profile"
+    if plan.engine == "generic":
+        return f"{policy}: the plan names no engine, so {how} (plan.engine vllm, sglang or trtllm chooses)"
+    return f"{policy}: {how}"
 
 
 def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serving | None,
@@ -777,7 +817,7 @@ def _speculative_figures(plan: Plan, layout: Layout, step_at: Any, serving: Serv
         method=sd.method, num_draft_tokens=sd.num_draft_tokens, topk=sd.topk, draft_passes=draft_passes(plan),
         tokens_per_step=acc.tokens_per_step, acceptance_source=src, draft_read_fraction=frac, static=st,
         tpot_without_ms=plain.tpot_ms if plain else st.plain_step_ms,
-        tpot_with_ms=serving.tpot_ms if serving else st.tpot_ms,
+        tpot_with_ms=serving.tpot_ms if serving else st.ms_per_token,
         output_tokens_per_s_without=plain.output_tokens_per_s if plain else 0.0,
         output_tokens_per_s_with=serving.output_tokens_per_s if serving else 0.0, assumptions=notes)
 
@@ -879,10 +919,11 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
     if note:
         out.append(note)
     if wl.batch_size > 1:
-        out.append("throughput: static batch (all sequences start and finish together), prefill included")
+        out.append("static_batch_throughput: all sequences start and finish together, prefill included")
         if not layout.disaggregated:
             ahead = e["scheduler_ahead_steps"]
-            out.append("serving TTFT under load: ttft_ms has arrivals spread over time (benchmarks whose clients "
+            out.append("steady_state_estimate (the analytic model search pre-ranks with, not the served figures): its "
+                       "ttft_ms has arrivals spread over time (benchmarks whose clients "
                        "vary their lengths measure about this median; the track record says how far MoE prefill "
                        "ran slower), ttft_lockstep_ms has every client's prompt arrive in one burst; fixed-length "
                        "closed-loop clients land between the two or above (docs/accuracy.md); "
@@ -904,9 +945,10 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
                    "sequences (the fullest group sets the pace); attention, KV, dense FFN run per group without "
                    "cross-group traffic; dispatch/combine and experts carry all groups' tokens")
     if layout.disaggregated:
-        out.append("disaggregated: TTFT = prefill pass + KV hand-off of the batch (after the pass, no layer-wise "
-                   "streaming); TPOT = decode step with no prefill in between; throughput = min(prefill pool, "
-                   "decode pool request rate) x output_len; batch_size is per replica in both pools")
+        out.append("disaggregated, static view: prefill_latency_ms = prefill pass + KV hand-off of the batch (after "
+                   "the pass, no layer-wise streaming); decode_latency_ms_per_token = decode step with no prefill in "
+                   "between; static_batch_throughput = min(prefill pool, decode pool request rate) x output_len; "
+                   "batch_size is per replica in both pools")
     return out
 
 

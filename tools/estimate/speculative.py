@@ -39,7 +39,8 @@ class SpecStep(BaseModel):
     draft_ms: float = Field(description="the drafter's passes")
     step_ms: float = Field(description="verify + draft: one engine step")
     cost_multiplier: float = Field(description="step_ms / plain_step_ms: the extra work per step")
-    tpot_ms: float = Field(description="step_ms / tokens_per_step")
+    ms_per_token: float = Field(description="step_ms / tokens_per_step: the static step's cost per token, not a "
+                                              "served TPOT")
 
 
 def speculative_step(plain_step_ms: float, verify_step_ms: float, draft_read_fraction: float, draft_passes: int,
@@ -49,7 +50,7 @@ def speculative_step(plain_step_ms: float, verify_step_ms: float, draft_read_fra
     step = verify_step_ms + draft
     return SpecStep(tokens_per_step=tokens_per_step, plain_step_ms=plain_step_ms, verify_ms=verify_step_ms,
                     draft_ms=draft, step_ms=step, cost_multiplier=step / plain_step_ms if plain_step_ms else 1.0,
-                    tpot_ms=step / tokens_per_step)
+                    ms_per_token=step / tokens_per_step)
 
 
 def draft_passes(plan: Plan) -> int:

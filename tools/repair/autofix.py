@@ -215,7 +215,9 @@ def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[
                                                                            list[Alternative]]:
     """MEM-FITS left as an error by the layout search: try the other ways to fit (``_memory_options``, also two at
     once), keep those that clear every error, rank them by the plan's objective (latency: e2e; throughput: output
-    tokens/s) and apply the best; the others come back as alternatives, best first, each a complete repair."""
+    tokens/s) after every repair that makes the edits of another one and more (autofix's changes are minimal: fp8
+    weights alone before fp8 weights and an fp8 cache), and apply the first; the others come back as alternatives,
+    in that order, each a complete repair."""
     from tools.estimate import estimate_performance
 
     single = _memory_options(state)
@@ -236,12 +238,16 @@ def _fit_by_options(state: dict[str, Any], changes: list[Change]) -> tuple[dict[
         fitting.append((score, label, plan, chg, est))
     if not fitting:
         return state, changes, []
-    fitting.sort(key=lambda t: (t[0], t[1]))
+    edits = [{(c.field, repr(c.after)) for c in t[3]} for t in fitting]
+    more = [any(other < mine for other in edits) for mine in edits]  # another repair makes a subset of these edits
+    order = sorted(range(len(fitting)), key=lambda i: (more[i], fitting[i][0], fitting[i][1]))
+    fitting = [fitting[i] for i in order]
     _, label, plan, chg, _est = fitting[0]
     objective = plan.get("objective", "latency")
     rest = fitting[1:]
     for c in chg:
-        c.message += f" (the best of {len(fitting)} ways to fit for the {objective} objective" + \
+        c.message += f" (the best of {len(fitting)} ways to fit for the {objective} objective among those that " \
+            "change no more than needed" + \
             (f"; the other {len(rest)} are in alternatives, best first)" if rest else ")")
     alternatives = []
     for rank, (_s, lab, p, _c, est) in enumerate(rest, start=2):

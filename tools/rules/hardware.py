@@ -84,5 +84,7 @@ def check_interconnect(ctx: Context) -> Iterator[Finding]:
     if bad:
         yield Finding(f"{len(bad)} collective(s) span more than one NVLink domain of {gpn} GPUs (e.g. {bad[0]} on "
                       f"{len(ctx.devices[bad[0]])} GPUs); they run at network bandwidth, the bottleneck of the whole "
-                      "collective", bad, hint="keep TP/EP groups within an NVLink domain (a node, or an NVL72 rack); "
-                      "use PP across domains")
+                      "collective, and estimate_performance and search_strategies price them so", bad,
+                      hint="no change needed when search_strategies ranked this layout: the cost is in its figures, "
+                      "so it beat the layouts that keep TP/EP groups in one NVLink domain; for a drafted plan, "
+                      "compare with TP/EP inside a domain (a node, or an NVL72 rack) and PP across domains")

@@ -101,7 +101,8 @@ class Slo(BaseModel):
 
 
 class PlanSummary(BaseModel):
-    rank: int = Field(0, description="1 = best for the objective; 0 = not ranked (Pareto only)")
+    rank: int | None = Field(None, description="1 = best for the objective; none on a Pareto entry (the front is "
+                                               "not ranked) or a best-of-kind plan outside top")
     label: str = Field(description="compact degrees, e.g. 'TP8' or 'DP2 x PP2 x TP4 EP4'")
     plan: dict[str, Any] = Field(description="the complete plan; pass it to validate_dag / estimate_performance")
     gpus_used: int
@@ -114,6 +115,8 @@ class PlanSummary(BaseModel):
     throughput_tokens_per_s: float = Field(description="output tokens/s of the deployment (all replicas)")
     throughput_per_gpu: float
     user_tokens_per_s: float = Field(description="per-user decode speed, 1000 / TPOT")
+    basis: str = Field("", description="what ttft_ms, tpot_ms and the rates are: 'served at <load>' (the simulation "
+                                       "estimate_performance answers with), 'steady-state estimate' or 'static batch'")
     memory_max_gpu_bytes: float
     memory_capacity_bytes: float
     meets_slo: bool
@@ -870,7 +873,7 @@ def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     return ok, gaps
 
 
-def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
+def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanSummary:
     plan = search.point_dict(p) | {"objective": search.objective}
     # The returned plan claims the GPUs it uses (the cluster is in SearchResult.hardware, and a note says so): a
     # cluster larger than the plan reads as idle GPUs, or as tp x ep counted twice when the sizes happen to match.
@@ -892,8 +895,17 @@ def _summary(search: _Search, p: _Point, rank: int, reason: str) -> PlanSummary:
         ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
-        slo_misses=list(p.misses), reason=reason, **extra,
+        slo_misses=list(p.misses), reason=reason, basis=_basis(search, p), **extra,
     )
+
+
+def _basis(search: _Search, p: _Point) -> str:
+    """Which figures a plan's summary carries, so that a search answer never passes one set off as another: the
+    ranked head is served by the simulator; the rest was priced by the steady-state formula (serving) or as the
+    static batch (estimate_performance's prefill_latency_ms, decode_latency_ms_per_token)."""
+    if p.served:
+        return f"served at {p.served}"
+    return "steady-state estimate" if search.serving else "static batch"
 
 
 def prefill_work_share(prefill_ms: float, step_ms: float, output_len: int) -> float:
@@ -1049,8 +1061,8 @@ def search_strategies(
     except PdagInputError as exc:  # name the search's own argument, not a field of the probe plan
         raise PdagInputError(exc.field.removeprefix("plan."), exc.problem, exc.allowed) from None
     _refuse_what_validation_refuses(base)
-    if isinstance(model, str):
-        base["model"] = probe.model_id
+    if isinstance(model, str):  # as spelled: a repo id is the checkpoint an export serves (Plan.served_repo)
+        base["model"] = model.strip()
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
     search.serving = bool(serving)
     search.spec_settings = _spec_settings(probe, speculative)
@@ -1119,7 +1131,7 @@ def search_strategies(
     ]
     feasible = [p for p in points if not p.misses] or points
     pareto = [
-        _summary(search, p, 0, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
+        _summary(search, p, None, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
                                f"(batch {p.batch}, {p.gpus} GPUs)")
         for p in _pareto(feasible)
     ]
@@ -1129,7 +1141,7 @@ def search_strategies(
     def side(p: _Point | None) -> PlanSummary | None:
         if p is None:
             return None
-        rank = next((i + 1 for i, q in enumerate(top_points) if q is p), 0)
+        rank = next((i + 1 for i, q in enumerate(top_points) if q is p), None)
         return _summary(search, p, rank, _reason(p, rank or 2, ranked[0], objective, latency_metric, n_ok,
                                                           search.total))
 
