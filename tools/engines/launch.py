@@ -231,9 +231,11 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     from tools.core.efficiency import efficiency_for
     from tools.core.memory import memory_report
     from tools.estimate.serving import running_capacity
+    from tools.estimate.simulate import BLOCK_TOKENS, POLICY_OF_ENGINE
 
     caps = plan.engine_options
     fits_len = one_sequence_tokens(plan, engine_window_kv(plan, engine)[0])
+    fits_len -= fits_len % BLOCK_TOKENS[POLICY_OF_ENGINE.get(engine, "vllm")]  # KV is held in whole pages
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
     running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
                                memory_report(plan).max_batch_size_that_fits)
