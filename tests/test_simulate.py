@@ -59,16 +59,18 @@ def test_open_loop_saturates_at_capacity() -> None:
 
 def test_kv_wall_preempts_gpt_oss_long_outputs() -> None:
     """gpt-oss-120b, 1k in / 8k out, 64 clients on TP 8, with a cache of 300k tokens (64 x 9k do not fit): the
-    engine preempts and fewer than 64 run on average, so TPOT and TTFT rise over the same run with room."""
+    engine preempts and fewer run on average than over the same run with room, so the run takes longer and the
+    preempted requests' TPOT (p99) rises."""
     base = {"model": "gpt-oss-120b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
             "weights": "mxfp4", "engine": "vllm",
             "workload": {"input_len": 1024, "output_len": 8192, "concurrency": 64, "num_requests": 128}}
     roomy = simulate(parse_plan(base))
     tight = simulate(parse_plan({**base, "engine_options": {"kv_cache_tokens": 300_000}}))
     assert roomy.preemptions == 0 and tight.preemptions > 0
-    assert tight.mean_running < 60 < roomy.mean_running
+    assert tight.mean_running < 0.9 * roomy.mean_running
     assert tight.kv_peak_fraction > 0.95
-    assert tight.ttft_ms.mean > roomy.ttft_ms.mean
+    assert tight.output_tokens_per_s < 0.95 * roomy.output_tokens_per_s
+    assert tight.tpot_ms.p99 > roomy.tpot_ms.p99
 
 
 def test_schedulers_differ_as_documented() -> None:
