@@ -8,7 +8,8 @@ that runs out and preempts).
 Clients (``Load``), as ``vllm bench serve`` defines them (``../shared/notes/serving.md`` §1, [VS]):
 
 * closed loop of ``C`` clients (``--request-rate inf --max-concurrency C``): every client sends its first request at
-  t = 0 and its next one the moment the previous one ends, until ``num_requests`` are sent;
+  t = 0 and its next one the moment the previous one ends, until ``num_requests`` are sent; with fixed lengths the
+  rounds after the first are simulated with the clients' phases spread over a round (``_burst_then_spread``);
 * open loop at ``request_rate`` (Poisson, i.e. gamma gaps of shape 1, rescaled so that the last arrival lands at
   ``N / rate`` as the client does), optionally capped at ``concurrency`` in flight: a capped request waits in the
   client and its TTFT starts when it is sent (the client's ``client_queue_time`` is not part of TTFT);
