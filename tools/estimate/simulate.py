@@ -1175,7 +1175,8 @@ def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None 
 
 def _phases_spread(load: Load) -> bool:
     """A closed loop of several clients sending requests of one fixed length, for more than one round: the loads
-    whose steady state ``_burst_then_spread`` builds (drawn lengths spread the clients' phases by themselves)."""
+    whose later rounds ``_burst_then_spread`` builds.  Drawn lengths are left to the step loop: their requests end
+    in different steps, which pulls the clients apart (slowly where the lengths differ by a few per cent)."""
     fixed = load.input_len_range[0] == load.input_len_range[1] and load.output_len_range[0] == load.output_len_range[1]
     return load.mode == "closed" and fixed and 1 < (load.concurrency or 0) < load.num_requests
 
