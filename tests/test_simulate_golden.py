@@ -70,7 +70,7 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 GOLDEN: dict[str, str] = {
-    'closed fixed vllm': 'e99d5b21df8fa2c921fc',
+    'closed fixed vllm': '08ea0734d7a42d2a8031',
     'closed ranged vllm': '864d141d174c9a1641be',
     'closed ranged sglang': '9e050d9fe7faf03026b5',
     'closed ranged trtllm': '37d757f7ca5aed500707',
@@ -80,19 +80,19 @@ GOLDEN: dict[str, str] = {
     'burst vllm': 'cde7ccca7b65335e4d37',
     'burst sglang': 'ffac9c380b15f0fd6d76',
     'kv wall vllm preempts': 'f87673480168508e6140',
-    'kv wall sglang retracts': '126c96dd43b7cddb1399',
-    'kv wall trtllm reserves': '8c29b949291181b97411',
+    'kv wall sglang retracts': 'b25f6a74e85d3ff8590a',
+    'kv wall trtllm reserves': '0c1ec86852909a661304',
     'vllm max_num_seqs': 'da3348a7015ab7861ddb',
     'dp replicas': '854b37af400dba769de8',
     'dp replicas poisson sglang': 'e1c629e9267b6da4e3f8',
-    'tiny dense tp2': '505897dc15ce7cfa3106',
+    'tiny dense tp2': '794c5cae9d8e2c429b95',
     'attention-dp moe': 'd570a11c7bcc17fca7c2',
-    'attention-dp moe sglang kv wall': '49f8097fc34bf187f4f8',
+    'attention-dp moe sglang kv wall': '6bc8ef738788d9360d67',
     'tiny moe ep2 trtllm': '28108edf9b2f22603b26',
     'disaggregated vllm': '5c4602c989bf44388942',
     'disaggregated sglang poisson': '0681bd1da40f036e944b',
     'disaggregated trtllm burst': 'c3dc5a05d22d6ec4f00b',
-    'disaggregated kv wall': '04e9e64937902b795481',
+    'disaggregated kv wall': '1e9babccf22aab71b0d2',
     'deepseek-v3 attention-dp pp2': '7ef36f3d8c996d389b76',
     'deepseek-v3 disaggregated attention-dp decode sglang': 'a8f1c177fc75e2e105ec',
 }

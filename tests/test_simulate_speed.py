@@ -11,7 +11,17 @@ from hypothesis import strategies as st
 from tests.fixtures.generate import P_DIS, P_DP
 from tools.core.plan import Plan, parse_plan
 from tools.estimate.fast import FastEstimator
-from tools.estimate.simulate import Load, SimResult, _setup, resolve_load, run, simulate, symmetric_shares
+from tools.estimate.simulate import (
+    Load,
+    SimResult,
+    _burst_then_spread,
+    _phases_spread,
+    _setup,
+    resolve_load,
+    run,
+    simulate,
+    symmetric_shares,
+)
 
 H100 = {"gpu": "h100-sxm", "num_gpus": 4}
 DP4: dict[str, Any] = {"model": "llama-3.1-8b", "hardware": H100, "parallel": {"dp": 4}, "engine": "vllm"}
@@ -25,11 +35,13 @@ def _long_way(plan: Plan, cohorts: bool = True) -> SimResult:
     fast = FastEstimator(plan)
     lay = fast.layout
     load = resolve_load(plan, lay.pools["decode"].dp if lay.disaggregated else lay.dp)
-    setup = _setup(plan, fast, load, fast.eff, fast if lay.disaggregated else None)
+    setups = [_setup(plan, fast, load, fast.eff, fast if lay.disaggregated else None) for _ in range(2)]
     if not cohorts:
-        for e in setup.engines:
+        for e in setups[0].engines + setups[1].engines:
             e.cohort = None
-    return run(plan, fast, load, setup)
+    if _phases_spread(load):  # the burst round, then the rounds with spread phases, every replica simulated
+        return _burst_then_spread(plan, fast, load, *setups, symmetric_shares(setups[0], load), 1)
+    return run(plan, fast, load, setups[0])
 
 
 def _load(plan: Plan) -> Load:

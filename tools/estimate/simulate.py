@@ -8,7 +8,8 @@ that runs out and preempts).
 Clients (``Load``), as ``vllm bench serve`` defines them (``../shared/notes/serving.md`` §1, [VS]):
 
 * closed loop of ``C`` clients (``--request-rate inf --max-concurrency C``): every client sends its first request at
-  t = 0 and its next one the moment the previous one ends, until ``num_requests`` are sent;
+  t = 0 and its next one the moment the previous one ends, until ``num_requests`` are sent; with fixed lengths the
+  rounds after the first are simulated with the clients' phases spread over a round (``_burst_then_spread``);
 * open loop at ``request_rate`` (Poisson, i.e. gamma gaps of shape 1, rescaled so that the last arrival lands at
   ``N / rate`` as the client does), optionally capped at ``concurrency`` in flight: a capped request waits in the
   client and its TTFT starts when it is sent (the client's ``client_queue_time`` is not part of TTFT);
@@ -1302,9 +1303,70 @@ def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None 
     setup = _setup(plan, fast, load, fast.eff, decode_fast)
     _check_fits(setup, load)
     g = symmetric_shares(setup, load)
+    if _phases_spread(load):
+        return _burst_then_spread(plan, fast, load, setup, _setup(plan, fast, load, fast.eff, decode_fast), g, g)
     if g > 1:
         return run(plan, fast, load, _one_share(setup, g), copies=g)
     return run(plan, fast, load, setup)
+
+
+def _phases_spread(load: Load) -> bool:
+    """A closed loop of several clients sending requests of one fixed length, for more than one round: the loads
+    whose later rounds ``_burst_then_spread`` builds.  Drawn lengths are left to the step loop: their requests end
+    in different steps, which pulls the clients apart (slowly where the lengths differ by a few per cent)."""
+    fixed = load.input_len_range[0] == load.input_len_range[1] and load.output_len_range[0] == load.output_len_range[1]
+    return load.mode == "closed" and fixed and 1 < (load.concurrency or 0) < load.num_requests
+
+
+def _burst_then_spread(plan: Plan, fast: FastEstimator, load: Load, first: _Setup, rest: _Setup, g: int,
+                       copies: int) -> SimResult:
+    """A fixed-length closed loop as a benchmark client measures it: the first round is a burst, the rounds after
+    it a closed loop whose clients' phases are spread over a round.
+
+    Why: the clients send every client's first request at once after their warm-up has drained (AIPerf waits for all
+    warm-up responses before profiling and then drops all credits at once, ai-dynamo/aiperf docs/tutorials/warmup.md
+    at 13992dbd96879c76e9584f2e8dc05db49bee6cf2; perf_analyzer joins its warm-up threads,
+    ``ConcurrencyManager::PerformWarmup`` in triton-inference-server/perf_analyzer src/concurrency_manager.cc at
+    263c5f6e0c7a6c15472a54409174981f67930cfe; ``vllm bench serve`` gathers its warm-up tasks before the main run,
+    vllm/benchmarks/serve.py), so the first round is a burst.  After it, a step loop with identical requests stays
+    in convoys (requests that got their first token in one step end in one step, come back together and fill one
+    long mixed step again), which real clients and frontends, handling responses and requests one at a time, break
+    up: NIM's Llama-3.3-70B TP2 sweeps (200/200 at 150 and 250 clients) measure 196 and 264 ms, a burst round plus
+    spread rounds gives 179 and 266 ms, the convoy 648 and 738 ms.  The rounds after
+    the first are therefore simulated as a closed loop whose clients start at seeded points of one stratum each of
+    the burst round's duration; its requests follow the burst's, and the two runs' requests, gaps, steps and
+    in-flight areas add up (Little's law holds over the whole, and no more than the clients are in flight).  The
+    phases are drawn for one of the ``g`` identical shares (``symmetric_shares``) and each is sent to every share,
+    so that simulating one share (``copies`` = ``g``) or the whole deployment (``copies`` = 1) agree."""
+    share = (load.concurrency or 1) // g
+    burst: list[tuple[list[_Req], _Recorder, float]] = []
+    spread: list[tuple[list[_Req], _Recorder, float]] = []
+    one, two = (first, rest) if copies == 1 else (_one_share(first, copies), _one_share(rest, copies))
+    run(plan, fast, load.model_copy(update={"num_requests": load.concurrency}), one, copies=copies, keep=burst)
+    round_ms = max(r.done_ms for r in burst[0][0])
+    rng = random.Random(f"phases {load.seed}")
+    phases = [(i + rng.random()) * round_ms / share for i in range(share)]
+    later = load.model_copy(update={"num_requests": load.num_requests - (load.concurrency or 0)})
+    run(plan, fast, later, two, copies=copies, starts=[t for t in phases for _ in range(g // copies)], keep=spread)
+    # the later rounds follow the burst's, less the spread run's mean start: in the client, every client's next
+    # request leaves the moment its previous one ends; the spread run's own ramp-up would add that idle time
+    shift = round_ms - sum(phases) / share
+    for r in spread[0][0]:
+        r.sent_ms += shift
+        r.first_ms += shift
+        r.done_ms += shift
+        r.scheduled_ms += shift
+    rec = _Recorder()
+    for part in (burst[0][1], spread[0][1]):
+        rec.singles += part.singles
+        rec.itl += part.itl
+    for a, b in zip(one.engines, two.engines, strict=True):
+        b.steps += a.steps
+        b.preemptions += a.preemptions
+        b.run_area += a.run_area
+        b.peak_used = max(a.peak_used, b.peak_used)
+        b.max_running = max(a.max_running, b.max_running)
+    return _result(load, two, burst[0][0] + spread[0][0], rec, burst[0][2] + spread[0][2], copies)
 
 
 def symmetric_shares(setup: _Setup, load: Load) -> int:
@@ -1343,9 +1405,13 @@ def _check_fits(setup: _Setup, load: Load) -> None:
                 "shorter requests, fp8 KV (kv_dtype), more GPUs per replica, or engine_options.kv_cache_tokens")
 
 
-def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1) -> SimResult:
+def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1,
+        starts: list[float] | None = None, keep: list[tuple[list[_Req], _Recorder, float]] | None = None,
+        ) -> SimResult:
     """The event loop (module doc); with ``copies``, ``setup`` is one of that many identical shares of the
-    deployment (``symmetric_shares``): it serves its share of ``load`` and the result counts every share."""
+    deployment (``symmetric_shares``): it serves its share of ``load`` and the result counts every share.  A closed
+    loop's clients send their first requests at ``starts`` (ms; default all at 0); ``keep`` receives the requests,
+    gaps and in-flight area the result is made of."""
     rng = random.Random(load.seed)
     whole = load
     if copies > 1:
@@ -1399,7 +1465,12 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         rr["p"] += 1
         deliver(e, r, t)
 
-    if load.mode == "closed":
+    waiting_starts = 0  # closed loop: clients whose first request is not sent yet
+    if load.mode == "closed" and starts:
+        waiting_starts = min(len(starts), n)
+        for t0 in starts[:waiting_starts]:
+            push(t0, SEND, -1)
+    elif load.mode == "closed":
         for _ in range(min(load.concurrency or 1, n)):
             send(0.0)
     elif load.mode == "burst":
@@ -1413,7 +1484,7 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         nonlocal in_flight
         r.done_ms = t
         in_flight -= 1
-        if load.mode == "closed" and sent < n:
+        if load.mode == "closed" and sent + waiting_starts < n:
             send(t)
         elif load.mode == "poisson" and client_queue:
             client_queue.popleft()
@@ -1424,6 +1495,10 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         area += in_flight * (t - last_t)
         last_t = t
         if kind == SEND:
+            if who < 0:  # a closed-loop client's first request (``starts``)
+                waiting_starts -= 1
+                send(t)
+                continue
             if load.concurrency and in_flight >= load.concurrency:
                 client_queue.append(who)
             else:
@@ -1527,6 +1602,8 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         if cohort is not None and not cohort.active and (not e.running or p.grown and p.k == 1):
             cohort.resume(e, t)
         plan_engine(e, t)
+    if keep is not None:
+        keep.append((reqs, rec, area))
     return _result(whole, setup, reqs, rec, area, copies)
 
 
