@@ -105,7 +105,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
-from tools.core.memory import memory_report, state_tokens
+from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
 from tools.core.plan import Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.disagg import kv_handoff
@@ -127,6 +127,10 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # SGLang reserves new_token_ratio x (remaining max_new_tokens) of every running request before admitting a prompt;
 # the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here.
 SGLANG_NEW_TOKEN_RATIO = 0.4
+# SGLang counts at most this many of a request's remaining output tokens when it checks room for it
+# (CLIP_MAX_NEW_TOKENS, default 4096, env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION; PrefillAdder.add_one_req in
+# python/sglang/srt/managers/schedule_policy.py, https://github.com/sgl-project/sglang).
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
 MAX_REQUESTS = 100_000
 # Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
 # so that whole tokens come out deterministically and a run of steps is closed-form in integers.
@@ -521,12 +525,11 @@ class _Engine:
         pages = min(most, self.prefix_pages)
         return pages * bs, pages
 
-    def _prefix_need(self, r: _Req, budget: int) -> int:
-        """Free pages admitting ``r`` takes: its cached prefix and first chunk (TensorRT-LLM: its whole request)."""
-        cached, pages = self._cached(r)
+    def _prefix_need(self, r: _Req) -> int:
+        """Free pages admitting ``r`` asks for (``_gate``), less the shared prefix's pages running requests hold."""
+        _, pages = self._cached(r)
         held = pages if self.prefix_refs else 0  # a referenced prefix's pages are not among the free
-        tokens = r.in_len + r.out_len if self.policy == "trtllm" else cached + min(r.prompt - cached, budget)
-        return self._pages(tokens) - held
+        return self._pages(self._gate(r)) - held
 
     def prefix_hit(self, r: _Req) -> None:
         """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
@@ -568,17 +571,24 @@ class _Engine:
         bs = self.bs
         return sum(-(-int(SGLANG_NEW_TOKEN_RATIO * (r.out_len - r.generated)) // bs) for r in self.running)
 
-    def _admissible(self, r: _Req, budget: int) -> bool:
+    def _gate(self, r: _Req) -> int:
+        """Tokens a waiting request must find room for before it is admitted (module doc): vLLM its whole current
+        sequence, SGLang that and its remaining output (clipped), TensorRT-LLM its prompt and whole output."""
+        if self.policy == "trtllm":
+            return r.in_len + r.out_len
+        if self.policy == "sglang" and self.role != "prefill":
+            return r.prompt + min(r.out_len - r.generated, SGLANG_CLIP_MAX_NEW_TOKENS)
+        return r.prompt
+
+    def _admissible(self, r: _Req) -> bool:
         if len(self.running) >= self.max_seqs:
             return False
         if self.role == "decode":
             need = self._pages(r.in_len + r.generated + 1)
         elif self.prefix is not None:
-            need = self._prefix_need(r, max(1, budget))
-        elif self.policy == "trtllm":
-            need = self._pages(r.in_len + r.out_len)
+            need = self._prefix_need(r)
         else:
-            need = self._pages(min(r.prompt, max(1, budget)))
+            need = self._pages(self._gate(r))
         if self.policy == "sglang" and self.role != "prefill":
             need += self._sglang_reserve()
         return need <= self.free
@@ -615,9 +625,7 @@ class _Engine:
             if not self.eligible(r, start):
                 return False  # it becomes eligible after one step: plan one step at a time
         if self.waiting:
-            if self.policy == "sglang":
-                return not self._admissible(self.waiting[0], self.budget)
-            return not self._admissible(self.waiting[0], self.budget - self.width * len(self.running))
+            return not self._admissible(self.waiting[0])
         return True
 
     def _decode_run(self, start: float, summary: tuple[int, int] | None = None) -> _Plan | None:
@@ -744,7 +752,7 @@ class _Engine:
         if not preempted:
             while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
                 r = self.waiting[0]
-                if not self._admissible(r, budget):
+                if not self._admissible(r):
                     break
                 self.waiting.popleft()
                 if self.role == "decode":  # its KV arrived: it decodes from its generated first token
@@ -783,7 +791,7 @@ class _Engine:
                     budget -= n
         while self.waiting and budget > 0 and self.eligible(self.waiting[0], start) and self.role != "decode":
             r = self.waiting[0]
-            if not self._admissible(r, budget):
+            if not self._admissible(r):
                 break
             self.waiting.popleft()
             if self.prefix is not None:
@@ -796,7 +804,7 @@ class _Engine:
         if chunks:
             return self._priced(start, chunks, [])
         if self.role == "decode":  # admit arrived KV, then decode everyone
-            while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0], 1):
+            while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0]):
                 r = self.waiting.popleft()
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
@@ -943,7 +951,7 @@ class _DecodeCohort:
         self.fresh = 0
         while e.waiting and budget > 0 and e.eligible(e.waiting[0], start):
             r = e.waiting[0]
-            if not e._admissible(r, budget):
+            if not e._admissible(r):
                 break
             e.waiting.popleft()
             r.computed = r.prompt
@@ -1090,25 +1098,22 @@ class _Setup:
     kv_tokens: int
 
 
-def _kv_tokens(plan: Plan, mem_batch: int, context: int) -> int:
-    if plan.engine_options.kv_cache_tokens:
-        return plan.engine_options.kv_cache_tokens
-    return max(1, mem_batch) * context
+def _kv_tokens(plan: Plan, room: int) -> int:
+    """A replica's KV pages in tokens: the engine option, else the room the memory model leaves."""
+    return plan.engine_options.kv_cache_tokens or max(1, room)
 
 
 def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[int, int]:
     """(KV tokens, sequences) of a replica's cache once recurrent layers' fixed state per sequence is set aside.
 
-    The memory model's room at the plan's context holds ``mem_batch`` sequences' KV and states: ``kv_tokens`` of KV
-    plus ``mem_batch`` states.  The states are held for the running sequences whatever their length (vLLM's hybrid
-    allocator keeps a state's pages per running request), so at most ``mem_batch`` run (the count whose KV and state
-    fit at the plan's context; a static cap, where vLLM would admit more shorter ones) and the pages of the states
-    they do not use are left for tokens."""
+    The states are held for the running sequences whatever their length (vLLM's hybrid allocator keeps a state's
+    pages per running request), so at most ``mem_batch`` run (the count whose KV and state fit at the plan's
+    context; a static cap, where vLLM would admit more shorter ones) and their states come out of the room."""
     state = state_tokens(plan)
     if not state or plan.engine_options.kv_cache_tokens:
         return kv_tokens, seqs
     running = max(1, min(seqs, mem_batch))
-    return kv_tokens + (max(1, mem_batch) - running) * state, running
+    return max(1, kv_tokens - running * state), running
 
 
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
@@ -1120,7 +1125,6 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     budget = int(eff["prefill_chunk_tokens"])
     ahead = eff["scheduler_ahead_steps"] >= 0.5
     mem = memory_report(plan, layout)
-    context = plan.workload.input_len + plan.workload.output_len
     ins, outs = load.input_len_range, load.output_len_range
     pp = layout.pools["prefill"].pp
     shared = weights_ms(plan, eff, mem.weights_bytes, pp)
@@ -1130,22 +1134,20 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     # speculative: each decode step emits the expected accepted tokens and takes k + 1 of a token budget
     spec_q = round(sp.tokens_per_step * SPEC_ONE) if sp else 0
     width = plan.speculative.num_draft_tokens + 1 if plan.speculative and policy != "sglang" else 1
+    room = kv_cache_tokens(plan, layout)
     if not layout.disaggregated:
         groups = layout.phases["decode"].attn_dp
-        kv, seqs = _state_room(plan, _kv_tokens(plan, mem.max_batch_size_that_fits, context),
-                               mem.max_batch_size_that_fits, seqs)
+        kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"]), mem.max_batch_size_that_fits, seqs)
         engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width, pf)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
-    pools = mem.pools or {}
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     p_groups, d_groups = layout.phases["prefill"].attn_dp, layout.phases["decode"].attn_dp
-    kv_p = max(1, (pools["prefill"].max_batch_size_that_fits if "prefill" in pools else 1)) * plan.workload.input_len
-    kv_d = _kv_tokens(plan, pools["decode"].max_batch_size_that_fits if "decode" in pools else 1, context)
+    kv_p, kv_d = _kv_tokens(plan, room["prefill"]), _kv_tokens(plan, room["decode"])
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
-                       plan.engine_options.kv_cache_tokens or kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
+                       kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
                         spec_q, width) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
