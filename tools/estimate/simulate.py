@@ -26,12 +26,17 @@ One engine step per replica, formed as its scheduler forms it (``plan.engine``):
   tokens (one for a decode, a chunk of an unfinished prompt); when the KV cache has no page for a running request,
   the last running request is preempted (pages freed, its prompt and generated tokens recomputed later) and put at
   the front of the waiting queue; WAITING requests are admitted first come, first served, only in a step that
-  preempted nothing, while fewer than ``max_num_seqs`` run and their first chunk finds pages (chunked prefill);
+  preempted nothing, while fewer than ``max_num_seqs`` run and the free pages hold the request's whole current
+  sequence (its prompt, and after a preemption the tokens it had generated; the admission gate
+  ``allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)``, ``vllm/v1/core/kv_cache_manager.py`` at
+  003df2961dd8830c317a61f9745ccd557da9fa06, which stops chunked prefill from admitting a request on its first
+  chunk alone and thrashing the cache), though only its first chunk's pages are taken then;
 * SGLang (``python/sglang/srt/managers/scheduler.py``, ``get_next_batch_to_run``, [SGS]): prefill first; a step is
   a prefill batch of waiting prompts (at most ``chunked_prefill_size`` tokens, one prompt carried over in chunks)
   whenever one can be formed, else a decode step of every running request; admission reserves KV for part of the
-  running requests' remaining outputs (``new_token_ratio``) and a decode step that finds no page retracts the newest
-  request to the waiting queue;
+  running requests' remaining outputs (``new_token_ratio``) and takes a prompt only when the pages left hold its
+  uncached prompt and its remaining output clipped at ``SGLANG_CLIP_MAX_NEW_TOKENS`` (``PrefillAdder.add_one_req``);
+  a decode step that finds no page retracts the newest request to the waiting queue;
 * TensorRT-LLM (in-flight batching, GUARANTEED_NO_EVICT capacity policy by default, [TRTS][TRTF]): every generation
   request and context chunks of admitted requests share a step of at most ``max_num_tokens`` tokens; a request is
   admitted only when pages for its prompt and its whole output are free, so nothing is ever evicted.
@@ -74,8 +79,10 @@ the attention of a later chunk over the earlier chunks of its own prompt is not 
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
-KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
-context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
+KV pages: ``kv_cache_tokens`` per replica (the engine option, else the room the memory model leaves once the weights,
+the reserve and one step of the token budget are held, ``memory.kv_cache_tokens``: the engines size the cache at
+start-up, whatever the workload's context), in pages of ``block_size`` tokens; a request holds the pages of the tokens
+it has, and gets more as they grow.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
 random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
