@@ -76,6 +76,12 @@ itself (its own history, not shared).  The suffix still attends to the cached ke
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
 attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
 the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replica looks its own cache up before it
+pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
+``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
+shared prefix it received with the first request is held once and not moved again (the hand-off of a hit moves only
+the suffix: the link latency plus that share of the bytes).  SGLang's and TensorRT-LLM's decode pools are given the
+whole prompt each time here.
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
@@ -465,10 +471,12 @@ class _Engine:
         # last step left them (non-speculative only): the next decode run needs no pass of its own
         self.summary: tuple[int, int] | None = None
         # a decode pool's running requests held as one cohort (vLLM, no speculation): steps cost O(log n), not O(n)
-        self.cohort = _DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
-        # referencing them, and how many of the free pages are that unreferenced, evictable prefix
-        self.prefix = prefix if role != "decode" else None
+        # referencing them, and how many of the free pages are that unreferenced, evictable prefix; a decode
+        # replica is given one only where it reuses a shared prefix it received (``_setup``)
+        self.prefix = prefix
+        self.cohort = (_DecodeCohort(self.bs) if role == "decode" and policy == "vllm" and not spec_q
+                       and prefix is None else None)
         self.prefix_pages = self.prefix_refs = self.evictable = 0
 
     # -- tokens a decode step emits
@@ -580,7 +588,10 @@ class _Engine:
 
     def _gate(self, r: _Req) -> int:
         """Tokens a waiting request must find room for before it is admitted (module doc): vLLM its whole current
-        sequence, SGLang that and its remaining output (clipped), TensorRT-LLM its prompt and whole output."""
+        sequence, SGLang that and its remaining output (clipped), TensorRT-LLM its prompt and whole output; on a
+        decode replica the KV that arrived and the next token."""
+        if self.role == "decode":
+            return r.in_len + r.generated + 1
         if self.policy == "trtllm":
             return r.in_len + r.out_len
         if self.policy == "sglang" and self.role != "prefill":
@@ -590,12 +601,7 @@ class _Engine:
     def _admissible(self, r: _Req) -> bool:
         if len(self.running) >= self.max_seqs:
             return False
-        if self.role == "decode":
-            need = self._pages(r.in_len + r.generated + 1)
-        elif self.prefix is not None:
-            need = self._prefix_need(r)
-        else:
-            need = self._pages(self._gate(r))
+        need = self._prefix_need(r) if self.prefix is not None else self._pages(self._gate(r))
         if self.policy == "sglang" and self.role != "prefill":
             need += self._sglang_reserve()
         return need <= self.free
@@ -763,8 +769,12 @@ class _Engine:
                     break
                 self.waiting.popleft()
                 if self.role == "decode":  # its KV arrived: it decodes from its generated first token
+                    if self.prefix is not None:  # the shared prefix this replica holds: not received again
+                        self.prefix_hit(r)
                     r.computed = r.prompt
                     self._grow(r, self._held(r) + self.emits(r, 1))
+                    if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
+                        self.prefix_computed(r)
                     self.running.append(r)
                     decodes.append(r)
                     ctx += r.in_len + r.generated
@@ -1103,6 +1113,7 @@ class _Setup:
     transfer_ms: float
     gpus: int
     kv_tokens: int
+    transfer_fixed_ms: float = 0.0  # of transfer_ms, the link latency a transfer pays whatever its size
 
 
 def _kv_tokens(plan: Plan, room: int) -> int:
@@ -1155,11 +1166,15 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
                        kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
+    # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
+    # (module doc), so a shared prefix it already holds is neither received nor held again
+    d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
-                        spec_q, width) for j in range(d_pool.dp)]
+                        spec_q, width, d_pf) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
+    fixed = kv_handoff(plan, layout, eff, 0).seconds_per_batch * 1e3
     return _Setup(policy, engines, list(range(p_pool.dp)), list(range(p_pool.dp, p_pool.dp + d_pool.dp)), hand,
-                  layout.gpus_needed, kv_d)
+                  layout.gpus_needed, kv_d, fixed)
 
 
 def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None = None,
@@ -1200,7 +1215,7 @@ def _one_share(setup: _Setup, g: int) -> _Setup:
     for i, e in enumerate(engines):
         e.idx = i
     return _Setup(setup.policy, engines, list(range(n_p)), list(range(n_p, n_p + n_d)), setup.transfer_ms,
-                  setup.gpus, setup.kv_tokens)
+                  setup.gpus, setup.kv_tokens, setup.transfer_fixed_ms)
 
 
 def _check_fits(setup: _Setup, load: Load) -> None:
@@ -1373,7 +1388,11 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                     rr["d"] += 1
                     r.generated = 1
                     r.last_ms = t
-                    push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
+                    hand = setup.transfer_ms
+                    if dst.prefix is not None and dst.prefix_pages:  # only the part it does not hold moves
+                        held = min(dst.prefix_pages * dst.bs, r.in_len - 1)
+                        hand = setup.transfer_fixed_ms + (hand - setup.transfer_fixed_ms) * (1 - held / r.in_len)
+                    push(t + hand, ARRIVE, r.rid, dst.idx)
                     continue
                 e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
                 r.generated += 1
