@@ -1116,22 +1116,24 @@ class _Setup:
     transfer_fixed_ms: float = 0.0  # of transfer_ms, the link latency a transfer pays whatever its size
 
 
-def _kv_tokens(plan: Plan, room: int) -> int:
-    """A replica's KV pages in tokens: the engine option, else the room the memory model leaves."""
-    return plan.engine_options.kv_cache_tokens or max(1, room)
+def _kv_tokens(plan: Plan, room: int, context: int) -> int:
+    """A replica's KV pages in tokens: the engine option, else the room the memory model leaves, and at least one
+    sequence of the pool's context (a plan that does not fit in memory is still estimated, as if one did)."""
+    return plan.engine_options.kv_cache_tokens or max(room, context)
 
 
-def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[int, int]:
+def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int, context: int) -> tuple[int, int]:
     """(KV tokens, sequences) of a replica's cache once recurrent layers' fixed state per sequence is set aside.
 
     The states are held for the running sequences whatever their length (vLLM's hybrid allocator keeps a state's
     pages per running request), so at most ``mem_batch`` run (the count whose KV and state fit at the plan's
-    context; a static cap, where vLLM would admit more shorter ones) and their states come out of the room."""
+    context; a static cap, where vLLM would admit more shorter ones) and their states come out of the room, which
+    keeps at least one sequence of the plan's ``context``."""
     state = state_tokens(plan)
     if not state or plan.engine_options.kv_cache_tokens:
         return kv_tokens, seqs
     running = max(1, min(seqs, mem_batch))
-    return max(1, kv_tokens - running * state), running
+    return max(context, kv_tokens - running * state), running
 
 
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
@@ -1155,13 +1157,16 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     room = kv_cache_tokens(plan, layout)
     if not layout.disaggregated:
         groups = layout.phases["decode"].attn_dp
-        kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"]), mem.max_batch_size_that_fits, seqs)
+        context = plan.workload.input_len + plan.workload.output_len
+        kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"], context), mem.max_batch_size_that_fits, seqs,
+                               context)
         engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width, pf)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     p_groups, d_groups = layout.phases["prefill"].attn_dp, layout.phases["decode"].attn_dp
-    kv_p, kv_d = _kv_tokens(plan, room["prefill"]), _kv_tokens(plan, room["decode"])
+    kv_p = _kv_tokens(plan, room["prefill"], plan.workload.input_len)
+    kv_d = _kv_tokens(plan, room["decode"], plan.workload.input_len + plan.workload.output_len)
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
