@@ -183,3 +183,37 @@ def test_max_context_stops_at_the_models_window() -> None:
     r = memory_report(parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
                                   "parallel": {"tp": 8}}))
     assert r.max_context_that_fits == 131072 < r.kv_tokens_that_fit
+
+
+@pytest.mark.parametrize(("model", "gpu", "n", "par"), [
+    ("llama-3.1-8b", "h100-sxm", 1, {}), ("llama-3.1-70b", "h100-sxm", 8, {"tp": 4, "dp": 2}),
+    ("qwen3-8b", "rtx-4090", 1, {}), ("deepseek-v3", "h200", 16, {"tp": 8, "ep": 8, "pp": 2})])
+def test_the_kv_cache_is_the_room_the_weights_leave_whatever_the_context(model: str, gpu: str, n: int,
+                                                                         par: dict) -> None:
+    """An engine sizes its KV cache at start-up: for full-attention models the tokens it holds do not depend on the
+    workload's lengths, and they are at least what whole sequences at the plan's context would take (the old sizing,
+    which rounds the room down to max_batch_size_that_fits sequences)."""
+    from tools.core.memory import kv_cache_tokens
+
+    rooms = []
+    for lengths in ({"input_len": 1024, "output_len": 128}, {"input_len": 20480, "output_len": 128},
+                    {"input_len": 7000, "output_len": 3000}):
+        p = parse_plan(plan(model, gpu, n, **par, dtype="fp8" if model == "deepseek-v3" else "bf16", **lengths))
+        room = kv_cache_tokens(p)["both"]
+        mem = memory_report(p)
+        assert room >= mem.max_batch_size_that_fits * (lengths["input_len"] + lengths["output_len"])
+        rooms.append(room)
+    assert len(set(rooms)) == 1 and rooms[0] > 0
+
+
+def test_the_kv_cache_of_each_disaggregated_pool() -> None:
+    p = parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 3},
+                    "phases": {"prefill": {"dp": 1}, "decode": {"dp": 2, "tp": 1}},
+                    "options": {"disaggregated": True}, "workload": {"input_len": 4096, "output_len": 256}})
+    from tools.core.memory import kv_cache_tokens
+
+    rooms = kv_cache_tokens(p)
+    pools = memory_report(p).pools
+    assert set(rooms) == {"prefill", "decode"} and pools is not None
+    assert rooms["prefill"] >= pools["prefill"].max_batch_size_that_fits * 4096
+    assert rooms["decode"] >= pools["decode"].max_batch_size_that_fits * (4096 + 256)

@@ -341,3 +341,26 @@ def test_serving_search_compares_the_two_kinds_on_served_figures() -> None:
     best = r.top[0]
     assert r.comparison.startswith(f"{best.kind} wins"), (best.kind, r.comparison[:80])
     assert f"{best.throughput_tokens_per_s:.0f} tok/s {best.kind}" in r.comparison
+
+
+def test_the_served_search_draws_its_pareto_front_on_served_figures() -> None:
+    """With ``serving`` every Pareto entry is the simulator's figure for its own plan (what estimate_performance
+    serves), the front is non-dominated on those figures, and the reason says which figures; without it the
+    entries say they are steady-state figures."""
+    from tools.core.plan import Plan
+    from tools.estimate.simulate import simulate
+
+    args = dict(model="llama-3.1-8b", hardware={"gpu": "h100-sxm", "num_gpus": 4}, objective="throughput",
+                workload={"input_len": 1024, "output_len": 128}, top_k=3, engine="vllm")
+    served = search_strategies(**args, serving=True)
+    assert served.pareto and all("served figures" in p.reason for p in served.pareto)
+    for p in served.pareto:
+        sim = simulate(Plan.model_validate(p.plan))
+        assert p.tpot_ms == pytest.approx(sim.tpot_ms.mean, rel=1e-3)
+        assert p.throughput_tokens_per_s == pytest.approx(sim.output_tokens_per_s, rel=1e-3)
+    speeds = [p.user_tokens_per_s for p in served.pareto]
+    per_gpu = [p.throughput_per_gpu for p in served.pareto]
+    assert speeds == sorted(speeds, reverse=True) and per_gpu == sorted(per_gpu)
+    assert any("served figures" in n for n in served.notes)
+    plain = search_strategies(**args)
+    assert plain.pareto and all("steady-state figures" in p.reason for p in plain.pareto)

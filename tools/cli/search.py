@@ -75,7 +75,8 @@ def cmd_search(args: Any) -> int:
               f"{p.reason}")
         launch = f"launch with {', '.join(p.engines)}" if p.engines else "no engine launches it as planned"
         print(f"   {launch}" + "".join(f"; not {e}: {why}" for e, why in p.engine_gaps.items()))
-    print("Pareto (per-user tok/s vs tok/s per GPU): " + "; ".join(
+    basis = "served" if any("served figures" in p.reason for p in result.pareto) else "steady-state"
+    print(f"Pareto (per-user tok/s vs tok/s per GPU, {basis} figures): " + "; ".join(
         f"{p.label} b{p.batch_size} {p.user_tokens_per_s:.1f}/{p.throughput_per_gpu:.0f}" for p in result.pareto))
     print("rejected: " + ", ".join(f"{k} {v}" for k, v in result.rejected.items()))
     if result.comparison:

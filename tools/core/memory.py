@@ -79,8 +79,8 @@ from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
 from tools.core.quantization import weight_bytes
 from tools.core.speculative import draft_spec, head_params
 
-__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "engine_window_kv", "memory_report", "one_sequence_tokens",
-           "state_tokens"]
+__all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "engine_window_kv", "kv_cache_tokens", "memory_report",
+           "one_sequence_tokens", "state_tokens"]
 
 GB = 1e9
 
@@ -460,6 +460,39 @@ def _largest(fits: Callable[[int], bool], hi: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def kv_cache_tokens(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> dict[str, int]:
+    """Tokens of KV one replica's cache holds, per pool (``both``, or ``prefill`` and ``decode``).
+
+    Why: an engine sizes its KV cache once, at start-up, from what is left of each GPU after the weights, the
+    reserve and one profiled step of its token budget (vLLM: ``Worker.determine_available_memory`` in
+    ``vllm/v1/worker/gpu_worker.py``, then ``available // page bytes`` blocks; SGLang's ``mem_fraction_static`` and
+    TensorRT-LLM's ``free_gpu_memory_fraction`` likewise), and hands pages to requests as their tokens arrive.  The
+    cache does not depend on the workload, so what runs at once is bounded by the tokens the running requests hold,
+    not by a count of sequences at the plan's full context (``max_batch_size_that_fits``, rounded down).  A token's
+    bytes on a GPU are its full-attention layers' plus its sliding-window layers' at the pool's context (a window
+    layer keeps at most its window), averaged per token; a recurrent state is per sequence, set aside by the caller
+    (``state_tokens``).  The fullest GPU of a replica bounds it; attention-DP groups each hold their own share."""
+    layout = layout or Layout(plan)
+    eff = plan_efficiency(plan, efficiency)
+    cap = float(plan.accelerator.capacity_bytes)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
+    chunk = int(eff["prefill_chunk_tokens"])
+    out: dict[str, int] = {}
+    for pt in _pools(plan, layout, eff):
+        ctx = max(1, pt.context)
+        prompt = chunk if pt.prompt > 1 else 1  # the profiled step: a full token budget (a decode pool: one token)
+        most: float | None = None
+        for t in pt.distinct:
+            per_token = (t.kv_full * ctx + t.kv_window * min(ctx, t.window)) / ctx
+            if per_token <= 0:
+                continue
+            room = cap - reserved - t.weights - t.act(t.groups, prompt, chunk) - t.comm(t.groups, prompt, chunk)
+            tokens = max(0.0, room) / per_token * t.groups
+            most = tokens if most is None else min(most, tokens)
+        out[pt.name] = int(most) if most is not None else 0
+    return out
 
 
 _CACHE: OrderedDict[str, MemoryReport] = OrderedDict()

@@ -27,12 +27,17 @@ One engine step per replica, formed as its scheduler forms it (``plan.engine``):
   tokens (one for a decode, a chunk of an unfinished prompt); when the KV cache has no page for a running request,
   the last running request is preempted (pages freed, its prompt and generated tokens recomputed later) and put at
   the front of the waiting queue; WAITING requests are admitted first come, first served, only in a step that
-  preempted nothing, while fewer than ``max_num_seqs`` run and their first chunk finds pages (chunked prefill);
+  preempted nothing, while fewer than ``max_num_seqs`` run and the free pages hold the request's whole current
+  sequence (its prompt, and after a preemption the tokens it had generated; the admission gate
+  ``allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)``, ``vllm/v1/core/kv_cache_manager.py`` at
+  003df2961dd8830c317a61f9745ccd557da9fa06, which stops chunked prefill from admitting a request on its first
+  chunk alone and thrashing the cache), though only its first chunk's pages are taken then;
 * SGLang (``python/sglang/srt/managers/scheduler.py``, ``get_next_batch_to_run``, [SGS]): prefill first; a step is
   a prefill batch of waiting prompts (at most ``chunked_prefill_size`` tokens, one prompt carried over in chunks)
   whenever one can be formed, else a decode step of every running request; admission reserves KV for part of the
-  running requests' remaining outputs (``new_token_ratio``) and a decode step that finds no page retracts the newest
-  request to the waiting queue;
+  running requests' remaining outputs (``new_token_ratio``) and takes a prompt only when the pages left hold its
+  uncached prompt and its remaining output clipped at ``SGLANG_CLIP_MAX_NEW_TOKENS`` (``PrefillAdder.add_one_req``);
+  a decode step that finds no page retracts the newest request to the waiting queue;
 * TensorRT-LLM (in-flight batching, GUARANTEED_NO_EVICT capacity policy by default, [TRTS][TRTF]): every generation
   request and context chunks of admitted requests share a step of at most ``max_num_tokens`` tokens; a request is
   admitted only when pages for its prompt and its whole output are free, so nothing is ever evicted.
@@ -72,11 +77,19 @@ itself (its own history, not shared).  The suffix still attends to the cached ke
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
 attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
 the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replica looks its own cache up before it
+pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
+``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
+shared prefix it received with the first request is held once and not moved again (the hand-off of a hit moves only
+the suffix: the link latency plus that share of the bytes).  SGLang's and TensorRT-LLM's decode pools are given the
+whole prompt each time here.
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
-KV pages: ``kv_cache_tokens`` per replica (the engine option, else the memory model's free memory at the plan's
-context), in pages of ``block_size`` tokens.  DP replicas and the ``attn_dp`` groups of a replica: clients and
+KV pages: ``kv_cache_tokens`` per replica (the engine option, else the room the memory model leaves once the weights,
+the reserve and one step of the token budget are held, ``memory.kv_cache_tokens``: the engines size the cache at
+start-up, whatever the workload's context), in pages of ``block_size`` tokens; a request holds the pages of the tokens
+it has, and gets more as they grow.  DP replicas and the ``attn_dp`` groups of a replica: clients and
 requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
 replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
 random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
@@ -109,7 +122,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
-from tools.core.memory import memory_report, state_tokens
+from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
 from tools.core.plan import Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.disagg import kv_handoff
@@ -132,6 +145,10 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # the ratio starts high and decays towards a floor while nothing is retracted.  One constant stands for it here, a
 # fraction so that a request's reserve is integer arithmetic and a cohort's sum is closed-form (``_DecodeCohort``).
 SGLANG_NEW_TOKEN_RATIO = Fraction(2, 5)
+# SGLang counts at most this many of a request's remaining output tokens when it checks room for it
+# (CLIP_MAX_NEW_TOKENS, default 4096, env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION; PrefillAdder.add_one_req in
+# python/sglang/srt/managers/schedule_policy.py, https://github.com/sgl-project/sglang).
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
 MAX_REQUESTS = 100_000
 # Speculative decoding: the expected tokens a step emits are carried per request in fixed point (1/2^20 of a token),
 # so that whole tokens come out deterministically and a run of steps is closed-form in integers.
@@ -465,11 +482,12 @@ class _Engine:
         self.reserving = policy == "sglang" and role != "prefill"
         self.reserve: int | None = 0
         # a decode pool's running requests held as one cohort (no speculation): steps cost O(log n), not O(n)
-        pooled = role == "decode" or role == "both" and policy != "sglang" and prefix is None
+        pooled = (role == "decode" or role == "both" and policy != "sglang") and prefix is None
         self.cohort = _DecodeCohort(self.bs, policy != "trtllm") if pooled and not spec_q else None
         # prefix caching (None: no hits): the shared prefix's cached pages (0: not cached), the running requests
-        # referencing them, and how many of the free pages are that unreferenced, evictable prefix
-        self.prefix = prefix if role != "decode" else None
+        # referencing them, and how many of the free pages are that unreferenced, evictable prefix; a decode
+        # replica is given one only where it reuses a shared prefix it received (``_setup``)
+        self.prefix = prefix
         self.prefix_pages = self.prefix_refs = self.evictable = 0
 
     # -- tokens a decode step emits
@@ -533,12 +551,11 @@ class _Engine:
         pages = min(most, self.prefix_pages)
         return pages * bs, pages
 
-    def _prefix_need(self, r: _Req, budget: int) -> int:
-        """Free pages admitting ``r`` takes: its cached prefix and first chunk (TensorRT-LLM: its whole request)."""
-        cached, pages = self._cached(r)
+    def _prefix_need(self, r: _Req) -> int:
+        """Free pages admitting ``r`` asks for (``_gate``), less the shared prefix's pages running requests hold."""
+        _, pages = self._cached(r)
         held = pages if self.prefix_refs else 0  # a referenced prefix's pages are not among the free
-        tokens = r.in_len + r.out_len if self.policy == "trtllm" else cached + min(r.prompt - cached, budget)
-        return self._pages(tokens) - held
+        return self._pages(self._gate(r)) - held
 
     def prefix_hit(self, r: _Req) -> None:
         """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
@@ -587,17 +604,22 @@ class _Engine:
         cohort = self.cohort
         return self.reserve + (cohort.reserve() if cohort is not None and cohort.active else 0)
 
-    def _admissible(self, r: _Req, budget: int) -> bool:
+    def _gate(self, r: _Req) -> int:
+        """Tokens a waiting request must find room for before it is admitted (module doc): vLLM its whole current
+        sequence, SGLang that and its remaining output (clipped), TensorRT-LLM its prompt and whole output; on a
+        decode replica the KV that arrived and the next token."""
+        if self.role == "decode":
+            return r.in_len + r.generated + 1
+        if self.policy == "trtllm":
+            return r.in_len + r.out_len
+        if self.policy == "sglang" and self.role != "prefill":
+            return r.prompt + min(r.out_len - r.generated, SGLANG_CLIP_MAX_NEW_TOKENS)
+        return r.prompt
+
+    def _admissible(self, r: _Req) -> bool:
         if len(self.running) >= self.max_seqs:
             return False
-        if self.role == "decode":
-            need = self._pages(r.in_len + r.generated + 1)
-        elif self.prefix is not None:
-            need = self._prefix_need(r, max(1, budget))
-        elif self.policy == "trtllm":
-            need = self._pages(r.in_len + r.out_len)
-        else:
-            need = self._pages(min(r.prompt, max(1, budget)))
+        need = self._prefix_need(r) if self.prefix is not None else self._pages(self._gate(r))
         if self.policy == "sglang" and self.role != "prefill":
             need += self._sglang_reserve()
         return need <= self.free
@@ -634,9 +656,7 @@ class _Engine:
             if not self.eligible(r, start):
                 return False  # it becomes eligible after one step: plan one step at a time
         if self.waiting:
-            if self.policy == "sglang":
-                return not self._admissible(self.waiting[0], self.budget)
-            return not self._admissible(self.waiting[0], self.budget - self.width * len(self.running))
+            return not self._admissible(self.waiting[0])
         return True
 
     def _decode_run(self, start: float, summary: tuple[int, int] | None = None) -> _Plan | None:
@@ -774,12 +794,16 @@ class _Engine:
         ctx, width = 0, self.width
         while self.waiting and budget > 0 and self.eligible(self.waiting[0], start):
             r = self.waiting[0]
-            if not self._admissible(r, budget):
+            if not self._admissible(r):
                 break
             self.waiting.popleft()
             if self.role == "decode":  # its KV arrived: it decodes from its generated first token
+                if self.prefix is not None:  # the shared prefix this replica holds: not received again
+                    self.prefix_hit(r)
                 r.computed = r.prompt
                 self._grow(r, self._held(r) + self.emits(r, 1))
+                if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
+                    self.prefix_computed(r)
                 self.running.append(r)
                 decodes.append(r)
                 ctx += r.in_len + r.generated
@@ -811,7 +835,7 @@ class _Engine:
                     budget -= n
         while self.waiting and budget > 0 and self.eligible(self.waiting[0], start) and self.role != "decode":
             r = self.waiting[0]
-            if not self._admissible(r, budget):
+            if not self._admissible(r):
                 break
             self.waiting.popleft()
             if self.prefix is not None:
@@ -826,7 +850,7 @@ class _Engine:
         if chunks:
             return self._priced(start, chunks, [])
         if self.role == "decode":  # admit arrived KV, then decode everyone
-            while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0], 1):
+            while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0]):
                 r = self.waiting.popleft()
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
@@ -1226,27 +1250,27 @@ class _Setup:
     transfer_ms: float
     gpus: int
     kv_tokens: int
+    transfer_fixed_ms: float = 0.0  # of transfer_ms, the link latency a transfer pays whatever its size
 
 
-def _kv_tokens(plan: Plan, mem_batch: int, context: int) -> int:
-    if plan.engine_options.kv_cache_tokens:
-        return plan.engine_options.kv_cache_tokens
-    return max(1, mem_batch) * context
+def _kv_tokens(plan: Plan, room: int, context: int) -> int:
+    """A replica's KV pages in tokens: the engine option, else the room the memory model leaves, and at least one
+    sequence of the pool's context (a plan that does not fit in memory is still estimated, as if one did)."""
+    return plan.engine_options.kv_cache_tokens or max(room, context)
 
 
-def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int) -> tuple[int, int]:
+def _state_room(plan: Plan, kv_tokens: int, mem_batch: int, seqs: int, context: int) -> tuple[int, int]:
     """(KV tokens, sequences) of a replica's cache once recurrent layers' fixed state per sequence is set aside.
 
-    The memory model's room at the plan's context holds ``mem_batch`` sequences' KV and states: ``kv_tokens`` of KV
-    plus ``mem_batch`` states.  The states are held for the running sequences whatever their length (vLLM's hybrid
-    allocator keeps a state's pages per running request), so at most ``mem_batch`` run (the count whose KV and state
-    fit at the plan's context; a static cap, where vLLM would admit more shorter ones) and the pages of the states
-    they do not use are left for tokens."""
+    The states are held for the running sequences whatever their length (vLLM's hybrid allocator keeps a state's
+    pages per running request), so at most ``mem_batch`` run (the count whose KV and state fit at the plan's
+    context; a static cap, where vLLM would admit more shorter ones) and their states come out of the room, which
+    keeps at least one sequence of the plan's ``context``."""
     state = state_tokens(plan)
     if not state or plan.engine_options.kv_cache_tokens:
         return kv_tokens, seqs
     running = max(1, min(seqs, mem_batch))
-    return kv_tokens + (max(1, mem_batch) - running) * state, running
+    return max(context, kv_tokens - running * state), running
 
 
 def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], decode_fast: FastEstimator | None,
@@ -1258,7 +1282,6 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     budget = int(eff["prefill_chunk_tokens"])
     ahead = eff["scheduler_ahead_steps"] >= 0.5
     mem = memory_report(plan, layout)
-    context = plan.workload.input_len + plan.workload.output_len
     ins, outs = load.input_len_range, load.output_len_range
     pp = layout.pools["prefill"].pp
     shared = weights_ms(plan, eff, mem.weights_bytes, pp)
@@ -1268,27 +1291,32 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     # speculative: each decode step emits the expected accepted tokens and takes k + 1 of a token budget
     spec_q = round(sp.tokens_per_step * SPEC_ONE) if sp else 0
     width = plan.speculative.num_draft_tokens + 1 if plan.speculative and policy != "sglang" else 1
+    room = kv_cache_tokens(plan, layout)
     if not layout.disaggregated:
         groups = layout.phases["decode"].attn_dp
-        kv, seqs = _state_room(plan, _kv_tokens(plan, mem.max_batch_size_that_fits, context),
-                               mem.max_batch_size_that_fits, seqs)
+        context = plan.workload.input_len + plan.workload.output_len
+        kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"], context), mem.max_batch_size_that_fits, seqs,
+                               context)
         engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width, pf)
                    for i in range(layout.dp)]
         return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
-    pools = mem.pools or {}
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     p_groups, d_groups = layout.phases["prefill"].attn_dp, layout.phases["decode"].attn_dp
-    kv_p = max(1, (pools["prefill"].max_batch_size_that_fits if "prefill" in pools else 1)) * plan.workload.input_len
-    kv_d = _kv_tokens(plan, pools["decode"].max_batch_size_that_fits if "decode" in pools else 1, context)
+    kv_p = _kv_tokens(plan, room["prefill"], plan.workload.input_len)
+    kv_d = _kv_tokens(plan, room["decode"], plan.workload.input_len + plan.workload.output_len)
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
-                       plan.engine_options.kv_cache_tokens or kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
+                       kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
+    # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
+    # (module doc), so a shared prefix it already holds is neither received nor held again
+    d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
-                        spec_q, width) for j in range(d_pool.dp)]
+                        spec_q, width, d_pf) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
+    fixed = kv_handoff(plan, layout, eff, 0).seconds_per_batch * 1e3
     return _Setup(policy, engines, list(range(p_pool.dp)), list(range(p_pool.dp, p_pool.dp + d_pool.dp)), hand,
-                  layout.gpus_needed, kv_d)
+                  layout.gpus_needed, kv_d, fixed)
 
 
 def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None = None,
@@ -1390,7 +1418,7 @@ def _one_share(setup: _Setup, g: int) -> _Setup:
     for i, e in enumerate(engines):
         e.idx = i
     return _Setup(setup.policy, engines, list(range(n_p)), list(range(n_p, n_p + n_d)), setup.transfer_ms,
-                  setup.gpus, setup.kv_tokens)
+                  setup.gpus, setup.kv_tokens, setup.transfer_fixed_ms)
 
 
 def _check_fits(setup: _Setup, load: Load) -> None:
@@ -1579,7 +1607,11 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
                     rr["d"] += 1
                     r.generated = 1
                     r.last_ms = t
-                    push(t + setup.transfer_ms, ARRIVE, r.rid, dst.idx)
+                    hand = setup.transfer_ms
+                    if dst.prefix is not None and dst.prefix_pages:  # only the part it does not hold moves
+                        held = min(dst.prefix_pages * dst.bs, r.in_len - 1)
+                        hand = setup.transfer_fixed_ms + (hand - setup.transfer_fixed_ms) * (1 - held / r.in_len)
+                    push(t + hand, ARRIVE, r.rid, dst.idx)
                     continue
                 e.lacking += 1  # its pages cover the prompt, not the sampled token: at most one page short
                 r.generated += 1

@@ -632,6 +632,20 @@ class _Search:
         return sorted(served, key=lambda q: _sort_key(q, self.objective, self.metric)) + [
             p for p in ranked if (p.shape, p.dshape) not in seen]
 
+    def served_front(self, front: list[_Point], served: list[_Point]) -> list[_Point]:
+        """The Pareto front on served figures: the steady-state front's plans (``front``) re-priced by the serving
+        simulator at their load, with the plans the head already served, and the front drawn again over them.
+        Why: with ``serving`` the top list is served figures; a front of steady-state figures beside it would set
+        the two kinds against each other (a plan's served TPOT and throughput differ from the formula's)."""
+        have = {(p.shape, p.dshape, p.batch): p for p in served}
+        pts = list(served)
+        for p in front:
+            key = (p.shape, p.dshape, p.batch)
+            if key not in have:
+                have[key] = self._served(p)
+                pts.append(have[key])
+        return _pareto([p for p in pts if not p.misses] or pts)
+
     def _served(self, p: _Point) -> _Point:
         sim = simulate(Plan.model_validate(self.point_dict(p)))
         self.estimates += 1
@@ -1130,10 +1144,17 @@ def search_strategies(
         for i, p in enumerate(top_points)
     ]
     feasible = [p for p in points if not p.misses] or points
+    front = _pareto(feasible)
+    if search.serving or search.spec_settings:
+        front = search.served_front(front, [p for p in ranked if p.served])
+        notes.append("the Pareto front is drawn on served figures (the serving simulator at each plan's load), as "
+                     "the top list is")
     pareto = [
         _summary(search, p, None, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
-                               f"(batch {p.batch}, {p.gpus} GPUs)")
-        for p in _pareto(feasible)
+                               f"(batch {p.batch}, {p.gpus} GPUs; "
+                               + (f"served figures: simulated engine at {p.served})" if p.served else
+                                  "steady-state figures)"))
+        for p in front
     ]
     best_agg = next((p for p in ranked if not p.disaggregated), None)
     best_dis = next((p for p in ranked if p.disaggregated), None)
