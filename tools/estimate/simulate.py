@@ -69,8 +69,9 @@ first; here the shared prefix is the only cached entry), so the next request mis
 ``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
 itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
-attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
-the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``);
+a later chunk of a prompt split over steps is priced the same way over the chunks computed before it, with or
+without caching.
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
@@ -857,8 +858,9 @@ class _Engine:
         if ctx is None:
             ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
-        if self.prefix is not None:  # chunks attending to their prompts' cached keys
-            ms += sum(self.cost.cached_attention_ms(r.cached, n) for r, n in chunks if r.cached)
+        # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
+        # chunks (a long prompt split over steps pays its quadratic attention as one pass would)
+        ms += sum(self.cost.cached_attention_ms(r.computed, n) for r, n in chunks if r.computed)
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
     # -- running an iteration
