@@ -590,8 +590,8 @@ class _Engine:
     def _admissible(self, r: _Req, budget: int) -> bool:
         if len(self.running) >= self.max_seqs:
             return False
-        if self.role == "decode":
-            need = self._pages(r.in_len + r.generated + 1)
+        if self.role == "decode":  # TensorRT-LLM reserves the whole request's pages, as on an aggregated replica
+            need = self._pages(r.in_len + (r.out_len if self.policy == "trtllm" else r.generated + 1))
         elif self.prefix is not None:
             need = self._prefix_need(r, max(1, budget))
         elif self.policy == "trtllm":
@@ -779,6 +779,9 @@ class _Engine:
             self.waiting.popleft()
             if self.role == "decode":  # its KV arrived: it decodes from its generated first token
                 r.computed = r.prompt
+                if self.policy == "trtllm":
+                    r.reserved = r.blocks = self._pages(r.in_len + r.out_len)
+                    self.free -= r.reserved
                 self._grow(r, self._held(r) + self.emits(r, 1))
                 self.running.append(r)
                 decodes.append(r)
