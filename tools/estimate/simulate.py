@@ -75,8 +75,9 @@ first; here the shared prefix is the only cached entry), so the next request mis
 ``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
 itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
-attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``;
-the attention of a later chunk over the earlier chunks of its own prompt is not priced, as without caching).
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``);
+a later chunk of a prompt split over steps is priced the same way over the chunks computed before it, with or
+without caching.
 Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replica looks its own cache up before it
 pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
 ``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
@@ -607,9 +608,9 @@ class _Engine:
     def _gate(self, r: _Req) -> int:
         """Tokens a waiting request must find room for before it is admitted (module doc): vLLM its whole current
         sequence, SGLang that and its remaining output (clipped), TensorRT-LLM its prompt and whole output; on a
-        decode replica the KV that arrived and the next token."""
-        if self.role == "decode":
-            return r.in_len + r.generated + 1
+        decode replica the KV that arrived and the next token (TensorRT-LLM: the whole request)."""
+        if self.role == "decode":  # TensorRT-LLM reserves the whole request there too, as on an aggregated replica
+            return r.in_len + (r.out_len if self.policy == "trtllm" else r.generated + 1)
         if self.policy == "trtllm":
             return r.in_len + r.out_len
         if self.policy == "sglang" and self.role != "prefill":
@@ -801,6 +802,9 @@ class _Engine:
                 if self.prefix is not None:  # the shared prefix this replica holds: not received again
                     self.prefix_hit(r)
                 r.computed = r.prompt
+                if self.policy == "trtllm":
+                    r.reserved = r.blocks = self._pages(r.in_len + r.out_len)
+                    self.free -= r.reserved
                 self._grow(r, self._held(r) + self.emits(r, 1))
                 if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
                     self.prefix_computed(r)
@@ -882,8 +886,9 @@ class _Engine:
         if ctx is None:
             ctx = sum(r.in_len + r.generated for r in decodes)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
-        if self.prefix is not None:  # chunks attending to their prompts' cached keys
-            ms += sum(self.cost.cached_attention_ms(r.cached, n) for r, n in chunks if r.cached)
+        # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
+        # chunks (a long prompt split over steps pays its quadratic attention as one pass would)
+        ms += sum(self.cost.cached_attention_ms(r.computed, n) for r, n in chunks if r.computed)
         return _Plan(start, start + ms, chunks=chunks, decodes=decodes)
 
     # -- running an iteration
