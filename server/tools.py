@@ -445,8 +445,8 @@ def search_strategies(
                                                             ">= 2 GPUs)")] = None,
     engine: Annotated[EngineId, Field(description="engine profile")] = "generic",
     engine_options: Annotated[EngineOptions | None, Field(description="as plan.engine_options")] = None,
-    serving: Annotated[bool, Field(description="rank by continuous-batching figures (batch = requests in "
-                                               "flight)")] = False,
+    serving: Annotated[bool | None, Field(description="rank by served figures (default: when the workload "
+                                                      "states concurrency or request_rate)")] = None,
     checkpoint: Annotated[str | None, Field(max_length=200, description="HF repo served")] = None,
     unlaunchable: Annotated[bool, Field(description="also list plans no engine launches")] = False,
     speculative: Annotated[SpecArg | None, Field(description="allowed: the best plans try none and 1..k, "

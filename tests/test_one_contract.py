@@ -142,7 +142,10 @@ def test_search_entries_say_which_figures_they_carry() -> None:
     assert all(e.rank is None for e in served.pareto)  # the front is not ranked (it said rank 0)
     note = shape_search(served, "summary").note or ""
     assert note and all(s[:1].isupper() for s in note.split(". ") if s), note  # sentences, not one run-on line
-    static = search_strategies("llama-3.1-8b", hw, wl, "throughput", top_k=2, disaggregated=False).top[0]
+    stated = search_strategies("llama-3.1-8b", hw, wl, "throughput", top_k=2, disaggregated=False).top[0]
+    assert stated.basis == best.basis  # a stated load is answered at that load unless serving=False
+    static = search_strategies("llama-3.1-8b", hw, wl, "throughput", serving=False, top_k=2,
+                               disaggregated=False).top[0]
     assert static.basis == "static batch"
     assert static.ttft_ms == pytest.approx(estimate_performance(plan=static.plan).prefill_latency_ms, rel=1e-6)
 

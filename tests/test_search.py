@@ -284,7 +284,7 @@ def test_a_total_changes_the_ranking_a_per_replica_batch_gave() -> None:
     per_replica = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "batch_size": 128},
                                     "throughput", top_k=20, disaggregated=False, allow_expert_tp=True)
     total = search_strategies("mixtral-8x7b", A100_8, {"input_len": 1024, "output_len": 256, "concurrency": 128},
-                              "throughput", top_k=20, disaggregated=False, allow_expert_tp=True)
+                              "throughput", top_k=20, disaggregated=False, allow_expert_tp=True, serving=False)
 
     def rank(result, label):
         return next(p.rank for p in result.top if p.label == label)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -24,9 +25,10 @@ def search_args(p: Any) -> None:
                    help="also try TP inside experts (MoE; vLLM's default without expert parallelism, disallowed "
                         "by the rules unless a plan opts in)")
     p.add_argument("--no-disaggregated", action="store_true", help="do not compare disaggregated prefill/decode")
-    p.add_argument("--serving", action="store_true",
-                   help="price plans under continuous batching (batch = requests in flight per replica); with "
-                        "--objective throughput and SLO flags: most tokens/s within the TTFT/TPOT targets")
+    p.add_argument("--serving", action=argparse.BooleanOptionalAction, default=None,
+                   help="rank by served figures (continuous batching at the load; default: when the workload states "
+                        "concurrency or request_rate); with --objective throughput and SLO flags: most tokens/s "
+                        "within the TTFT/TPOT targets")
     p.add_argument("--lockstep", action="store_true",
                    help="with --serving: check --max-ttft-ms against the TTFT of clients whose prompts arrive in one "
                         "burst (fixed-length closed-loop benchmarks)")

@@ -1012,7 +1012,7 @@ def search_strategies(
     attention_dp: bool = True,
     disaggregated: bool | None = None,
     engine: str = "generic",
-    serving: bool = False,
+    serving: bool | None = None,
     engine_options: dict[str, Any] | None = None,
     checkpoint: str | None = None,
     unlaunchable: bool = False,
@@ -1028,7 +1028,8 @@ def search_strategies(
     searches separate prefill/decode pools.  ``top`` and ``pareto`` rank both kinds together;
     ``best_aggregated``, ``best_disaggregated`` and ``comparison`` set them side by side.  ``engine`` selects
     the engine profile the plans are priced with (``engine_options``: its step budget and graph capture size,
-    as in a plan); ``serving`` prices aggregated plans under continuous batching
+    as in a plan); ``serving`` (default: when ``workload`` states ``concurrency`` or ``request_rate``) prices
+    aggregated plans under continuous batching
     (batch = requests in flight per replica, TTFT/TPOT under mixed prefill/decode steps), so that the
     throughput objective with ``slo`` answers "most tokens/s under these TPOT/TTFT targets".  ``weights``: the
     checkpoint's storage format (e.g. ``awq-int4``, ``mxfp4``); default: the model config's
@@ -1078,7 +1079,8 @@ def search_strategies(
     if isinstance(model, str):  # as spelled: a repo id is the checkpoint an export serves (Plan.served_repo)
         base["model"] = model.strip()
     search = _Search(base, probe, objective, slo_m, batch_fixed, allow_expert_tp, latency_metric, attention_dp)
-    search.serving = bool(serving)
+    # a stated load (clients or a rate) is answered with figures at that load, as estimate answers it
+    search.serving = bool(serving) if serving is not None else wl.concurrency is not None or wl.request_rate is not None
     search.spec_settings = _spec_settings(probe, speculative)
     from tools.engines.launch import ENGINES, engine_key
 
