@@ -424,11 +424,9 @@ class _Req:
     last_ms: float = 0.0
     done_ms: float = -1.0
     prefilled: bool = False  # disaggregated: its prompt is done on the prefill pool
-    reserved: int = 0  # TensorRT-LLM: pages held for the whole output
     base: int = 0  # tokens generated before the current prompt was (re)formed: they are part of ``prompt``
     credit: int = 0  # speculative decoding: the fraction of a token carried to the next step, in 1/SPEC_ONE
     shared: int = 0  # prefix caching: pages of ``blocks`` that are the shared prefix's (held once, not its own)
-    cached: int = 0  # prefix caching: prompt tokens found cached at its admission (its chunks attend to them)
 
 
 @dataclass(slots=True)
@@ -561,7 +559,7 @@ class _Engine:
     def prefix_hit(self, r: _Req) -> None:
         """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
         cached, pages = self._cached(r)
-        r.computed = r.cached = cached
+        r.computed = cached
         if pages:
             if not self.prefix_refs:
                 self.free -= self.prefix_pages
@@ -576,6 +574,13 @@ class _Engine:
         pages = pf.shared_tokens // self.bs
         if pages and not self.prefix_pages and not r.shared and r.computed >= pages * self.bs:
             self.prefix_pages, self.prefix_refs, r.shared = pages, 1, pages
+
+    def _reserve_whole(self, r: _Req) -> None:
+        """TensorRT-LLM (GUARANTEED_NO_EVICT): the pages of a request's prompt and whole output, taken at admission
+        (beside the shared prefix's it references)."""
+        own = self._pages(r.in_len + r.out_len) - r.shared
+        self.free -= own
+        r.blocks = own + r.shared
 
     def _grow(self, r: _Req, tokens: int) -> bool:
         """Pages for ``r`` to hold ``tokens`` tokens; False when the cache has too few."""
@@ -803,8 +808,7 @@ class _Engine:
                     self.prefix_hit(r)
                 r.computed = r.prompt
                 if self.policy == "trtllm":
-                    r.reserved = r.blocks = self._pages(r.in_len + r.out_len)
-                    self.free -= r.reserved
+                    self._reserve_whole(r)
                 self._grow(r, self._held(r) + self.emits(r, 1))
                 if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
                     self.prefix_computed(r)
@@ -817,9 +821,7 @@ class _Engine:
                 self.prefix_hit(r)
             n = min(r.prompt - r.computed, budget)
             if self.policy == "trtllm":
-                r.reserved = self._pages(r.in_len + r.out_len) - r.shared
-                self.free -= r.reserved
-                r.blocks = r.reserved + r.shared
+                self._reserve_whole(r)
             else:
                 self._grow(r, r.computed + n)
             self.running.append(r)
