@@ -40,7 +40,7 @@ from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.core.efficiency import Overlay, efficiency_source, load_overlay, plan_efficiency
 from tools.core.errors import PdagInputError
 from tools.core.layout import Layout
-from tools.core.memory import MemoryReport, memory_report, unfit_hint
+from tools.core.memory import MemoryReport, load_queues, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
 from tools.core.shares import per_gpu_form
@@ -720,7 +720,11 @@ def estimate_performance(
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv,
                  state_bytes_per_sequence=full.spec.state_bytes_per_sequence())
     warnings = []
-    if not mem.fits:
+    if load_queues(full, mem):
+        warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
+                        f"replica the {wl.concurrency} clients keep in flight: the engine queues the rest (served "
+                        "figures include the queue; the static batch and memory figures are at the full batch)")
+    elif not mem.fits:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
                         + "; to fit: " + unfit_hint(full, layout, mem))
     if figures.gpus > full.hardware.num_gpus:
