@@ -39,6 +39,7 @@ from tools.core.build import build_graph, build_working, devices_used, gc_paused
 from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.core.efficiency import Overlay, efficiency_source, load_overlay, plan_efficiency
 from tools.core.errors import PdagInputError
+from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, load_queues, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
@@ -46,7 +47,6 @@ from tools.core.quantization import attention_unquantized, expert_gemm_dtype, ex
 from tools.core.shares import per_gpu_form
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
-from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult

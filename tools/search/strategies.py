@@ -65,10 +65,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.core.errors import PdagInputError
+from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.memory import memory_report
 from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
-from tools.estimate.disagg import balanced_split, kv_handoff
+from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
