@@ -191,7 +191,7 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
     """What a shard declares (heads, kv_heads, meta.of, experts) is what the estimator prices, so it must be what
     the model split over the operator's GPUs gives (tools/core/shares.py says how a node's GPUs share its work)."""
     spec = ctx.spec
-    if spec is None or ctx.graph is None:
+    if spec is None or ctx.graph is None or ctx.from_plan:  # pdag's own split: a fraction is TP-HEADS-DIVISIBLE's
         return
     shares = node_shares(ctx.g, spec)
     # KV-TP-SHARDING already judges kv_heads on operators drawn one shard per TP rank
