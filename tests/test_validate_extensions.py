@@ -151,4 +151,5 @@ def test_an_engine_context_cap_beyond_the_models_window_is_refused():
     res = validate_dag(plan=plan)
     v = next(v for v in res.violations if v.rule_id == "KV-CONTEXT-WITHIN-MODEL")
     assert v.severity == "error" and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in v.message
-    assert "KV-CONTEXT-WITHIN-MODEL" not in rules(validate_dag(plan={**plan, "engine_options": {"max_model_len": 40960}}))
+    within = {**plan, "engine_options": {"max_model_len": 40960}}
+    assert "KV-CONTEXT-WITHIN-MODEL" not in rules(validate_dag(plan=within))
