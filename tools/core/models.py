@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from functools import cache, lru_cache
 from typing import Any, Literal
 
@@ -44,6 +45,7 @@ __all__ = [
     "preset_ids",
     "preset_index",
     "resolve_model",
+    "unstored_config",
 ]
 
 MODELS_DIR = KNOWLEDGE_ROOT / "models"
@@ -89,6 +91,10 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "phimoe": "phimoe",
     "minimax_m2": "minimax_m2",
     "glm4": "glm4",
+    "hunyuan": "hunyuan",
+    "hunyuan_v1_moe": "hunyuan",
+    "bailing_moe": "bailing_moe",
+    "bailing_moe_v2": "bailing_moe",
     # text decoders of multimodal checkpoints that are another family's decoder (read by that family's reader)
     "qwen3_vl_moe_text": "qwen3_moe",
     "qwen3_vl_text": "qwen3",
@@ -108,6 +114,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "minimax": "minimax",
     "minimax_m1": "minimax",
     "minimax_text_01": "minimax",
+    "kimi_linear": "kimi_linear",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -159,6 +166,10 @@ _ARCHITECTURES: dict[str, str] = {
     "MiniMaxForCausalLM": "minimax",
     "MiniMaxM1ForCausalLM": "minimax_m1",
     "MiniMaxText01ForCausalLM": "minimax_text_01",
+    "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
+    "BailingMoeForCausalLM": "bailing_moe",
+    "BailingMoeV2ForCausalLM": "bailing_moe_v2",
+    "KimiLinearForCausalLM": "kimi_linear",
 }
 
 
@@ -775,14 +786,16 @@ def from_hf_config(
     num_kv_heads = c.int("num_key_value_heads", default=num_heads, hi=MAX_HEADS)
     # Gemma-3's published configs leave the vocabulary and context at the library's defaults.
     vocab = c.int("vocab_size", default=_default(model_type, "vocab_size"), hi=MAX_VOCAB)
-    max_pos = c.int("max_position_embeddings", default=_default(model_type, "max_position_embeddings") or 4096,
-                    hi=MAX_POSITIONS)
+    # Kimi-Linear states its context only as model_max_length, which vLLM also reads for the context cap
+    context_default = c.int("model_max_length", default=4096, hi=MAX_POSITIONS) if model_type == "kimi_linear" else 4096
+    max_pos = c.int("max_position_embeddings", default=_default(model_type, "max_position_embeddings") or
+                    context_default, hi=MAX_POSITIONS)
     if num_kv_heads > num_heads or num_heads % num_kv_heads:
         raise PdagInputError(c.path("num_key_value_heads"),
                              f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
                              f"a divisor of {num_heads}")
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type == "nemotron_h":
+    if head_dim is None and model_type in ("nemotron_h", "hunyuan", "hunyuan_v1_moe"):
         head_dim = c.opt_int("attention_head_dim", hi=MAX_HEAD_DIM)
     if head_dim is None and model_type not in _MLA_TYPES:
         if hidden % num_heads:
@@ -862,6 +875,11 @@ def from_hf_config(
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "kimi_linear":
+        intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        mla = _mla(c)
+        head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
+        moe, mtp = _kimi_linear_moe(c, num_layers)
     elif model_type == "gemma4_text" and c.bool("enable_moe_block", False):
         moe, norms = _gemma4_moe(c, num_layers, intermediate), norms + 3
     elif model_type == "qwen3_next":
@@ -1068,6 +1086,21 @@ def _preset_key(key: str) -> str | None:
     return None
 
 
+def unstored_config(name: str) -> str | None:
+    """Why a checkpoint a published recipe names has no preset, when pdag knows its family but stores no citable copy of
+    its config.json (``no_stored_config`` in families.json; quantized variants as their base); None otherwise."""
+    key = name.strip().lower()
+    gaps = _families()["no_stored_config"]
+    entry = gaps.get(key) or next((gaps[key[: -len(s)]] for s in _families()["repo_suffixes"]
+                                   if key.endswith(s) and key[: -len(s)] in gaps), None)
+    if entry is None:
+        return None
+    mt = entry["model_type"]
+    read = (f"pdag reads its family (model_type {mt})" if entry["read"] else
+            f"pdag has no reader for its model_type {mt} yet")
+    return f"no public config.json of {name!r} is stored, so it has no preset; {read}"
+
+
 def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
     """A preset by id or Hugging Face repo id (case-insensitive; FP8/AWQ/NVFP4 variants map to their base)."""
     how = ("or pass the model's config.json: --model path/to/config.json on the command line, "
@@ -1077,6 +1110,10 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
                              "presets: " + ", ".join(preset_ids()) + "; " + how)
     key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
     if key is None:
+        gap = unstored_config(id[:MAX_MATCHED * 2])
+        if gap is not None:
+            raise PdagInputError(field, gap, "pass its config.json: " +
+                                 how.removeprefix("or pass the model's config.json: "))
         hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
         raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)
@@ -1293,6 +1330,130 @@ def _read_minimax(c: _Cfg, num_layers: int) -> _Read:
                         "serves them with vLLM 0.8.3 or later",))
 
 
+def _same_per_layer(c: _Cfg, key: str, num_layers: int, *, default: int | None = None, lo: int = 1,
+                    hi: int) -> int:
+    """A field Hunyuan states either once or once per layer (a list); a list must repeat one value, as the published
+    checkpoints' do, since pdag prices one MoE block for every MoE layer."""
+    value = c.raw.get(key)
+    if isinstance(value, list):
+        if len(value) != num_layers or any(v != value[0] for v in value):
+            raise PdagInputError(c.path(key), "a per-layer list with differing values is not read (one MoE block is "
+                                 "priced for every layer)", f"one integer, or a list of {num_layers} equal integers")
+        return _Cfg({key: value[0]}, c.prefix).int(key, lo=lo, hi=hi)
+    return c.int(key, default=default, lo=lo, hi=hi)
+
+
+def _read_hunyuan(c: _Cfg, num_layers: int) -> _Read:
+    """Hunyuan-A13B (hunyuan_v1_moe; older copies say hunyuan): MoE on layer i when num_experts > 1 and
+    i >= moe_layer_num_skipped, num_experts experts of moe_intermediate_size, top moe_topk (each an integer or a list
+    of one per layer), no router bias; use_mixed_mlp_moe adds a shared MLP of intermediate_size x num_shared_expert;
+    q/k RMSNorms per head with use_qk_norm; biases on q/k/v and o_proj with attention_bias (vLLM
+    vllm/model_executor/models/hunyuan_v1.py: HunYuanSparseMoeBlock, HunYuanAttention, HunYuanDecoderLayer).
+    Cross-layer attention (use_cla: a layer reading the previous layer's K/V) is refused: no published Hunyuan MoE
+    config turns it on."""
+    if c.bool("use_cla", False):
+        raise PdagInputError(c.path("use_cla"), "cross-layer attention (layers reusing the previous layer's KV) is "
+                             "not priced; pdag refuses rather than price every layer's KV", "false (as Hunyuan-A13B's "
+                             "config states)")
+    _no_window(c)
+    dense_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    bias = c.bool("attention_bias", False)
+    read = _Read(intermediate=dense_i, attention_bias=bias, attention_out_bias=bias,
+                 qk_norm=c.bool("use_qk_norm", False))
+    experts = _same_per_layer(c, "num_experts", num_layers, default=1, hi=MAX_EXPERTS)
+    if experts <= 1:
+        return read
+    skipped = c.int("moe_layer_num_skipped", default=0, lo=0, hi=MAX_LAYERS)
+    shared = _same_per_layer(c, "num_shared_expert", num_layers, default=1, lo=0, hi=MAX_EXPERTS) \
+        if c.bool("use_mixed_mlp_moe", False) else 0
+    moe = _moe(c, experts, _same_per_layer(c, "moe_topk", num_layers, default=1, hi=MAX_EXPERTS),
+               _same_per_layer(c, "moe_intermediate_size", num_layers, default=dense_i, hi=MAX_INTERMEDIATE),
+               1 if shared else 0, shared * dense_i, tuple(range(min(skipped, num_layers), num_layers)), False, False,
+               "moe_topk")
+    return dataclass_replace(read, moe=moe)
+
+
+def _read_bailing(c: _Cfg, num_layers: int) -> _Read:
+    """Ling / Ring (bailing_moe, BailingMoeV2ForCausalLM): layers from first_k_dense_replace on are MoE, num_experts
+    of moe_intermediate_size, top num_experts_per_tok, a per-expert score-correction bias with
+    moe_router_enable_expert_bias, num_shared_experts as one MLP of moe_shared_expert_intermediate_size (else
+    moe_intermediate_size) times their number; the first layers dense at intermediate_size; one fused q/k/v with biases
+    under use_qkv_bias, per-head q/k RMSNorms under use_qk_norm; num_nextn_predict_layers MTP layers never counted
+    (vLLM vllm/model_executor/models/bailing_moe.py: BailingAttention, BailingMoE, BailingMoeBlock). use_bias (biases
+    on every projection) is refused: the published 2.0 configs state false."""
+    if c.bool("use_bias", False):
+        raise PdagInputError(c.path("use_bias"), "biases on every projection are not priced", "false (as the Ling and "
+                             "Ring 2.0 configs state)")
+    _no_window(c)
+    first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
+    dense_i = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if first_dense and not dense_i:
+        raise PdagInputError(c.path("intermediate_size"), "missing, but the first layers are dense",
+                             "a positive integer")
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("num_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    shared_i = c.int("moe_shared_expert_intermediate_size", default=expert_i, hi=MAX_INTERMEDIATE) * n_shared
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS), expert_i,
+               n_shared, shared_i, tuple(range(min(first_dense, num_layers), num_layers)),
+               c.bool("moe_router_enable_expert_bias", False), False)
+    qkv_bias = c.bool("use_qkv_bias", False)
+    return _Read(intermediate=dense_i, moe=moe, mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=qkv_bias, attention_out_bias=False, qk_norm=c.bool("use_qk_norm", False),
+                 notes=("Ling/Ring's norm_head, partial rotary embedding and grouped sigmoid routing change numerics "
+                        "only",))
+
+
+def _kimi_linear_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:
+    """Kimi-Linear's MoE: layer i is MoE when num_experts is set, i >= first_k_dense_replace and i % moe_layer_freq == 0
+    (the others dense at intermediate_size); num_experts of moe_intermediate_size, top num_experts_per_token, shared
+    experts as one MLP of num_shared_experts x moe_intermediate_size, a score-correction bias per expert with sigmoid
+    routing (vLLM vllm/model_executor/models/kimi_linear.py, KimiMoE and KimiDecoderLayer). Returns the block and the
+    MTP layers (never counted). Kimi-K3's latent experts and output-gated MLA are refused, not priced as these."""
+    for key in ("routed_expert_hidden_size", "attn_res_block_size"):
+        if c.raw.get(key) is not None:
+            raise PdagInputError(c.path(key), "a Kimi-K3 field this reader does not price (latent experts, attention "
+                                 "residual blocks)", "a Kimi-Linear config without it")
+    if c.bool("mla_use_output_gate", False):
+        raise PdagInputError(c.path("mla_use_output_gate"), "an output gate on MLA is not priced", "false")
+    mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+    if not c.has("num_experts"):
+        return None, mtp
+    first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
+    every = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("num_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    sigmoid = c.raw.get("moe_router_activation_func", "sigmoid") == "sigmoid"
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_token", hi=MAX_EXPERTS), expert_i,
+               n_shared, n_shared * expert_i, tuple(i for i in range(first_dense, num_layers) if i % every == 0),
+               sigmoid, False, "num_experts_per_token")
+    return moe, mtp
+
+
+def _kimi_linear_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Kimi-Linear's Kimi Delta Attention layers: ``linear_attn_config.kda_layers`` and ``full_attn_layers`` number the
+    layers from 1 and together list each once (the MLA layers are the full ones); num_heads heads of head_dim for q, k
+    and v, each with a short convolution of short_conv_kernel_size (vLLM vllm/model_executor/models/kimi_linear.py,
+    KimiDeltaAttention; transformers-side config configuration_kimi.py: is_kda_layer(i) tests i + 1 in kda_layers)."""
+    lin = c.raw.get("linear_attn_config")
+    key = c.path("linear_attn_config")
+    if not isinstance(lin, dict):
+        raise PdagInputError(key, "missing: it says which layers are KDA and sizes them", "an object with kda_layers, "
+                             "full_attn_layers, num_heads, head_dim")
+    sub = _Cfg(lin, key)
+    kda = sub.int_list("kda_layers", hi=num_layers + 1)
+    full = sub.int_list("full_attn_layers", hi=num_layers + 1)
+    if sorted([*kda, *full]) != list(range(1, num_layers + 1)):
+        raise PdagInputError(sub.path("kda_layers"), "kda_layers and full_attn_layers must together list every layer "
+                             "once, numbered from 1", f"1..{num_layers} split between the two lists")
+    heads = sub.int("num_heads", hi=MAX_HEADS)
+    d = sub.int("head_dim", hi=MAX_HEAD_DIM)
+    return RecurrentSpec(kind="kda", layers=tuple(i - 1 for i in kda), num_heads=heads, num_key_heads=heads,
+                         key_head_dim=d, value_head_dim=d, conv_kernel=sub.int("short_conv_kernel_size", default=4,
+                                                                                 hi=1024),
+                         ssm_state_bytes=float(layer_kind_data()["state_dtype_bytes"][layer_kind_data()[
+                             "kda_recurrent_state_dtype"]]))
+
+
 _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "minimax": _read_minimax,
     "minimax_m1": _read_minimax,
@@ -1303,6 +1464,10 @@ _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "phimoe": _read_phimoe,
     "minimax_m2": _read_minimax_m2,
     "glm4": _read_glm4,
+    "hunyuan": _read_hunyuan,
+    "hunyuan_v1_moe": _read_hunyuan,
+    "bailing_moe": _read_bailing,
+    "bailing_moe_v2": _read_bailing,
 }
 
 
@@ -1470,6 +1635,14 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         return {"recurrent": rec}
     if model_type == "gemma4_text":
         return _gemma4_layers(c, num_layers, notes)
+    if model_type == "kimi_linear":
+        rec = _kimi_linear_layers(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are Kimi Delta Attention (linear attention): each "
+                     "holds a fixed state per request, the q/k/v convolution windows in 16 bits and the recurrent "
+                     f"{rec.num_heads} x {rec.key_head_dim} x {rec.value_head_dim} state in "
+                     f"{rec.ssm_state_bytes * 8:g} bits (vLLM's KDA state dtypes), no KV per token; the other "
+                     f"{num_layers - len(rec.layers)} are MLA with its latent KV")
+        return {"recurrent": rec}
     if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
         rec = _minimax_lightning(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "

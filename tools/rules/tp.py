@@ -195,6 +195,7 @@ def recurrent_heads_split(spec: Any, t: int) -> str | None:
     if rec is None:
         return None
     heads, keys = {"gated_deltanet": ("linear-attention value heads", "linear-attention key heads"),
+                   "kda": ("Kimi Delta Attention heads", "Kimi Delta Attention heads"),
                    "lightning": ("lightning-attention heads", "lightning-attention heads")}.get(
         rec.kind, ("Mamba heads", "Mamba groups (n_groups)"))
     if rec.num_heads % t:
