@@ -1,8 +1,9 @@
 """Readers for the families the held-out recipe set (evals/recipes_heldout/recipes_2026_11.json) found refused at the
-door: Hunyuan-A13B (hunyuan_v1_moe), Ling / Ring 2.0 (bailing_moe) and Kimi-Linear (kimi_linear: Kimi Delta Attention
-beside MLA). No verbatim, citable copy of these checkpoints' config.json is stored, so no preset ships; the configs
-below are written from the engines' field names with the shapes public copies state (each named where it is used),
-and the counts are checked by hand and against the published totals. A recipe naming one of these checkpoints is
+door: Hunyuan-A13B (hunyuan_v1_moe), Ling / Ring 2.0 (bailing_moe), Kimi-Linear (kimi_linear: Kimi Delta Attention
+beside MLA) and Step-3.5-Flash (step3p5: sliding layers with their own query heads). No verbatim, citable copy of
+these checkpoints' config.json is stored, so no preset ships; the configs below are written from the engines' field
+names with the shapes public copies state (each named where it is used), and the counts are checked by hand and
+against the published totals. A recipe naming one of these checkpoints is
 refused with that fact, and imports once its config is passed.
 """
 
@@ -62,6 +63,24 @@ LING_MINI_2: dict[str, Any] = {
     "use_qk_norm": True, "use_qkv_bias": False, "use_bias": False, "vocab_size": 157184,
     "max_position_embeddings": 32768, "tie_word_embeddings": False, "num_nextn_predict_layers": 1,
     "auto_map": {"AutoConfig": "configuration_bailing_moe_v2.BailingMoeV2Config"},
+}
+
+# Step-3.5-Flash: 45 layers, hidden 4096, full attention on every fourth layer (64 q / 8 KV heads of 128), sliding
+# layers (window 512) with attention_other_setting's 96 q / 8 KV heads, a head-wise output gate, q/k norms; layers
+# 3..44 MoE with 288 experts of 1280 top-8, a routing bias and one shared expert of 1280, the first three dense at
+# 11264; vocabulary 128,896; three MTP layers, whose kinds the published layer_types lists too (48 entries).
+STEP_3_5_FLASH: dict[str, Any] = {
+    "architectures": ["Step3p5ForCausalLM"], "model_type": "step3p5", "hidden_size": 4096, "intermediate_size": 11264,
+    "num_hidden_layers": 45, "max_position_embeddings": 262144, "vocab_size": 128896, "num_attention_heads": 64,
+    "num_attention_groups": 8, "head_dim": 128, "use_qk_norm": True, "use_moe": True, "moe_num_experts": 288,
+    "moe_top_k": 8, "moe_intermediate_size": 1280, "share_expert_dim": 1280,
+    "moe_layers_enum": ",".join(str(i) for i in range(3, 45)), "use_moe_router_bias": True, "att_impl_type": "GQA",
+    "use_head_wise_attn_gate": True, "sliding_window": 512, "num_nextn_predict_layers": 3,
+    "tie_word_embeddings": False,
+    "layer_types": ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(48)],
+    "attention_other_setting": {"attention_type": "sliding_attention", "num_attention_heads": 96,
+                                "num_attention_groups": 8, "head_dim": 128},
+    "auto_map": {"AutoConfig": "configuration_step3p5.Step3p5Config"},
 }
 
 
@@ -162,6 +181,46 @@ def test_bailing_fields_it_cannot_price_are_named() -> None:
     assert v1.moe.moe_layers == tuple(range(20))  # Ling 1.x: every layer MoE
 
 
+# ----------------------------------------------------------------------------------------------- Step-3.5-Flash
+def test_step_3_5_flash_counts_each_layers_own_heads() -> None:
+    """The README (https://github.com/stepfun-ai/Step-3.5-Flash/blob/fabede3d3c40a5c567c86f206557e44dd652ae28/
+    README.md, 4.1): '196.81B (196B Backbone + 0.81B Head)' total, '~11B' active, 45 layers, hidden 4096, 288 routed
+    experts + 1 shared, top-8. pdag counts 196.96B (MTP layers left out) and 11.46B active without the embedding."""
+    spec = from_hf_config(STEP_3_5_FLASH)
+    h = 4096
+    full = 2 * h * 64 * 128 + 2 * h * 8 * 128 + 2 * 128 + h * 64  # q, o; k, v; q/k norms; head-wise gate
+    assert spec.attention_params_per_layer(0) == full
+    assert spec.attention_params_per_layer(1) == full + 2 * h * 32 * 128 + h * 32  # 96 query heads
+    assert spec.q_heads(0) == 64 and spec.q_heads(1) == 96 and spec.q_head_counts == (64, 96)
+    assert spec.param_count() == pytest.approx(196.81e9, rel=0.01)
+    assert spec.active_param_count(include_embedding=False) == pytest.approx(11e9, rel=0.05)
+    assert spec.moe.moe_layers == tuple(range(3, 45)) and spec.mtp_layers == 3 and spec.moe.router_bias
+
+
+def test_step_3_5_flash_kv_per_token_by_hand() -> None:
+    """12 full layers keep every token, 33 sliding layers at most 512: at 128k, 12 x 4096 B plus the windows."""
+    spec = from_hf_config(STEP_3_5_FLASH)
+    assert len(spec.sliding_window_layers) == 33 and spec.sliding_window == 512
+    assert spec.kv_bytes_per_token(BF16) == 45 * 2 * 8 * 128 * BF16 == 184_320
+    assert spec.kv_bytes(131072, BF16) == 12 * 4096 * 131072 + 33 * 4096 * 512
+
+
+def test_step_3_5_flash_fields_it_cannot_read_are_named() -> None:
+    other = STEP_3_5_FLASH["attention_other_setting"]
+    for cfg, field in (({**STEP_3_5_FLASH, "att_impl_type": "MFA"}, "att_impl_type"),
+                       ({**STEP_3_5_FLASH, "moe_layers_enum": "3,x"}, "moe_layers_enum"),
+                       ({**STEP_3_5_FLASH, "attention_other_setting": {**other, "attention_type": "chunked"}},
+                        "attention_other_setting"),
+                       ({**STEP_3_5_FLASH, "attention_other_setting": {**other, "num_attention_groups": 7}},
+                        "attention_other_setting.num_attention_groups"),
+                       ({**STEP_3_5_FLASH, "layer_types": ["full_attention"] * 40}, "layer_types")):
+        with pytest.raises(PdagInputError) as err:
+            from_hf_config(cfg)
+        assert err.value.field == f"hf_config.{field}"
+    same = from_hf_config({k: v for k, v in STEP_3_5_FLASH.items() if k != "attention_other_setting"})
+    assert same.q_head_counts == (64,) and same.full_layer_shape is None
+
+
 # ----------------------------------------------------------------------------------------------- recipes
 RECIPE_MODELS = ["tencent/Hunyuan-A13B-Instruct", "inclusionAI/Ring-1T-FP8", "stepfun-ai/Step-3.5-Flash",
                  "moonshotai/Kimi-Linear-48B-A3B-Instruct"]
@@ -184,6 +243,7 @@ def test_a_recipe_without_a_stored_config_names_the_fact(repo: str) -> None:
      "--trust-remote-code", "mi300x", KIMI_LINEAR, "kda mixer"),
     ("VLLM_ROCM_USE_AITER=1 vllm serve tencent/Hunyuan-A13B-Instruct --tensor-parallel-size 2 --trust-remote-code",
      "mi300x", HUNYUAN_A13B, None),
+    ("sglang serve --model-path stepfun-ai/Step-3.5-Flash --tp 4 --ep 4", "h200", STEP_3_5_FLASH, None),
 ])
 def test_the_recipes_import_validate_estimate_and_export_with_the_config(
         tmp_path: Any, capsys: pytest.CaptureFixture[str], command: str, gpu: str, config: dict[str, Any],
@@ -214,6 +274,8 @@ FIELDS = {
                                       "moe_intermediate_size", "moe_layer_num_skipped", "num_key_value_heads"]),
     "bailing_moe": (LING_MINI_2, ["num_hidden_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
                                   "first_k_dense_replace", "moe_shared_expert_intermediate_size", "head_dim"]),
+    "step3p5": (STEP_3_5_FLASH, ["num_hidden_layers", "num_attention_heads", "num_attention_groups", "moe_num_experts",
+                                 "moe_top_k", "share_expert_dim", "sliding_window", "num_nextn_predict_layers"]),
 }
 
 

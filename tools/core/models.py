@@ -115,6 +115,7 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "minimax_m1": "minimax",
     "minimax_text_01": "minimax",
     "kimi_linear": "kimi_linear",
+    "step3p5": "step3p5",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -170,6 +171,7 @@ _ARCHITECTURES: dict[str, str] = {
     "BailingMoeForCausalLM": "bailing_moe",
     "BailingMoeV2ForCausalLM": "bailing_moe_v2",
     "KimiLinearForCausalLM": "kimi_linear",
+    "Step3p5ForCausalLM": "step3p5",
 }
 
 
@@ -198,13 +200,15 @@ class AttentionShape(BaseModel):
     """The full-attention layers' own K/V shape where it differs from the windowed layers' (Gemma-4: 4 KV heads of
     512 on its global layers, 16 of 256 on its sliding ones). ``shared_kv``: the layer has no v_proj and its values
     come from the key projection (attention_k_eq_v); the cache still holds K and V, as vLLM loads the key weights
-    into both slots."""
+    into both slots. ``num_heads``: the full layers' own query heads (Step-3.5-Flash: 64 against its sliding layers'
+    96); None keeps the model's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
     head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
     shared_kv: bool = False
+    num_heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
 
 
 class MoESpec(BaseModel):
@@ -280,6 +284,7 @@ class ModelSpec(BaseModel):
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
     full_layer_shape: AttentionShape | None = None  # the full-attention layers' own KV heads and head size (Gemma-4)
+    head_gate: bool = False  # a hidden -> heads projection gating each head's output (Step-3.5's g_proj)
     # layers that attend over an earlier layer's cache and keep none of their own (Gemma-4 E2B / E4B's last
     # num_kv_shared_layers), and layers whose dense FFN is twice intermediate_size (their use_double_wide_mlp)
     kv_shared_layers: tuple[int, ...] = ()
@@ -325,8 +330,8 @@ class ModelSpec(BaseModel):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
         if any(not 0 <= i < self.num_layers for i in (*self.kv_shared_layers, *self.wide_ffn_layers)):
             raise ValueError("kv_shared_layers or wide_ffn_layers out of range")
-        if self.full_layer_shape is not None and (self.attention == "mla" or
-                                                  self.num_heads % self.full_layer_shape.num_kv_heads):
+        fls = self.full_layer_shape
+        if fls is not None and (self.attention == "mla" or (fls.num_heads or self.num_heads) % fls.num_kv_heads):
             raise ValueError("a full-attention layer shape needs GQA attention and KV heads dividing the heads")
         return self
 
@@ -370,6 +375,20 @@ class ModelSpec(BaseModel):
         if layer is not None and fls is not None and not self.is_sliding_layer(layer):
             return fls.num_kv_heads, fls.head_dim
         return self.num_kv_heads, self.head_dim
+
+    def q_heads(self, layer: int | None = None) -> int:
+        """Query heads of ``layer``: a full-attention layer's own count where the config gives one (Step-3.5-Flash),
+        else the model's; without a layer, the windowed layers' (the model's)."""
+        fls = self.full_layer_shape
+        if layer is not None and fls is not None and fls.num_heads and not self.is_sliding_layer(layer):
+            return fls.num_heads
+        return self.num_heads
+
+    @property
+    def q_head_counts(self) -> tuple[int, ...]:
+        """Every query head count a layer has: what TP must split."""
+        fls = self.full_layer_shape
+        return tuple(sorted({self.num_heads, (fls.num_heads if fls is not None else None) or self.num_heads}))
 
     @property
     def kv_head_counts(self) -> tuple[int, ...]:
@@ -455,7 +474,8 @@ class ModelSpec(BaseModel):
         kv_heads, head_dim = self.kv_shape(layer)
         shared = layer is not None and self.full_layer_shape is not None and self.full_layer_shape.shared_kv and \
             not self.is_sliding_layer(layer)
-        q_out = self.num_heads * head_dim
+        q_heads = self.q_heads(layer)
+        q_out = q_heads * head_dim
         kv_out = kv_heads * head_dim
         total = h * q_out + (1 if shared else 2) * h * kv_out + q_out * h
         if self.attention_output_gate:
@@ -470,6 +490,8 @@ class ModelSpec(BaseModel):
             total += q_out + kv_out
         if self.attention_sinks:
             total += self.num_heads
+        if self.head_gate:
+            total += h * q_heads
         return total
 
     def mixer_params(self, layer: int) -> int:
@@ -804,6 +826,9 @@ def from_hf_config(
                                  "and no head_dim is given",
                                  f"a divisor of {hidden}, or an explicit head_dim")
         head_dim = hidden // num_heads
+    step_full: AttentionShape | None = None
+    if model_type == "step3p5":  # the sliding layers' shape is the model's; the full layers keep their own
+        num_heads, num_kv_heads, head_dim, step_full = _step3p5_shapes(c, num_heads, head_dim)
 
     # Gemma, Cohere-2 and ERNIE-4.5 tie their embeddings unless the config says otherwise (library defaults)
     tie = c.bool("tie_word_embeddings", gemma or bool(_default(model_type, "tie_word_embeddings")))
@@ -932,6 +957,8 @@ def from_hf_config(
         moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), True, True)
 
     kinds = _layer_kinds(c, model_type, num_layers, notes)
+    if model_type == "step3p5":
+        kinds.update(full_layer_shape=step_full, head_gate=c.bool("use_head_wise_attn_gate", False))
     if "recurrent" in kinds:  # its layer_types name linear layers, not windows (_qwen3_next_layers refuses others)
         sliding_window, sliding_layers = None, ()
     else:
@@ -1454,6 +1481,74 @@ def _kimi_linear_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
                              "kda_recurrent_state_dtype"]]))
 
 
+def _step3p5_shapes(c: _Cfg, heads: int, head_dim: int) -> tuple[int, int, int, AttentionShape | None]:
+    """Step-3.5-Flash's two attention shapes: the full layers use num_attention_heads query heads and
+    num_attention_groups KV heads; the sliding layers take attention_other_setting's (96 query heads against 64 in the
+    published config). Returns the sliding shape as the model's (heads, KV heads, head size) and the full layers' own
+    (vLLM vllm/model_executor/models/step3p5.py, Step3p5DecoderLayer)."""
+    kv = c.int("num_attention_groups", hi=MAX_HEADS)
+    if heads % kv:
+        raise PdagInputError(c.path("num_attention_groups"), f"{kv} KV heads do not divide {heads} attention heads",
+                             f"a divisor of {heads}")
+    other = c.raw.get("attention_other_setting")
+    if other is None:
+        return heads, kv, head_dim, None
+    o = _Cfg(other if isinstance(other, dict) else {}, c.path("attention_other_setting"))
+    if not isinstance(other, dict) or other.get("attention_type") != "sliding_attention":
+        raise PdagInputError(o.prefix, "expected the sliding layers' shape", 'an object with attention_type '
+                             '"sliding_attention", num_attention_heads, num_attention_groups')
+    s_heads = o.int("num_attention_heads", hi=MAX_HEADS)
+    s_kv = o.int("num_attention_groups", default=kv, hi=MAX_HEADS)
+    s_dim = o.int("head_dim", default=head_dim, hi=MAX_HEAD_DIM)
+    if s_heads % s_kv:
+        raise PdagInputError(o.path("num_attention_groups"), f"{s_kv} KV heads do not divide {s_heads} attention "
+                             "heads", f"a divisor of {s_heads}")
+    full = AttentionShape(num_kv_heads=kv, head_dim=head_dim, num_heads=heads)
+    same = full == AttentionShape(num_kv_heads=s_kv, head_dim=s_dim, num_heads=s_heads)
+    return s_heads, s_kv, s_dim, None if same else full
+
+
+def _step3p5_moe_layers(c: _Cfg, num_layers: int) -> tuple[int, ...]:
+    """moe_layers_enum: the MoE layers as a comma-separated string (the published config) or a list; without it every
+    layer but the first (the checkpoint's own modeling code); indices past the decoder (MTP layers) are left out."""
+    raw = c.raw.get("moe_layers_enum")
+    if raw is None:
+        return tuple(range(1, num_layers))
+    try:
+        items = [int(v) for v in raw.split(",") if v.strip()] if isinstance(raw, str) else \
+            [v if isinstance(v, int) and not isinstance(v, bool) else int("x") for v in raw]
+    except (TypeError, ValueError):
+        raise PdagInputError(c.path("moe_layers_enum"), f"expected layer indices, got {shown(raw)}",
+                             "a comma-separated string or a list of layer indices") from None
+    if any(i < 0 for i in items):
+        raise PdagInputError(c.path("moe_layers_enum"), "a negative layer index", f"indices in 0..{num_layers - 1}")
+    return tuple(sorted({i for i in items if i < num_layers}))
+
+
+def _read_step3p5(c: _Cfg, num_layers: int) -> _Read:
+    """Step-3.5-Flash (step3p5): dense layers of intermediate_size, MoE on the moe_layers_enum layers with
+    moe_num_experts experts of moe_intermediate_size, top moe_top_k, a routing bias with use_moe_router_bias, one
+    shared expert of share_expert_dim; per-head q/k RMSNorms with use_qk_norm; num_nextn_predict_layers MTP layers
+    never counted (vLLM vllm/model_executor/models/step3p5.py; the checkpoint's modeling_step3p5.py). The attention
+    shapes and the head-wise gate are read by _step3p5_shapes and from_hf_config."""
+    if c.raw.get("att_impl_type", "GQA") != "GQA":
+        raise PdagInputError(c.path("att_impl_type"), f"attention {shown(c.raw.get('att_impl_type'))} is not read",
+                             "GQA")
+    dense_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    read = _Read(intermediate=dense_i, mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=c.bool("attention_bias", False), attention_out_bias=False,
+                 qk_norm=c.bool("use_qk_norm", False),
+                 notes=("Step-3.5's per-layer RoPE bases, partial rotary factors and SwiGLU clamps change numerics "
+                        "only",))
+    if not c.bool("use_moe", True) or not c.has("moe_num_experts"):
+        return read
+    shared = c.int("share_expert_dim", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    moe = _moe(c, c.int("moe_num_experts", hi=MAX_EXPERTS), c.int("moe_top_k", hi=MAX_EXPERTS),
+               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared,
+               _step3p5_moe_layers(c, num_layers), c.bool("use_moe_router_bias", False), False, "moe_top_k")
+    return dataclass_replace(read, moe=moe)
+
+
 _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "minimax": _read_minimax,
     "minimax_m1": _read_minimax,
@@ -1468,6 +1563,7 @@ _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "hunyuan_v1_moe": _read_hunyuan,
     "bailing_moe": _read_bailing,
     "bailing_moe_v2": _read_bailing,
+    "step3p5": _read_step3p5,
 }
 
 
@@ -1496,6 +1592,11 @@ def _windowed_layers(c: _Cfg, model_type: str, num_layers: int, max_pos: int) ->
                               hi=MAX_LAYERS)
                 layers = tuple(i for i in range(num_layers) if (i + 1) % every)
         return (chunk, layers) if chunk is not None and layers else (None, ())
+    if model_type == "step3p5" and isinstance(raw.get("layer_types"), list):
+        mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+        if len(raw["layer_types"]) == num_layers + mtp:  # the published list names the MTP layers' kinds too
+            c = _Cfg({**raw, "layer_types": raw["layer_types"][:num_layers]}, c.prefix)
+            raw = c.raw
     window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
     if window is None:
         window = _default(model_type, "sliding_window")
