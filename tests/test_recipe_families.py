@@ -142,6 +142,23 @@ def test_hunyuan_a13b_count_kv_and_layers() -> None:
     assert spec.kv_bytes_per_token(BF16) == 32 * 2 * 8 * 128 * BF16 == 131_072
 
 
+# Cross-layer attention as Hunyuan-Large turns it on (use_cla, cla_share_factor 2: each odd layer reads the K and V of
+# the layer before it), here on A13B's shapes; the engines' Hunyuan code builds those layers with q_proj and o_proj
+# only (vLLM vllm/model_executor/models/hunyuan_v1.py, the cross-attention layers).
+HUNYUAN_CLA: dict[str, Any] = {**HUNYUAN_A13B, "use_cla": True, "cla_share_factor": 2}
+
+
+def test_hunyuan_cross_layer_attention_halves_the_kv_and_drops_the_kv_projections() -> None:
+    spec, plain = from_hf_config(HUNYUAN_CLA), from_hf_config(HUNYUAN_A13B)
+    assert spec.kv_shared_layers == tuple(range(1, 32, 2)) and spec.cross_layer_kv
+    assert spec.kv_bytes_per_token(BF16) == 16 * 2 * 8 * 128 * BF16 == plain.kv_bytes_per_token(BF16) // 2
+    q, kv = 4096 * 32 * 128, 4096 * 8 * 128
+    assert spec.attention_params_per_layer(0) == 2 * q + 2 * kv + 2 * 128
+    assert spec.attention_params_per_layer(1) == 2 * q + 128  # q_proj, o_proj and the query norm only
+    assert plain.param_count() - spec.param_count() == 16 * (2 * kv + 128)
+    assert from_hf_config({**HUNYUAN_CLA, "cla_share_factor": 1}).kv_shared_layers == ()
+
+
 def test_hunyuan_reads_single_values_dense_configs_and_names_what_it_cannot_price() -> None:
     flat = {**HUNYUAN_A13B, "moe_intermediate_size": 3072, "moe_topk": 8, "num_shared_expert": 1}
     assert from_hf_config(flat).param_count() == from_hf_config(HUNYUAN_A13B).param_count()
@@ -149,7 +166,7 @@ def test_hunyuan_reads_single_values_dense_configs_and_names_what_it_cannot_pric
     assert dense.moe is None and dense.ffn_params(0) == 3 * 4096 * 3072
     skipped = from_hf_config({**HUNYUAN_A13B, "moe_layer_num_skipped": 2})
     assert skipped.moe.moe_layers == tuple(range(2, 32))
-    for cfg, field in (({**HUNYUAN_A13B, "use_cla": True, "cla_share_factor": 2}, "use_cla"),
+    for cfg, field in (({**HUNYUAN_A13B, "use_cla": True, "cla_share_factor": 0}, "cla_share_factor"),
                        ({**HUNYUAN_A13B, "moe_topk": [8] * 31 + [2]}, "moe_topk"),
                        ({**HUNYUAN_A13B, "sliding_window": 4096}, "sliding_window")):
         with pytest.raises(PdagInputError) as err:
@@ -244,6 +261,8 @@ def test_a_recipe_without_a_stored_config_names_the_fact(repo: str) -> None:
     ("VLLM_ROCM_USE_AITER=1 vllm serve tencent/Hunyuan-A13B-Instruct --tensor-parallel-size 2 --trust-remote-code",
      "mi300x", HUNYUAN_A13B, None),
     ("sglang serve --model-path stepfun-ai/Step-3.5-Flash --tp 4 --ep 4", "h200", STEP_3_5_FLASH, None),
+    ("vllm serve tencent/Hunyuan-A13B-Instruct --tensor-parallel-size 4 --trust-remote-code", "h100-sxm", HUNYUAN_CLA,
+     None),
 ])
 def test_the_recipes_import_validate_estimate_and_export_with_the_config(
         tmp_path: Any, capsys: pytest.CaptureFixture[str], command: str, gpu: str, config: dict[str, Any],
@@ -272,6 +291,8 @@ FIELDS = {
                                   "moe_intermediate_size"]),
     "hunyuan_v1_moe": (HUNYUAN_A13B, ["num_hidden_layers", "num_experts", "moe_topk", "num_shared_expert",
                                       "moe_intermediate_size", "moe_layer_num_skipped", "num_key_value_heads"]),
+    "hunyuan": (HUNYUAN_CLA, ["num_hidden_layers", "num_experts", "moe_topk", "cla_share_factor",
+                              "intermediate_size", "num_key_value_heads", "num_attention_heads"]),
     "bailing_moe": (LING_MINI_2, ["num_hidden_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
                                   "first_k_dense_replace", "moe_shared_expert_intermediate_size", "head_dim"]),
     "step3p5": (STEP_3_5_FLASH, ["num_hidden_layers", "num_attention_heads", "num_attention_groups", "moe_num_experts",

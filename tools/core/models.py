@@ -288,6 +288,8 @@ class ModelSpec(BaseModel):
     # layers that attend over an earlier layer's cache and keep none of their own (Gemma-4 E2B / E4B's last
     # num_kv_shared_layers), and layers whose dense FFN is twice intermediate_size (their use_double_wide_mlp)
     kv_shared_layers: tuple[int, ...] = ()
+    # the kv_shared_layers compute no K or V either: q_proj and o_proj only (Hunyuan's cross-layer attention, CLA)
+    cross_layer_kv: bool = False
     wide_ffn_layers: tuple[int, ...] = ()
     # per-layer embeddings (Gemma-4 E2B / E4B): each token also looks up per_layer_input_width values for every layer
     # in a table of per_layer_input_vocab rows, projected from the embedding too, and each layer gates them in
@@ -472,20 +474,19 @@ class ModelSpec(BaseModel):
                 total += h
             return total
         kv_heads, head_dim = self.kv_shape(layer)
-        shared = layer is not None and self.full_layer_shape is not None and self.full_layer_shape.shared_kv and \
-            not self.is_sliding_layer(layer)
+        kv_proj = self.kv_projections(layer)
         q_heads = self.q_heads(layer)
         q_out = q_heads * head_dim
         kv_out = kv_heads * head_dim
-        total = h * q_out + (1 if shared else 2) * h * kv_out + q_out * h
+        total = h * q_out + kv_proj * h * kv_out + q_out * h
         if self.attention_output_gate:
             total += h * q_out
         if self.attention_bias:
-            total += q_out + (1 if shared else 2) * kv_out
+            total += q_out + kv_proj * kv_out
         if self.attention_out_bias:
             total += h
         if self.qk_norm:
-            total += 2 * head_dim
+            total += (2 if kv_proj else 1) * head_dim
         if self.qk_norm_full:
             total += q_out + kv_out
         if self.attention_sinks:
@@ -493,6 +494,16 @@ class ModelSpec(BaseModel):
         if self.head_gate:
             total += h * q_heads
         return total
+
+    def kv_projections(self, layer: int | None = None) -> int:
+        """K/V projections ``layer`` computes: 2; 1 when its values come from the key projection (Gemma-4's
+        attention_k_eq_v); 0 in a cross-layer-attention layer reading the previous layer's K and V (Hunyuan's CLA)."""
+        if layer is None:
+            return 2
+        if self.cross_layer_kv and layer in self.kv_shared_layers:
+            return 0
+        fls = self.full_layer_shape
+        return 1 if fls is not None and fls.shared_kv and not self.is_sliding_layer(layer) else 2
 
     def mixer_params(self, layer: int) -> int:
         """The token mixer of ``layer``: its recurrent block, attention (with any indexer), or both side by side."""
@@ -1376,12 +1387,7 @@ def _read_hunyuan(c: _Cfg, num_layers: int) -> _Read:
     of one per layer), no router bias; use_mixed_mlp_moe adds a shared MLP of intermediate_size x num_shared_expert;
     q/k RMSNorms per head with use_qk_norm; biases on q/k/v and o_proj with attention_bias (vLLM
     vllm/model_executor/models/hunyuan_v1.py: HunYuanSparseMoeBlock, HunYuanAttention, HunYuanDecoderLayer).
-    Cross-layer attention (use_cla: a layer reading the previous layer's K/V) is refused: no published Hunyuan MoE
-    config turns it on."""
-    if c.bool("use_cla", False):
-        raise PdagInputError(c.path("use_cla"), "cross-layer attention (layers reusing the previous layer's KV) is "
-                             "not priced; pdag refuses rather than price every layer's KV", "false (as Hunyuan-A13B's "
-                             "config states)")
+    Cross-layer attention (use_cla) is read by _layer_kinds."""
     _no_window(c)
     dense_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
     bias = c.bool("attention_bias", False)
@@ -1736,6 +1742,14 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         return {"recurrent": rec}
     if model_type == "gemma4_text":
         return _gemma4_layers(c, num_layers, notes)
+    if SUPPORTED_MODEL_TYPES.get(model_type) == "hunyuan" and c.bool("use_cla", False):
+        factor = c.int("cla_share_factor", default=1, hi=MAX_LAYERS)
+        shared = tuple(i for i in range(num_layers) if i % factor)
+        if shared:
+            notes.append(f"cross-layer attention (cla_share_factor {factor}): {len(shared)} of {num_layers} layers "
+                         "attend over the K and V of the layer before them, with no k/v projections and no KV of "
+                         "their own")
+        return {"kv_shared_layers": shared, "cross_layer_kv": True}
     if model_type == "kimi_linear":
         rec = _kimi_linear_layers(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are Kimi Delta Attention (linear attention): each "
