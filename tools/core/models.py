@@ -1520,12 +1520,12 @@ def _step3p5_moe_layers(c: _Cfg, num_layers: int) -> tuple[int, ...]:
     raw = c.raw.get("moe_layers_enum")
     if raw is None:
         return tuple(range(1, num_layers))
-    try:
-        items = [int(v) for v in raw.split(",") if v.strip()] if isinstance(raw, str) else \
-            [v if isinstance(v, int) and not isinstance(v, bool) else int("x") for v in raw]
-    except (TypeError, ValueError):
+    parts = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else None
+    items = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in parts or ()
+             if not (isinstance(v, str) and not v.strip())]
+    if parts is None or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
         raise PdagInputError(c.path("moe_layers_enum"), f"expected layer indices, got {shown(raw)}",
-                             "a comma-separated string or a list of layer indices") from None
+                             "a comma-separated string or a list of layer indices")
     if any(i < 0 for i in items):
         raise PdagInputError(c.path("moe_layers_enum"), "a negative layer index", f"indices in 0..{num_layers - 1}")
     return tuple(sorted({i for i in items if i < num_layers}))
