@@ -58,7 +58,7 @@ def tp_candidates(plan: Plan) -> list[int]:
     spec = plan.spec
     out = []
     for t in range(1, min(spec.num_heads, 64) + 1):
-        if spec.num_heads % t:
+        if any(q % t for q in spec.q_head_counts):
             continue
         if spec.attention != "mla" and any(kv % t and t % kv for kv in spec.kv_head_counts):
             continue

@@ -402,8 +402,9 @@ class _Search:
         if group > domain or domain % group:
             self.reject("TP-WITHIN-NODE", f"{what}: a group of {group} GPUs leaves the {domain}-GPU NVLink domain")
             return False
-        if spec.num_heads % tp:
-            self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
+        heads = next((q for q in spec.q_head_counts if q % tp), None)
+        if heads is not None:
+            self.reject("TP-HEADS-DIVISIBLE", f"{what}: {heads} heads")
             return False
         kv = next((k for k in spec.kv_head_counts if k % tp and tp % k), None)
         if spec.attention != "mla" and kv is not None:
