@@ -69,11 +69,22 @@ def attention_unquantized(plan: Plan) -> bool:
     if experts_only(plan):
         return True
     spec = plan.spec
-    repo = (plan.served_repo or "").lower()
-    family = (quant_data().get("attention_unquantized") or {}).get("repo_prefixes") or ()
-    if any(repo.startswith(p) for p in family):
+    if _listed(plan, "attention_unquantized"):
         return True
     return spec.checkpoint_format == fmt and any("attn" in m for m in spec.unquantized_modules)
+
+
+def dense_unquantized(plan: Plan) -> bool:
+    """The served checkpoint keeps its dense FFN and shared experts in 16 bits and quantizes the routed experts
+    only: a checkpoint published that way (``dense_unquantized`` in quantization.json, from the ignore lists of
+    NVIDIA's NVFP4 releases)."""
+    return storage(plan) not in ("bf16", "fp16") and _listed(plan, "dense_unquantized")
+
+
+def _listed(plan: Plan, table: str) -> bool:
+    """The served repo is one quantization.json's ``table`` names (by repo prefix, case-insensitive)."""
+    repo = (plan.served_repo or "").lower()
+    return any(repo.startswith(p) for p in (quant_data().get(table) or {}).get("repo_prefixes") or ())
 
 
 def _sixteen(plan: Plan) -> float:
@@ -88,7 +99,7 @@ def weight_bytes(plan: Plan, component: Literal["attention", "dense", "expert"])
     fmt = storage(plan)
     if weights_of(plan) is None:
         return DTYPE_BYTES[fmt]
-    if component == "dense" and experts_only(plan):
+    if component == "dense" and (experts_only(plan) or dense_unquantized(plan)):
         return _sixteen(plan)
     return float(format_info(fmt)["bytes_per_param"])
 
