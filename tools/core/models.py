@@ -39,6 +39,7 @@ __all__ = [
     "MoESpec",
     "ModelSpec",
     "SUPPORTED_MODEL_TYPES",
+    "for_checkpoint",
     "from_hf_config",
     "load_preset",
     "preset_ids",
@@ -1080,6 +1081,21 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
         hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
         raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)
+
+
+def for_checkpoint(spec: ModelSpec, repo: str | None) -> ModelSpec:
+    """The preset as the served checkpoint ships it: a release of the same shapes whose card states a longer
+    native context (``checkpoint_contexts`` in index.json: Qwen3-235B-A22B's 2507 releases, 262,144 tokens against
+    the base's 40,960) takes that window, so exports and fits do not cap it at the base's."""
+    if not repo or spec.id not in preset_index():
+        return spec
+    contexts = {k.lower(): v for k, v in preset_index()[spec.id].get("checkpoint_contexts", {}).items()}
+    tokens = contexts.get(repo.strip().rstrip("/").lower())
+    if tokens is None or tokens == spec.max_position_embeddings:
+        return spec
+    note = (f"{repo.strip()} states a native context of {tokens:,} tokens (the preset's config: "
+            f"{spec.max_position_embeddings:,}); the same shapes otherwise")
+    return spec.model_copy(update={"max_position_embeddings": tokens, "notes": (*spec.notes, note)})
 
 
 def resolve_model(model: str | dict[str, Any] | ModelSpec, *, field: str = "model") -> ModelSpec:

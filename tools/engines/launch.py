@@ -37,7 +37,7 @@ from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
-from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
+from tools.core.models import MODELS_DIR, for_checkpoint, from_hf_config, load_preset, preset_ids, preset_index
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -172,7 +172,11 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     if key in idx:
         own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
         listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
-        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant)" if listed else None)
+        spec = for_checkpoint(load_preset(idx[key]), key)
+        window = "" if spec.max_position_embeddings == load_preset(idx[key]).max_position_embeddings else \
+            f", with its own {spec.max_position_embeddings:,}-token native context"
+        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant{window})" if listed
+                          else None)
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
     parts = [p for p in key.split("/") if p]
     for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
