@@ -45,6 +45,7 @@ __all__ = [
     "preset_ids",
     "preset_index",
     "resolve_model",
+    "why_no_preset",
 ]
 
 MODELS_DIR = KNOWLEDGE_ROOT / "models"
@@ -1069,6 +1070,37 @@ def _preset_key(key: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _no_preset() -> dict[str, tuple[str, dict[str, Any]]]:
+    """``knowledge/models/no_preset.json``: lower-cased repo id -> (kind, entry)."""
+    with open(MODELS_DIR / "no_preset.json", encoding="utf-8") as f:
+        data = json.load(f)
+    return {repo.lower(): (kind, entry) for kind in ("no_citable_config", "out_of_scope")
+            for entry in data[kind] for repo in entry["repos"]}
+
+
+def why_no_preset(repo: str, field: str) -> PdagInputError | None:
+    """The published fact that keeps a named checkpoint without a preset, as the error to raise: no citable
+    config.json for a family pdag reads (the way out: bring the config), or a model outside pdag's scope."""
+    known = _no_preset()
+    name = repo.strip().rstrip("/").lower()
+    hit = known.get(name)
+    for suffix in _families()["repo_suffixes"]:
+        if hit is None and name.endswith(suffix):
+            hit = known.get(name[: -len(suffix)])
+    if hit is None:
+        return None
+    kind, entry = hit
+    if kind == "out_of_scope":
+        return PdagInputError(field, f"{shown(repo)} is outside pdag's scope: {entry['fact']} ({entry['source']})",
+                              "a generative decoder-only model that serves by prefill then token-by-token decode")
+    return PdagInputError(
+        field, f"no preset for {shown(repo)}: {entry['fact']} ({entry['source']})",
+        f"bring the checkpoint's config.json (model_type {entry['model_type']}, which pdag reads): pdag import ... "
+        '--hf-config FILE, --model path/to/config.json, {"hf_config": {...}} in a plan, or hf_config over MCP '
+        "(import_deployment)")
+
+
 def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
     """A preset by id or Hugging Face repo id (case-insensitive; FP8/AWQ/NVFP4 variants map to their base)."""
     how = ("or pass the model's config.json: --model path/to/config.json on the command line, "
@@ -1078,6 +1110,9 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
                              "presets: " + ", ".join(preset_ids()) + "; " + how)
     key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
     if key is None:
+        known = why_no_preset(id[:MAX_MATCHED * 2], field)
+        if known is not None:
+            raise known
         hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
         raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)

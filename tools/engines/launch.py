@@ -37,7 +37,15 @@ from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
-from tools.core.models import MODELS_DIR, for_checkpoint, from_hf_config, load_preset, preset_ids, preset_index
+from tools.core.models import (
+    MODELS_DIR,
+    for_checkpoint,
+    from_hf_config,
+    load_preset,
+    preset_ids,
+    preset_index,
+    why_no_preset,
+)
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -188,6 +196,9 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
         if norm in _ALIASES:
             pid = _ALIASES[norm]
             return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
+    known = why_no_preset(repo, "command.model")
+    if known is not None:
+        raise known
     if repo.startswith("$"):
         raise PdagInputError("command.model", f"the model is the shell variable {repo!r}, which pdag cannot expand",
                              "the command with its variables expanded (e.g. echo it from the shell that runs it)")
