@@ -50,10 +50,15 @@ def weight_block(plan: Plan) -> int:
 
 def experts_only(plan: Plan) -> bool:
     """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
-    its config's quantization_config says through modules_to_not_convert."""
+    its config's quantization_config says through modules_to_not_convert, or the format does by definition
+    (``experts_only`` in quantization.json: vLLM's experts_int8)."""
     spec = plan.spec
     fmt = weights_of(plan)
-    if fmt is None or not spec.is_moe or spec.checkpoint_format != fmt:
+    if fmt is None or not spec.is_moe:
+        return False
+    if format_info(fmt).get("experts_only"):  # vLLM's experts_int8: routed experts quantized while loading
+        return True
+    if spec.checkpoint_format != fmt:
         return False
     return any("attn" in m for m in spec.unquantized_modules)
 

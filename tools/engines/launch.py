@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
@@ -948,6 +949,7 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
                                  "engine: " + ", ".join(ENGINES) + ", or plan.engine set to one of them")
     key = engine_key(engine)
     table = flag_table(key, engine_version)
+    _still_served(parsed, key, table.version)
     result = _export(parsed, key)
     own = parsed.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else parsed.engine == key
     for argv in result.argv:
@@ -964,6 +966,30 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
         result.notes.append("the plan's engine profile is TensorRT-LLM's C++ runtime (built TensorRT engines); this "
                             "command starts trtllm-serve, whose default is the PyTorch backend (profile trtllm)")
     return result
+
+
+@lru_cache(maxsize=1)
+def _removed_models() -> dict[str, list[dict[str, Any]]]:
+    with open(KNOWLEDGE_ROOT / "engines" / "removed_models.json", encoding="utf-8") as f:
+        return {k: v for k, v in json.load(f).items() if k != "description"}
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def _still_served(plan: Plan, key: str, version: str) -> None:
+    """Refuse a command for a release that no longer serves the model's architecture (vLLM dropped MiniMax-Text-01
+    and M1 after v0.23.0): it could not start."""
+    release = _release(version)
+    for entry in _removed_models().get(key, []):
+        last = _release(entry["last_release"])
+        if plan.spec.model_type in entry["model_types"] and release and last and release > last:
+            raise EngineCannotExpress(
+                "engine", f"{entry['fact']} ({entry['source']}); pdag writes {_ENGINE_NAMES[key]} {version} commands",
+                f"a {_ENGINE_NAMES[key]} release up to {entry['last_release']} (pdag has no flag table for one, so it "
+                "writes no command for it), or another engine that serves the model")
 
 
 def _errors(plan: Plan) -> list[Any]:
