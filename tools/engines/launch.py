@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
@@ -976,7 +975,7 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
 
 @lru_cache(maxsize=1)
 def _removed_models() -> dict[str, list[dict[str, Any]]]:
-    with open(KNOWLEDGE_ROOT / "engines" / "removed_models.json", encoding="utf-8") as f:
+    with open(MODELS_DIR / "removed_from_engines.json", encoding="utf-8") as f:
         return {k: v for k, v in json.load(f).items() if k != "description"}
 
 
