@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from knowledge import ROOT
-from tools.core.efficiency import plan_efficiency
 from tools.core.errors import PdagInputError
 from tools.core.memory import memory_report
 from tools.core.models import load_preset
@@ -155,45 +154,3 @@ def test_the_cookbooks_gemma_4_31b_and_glm_45_lines_go_end_to_end() -> None:
         plan = imported(command, gpu)
         assert not [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
         assert export_plan(plan, "sglang").gpus == plan["hardware"]["num_gpus"]
-
-
-KIMI_DP16 = ("vllm serve moonshotai/Kimi-K2-Instruct --trust-remote-code --data-parallel-size 16 "
-             "--data-parallel-size-local 8 --enable-expert-parallel --max-num-batched-tokens 8192 "
-             "--max-num-seqs 256 --gpu-memory-utilization 0.85")
-
-
-def test_vllms_memory_share_is_read_written_back_and_named_when_the_weights_exceed_it() -> None:
-    """vLLM's Kimi-K2 DP16 + EP recipe on 16 H800: --gpu-memory-utilization 0.85 is a share of the device total, so
-    vLLM may use 68 GB of an 80 GB H800 for weights, activations and KV; one GPU's weights (1/16 of the routed
-    experts plus a full copy of the rest) are 77.7 GB. The reserve is the runtime's 1.5 GB plus the 15 % left unused,
-    and the refusal names the share."""
-    plan = imported(KIMI_DP16, "h800")
-    assert plan["engine_options"]["memory_fraction"] == 0.85
-    assert "--gpu-memory-utilization" not in plan["engine_options"].get("extra_args", [])
-    parsed = parse_plan(plan)
-    report = memory_report(parsed)
-    cap = parsed.accelerator.capacity_bytes
-    runtime = plan_efficiency(parsed, None)["runtime_reserve_bytes"]
-    assert report.reserved_bytes == pytest.approx(runtime + 0.15 * cap)
-    assert report.weights_bytes > 0.85 * cap
-    fits = [v for v in validate_dag(plan).violations if v.rule_id == "MEM-FITS"]
-    assert fits and "memory share 0.85" in fits[0].message and "less than the weights alone" in fits[0].message
-    assert "--gpu-memory-utilization 0.85" in export_plan(plan, "vllm", force=True).command
-
-
-@settings(max_examples=25, deadline=None)
-@given(low=st.floats(0.5, 0.95), high=st.floats(0.5, 0.95))
-def test_a_larger_memory_share_never_holds_less_kv(low: float, high: float) -> None:
-    low, high = sorted((low, high))
-    base = imported("vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 8", "h100-sxm")
-    reports = [memory_report(parse_plan({**base, "engine_options": {"memory_fraction": f}})) for f in (low, high)]
-    assert reports[0].reserved_bytes >= reports[1].reserved_bytes
-    assert reports[0].max_batch_size_that_fits <= reports[1].max_batch_size_that_fits
-
-
-def test_no_memory_share_keeps_the_profiles_reserve() -> None:
-    plan = parse_plan(imported("vllm serve meta-llama/Llama-3.1-70B-Instruct -tp 8", "h100-sxm"))
-    assert plan.engine_options.memory_fraction is None
-    eff = plan_efficiency(plan, None)
-    reserve = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * plan.accelerator.capacity_bytes
-    assert memory_report(plan).reserved_bytes == pytest.approx(reserve)

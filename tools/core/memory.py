@@ -52,9 +52,7 @@ reduced-vocabulary LM head), 16-bit, one layer of KV; a draft model sits on the 
 with its own weights and KV split by its tp.  Lookahead slots (k tokens per sequence) are not counted.
 
 Reserve: ``runtime_reserve_bytes`` (CUDA context, workspaces, NCCL, CUDA graphs) plus
-``fragmentation_fraction`` of capacity; both from ``knowledge/hardware/efficiency.json``; a plan whose launch command
-states the engine's memory share (``engine_options.memory_fraction``: vLLM's --gpu-memory-utilization) leaves the rest
-of the device unused instead.
+``fragmentation_fraction`` of capacity; both from ``knowledge/hardware/efficiency.json``.
 """
 
 from __future__ import annotations
@@ -464,15 +462,6 @@ def _largest(fits: Callable[[int], bool], hi: int) -> int:
     return lo
 
 
-def reserve_bytes(plan: Plan, eff: dict[str, float], cap: float) -> float:
-    """What a GPU keeps out of the plan's reach: the runtime's own buffers plus the share of the device the engine
-    leaves unused, ``1 - engine_options.memory_fraction`` when the launch command states it (vLLM's
-    --gpu-memory-utilization is a fraction of the device total), else the profile's ``fragmentation_fraction``."""
-    fraction = plan.engine_options.memory_fraction
-    unused = 1.0 - fraction if fraction is not None else eff["fragmentation_fraction"]
-    return eff["runtime_reserve_bytes"] + unused * cap
-
-
 def kv_cache_tokens(plan: Plan, layout: Layout | None = None, efficiency: Overlay = None) -> dict[str, int]:
     """Tokens of KV one replica's cache holds, per pool (``both``, or ``prefill`` and ``decode``).
 
@@ -488,7 +477,7 @@ def kv_cache_tokens(plan: Plan, layout: Layout | None = None, efficiency: Overla
     layout = layout or Layout(plan)
     eff = plan_efficiency(plan, efficiency)
     cap = float(plan.accelerator.capacity_bytes)
-    reserved = reserve_bytes(plan, eff, cap)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
     chunk = int(eff["prefill_chunk_tokens"])
     out: dict[str, int] = {}
     for pt in _pools(plan, layout, eff):
@@ -538,7 +527,7 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
     eff = plan_efficiency(plan, efficiency)
     spec, wl = plan.spec, plan.workload
     cap = float(plan.accelerator.capacity_bytes)
-    reserved = reserve_bytes(plan, eff, cap)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
     chunk = int(eff["prefill_chunk_tokens"])
     pools = _pools(plan, layout, eff)
     batch = wl.batch_size
@@ -609,7 +598,7 @@ def one_sequence_tokens(plan: Plan, windowed: bool = True) -> int:
     layout = Layout(one)
     eff = plan_efficiency(one, None)
     cap = float(one.accelerator.capacity_bytes)
-    reserved = reserve_bytes(one, eff, cap)
+    reserved = eff["runtime_reserve_bytes"] + eff["fragmentation_fraction"] * cap
     chunk = int(eff["prefill_chunk_tokens"])
 
     def engine_view(t: _Terms) -> _Terms:

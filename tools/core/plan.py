@@ -148,9 +148,6 @@ class EngineOptions(_Strict):
     max_num_seqs: int | None = Field(
         None, ge=1, le=MAX_BATCH, description="the engine's running-sequence cap as a launch command set it "
         "(vLLM --max-num-seqs, per DP engine; SGLang --max-running-requests; TRT-LLM --max_batch_size)")
-    memory_fraction: float | None = Field(
-        None, gt=0, le=1, description="share of each GPU's memory the engine may use, weights and KV cache included, "
-        "as a launch command set it (vLLM --gpu-memory-utilization, default 0.9); the rest stays unused")
     extra_args: list[str] | None = Field(
         None, max_length=400, description="arguments of an imported command pdag does not model "
         "(e.g. --trust-remote-code), carried to an export for the same engine unless a flag pdag writes replaces them")

@@ -495,7 +495,7 @@ def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
         elif moe_tp > 1:
             notes.append(f"experts are tensor-sharded over the {moe_tp} TP ranks (vLLM's default without EP)")
     max_seqs, max_len = _serving_limits(plan, "vllm")
-    argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)] + _memory_flags(plan)
+    argv += ["--max-num-seqs", str(max_seqs), "--max-model-len", str(max_len)]
     notes += _limit_notes(plan, max_seqs, max_len, "--max-num-seqs", "--max-model-len")
     argv += _dtype_flags(plan, notes, "vllm")
     argv += _remote_code_flags(plan, "vllm") + _text_only_flags(plan, "vllm", notes)
@@ -660,7 +660,7 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     per_engine = plan.engine_options.max_num_seqs or -(-max_seqs // p.attn_dp)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), *_dcp_flags(plan, "vllm"), "--enable-expert-parallel",
-            "--max-num-seqs", str(per_engine), "--max-model-len", str(max_len), *_memory_flags(plan)]
+            "--max-num-seqs", str(per_engine), "--max-model-len", str(max_len)]
     if plan.engine_options.max_num_seqs is None:
         notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
                      "rounded up")
@@ -673,12 +673,6 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     argvs = [env + a for a in _vllm_dp_nodes(argv, p.attn_dp, p.tp * p.pp, plan.hardware.gpus_per_node, notes)]
     return ExportResult(engine="vllm", command=_lines(argvs, "node"), argv=argvs, gpus=p.tp * p.pp * p.attn_dp,
                         notes=notes)
-
-
-def _memory_flags(plan: Plan) -> list[str]:
-    """vLLM's share of each GPU, as the imported command set it (engine_options.memory_fraction)."""
-    fraction = plan.engine_options.memory_fraction
-    return [] if fraction is None else ["--gpu-memory-utilization", f"{fraction:g}"]
 
 
 def _dtype_flags(plan: Plan, notes: list[str], engine: str) -> list[str]:
@@ -1146,7 +1140,7 @@ VLLM_FLAGS = {
     "--dtype": "dtype", "--quantization": "quant", "-q": "quant", "--kv-cache-dtype": "kv",
     "--model": "model", "--max-num-batched-tokens": "chunk", "--max-cudagraph-capture-size": "graph_max",
     "--compilation-config": "compile", "-O": "compile",
-    "--decode-context-parallel-size": "dcp", "-dcp": "dcp", "--gpu-memory-utilization": "memfrac",
+    "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
 }
 VLLM_BOOL = {"--enable-expert-parallel": "ep_on", "-ep": "ep_on", "--enforce-eager": "eager"}
 # flags taking a list of capture sizes (the older one deprecated by vLLM PR #26016)
@@ -1734,17 +1728,6 @@ def _caps_and_extra(values: dict[str, str], ignored: list[str], engine: str, not
                 out[field] = int(values[name])
             except ValueError:
                 notes.append(f"{flag} {values[name]!r} is not an integer: not kept")
-    if "memfrac" in values:
-        try:
-            fraction = float(values["memfrac"])
-        except ValueError:
-            fraction = 0.0
-        if 0 < fraction <= 1:
-            out["memory_fraction"] = fraction
-            notes.append(f"--gpu-memory-utilization {values['memfrac']}: the engine uses that share of each GPU's "
-                         f"memory and leaves {1 - fraction:.0%} of it unused (engine_options.memory_fraction)")
-        else:
-            notes.append(f"--gpu-memory-utilization {values['memfrac']!r} is not a fraction in (0, 1]: not kept")
     extra: list[str] = []
     for item in ignored:
         flag, _, value = item.partition(" ")

@@ -206,14 +206,9 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
                  "reserve "
                  f"{r.reserved_bytes / GB:.1f} GB")
-        share = plan.engine_options.memory_fraction
-        usable = (share or 0.0) * r.capacity_bytes
-        alone = (f"; the engine's memory share {share:g} (engine_options.memory_fraction, vLLM's "
-                 f"--gpu-memory-utilization) gives it {usable / GB:.1f} GB, less than the weights alone"
-                 if share is not None and r.weights_bytes > usable else "")
         yield Finding(f"GPU {r.worst_gpu} needs {r.max_gpu_bytes / GB:.1f} GB ({parts}) but a "
                       f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB "  # type: ignore[union-attr]
-                      f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it){alone}; every GPU must fit",
+                      f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it); every GPU must fit",
                       field="plan.parallel", hint=hint)
 
 
