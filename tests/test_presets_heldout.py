@@ -154,3 +154,23 @@ def test_the_cookbooks_gemma_4_31b_and_glm_45_lines_go_end_to_end() -> None:
         plan = imported(command, gpu)
         assert not [v.rule_id for v in validate_dag(plan).violations if v.severity == "error"]
         assert export_plan(plan, "sglang").gpus == plan["hardware"]["num_gpus"]
+
+
+KIMI_DP16 = ("vllm serve moonshotai/Kimi-K2-Instruct --trust-remote-code --data-parallel-size 16 "
+             "--data-parallel-size-local 8 --enable-expert-parallel --max-num-batched-tokens 8192 "
+             "--max-num-seqs 256 --gpu-memory-utilization 0.85")
+
+
+@pytest.mark.parametrize("share,named", [("0.85", True), ("0.99", False), ("abc", False)])
+def test_the_refusal_names_a_memory_share_smaller_than_the_weights(share: str, named: bool) -> None:
+    """vLLM's Kimi-K2 DP16 + EP recipe on 16 H800: --gpu-memory-utilization is a share of the device total, so at
+    0.85 vLLM may use 68 GB of an 80 GB H800 for everything, less than the 77.7 GB of weights one GPU holds (1/16 of
+    the routed experts plus a full copy of the rest): MEM-FITS says so. At 0.99 (79.2 GB) it is still refused, but
+    not for the share; a value that is no fraction is not read."""
+    plan = imported(KIMI_DP16.replace("0.85", share), "h800")
+    fits = [v for v in validate_dag(plan).violations if v.rule_id == "MEM-FITS"]
+    assert fits
+    assert ("--gpu-memory-utilization 0.85 gives vLLM 68.0 GB" in fits[0].message) == named
+    weights = memory_report(parse_plan(plan)).weights_bytes
+    if share != "abc":
+        assert (weights > float(share) * 80e9) == named
