@@ -180,9 +180,9 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     if key in idx:
         own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
         listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
-        spec = for_checkpoint(load_preset(idx[key]), key)
-        window = "" if spec.max_position_embeddings == load_preset(idx[key]).max_position_embeddings else \
-            f", with its own {spec.max_position_embeddings:,}-token native context"
+        base = load_preset(idx[key])
+        tokens = for_checkpoint(base, key).max_position_embeddings
+        window = "" if tokens == base.max_position_embeddings else f", with its own {tokens:,}-token native context"
         return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant{window})" if listed
                           else None)
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
