@@ -437,7 +437,7 @@ def search_strategies(
     slo: Annotated[SloArg | None, Field(description="optional SLOs; plans missing one rank last")] = None,
     top_k: Annotated[int, Field(ge=1, le=20, description="plans to return, best first")] = 5,
     dtype: Annotated[Literal["bf16", "fp16", "fp8", "int8", "int4"], Field(description="compute dtype")] = "bf16",
-    weights: Annotated[WeightFormat | None, Field(description="checkpoint storage (default: the model's)")] = None,
+    weights: Annotated[WeightFormat | None, Field(description="default: the checkpoint's")] = None,
     attention_dp: Annotated[bool, Field(description="also try attention-DP (MoE)")] = True,
     allow_expert_tp: Annotated[bool, Field(description="also try TP inside experts (MoE; vLLM's default without "
                                                        "expert parallelism; disallowed unless opted in)")] = False,

@@ -327,8 +327,8 @@ def test_glm_4_7_flash_cookbook_command_imports_validates_estimates_exports(
 
 # ----------------------------------------------------------------------------------------------- Gemma-4
 # google/gemma-4-31B-it's config.json as transformers 5.7 loads it (a third-party printout of Gemma4Config; the text
-# fields here are copied from it, the vision tower reduced to its model_type). No preset: no verbatim copy of the
-# file itself could be cited.
+# fields here are copied from it, the vision tower reduced to its model_type). The preset gemma-4-31b holds the
+# config as NVIDIA's NVFP4 release copies it; tests/test_presets_heldout.py pins it.
 GEMMA4_31B = {
     "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "tie_word_embeddings": True,
     "text_config": {

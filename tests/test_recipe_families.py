@@ -247,11 +247,11 @@ RECIPE_MODELS = ["tencent/Hunyuan-A13B-Instruct", "inclusionAI/Ring-1T-FP8", "st
 def test_a_recipe_without_a_stored_config_names_the_fact(repo: str) -> None:
     with pytest.raises(PdagInputError) as err:
         import_command(f"vllm serve {repo} --tensor-parallel-size 4 --trust-remote-code", gpu="h200")
-    assert err.value.field == "command.model" and "no public config.json" in err.value.problem
+    assert err.value.field == "command.model" and "no verbatim copy of its config.json" in err.value.problem
     assert "--hf-config" in str(err.value.allowed)
     with pytest.raises(PdagInputError) as err:
         load_preset(repo)
-    assert "no public config.json" in err.value.problem and "config.json" in str(err.value.allowed)
+    assert "no verbatim copy of its config.json" in err.value.problem and "config.json" in str(err.value.allowed)
 
 
 @pytest.mark.parametrize(("command", "gpu", "config", "mixer"), [

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from knowledge import ROOT as KNOWLEDGE_ROOT
 from tools.core.hardware import Accelerator
 
-WeightFormat = Literal["bf16", "fp16", "fp8", "int8", "int4", "awq-int4", "gptq-int4", "mxfp4", "nvfp4"]
+WeightFormat = Literal["bf16", "fp16", "fp8", "int8", "int4", "awq-int4", "gptq-int4", "mxfp4", "nvfp4", "experts-int8"]
 QUANT_FILE = KNOWLEDGE_ROOT / "hardware" / "quantization.json"
 
 

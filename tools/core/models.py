@@ -40,12 +40,13 @@ __all__ = [
     "MoESpec",
     "ModelSpec",
     "SUPPORTED_MODEL_TYPES",
+    "for_checkpoint",
     "from_hf_config",
     "load_preset",
     "preset_ids",
     "preset_index",
     "resolve_model",
-    "unstored_config",
+    "why_no_preset",
 ]
 
 MODELS_DIR = KNOWLEDGE_ROOT / "models"
@@ -1124,19 +1125,35 @@ def _preset_key(key: str) -> str | None:
     return None
 
 
-def unstored_config(name: str) -> str | None:
-    """Why a checkpoint a published recipe names has no preset, when pdag knows its family but stores no citable copy of
-    its config.json (``no_stored_config`` in families.json; quantized variants as their base); None otherwise."""
-    key = name.strip().lower()
-    gaps = _families()["no_stored_config"]
-    entry = gaps.get(key) or next((gaps[key[: -len(s)]] for s in _families()["repo_suffixes"]
-                                   if key.endswith(s) and key[: -len(s)] in gaps), None)
-    if entry is None:
+@lru_cache(maxsize=1)
+def _no_preset() -> dict[str, tuple[str, dict[str, Any]]]:
+    """``knowledge/models/no_preset.json``: lower-cased repo id -> (kind, entry)."""
+    with open(MODELS_DIR / "no_preset.json", encoding="utf-8") as f:
+        data = json.load(f)
+    return {repo.lower(): (kind, entry) for kind in ("no_citable_config", "out_of_scope")
+            for entry in data[kind] for repo in entry["repos"]}
+
+
+def why_no_preset(repo: str, field: str) -> PdagInputError | None:
+    """The published fact that keeps a named checkpoint without a preset, as the error to raise: no citable
+    config.json for a family pdag reads (the way out: bring the config), or a model outside pdag's scope."""
+    known = _no_preset()
+    name = repo.strip().rstrip("/").lower()
+    hit = known.get(name)
+    for suffix in _families()["repo_suffixes"]:
+        if hit is None and name.endswith(suffix):
+            hit = known.get(name[: -len(suffix)])
+    if hit is None:
         return None
-    mt = entry["model_type"]
-    read = (f"pdag reads its family (model_type {mt})" if entry["read"] else
-            f"pdag has no reader for its model_type {mt} yet")
-    return f"no public config.json of {name!r} is stored, so it has no preset; {read}"
+    kind, entry = hit
+    if kind == "out_of_scope":
+        return PdagInputError(field, f"{shown(repo)} is outside pdag's scope: {entry['fact']} ({entry['source']})",
+                              "a generative decoder-only model that serves by prefill then token-by-token decode")
+    return PdagInputError(
+        field, f"no preset for {shown(repo)}: {entry['fact']} ({entry['source']})",
+        f"bring the checkpoint's config.json (model_type {entry['model_type']}, which pdag reads): pdag import ... "
+        '--hf-config FILE, --model path/to/config.json, {"hf_config": {...}} in a plan, or hf_config over MCP '
+        "(import_deployment)")
 
 
 def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
@@ -1148,13 +1165,27 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
                              "presets: " + ", ".join(preset_ids()) + "; " + how)
     key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
     if key is None:
-        gap = unstored_config(id[:MAX_MATCHED * 2])
-        if gap is not None:
-            raise PdagInputError(field, gap, "pass its config.json: " +
-                                 how.removeprefix("or pass the model's config.json: "))
+        known = why_no_preset(id[:MAX_MATCHED * 2], field)
+        if known is not None:
+            raise known
         hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
         raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)
+
+
+def for_checkpoint(spec: ModelSpec, repo: str | None) -> ModelSpec:
+    """The preset as the served checkpoint ships it: a release of the same shapes whose card states a longer
+    native context (``checkpoint_contexts`` in index.json: Qwen3-235B-A22B's 2507 releases, 262,144 tokens against
+    the base's 40,960) takes that window, so exports and fits do not cap it at the base's."""
+    if not repo or spec.id not in preset_index():
+        return spec
+    contexts = {k.lower(): v for k, v in preset_index()[spec.id].get("checkpoint_contexts", {}).items()}
+    tokens = contexts.get(repo.strip().rstrip("/").lower())
+    if tokens is None or tokens == spec.max_position_embeddings:
+        return spec
+    note = (f"{repo.strip()} states a native context of {tokens:,} tokens (the preset's config: "
+            f"{spec.max_position_embeddings:,}); the same shapes otherwise")
+    return spec.model_copy(update={"max_position_embeddings": tokens, "notes": (*spec.notes, note)})
 
 
 def resolve_model(model: str | dict[str, Any] | ModelSpec, *, field: str = "model") -> ModelSpec:

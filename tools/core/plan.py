@@ -16,7 +16,7 @@ from tools.core.errors import PdagInputError, closest, shown
 from tools.core.formats import WeightFormat
 from tools.core.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
 from tools.core.inputs import check_json_value
-from tools.core.models import ModelSpec, resolve_model
+from tools.core.models import ModelSpec, for_checkpoint, resolve_model
 
 MAX_DEGREE = 65_536
 MAX_SEQ_LEN = 2_097_152
@@ -316,7 +316,8 @@ class Plan(_Strict):
 
     @cached_property
     def spec(self) -> ModelSpec:
-        return resolve_model(self.model if isinstance(self.model, str) else self.model.model_dump())
+        spec = resolve_model(self.model if isinstance(self.model, str) else self.model.model_dump())
+        return for_checkpoint(spec, self.checkpoint or (self.model if isinstance(self.model, str) else None))
 
     @cached_property
     def accelerator(self) -> Accelerator:

@@ -50,10 +50,15 @@ def weight_block(plan: Plan) -> int:
 
 def experts_only(plan: Plan) -> bool:
     """The checkpoint quantizes the experts only (gpt-oss: attention, router, embedding and head stay bf16), as
-    its config's quantization_config says through modules_to_not_convert."""
+    its config's quantization_config says through modules_to_not_convert, or the format does by definition
+    (``experts_only`` in quantization.json: vLLM's experts_int8)."""
     spec = plan.spec
     fmt = weights_of(plan)
-    if fmt is None or not spec.is_moe or spec.checkpoint_format != fmt:
+    if fmt is None or not spec.is_moe:
+        return False
+    if format_info(fmt).get("experts_only"):  # vLLM's experts_int8: routed experts quantized while loading
+        return True
+    if spec.checkpoint_format != fmt:
         return False
     return any("attn" in m for m in spec.unquantized_modules)
 
@@ -69,11 +74,22 @@ def attention_unquantized(plan: Plan) -> bool:
     if experts_only(plan):
         return True
     spec = plan.spec
-    repo = (plan.served_repo or "").lower()
-    family = (quant_data().get("attention_unquantized") or {}).get("repo_prefixes") or ()
-    if any(repo.startswith(p) for p in family):
+    if _listed(plan, "attention_unquantized"):
         return True
     return spec.checkpoint_format == fmt and any("attn" in m for m in spec.unquantized_modules)
+
+
+def dense_unquantized(plan: Plan) -> bool:
+    """The served checkpoint keeps its dense FFN and shared experts in 16 bits and quantizes the routed experts
+    only: a checkpoint published that way (``dense_unquantized`` in quantization.json, from the ignore lists of
+    NVIDIA's NVFP4 releases)."""
+    return storage(plan) not in ("bf16", "fp16") and _listed(plan, "dense_unquantized")
+
+
+def _listed(plan: Plan, table: str) -> bool:
+    """The served repo is one quantization.json's ``table`` names (by repo prefix, case-insensitive)."""
+    repo = (plan.served_repo or "").lower()
+    return any(repo.startswith(p) for p in (quant_data().get(table) or {}).get("repo_prefixes") or ())
 
 
 def _sixteen(plan: Plan) -> float:
@@ -88,7 +104,7 @@ def weight_bytes(plan: Plan, component: Literal["attention", "dense", "expert"])
     fmt = storage(plan)
     if weights_of(plan) is None:
         return DTYPE_BYTES[fmt]
-    if component == "dense" and experts_only(plan):
+    if component == "dense" and (experts_only(plan) or dense_unquantized(plan)):
         return _sixteen(plan)
     return float(format_info(fmt)["bytes_per_param"])
 

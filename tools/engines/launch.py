@@ -37,7 +37,15 @@ from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
-from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index, unstored_config
+from tools.core.models import (
+    MODELS_DIR,
+    for_checkpoint,
+    from_hf_config,
+    load_preset,
+    preset_ids,
+    preset_index,
+    why_no_preset,
+)
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -172,7 +180,11 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     if key in idx:
         own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
         listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
-        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant)" if listed else None)
+        base = load_preset(idx[key])
+        tokens = for_checkpoint(base, key).max_position_embeddings
+        window = "" if tokens == base.max_position_embeddings else f", with its own {tokens:,}-token native context"
+        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant{window})" if listed
+                          else None)
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
     parts = [p for p in key.split("/") if p]
     for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
@@ -184,13 +196,12 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
         if norm in _ALIASES:
             pid = _ALIASES[norm]
             return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
+    known = why_no_preset(_hub_repo(repo), "command.model")
+    if known is not None:
+        raise known
     if repo.startswith("$"):
         raise PdagInputError("command.model", f"the model is the shell variable {repo!r}, which pdag cannot expand",
                              "the command with its variables expanded (e.g. echo it from the shell that runs it)")
-    gap = unstored_config(_hub_repo(repo))
-    if gap is not None:
-        raise PdagInputError("command.model", gap, "pass the checkpoint's config.json: pdag import ... --hf-config "
-                             "FILE, or hf_config over MCP (import_deployment)")
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
         "closest presets: " + ", ".join(closest(_norm_name(repo), preset_ids())) + "; or bring the checkpoint's "
@@ -941,6 +952,7 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
                                  "engine: " + ", ".join(ENGINES) + ", or plan.engine set to one of them")
     key = engine_key(engine)
     table = flag_table(key, engine_version)
+    _still_served(parsed, key, table.version)
     result = _export(parsed, key)
     own = parsed.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else parsed.engine == key
     for argv in result.argv:
@@ -957,6 +969,30 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
         result.notes.append("the plan's engine profile is TensorRT-LLM's C++ runtime (built TensorRT engines); this "
                             "command starts trtllm-serve, whose default is the PyTorch backend (profile trtllm)")
     return result
+
+
+@lru_cache(maxsize=1)
+def _removed_models() -> dict[str, list[dict[str, Any]]]:
+    with open(MODELS_DIR / "removed_from_engines.json", encoding="utf-8") as f:
+        return {k: v for k, v in json.load(f).items() if k != "description"}
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def _still_served(plan: Plan, key: str, version: str) -> None:
+    """Refuse a command for a release that no longer serves the model's architecture (vLLM dropped MiniMax-Text-01
+    and M1 after v0.23.0): it could not start."""
+    release = _release(version)
+    for entry in _removed_models().get(key, []):
+        last = _release(entry["last_release"])
+        if plan.spec.model_type in entry["model_types"] and release and last and release > last:
+            raise EngineCannotExpress(
+                "engine", f"{entry['fact']} ({entry['source']}); pdag writes {_ENGINE_NAMES[key]} {version} commands",
+                f"a {_ENGINE_NAMES[key]} release up to {entry['last_release']} (pdag has no flag table for one, so it "
+                "writes no command for it), or another engine that serves the model")
 
 
 def _errors(plan: Plan) -> list[Any]:

@@ -43,7 +43,13 @@ from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, load_queues, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
-from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
+from tools.core.quantization import (
+    attention_unquantized,
+    dense_unquantized,
+    expert_gemm_dtype,
+    experts_only,
+    storage,
+)
 from tools.core.shares import per_gpu_form
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
@@ -1015,6 +1021,7 @@ def _weights_note(plan: Plan, gemm_dtype: str) -> str | None:
     if experts_only(plan):
         return f"{fmt} experts: GEMMs {how(expert_gemm_dtype(plan))}; the other layers in {gemm_dtype}"
     if attention_unquantized(plan):
-        return f"{fmt} weights: GEMMs {how(gemm_dtype)}; the checkpoint keeps attention in 16-bit (2 bytes per weight)"
+        kept = "attention, dense FFN and shared experts" if dense_unquantized(plan) else "attention"
+        return f"{fmt} weights: GEMMs {how(gemm_dtype)}; the checkpoint keeps {kept} in 16-bit (2 bytes per weight)"
     return f"{fmt} weights: GEMMs {how(gemm_dtype)}"
 

@@ -213,9 +213,13 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
                  "reserve "
                  f"{r.reserved_bytes / GB:.1f} GB")
+        share = _stated_share(plan.engine_options.extra_args or [])
+        alone = (f"; the command's --gpu-memory-utilization {share:g} gives vLLM {share * r.capacity_bytes / GB:.1f} "
+                 "GB of each GPU, less than the weights alone" if share and r.weights_bytes > share * r.capacity_bytes
+                 else "")
         yield Finding(f"GPU {r.worst_gpu} needs {r.max_gpu_bytes / GB:.1f} GB ({parts}) but a "
                       f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB "  # type: ignore[union-attr]
-                      f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it); every GPU must fit",
+                      f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it){alone}; every GPU must fit",
                       field="plan.parallel", hint=hint)
 
 
@@ -231,6 +235,20 @@ def check_load_queues(ctx: Context) -> Iterator[Finding]:
                       "include that queue", field="plan.workload.concurrency",
                       hint="to run them all at once: more replicas (GPUs), fp8 KV (kv_dtype) or a shorter context; "
                            "workload.batch_size states the sequences to hold instead")
+
+
+def _stated_share(args: list[str]) -> float | None:
+    """vLLM's --gpu-memory-utilization as an imported command kept it (engine_options.extra_args). The reserve prices
+    vLLM's default share; a command that gives the engine less than its weights names that here."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag == "--gpu-memory-utilization":
+            try:
+                share = float(value if eq else args[i + 1] if i + 1 < len(args) else "")
+            except ValueError:
+                return None
+            return share if 0 < share <= 1 else None
+    return None
 
 
 def _resize(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[Change]:
