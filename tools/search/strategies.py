@@ -69,7 +69,7 @@ from tools.core.layout import Layout
 from tools.core.memory import memory_report
 from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
 from tools.estimate.disagg import balanced_split, kv_handoff
-from tools.estimate.fast import FastEstimator
+from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
 from tools.estimate.simulate import simulate
@@ -273,6 +273,7 @@ class _Search:
         self.launch_engines: list[str] = []  # engines one of which must launch a ranked plan
         self._engines: dict[tuple[_Shape, _Shape | None, str], tuple[list[str], dict[str, str]]] = {}
         self.spec_settings: list[dict[str, Any]] = []  # speculative settings a layout may take besides none
+        self.prices = PriceBook()  # the simulations' phase prices, shared: their pools repeat across plans
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -647,7 +648,7 @@ class _Search:
         return _pareto([p for p in pts if not p.misses] or pts)
 
     def _served(self, p: _Point) -> _Point:
-        sim = simulate(Plan.model_validate(self.point_dict(p)))
+        sim = simulate(Plan.model_validate(self.point_dict(p)), prices=self.prices)
         self.estimates += 1
         q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                     tput=sim.output_tokens_per_s, served=sim.load, misses=[])
@@ -663,7 +664,7 @@ class _Search:
             mem = memory_report(plan, Layout(plan))
             if not mem.fits:
                 continue
-            sim = simulate(plan)
+            sim = simulate(plan, prices=self.prices)
             self.estimates += 1
             v = replace(q, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                         tput=sim.output_tokens_per_s, served=sim.load, misses=[], spec=setting, plain=q,
