@@ -1332,8 +1332,10 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
 def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None = None,
              overlap: bool | None = None, prices: PriceBook | None = None) -> SimResult:
     """Simulate the plan's serving engine under ``load`` (default: the workload's, ``resolve_load``); ``prices``:
-    phase prices shared with other plans' simulations (a search's), which price the same phases once."""
-    fast = FastEstimator(plan, eff=eff, overlap=overlap, prices=prices)
+    phase prices shared with other plans' simulations (a search's), which price the same phases once.  Without it
+    the run keeps its own, so that the two step loops of a closed loop (``_burst_then_spread``) price each step
+    shape once between them."""
+    fast = FastEstimator(plan, eff=eff, overlap=overlap, prices=prices or PriceBook())
     decode_fast = None
     if fast.layout.disaggregated:
         decode_fast = fast  # the fast estimator prices each phase on its own pool's layout
