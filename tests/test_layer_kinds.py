@@ -547,7 +547,7 @@ async def test_an_agent_plans_the_new_kinds_by_name_or_config_over_mcp() -> None
 
 def test_disaggregated_handoff_moves_the_attention_kv_and_the_state() -> None:
     """Prefill hands decode the 12 attention layers' KV of the prompt and the 36 DeltaNet layers' final state."""
-    from tools.estimate.disagg import kv_handoff
+    from tools.core.handoff import kv_handoff
 
     plan = parse_plan({"model": {"hf_config": QWEN3_NEXT}, "hardware": {"gpu": "h200", "num_gpus": 4},
                        "parallel": {"tp": 2, "ep": 2}, "options": {"disaggregated": True},

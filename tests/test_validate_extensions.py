@@ -119,3 +119,19 @@ def test_an_nvl72_rack_is_one_nvlink_domain_for_the_interconnect_rule():
                 "parallel": {"tp": 1, "ep": n}}
     assert "HW-INTERCONNECT-COST" not in {v.rule_id for v in validate_dag(plan=plan(48)).violations}
     assert "HW-INTERCONNECT-COST" in {v.rule_id for v in validate_dag(plan=plan(144)).violations}
+
+
+def test_transfer_link_quotes_the_estimates_hand_off():
+    """Validation said 0.72 ms per request (the logical KV over all 8 GPUs' NICs) where the estimate said 7.68 ms
+    (what the decode attention group receives, MLA's latent on each of its GPUs): one function now prices both."""
+    from tools.estimate.core import estimate_performance
+
+    plan = {"model": "deepseek-r1", "hardware": {"gpu": "h200", "num_gpus": 16, "gpus_per_node": 8},
+            "workload": {"input_len": 4096, "output_len": 1024, "batch_size": 64}, "engine": "sglang",
+            "parallel": {"tp": 4, "ep": 8, "attn_dp": 2}, "phases": {"decode": {"tp": 2, "ep": 8, "attn_dp": 4}},
+            "options": {"allow_attention_dp": True, "disaggregated": True}}
+    msg = next(v.message for v in validate_dag(plan=plan).violations if v.rule_id == "DISAGG-TRANSFER-LINK")
+    kv = estimate_performance(plan).kv_transfer
+    quoted = float(msg.split(" ms per request")[0].rsplit("about ", 1)[1])
+    assert abs(quoted - kv.ms_per_request) <= 0.05 * kv.ms_per_request
+    assert f"{kv.wire_bytes_per_request / 1e9:.3f} GB on the wire" in msg

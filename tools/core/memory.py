@@ -216,6 +216,13 @@ def unfit_hint(plan: Plan, layout: Layout | None, report: MemoryReport | None = 
     return f"shorten the context, fp8 KV (kv_dtype), or {wider}"
 
 
+def load_queues(plan: Plan, report: MemoryReport) -> bool:
+    """The clients' share of a stated load does not fit at full length but one sequence does: the engine runs
+    ``report.max_batch_size_that_fits`` per replica and queues the rest, a served load rather than a plan that
+    cannot start (vLLM, SGLang and TensorRT-LLM all admit requests while KV pages are free)."""
+    return plan.batch_from_load and not report.fits and report.max_batch_size_that_fits >= 1
+
+
 def _attention_split(plan: Plan, layer: int | None = None) -> tuple[int, int]:
     """(replicated, sharded) attention parameters of ``layer`` (of the common shape without one) under TP."""
     spec = plan.spec

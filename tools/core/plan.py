@@ -262,12 +262,21 @@ class Plan(_Strict):
         if wl.concurrency is not None and wl.request_rate is None and "batch_size" not in wl.model_fields_set:
             # clients in flight in all, shared by the decode replicas: the static figures price the same load
             share = -(-wl.concurrency // max(1, self.degrees("decode").dp))
-            object.__setattr__(self, "workload", wl.model_copy(update={"batch_size": share}))
+            derived = wl.model_copy(update={"batch_size": share})
+            derived.__pydantic_fields_set__.discard("batch_size")  # the load's share (batch_from_load)
+            object.__setattr__(self, "workload", derived)
         pc = self.prefix_caching
         if pc is not None and (pc.shared_prefix_len or 0) > self.workload.input_len:
             raise ValueError(f"prefix_caching.shared_prefix_len {pc.shared_prefix_len} exceeds workload.input_len "
                              f"{self.workload.input_len}")
         return self
+
+    @property
+    def batch_from_load(self) -> bool:
+        """The batch is the clients' share (workload.concurrency), not a stated batch_size: the engine runs what its
+        KV cache holds and queues the rest, so a batch that does not fit at full length is a queue, not a failure."""
+        wl = self.workload
+        return wl.concurrency is not None and wl.request_rate is None and "batch_size" not in wl.model_fields_set
 
     @property
     def prefix_hit_fraction(self) -> float:

@@ -212,10 +212,14 @@ def _limit_notes(plan: Plan, max_seqs: int, max_len: int, seqs_flag: str, len_fl
     more than one operating point), which agents took for a disagreement with the estimate."""
     caps, wl, out = plan.engine_options, plan.workload, []
     if caps.max_num_seqs is None and max_seqs > wl.batch_size:
-        out.append(f"{seqs_flag} {max_seqs}: the sequences the KV cache can run at once (pages taken as they grow, "
-                   f"so more than estimate's max_batch_size_that_fits at full length), not the {wl.batch_size} per "
-                   f"replica the plan is priced at; engine_options.max_num_seqs = {wl.batch_size} holds the priced "
-                   "TPOT under a larger load")
+        what = (f"{seqs_flag} {max_seqs}: the sequences the KV cache can run at once (pages taken as they grow, so "
+                "more than estimate's max_batch_size_that_fits at full length)")
+        if wl.request_rate is not None or plan.batch_from_load:  # served at the load: the engine admits up to the cap
+            out.append(f"{what}; the served figures at the workload's load are priced with the engine admitting "
+                       "requests up to what its pages hold, as this command lets it")
+        else:
+            out.append(f"{what}, not the {wl.batch_size} per replica the plan is priced at; "
+                       f"engine_options.max_num_seqs = {wl.batch_size} holds the priced TPOT under a larger load")
     need = wl.input_len + wl.output_len
     if caps.max_model_len is None and max_len > need:
         out.append(f"{len_flag} {max_len}: the model's window (or the longest sequence the memory holds); the "

@@ -39,14 +39,14 @@ from tools.core.build import build_graph, build_working, devices_used, gc_paused
 from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.core.efficiency import Overlay, efficiency_source, load_overlay, plan_efficiency
 from tools.core.errors import PdagInputError
+from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
-from tools.core.memory import MemoryReport, memory_report, unfit_hint
+from tools.core.memory import MemoryReport, load_queues, memory_report, unfit_hint
 from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
 from tools.core.quantization import attention_unquantized, expert_gemm_dtype, experts_only, storage
 from tools.core.shares import per_gpu_form
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
-from tools.estimate.disagg import kv_handoff
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
 from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult
@@ -720,7 +720,11 @@ def estimate_performance(
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv,
                  state_bytes_per_sequence=full.spec.state_bytes_per_sequence())
     warnings = []
-    if not mem.fits:
+    if load_queues(full, mem):
+        warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
+                        f"replica the {wl.concurrency} clients keep in flight: the engine queues the rest (served "
+                        "figures include the queue; the static batch and memory figures are at the full batch)")
+    elif not mem.fits:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
                         + "; to fit: " + unfit_hint(full, layout, mem))
     if figures.gpus > full.hardware.num_gpus:

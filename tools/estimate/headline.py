@@ -8,9 +8,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tools.core.dag import NodeType
+from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.plan import Plan
-from tools.estimate.disagg import balanced_split, kv_handoff
+from tools.estimate.disagg import balanced_split
 
 
 class Throughput(BaseModel):

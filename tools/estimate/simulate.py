@@ -96,7 +96,7 @@ replica are modelled as one scheduler over all groups' budget and cache (groups 
 random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
 ``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
 counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
-with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
+with its own queue; a prompt's KV moves after its prefill (``kv_handoff`` for one request) and the request then
 waits for admission on its decode replica; its first token is streamed after its first decode step there.  A replica
 holds its decoding requests as one cohort (``_DecodeCohort``; a disaggregated decode replica under any scheduler, an
 aggregated one under vLLM's or TensorRT-LLM's, without speculation or prefix caching), stepped in O(log n) per step
@@ -124,10 +124,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
+from tools.core.handoff import kv_handoff
 from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
 from tools.core.plan import Plan
 from tools.core.speculative import acceptance, draft_read_fraction
-from tools.estimate.disagg import kv_handoff
 from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.serving import weights_ms
 from tools.estimate.speculative import draft_passes, speculative_step

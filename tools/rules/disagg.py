@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.core.dag import NodeType
+from tools.core.efficiency import plan_efficiency
+from tools.core.handoff import kv_handoff
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.layout import Layout
 from tools.rules.registry import Change, Context, Finding, checker, fixer
@@ -220,17 +222,15 @@ def check_transfer_link(ctx: Context) -> Iterator[Finding]:
             crossing += 1
     if not crossing:
         return
-    spec, w = ctx.plan.spec, ctx.plan.workload
-    per_token = spec.kv_bytes_per_token(DTYPE_BYTES[ctx.plan.effective_kv_dtype])
-    per_request = per_token * w.input_len
-    link = ctx.plan.accelerator.inter_node
-    lanes = min(pre.replica_gpus, dec.replica_gpus)  # every GPU sends / receives its own shards
-    ms = per_request / (link.bandwidth_bytes_per_s * lanes) * 1000
+    hand = kv_handoff(ctx.plan, ctx.layout, plan_efficiency(ctx.plan), 1)
+    ms = hand.seconds_per_batch * 1e3  # one request's, as the serving simulation charges it
+    per_token = ctx.plan.spec.kv_bytes_per_token(DTYPE_BYTES[ctx.plan.effective_kv_dtype])
     yield Finding(f"{crossing} of {dec.dp} decode replica(s) receive their KV cache from a prefill replica outside "
-                  f"their NVLink domain: {per_token / 1e3:.1f} kB per token x input_len {w.input_len} = "
-                  f"{per_request / GB:.3f} GB per request ({ctx.plan.effective_kv_dtype} KV) over {link.kind} at "
-                  f"{link.bandwidth_bytes_per_s / GB:.0f} GB/s per GPU x {lanes} GPU(s), about {ms:.2f} ms before "
-                  "decode can start",
+                  f"their NVLink domain: {per_token / 1e3:.1f} kB per token x input_len {ctx.plan.workload.input_len}"
+                  f" = {hand.bytes_per_request / GB:.3f} GB per request ({ctx.plan.effective_kv_dtype} KV; "
+                  f"{hand.wire_bytes_per_request / GB:.3f} GB on the wire with the decode GPUs' copies), about "
+                  f"{ms:.2f} ms per request over {hand.link} before decode can start (estimate_performance's "
+                  "kv_transfer)",
                   field="plan.options.disaggregated",
                   hint="count the transfer in TTFT (estimate_performance does), use an fp8 KV cache to halve it, or "
                        "keep paired prefill and decode replicas inside one NVLink domain")

@@ -14,7 +14,14 @@ from typing import Any
 
 from tools.core.dag import NodeType
 from tools.core.layout import Layout
-from tools.core.memory import MemoryReport, engine_window_kv, memory_report, one_sequence_tokens, unfit_hint
+from tools.core.memory import (
+    MemoryReport,
+    engine_window_kv,
+    load_queues,
+    memory_report,
+    one_sequence_tokens,
+    unfit_hint,
+)
 from tools.core.plan import Plan
 from tools.rules.registry import Change, Context, Finding, checker, fixer
 
@@ -198,9 +205,9 @@ def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) 
 @checker("MEM-FITS", needs="plan")
 def check_fits(ctx: Context) -> Iterator[Finding]:
     r = report_of(ctx)
-    if not r.fits:
+    assert ctx.plan is not None
+    if not r.fits and not load_queues(ctx.plan, r):  # a load's queue is MEM-LOAD-QUEUES, a warning
         plan = ctx.plan
-        assert plan is not None
         hint = unfit_hint(plan, ctx.layout, r)
         parts = (f"weights {r.weights_bytes / GB:.1f} GB + KV cache {r.kv_cache_bytes / GB:.1f} GB + activations "
                  f"{r.activation_bytes / GB:.1f} GB + communication buffers {r.comm_buffer_bytes / GB:.2f} GB + "
@@ -210,6 +217,20 @@ def check_fits(ctx: Context) -> Iterator[Finding]:
                       f"{ctx.plan.accelerator.name} holds {r.capacity_bytes / GB:.1f} GB "  # type: ignore[union-attr]
                       f"({r.capacity_bytes / 2**30:.1f} GiB as the driver counts it); every GPU must fit",
                       field="plan.parallel", hint=hint)
+
+
+@checker("MEM-LOAD-QUEUES", needs="plan")
+def check_load_queues(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None
+    r = report_of(ctx)
+    if load_queues(ctx.plan, r):
+        wl = ctx.plan.workload
+        yield Finding(f"at {wl.input_len + wl.output_len} tokens a sequence, the KV cache holds "
+                      f"{r.max_batch_size_that_fits} of the {wl.batch_size} sequences per replica that "
+                      f"{wl.concurrency} clients keep in flight: the engine queues the rest, and the served figures "
+                      "include that queue", field="plan.workload.concurrency",
+                      hint="to run them all at once: more replicas (GPUs), fp8 KV (kv_dtype) or a shorter context; "
+                           "workload.batch_size states the sequences to hold instead")
 
 
 def _resize(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[Change]:

@@ -65,10 +65,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.core.errors import PdagInputError
+from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.memory import memory_report
 from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
-from tools.estimate.disagg import balanced_split, kv_handoff
+from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
@@ -207,6 +208,7 @@ class _Point:
     plain: _Point | None = None  # with spec: the same point served without speculation
     prefill_ms: float = 0.0  # one replica's prefill pass over its batch (static), for the work share of prefill
     step_ms: float = 0.0  # one replica's decode step at its batch
+    queued: bool = False  # served: its requests wait longer in the queue than in service (the load is past it)
 
     @property
     def disaggregated(self) -> bool:
@@ -267,6 +269,7 @@ class _Search:
         self.slo_rejected: Counter[str] = Counter()
         self.estimates = 0
         self.considered = 0
+        self.queued_off = 0  # served front: plans left off it because the load queues them (served_front)
         self._fast: dict[Any, FastEstimator] = {}
         self._mem_cache: dict[Any, Any] = {}
         self.serving = False  # price aggregated plans under continuous batching (search_strategies(serving=True))
@@ -645,13 +648,17 @@ class _Search:
             if key not in have:
                 have[key] = self._served(p)
                 pts.append(have[key])
-        return _pareto([p for p in pts if not p.misses] or pts)
+        ok = [p for p in pts if not p.misses] or pts
+        held = [p for p in ok if not p.queued]
+        self.queued_off = len(ok) - len(held) if held else 0
+        return _pareto(held or ok)
 
     def _served(self, p: _Point) -> _Point:
         sim = simulate(Plan.model_validate(self.point_dict(p)), prices=self.prices)
         self.estimates += 1
         q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
-                    tput=sim.output_tokens_per_s, served=sim.load, misses=[])
+                    tput=sim.output_tokens_per_s, served=sim.load, misses=[],
+                    queued=sim.queue_ms.mean > sim.e2e_ms.mean - sim.queue_ms.mean)
         self._misses(q)
         return q
 
@@ -1151,7 +1158,8 @@ def search_strategies(
     if search.serving or search.spec_settings:
         front = search.served_front(front, [p for p in ranked if p.served])
         notes.append("the Pareto front is drawn on served figures (the serving simulator at each plan's load), as "
-                     "the top list is")
+                     "the top list is" + (f"; {search.queued_off} plan(s) whose requests wait longer in the queue "
+                                          "than in service at this load are left off it" if search.queued_off else ""))
     pareto = [
         _summary(search, p, None, f"Pareto: {p.user_speed:.1f} tok/s per user, {p.per_gpu:.0f} tok/s per GPU "
                                f"(batch {p.batch}, {p.gpus} GPUs; "
