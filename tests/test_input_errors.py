@@ -101,3 +101,13 @@ def test_an_unusable_inline_accelerator_is_an_input_error_in_every_tool(gpu: dic
             tool(plan=copy.deepcopy(plan))
         assert exc.value.field == "plan.hardware.gpu.memory_bytes", (tool.__name__, exc.value.field)
         assert "inline accelerator" in exc.value.problem
+
+
+def test_a_load_spelt_as_users_names_the_concurrency_field():
+    """An outside agent wrote workload.concurrent_users and was told only 'the documented fields'."""
+    from tools.estimate.core import estimate_performance
+
+    with pytest.raises(PdagInputError) as exc:
+        estimate_performance({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+                              "workload": {"concurrent_users": 64}})
+    assert exc.value.field == "plan.workload.concurrent_users" and "concurrency" in str(exc.value)

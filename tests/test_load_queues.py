@@ -83,3 +83,15 @@ def test_the_served_front_leaves_off_plans_the_load_queues():
         sim = simulate(Plan.model_validate(entry.plan))
         assert sim.queue_ms.mean <= sim.e2e_ms.mean - sim.queue_ms.mean, entry.label
     assert any("left off it" in n for n in res.notes)
+
+
+def test_in_flight_at_a_request_rate_is_what_the_rate_holds():
+    """Under Poisson arrivals a search entry said 'in_flight 2' (batch_size 1 x 2 replicas) while the simulation it
+    was ranked by held ~356 requests: at a rate, in_flight is the served mean in the system (Little's law)."""
+    from tools.search.strategies import search_strategies
+
+    res = search_strategies(model="llama-3.1-8b", hardware={"gpu": "h100-sxm", "num_gpus": 2},
+                            workload={"input_len": 1024, "output_len": 256, "request_rate": 20}, top_k=2)
+    for p in res.top:
+        held = p.throughput_tokens_per_s / 256 * p.e2e_ms / 1e3
+        assert abs(p.in_flight - held) <= max(1.0, 0.02 * held), p.label

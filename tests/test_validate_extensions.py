@@ -135,3 +135,21 @@ def test_transfer_link_quotes_the_estimates_hand_off():
     quoted = float(msg.split(" ms per request")[0].rsplit("about ", 1)[1])
     assert abs(quoted - kv.ms_per_request) <= 0.05 * kv.ms_per_request
     assert f"{kv.wire_bytes_per_request / 1e9:.3f} GB on the wire" in msg
+
+
+def test_a_plan_with_an_odd_tp_gets_the_divisibility_error_not_a_drafted_dag_finding():
+    """pdag built the DAG from the plan: a fractional shard is TP-HEADS-DIVISIBLE's finding, and STRUCT-SHARD-SIZES'
+    hint about stating a hand-drafted node's sizes does not apply."""
+    ids = rules(validate_dag(plan={"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+                                   "parallel": {"tp": 3}}))
+    assert "TP-HEADS-DIVISIBLE" in ids and "STRUCT-SHARD-SIZES" not in ids
+
+
+def test_an_engine_context_cap_beyond_the_models_window_is_refused():
+    plan = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 4}, "parallel": {"tp": 4, "ep": 4},
+            "weights": "fp8", "engine": "vllm", "engine_options": {"max_model_len": 131072}}
+    res = validate_dag(plan=plan)
+    v = next(v for v in res.violations if v.rule_id == "KV-CONTEXT-WITHIN-MODEL")
+    assert v.severity == "error" and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in v.message
+    within = {**plan, "engine_options": {"max_model_len": 40960}}
+    assert "KV-CONTEXT-WITHIN-MODEL" not in rules(validate_dag(plan=within))

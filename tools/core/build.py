@@ -281,6 +281,7 @@ class Builder:
         and recorded, the others are copies of it with their own ids (most of a large DAG is built this way)."""
         key = (c.rid, c.phase, s, self.spec.is_moe_layer(layer), self.spec.is_recurrent_layer(layer),
                self.spec.is_ffn_free(layer), self.spec.kv_shape(layer),  # a full layer's own KV heads (Gemma-4)
+               self.spec.q_heads(layer),  # and query heads (Step-3.5-Flash)
                self.spec.is_kv_shared(layer), self.spec.ffn_width(layer))
         tmpl = self.templates.get(key)
         if tmpl is not None:
@@ -361,7 +362,7 @@ class Builder:
         """Head shards x sequence shards over one attention group's GPUs, with KV cache and explicit syncs."""
         spec, pl = self.spec, c.pl
         hs, sp = pl.head_shards, pl.sp
-        heads = spec.num_heads // hs
+        heads = spec.q_heads(layer) // hs  # a full layer's own query heads (Step-3.5-Flash)
         kv_heads = None if spec.attention == "mla" else max(1, spec.kv_shape(layer)[0] // hs)
         # a recurrent layer's mixer takes the attention node's place; its cache holds a state, not K and V (Falcon-H1:
         # both mixers in the one node, its cache K and V and the state)

@@ -1,8 +1,9 @@
 """Layer kinds beyond K/V attention: recurrent token mixers and DeepSeek's sparse-attention indexer.
 
-A recurrent layer (gated DeltaNet in Qwen3-Next, Mamba-2 in Nemotron-H, lightning attention in MiniMax-Text-01 and
-M1) replaces attention with a fixed-size state per request: a short convolution window (none for lightning) and a
-recurrent matrix, which do not grow with the context; Falcon-H1 runs a Mamba-2 mixer beside attention instead.  The
+A recurrent layer (gated DeltaNet in Qwen3-Next, Kimi Delta Attention in Kimi-Linear, Mamba-2 in Nemotron-H, lightning
+attention in MiniMax-Text-01 and M1) replaces attention with a fixed-size state per request: a short convolution
+window (none for lightning) and a recurrent matrix, which do not grow with the context; Falcon-H1 runs a Mamba-2 mixer
+beside attention instead.  The
 DSA indexer (DeepSeek-V3.2) sits beside MLA: it keeps its own per-token key cache (fp8 plus scales) and picks
 ``topk`` keys for each query, so attention reads ``min(context, topk)`` keys while the indexer scans them all.
 Shapes and figures come from ``knowledge/models/layer_kinds.json`` (with their sources).
@@ -37,11 +38,13 @@ class RecurrentSpec(BaseModel):
     mamba2: ``num_heads`` SSM heads of ``value_head_dim`` (mamba_head_dim), ``num_key_heads`` groups (n_groups),
     ``key_head_dim`` the state size (ssm_state_size).
     lightning (MiniMax's linear attention): ``num_heads`` heads, each keeping a ``key_head_dim`` x ``value_head_dim``
-    matrix (both the head size), no convolution (``conv_kernel`` 1)."""
+    matrix (both the head size), no convolution (``conv_kernel`` 1).
+    kda (Kimi Delta Attention): gated DeltaNet's state with a gate per key channel; ``num_heads`` heads for q, k and v
+    alike (``num_key_heads`` equal), each with its own short convolution."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["gated_deltanet", "mamba2", "lightning"]
+    kind: Literal["gated_deltanet", "kda", "mamba2", "lightning"]
     layers: tuple[int, ...]
     num_heads: int = Field(ge=1, le=MAX_DIM)
     num_key_heads: int = Field(ge=1, le=MAX_DIM)
@@ -77,7 +80,7 @@ class RecurrentSpec(BaseModel):
 
     @property
     def conv_channels(self) -> int:
-        """Channels of the depthwise convolution: q, k and v (GDN); x, B and C (Mamba-2)."""
+        """Channels of the depthwise convolutions: q, k and v (GDN, KDA); x, B and C (Mamba-2)."""
         return 2 * self.key_width + self.inner
 
     def groups_replicated(self, shards: int) -> bool:
@@ -91,6 +94,14 @@ class RecurrentSpec(BaseModel):
         if self.kind == "lightning":
             # qkv_proj (3 x heads' width), output_gate, out_proj, an RMSNorm over the heads' width; no biases
             return 4 * h * self.inner + self.inner * h + self.inner
+        if self.kind == "kda":
+            # q/k/v projections and their convolutions; A_log per head and dt_bias per key channel; the decay gate
+            # (f_a hidden -> head_dim, f_b -> keys) and output gate (g_a, g_b -> values) as low-rank pairs; b_proj
+            # hidden -> heads; a norm over a value head; o_proj
+            d = self.key_head_dim
+            gates = 2 * h * d + d * self.key_width + d * self.inner
+            return h * (2 * self.key_width + self.inner) + conv + v + self.key_width + gates + h * v + \
+                self.value_head_dim + self.inner * h
         if self.kind == "gated_deltanet":
             # in_proj_qkvz, in_proj_ba, conv1d, dt_bias + A_log, gated norm over a value head, out_proj
             proj_in = h * (2 * self.key_width + 2 * self.inner) + h * 2 * v

@@ -319,7 +319,7 @@ def _gpu_terms(plan: Plan, pool: Pool, phases: list[PhaseLayout], eff: dict[str,
                     index_bytes = max(index_bytes, spec.indexer_bytes_per_token_per_layer() / pl.sp / dcp)
                     if spec.recurrent is not None:  # split by heads like attention; every sequence shard holds it
                         state = max(state, n_state * spec.recurrent.state_bytes(pl.head_shards))
-                    q_local = spec.num_heads / pl.head_shards
+                    q_local = max(spec.q_head_counts) / pl.head_shards
                     for layer in (None, full):  # the windowed (common) shape and a full layer's own
                         kv_local = 0 if spec.attention == "mla" else _kv_heads_local(plan, pl, layer)
                         hd = spec.mla.qk_head_dim if spec.mla else spec.kv_shape(layer)[1]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from functools import cache, lru_cache
 from typing import Any, Literal
 
@@ -44,6 +45,7 @@ __all__ = [
     "preset_ids",
     "preset_index",
     "resolve_model",
+    "unstored_config",
 ]
 
 MODELS_DIR = KNOWLEDGE_ROOT / "models"
@@ -89,6 +91,10 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "phimoe": "phimoe",
     "minimax_m2": "minimax_m2",
     "glm4": "glm4",
+    "hunyuan": "hunyuan",
+    "hunyuan_v1_moe": "hunyuan",
+    "bailing_moe": "bailing_moe",
+    "bailing_moe_v2": "bailing_moe",
     # text decoders of multimodal checkpoints that are another family's decoder (read by that family's reader)
     "qwen3_vl_moe_text": "qwen3_moe",
     "qwen3_vl_text": "qwen3",
@@ -108,6 +114,8 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     "minimax": "minimax",
     "minimax_m1": "minimax",
     "minimax_text_01": "minimax",
+    "kimi_linear": "kimi_linear",
+    "step3p5": "step3p5",
 }
 # model_type -> the model_type whose reader reads it: the same decoder under another name (vLLM builds
 # Qwen2-VL's and Qwen2.5-VL's language model as Qwen2ForCausalLM, Qwen3-VL's as Qwen3 / Qwen3-MoE decoders)
@@ -159,6 +167,11 @@ _ARCHITECTURES: dict[str, str] = {
     "MiniMaxForCausalLM": "minimax",
     "MiniMaxM1ForCausalLM": "minimax_m1",
     "MiniMaxText01ForCausalLM": "minimax_text_01",
+    "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
+    "BailingMoeForCausalLM": "bailing_moe",
+    "BailingMoeV2ForCausalLM": "bailing_moe_v2",
+    "KimiLinearForCausalLM": "kimi_linear",
+    "Step3p5ForCausalLM": "step3p5",
 }
 
 
@@ -187,13 +200,15 @@ class AttentionShape(BaseModel):
     """The full-attention layers' own K/V shape where it differs from the windowed layers' (Gemma-4: 4 KV heads of
     512 on its global layers, 16 of 256 on its sliding ones). ``shared_kv``: the layer has no v_proj and its values
     come from the key projection (attention_k_eq_v); the cache still holds K and V, as vLLM loads the key weights
-    into both slots."""
+    into both slots. ``num_heads``: the full layers' own query heads (Step-3.5-Flash: 64 against its sliding layers'
+    96); None keeps the model's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
     head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
     shared_kv: bool = False
+    num_heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
 
 
 class MoESpec(BaseModel):
@@ -269,9 +284,12 @@ class ModelSpec(BaseModel):
     indexer: IndexerSpec | None = None
     attention_output_gate: bool = False  # q_proj also emits a sigmoid gate on the attention output (Qwen3-Next)
     full_layer_shape: AttentionShape | None = None  # the full-attention layers' own KV heads and head size (Gemma-4)
+    head_gate: bool = False  # a hidden -> heads projection gating each head's output (Step-3.5's g_proj)
     # layers that attend over an earlier layer's cache and keep none of their own (Gemma-4 E2B / E4B's last
     # num_kv_shared_layers), and layers whose dense FFN is twice intermediate_size (their use_double_wide_mlp)
     kv_shared_layers: tuple[int, ...] = ()
+    # the kv_shared_layers compute no K or V either: q_proj and o_proj only (Hunyuan's cross-layer attention, CLA)
+    cross_layer_kv: bool = False
     wide_ffn_layers: tuple[int, ...] = ()
     # per-layer embeddings (Gemma-4 E2B / E4B): each token also looks up per_layer_input_width values for every layer
     # in a table of per_layer_input_vocab rows, projected from the embedding too, and each layer gates them in
@@ -314,8 +332,8 @@ class ModelSpec(BaseModel):
             raise ValueError("a sparse-attention indexer needs MLA with a q_lora_rank")
         if any(not 0 <= i < self.num_layers for i in (*self.kv_shared_layers, *self.wide_ffn_layers)):
             raise ValueError("kv_shared_layers or wide_ffn_layers out of range")
-        if self.full_layer_shape is not None and (self.attention == "mla" or
-                                                  self.num_heads % self.full_layer_shape.num_kv_heads):
+        fls = self.full_layer_shape
+        if fls is not None and (self.attention == "mla" or (fls.num_heads or self.num_heads) % fls.num_kv_heads):
             raise ValueError("a full-attention layer shape needs GQA attention and KV heads dividing the heads")
         return self
 
@@ -359,6 +377,20 @@ class ModelSpec(BaseModel):
         if layer is not None and fls is not None and not self.is_sliding_layer(layer):
             return fls.num_kv_heads, fls.head_dim
         return self.num_kv_heads, self.head_dim
+
+    def q_heads(self, layer: int | None = None) -> int:
+        """Query heads of ``layer``: a full-attention layer's own count where the config gives one (Step-3.5-Flash),
+        else the model's; without a layer, the windowed layers' (the model's)."""
+        fls = self.full_layer_shape
+        if layer is not None and fls is not None and fls.num_heads and not self.is_sliding_layer(layer):
+            return fls.num_heads
+        return self.num_heads
+
+    @property
+    def q_head_counts(self) -> tuple[int, ...]:
+        """Every query head count a layer has: what TP must split."""
+        fls = self.full_layer_shape
+        return tuple(sorted({self.num_heads, (fls.num_heads if fls is not None else None) or self.num_heads}))
 
     @property
     def kv_head_counts(self) -> tuple[int, ...]:
@@ -442,24 +474,36 @@ class ModelSpec(BaseModel):
                 total += h
             return total
         kv_heads, head_dim = self.kv_shape(layer)
-        shared = layer is not None and self.full_layer_shape is not None and self.full_layer_shape.shared_kv and \
-            not self.is_sliding_layer(layer)
-        q_out = self.num_heads * head_dim
+        kv_proj = self.kv_projections(layer)
+        q_heads = self.q_heads(layer)
+        q_out = q_heads * head_dim
         kv_out = kv_heads * head_dim
-        total = h * q_out + (1 if shared else 2) * h * kv_out + q_out * h
+        total = h * q_out + kv_proj * h * kv_out + q_out * h
         if self.attention_output_gate:
             total += h * q_out
         if self.attention_bias:
-            total += q_out + (1 if shared else 2) * kv_out
+            total += q_out + kv_proj * kv_out
         if self.attention_out_bias:
             total += h
         if self.qk_norm:
-            total += 2 * head_dim
+            total += (2 if kv_proj else 1) * head_dim
         if self.qk_norm_full:
             total += q_out + kv_out
         if self.attention_sinks:
             total += self.num_heads
+        if self.head_gate:
+            total += h * q_heads
         return total
+
+    def kv_projections(self, layer: int | None = None) -> int:
+        """K/V projections ``layer`` computes: 2; 1 when its values come from the key projection (Gemma-4's
+        attention_k_eq_v); 0 in a cross-layer-attention layer reading the previous layer's K and V (Hunyuan's CLA)."""
+        if layer is None:
+            return 2
+        if self.cross_layer_kv and layer in self.kv_shared_layers:
+            return 0
+        fls = self.full_layer_shape
+        return 1 if fls is not None and fls.shared_kv and not self.is_sliding_layer(layer) else 2
 
     def mixer_params(self, layer: int) -> int:
         """The token mixer of ``layer``: its recurrent block, attention (with any indexer), or both side by side."""
@@ -775,14 +819,16 @@ def from_hf_config(
     num_kv_heads = c.int("num_key_value_heads", default=num_heads, hi=MAX_HEADS)
     # Gemma-3's published configs leave the vocabulary and context at the library's defaults.
     vocab = c.int("vocab_size", default=_default(model_type, "vocab_size"), hi=MAX_VOCAB)
-    max_pos = c.int("max_position_embeddings", default=_default(model_type, "max_position_embeddings") or 4096,
-                    hi=MAX_POSITIONS)
+    # Kimi-Linear states its context only as model_max_length, which vLLM also reads for the context cap
+    context_default = c.int("model_max_length", default=4096, hi=MAX_POSITIONS) if model_type == "kimi_linear" else 4096
+    max_pos = c.int("max_position_embeddings", default=_default(model_type, "max_position_embeddings") or
+                    context_default, hi=MAX_POSITIONS)
     if num_kv_heads > num_heads or num_heads % num_kv_heads:
         raise PdagInputError(c.path("num_key_value_heads"),
                              f"{num_kv_heads} key/value heads do not divide {num_heads} attention heads",
                              f"a divisor of {num_heads}")
     head_dim = c.opt_int("head_dim", hi=MAX_HEAD_DIM)
-    if head_dim is None and model_type == "nemotron_h":
+    if head_dim is None and model_type in ("nemotron_h", "hunyuan", "hunyuan_v1_moe"):
         head_dim = c.opt_int("attention_head_dim", hi=MAX_HEAD_DIM)
     if head_dim is None and model_type not in _MLA_TYPES:
         if hidden % num_heads:
@@ -791,6 +837,9 @@ def from_hf_config(
                                  "and no head_dim is given",
                                  f"a divisor of {hidden}, or an explicit head_dim")
         head_dim = hidden // num_heads
+    step_full: AttentionShape | None = None
+    if model_type == "step3p5":  # the sliding layers' shape is the model's; the full layers keep their own
+        num_heads, num_kv_heads, head_dim, step_full = _step3p5_shapes(c, num_heads, head_dim)
 
     # Gemma, Cohere-2 and ERNIE-4.5 tie their embeddings unless the config says otherwise (library defaults)
     tie = c.bool("tie_word_embeddings", gemma or bool(_default(model_type, "tie_word_embeddings")))
@@ -862,6 +911,11 @@ def from_hf_config(
                 layers = tuple(i for i in range(first_dense, num_layers) if i % f == 0)
             router_bias = model_type != "deepseek_v2" and raw.get("topk_method", "noaux_tc") == "noaux_tc"
             moe = _shared_moe(c, layers, router_bias)
+    elif model_type == "kimi_linear":
+        intermediate = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+        mla = _mla(c)
+        head_dim = mla.v_head_dim  # nominal; MLA sizes come from mla.*
+        moe, mtp = _kimi_linear_moe(c, num_layers)
     elif model_type == "gemma4_text" and c.bool("enable_moe_block", False):
         moe, norms = _gemma4_moe(c, num_layers, intermediate), norms + 3
     elif model_type == "qwen3_next":
@@ -914,6 +968,8 @@ def from_hf_config(
         moe = _moe(c, n_exp, k, expert_i, 0, 0, all_layers(), True, True)
 
     kinds = _layer_kinds(c, model_type, num_layers, notes)
+    if model_type == "step3p5":
+        kinds.update(full_layer_shape=step_full, head_gate=c.bool("use_head_wise_attn_gate", False))
     if "recurrent" in kinds:  # its layer_types name linear layers, not windows (_qwen3_next_layers refuses others)
         sliding_window, sliding_layers = None, ()
     else:
@@ -1068,6 +1124,21 @@ def _preset_key(key: str) -> str | None:
     return None
 
 
+def unstored_config(name: str) -> str | None:
+    """Why a checkpoint a published recipe names has no preset, when pdag knows its family but stores no citable copy of
+    its config.json (``no_stored_config`` in families.json; quantized variants as their base); None otherwise."""
+    key = name.strip().lower()
+    gaps = _families()["no_stored_config"]
+    entry = gaps.get(key) or next((gaps[key[: -len(s)]] for s in _families()["repo_suffixes"]
+                                   if key.endswith(s) and key[: -len(s)] in gaps), None)
+    if entry is None:
+        return None
+    mt = entry["model_type"]
+    read = (f"pdag reads its family (model_type {mt})" if entry["read"] else
+            f"pdag has no reader for its model_type {mt} yet")
+    return f"no public config.json of {name!r} is stored, so it has no preset; {read}"
+
+
 def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
     """A preset by id or Hugging Face repo id (case-insensitive; FP8/AWQ/NVFP4 variants map to their base)."""
     how = ("or pass the model's config.json: --model path/to/config.json on the command line, "
@@ -1077,6 +1148,10 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
                              "presets: " + ", ".join(preset_ids()) + "; " + how)
     key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
     if key is None:
+        gap = unstored_config(id[:MAX_MATCHED * 2])
+        if gap is not None:
+            raise PdagInputError(field, gap, "pass its config.json: " +
+                                 how.removeprefix("or pass the model's config.json: "))
         hint = closest(id[:MAX_MATCHED * 2].strip().lower(), preset_ids())
         raise PdagInputError(field, f"unknown model {shown(id)}", "closest presets: " + ", ".join(hint) + "; " + how)
     return _load_preset(key)
@@ -1293,6 +1368,193 @@ def _read_minimax(c: _Cfg, num_layers: int) -> _Read:
                         "serves them with vLLM 0.8.3 or later",))
 
 
+def _same_per_layer(c: _Cfg, key: str, num_layers: int, *, default: int | None = None, lo: int = 1,
+                    hi: int) -> int:
+    """A field Hunyuan states either once or once per layer (a list); a list must repeat one value, as the published
+    checkpoints' do, since pdag prices one MoE block for every MoE layer."""
+    value = c.raw.get(key)
+    if isinstance(value, list):
+        if len(value) != num_layers or any(v != value[0] for v in value):
+            raise PdagInputError(c.path(key), "a per-layer list with differing values is not read (one MoE block is "
+                                 "priced for every layer)", f"one integer, or a list of {num_layers} equal integers")
+        return _Cfg({key: value[0]}, c.prefix).int(key, lo=lo, hi=hi)
+    return c.int(key, default=default, lo=lo, hi=hi)
+
+
+def _read_hunyuan(c: _Cfg, num_layers: int) -> _Read:
+    """Hunyuan-A13B (hunyuan_v1_moe; older copies say hunyuan): MoE on layer i when num_experts > 1 and
+    i >= moe_layer_num_skipped, num_experts experts of moe_intermediate_size, top moe_topk (each an integer or a list
+    of one per layer), no router bias; use_mixed_mlp_moe adds a shared MLP of intermediate_size x num_shared_expert;
+    q/k RMSNorms per head with use_qk_norm; biases on q/k/v and o_proj with attention_bias (vLLM
+    vllm/model_executor/models/hunyuan_v1.py: HunYuanSparseMoeBlock, HunYuanAttention, HunYuanDecoderLayer).
+    Cross-layer attention (use_cla) is read by _layer_kinds."""
+    _no_window(c)
+    dense_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    bias = c.bool("attention_bias", False)
+    read = _Read(intermediate=dense_i, attention_bias=bias, attention_out_bias=bias,
+                 qk_norm=c.bool("use_qk_norm", False))
+    experts = _same_per_layer(c, "num_experts", num_layers, default=1, hi=MAX_EXPERTS)
+    if experts <= 1:
+        return read
+    skipped = c.int("moe_layer_num_skipped", default=0, lo=0, hi=MAX_LAYERS)
+    shared = _same_per_layer(c, "num_shared_expert", num_layers, default=1, lo=0, hi=MAX_EXPERTS) \
+        if c.bool("use_mixed_mlp_moe", False) else 0
+    moe = _moe(c, experts, _same_per_layer(c, "moe_topk", num_layers, default=1, hi=MAX_EXPERTS),
+               _same_per_layer(c, "moe_intermediate_size", num_layers, default=dense_i, hi=MAX_INTERMEDIATE),
+               1 if shared else 0, shared * dense_i, tuple(range(min(skipped, num_layers), num_layers)), False, False,
+               "moe_topk")
+    return dataclass_replace(read, moe=moe)
+
+
+def _read_bailing(c: _Cfg, num_layers: int) -> _Read:
+    """Ling / Ring (bailing_moe, BailingMoeV2ForCausalLM): layers from first_k_dense_replace on are MoE, num_experts
+    of moe_intermediate_size, top num_experts_per_tok, a per-expert score-correction bias with
+    moe_router_enable_expert_bias, num_shared_experts as one MLP of moe_shared_expert_intermediate_size (else
+    moe_intermediate_size) times their number; the first layers dense at intermediate_size; one fused q/k/v with biases
+    under use_qkv_bias, per-head q/k RMSNorms under use_qk_norm; num_nextn_predict_layers MTP layers never counted
+    (vLLM vllm/model_executor/models/bailing_moe.py: BailingAttention, BailingMoE, BailingMoeBlock). use_bias (biases
+    on every projection) is refused: the published 2.0 configs state false."""
+    if c.bool("use_bias", False):
+        raise PdagInputError(c.path("use_bias"), "biases on every projection are not priced", "false (as the Ling and "
+                             "Ring 2.0 configs state)")
+    _no_window(c)
+    first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
+    dense_i = c.int("intermediate_size", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    if first_dense and not dense_i:
+        raise PdagInputError(c.path("intermediate_size"), "missing, but the first layers are dense",
+                             "a positive integer")
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("num_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    shared_i = c.int("moe_shared_expert_intermediate_size", default=expert_i, hi=MAX_INTERMEDIATE) * n_shared
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_tok", hi=MAX_EXPERTS), expert_i,
+               n_shared, shared_i, tuple(range(min(first_dense, num_layers), num_layers)),
+               c.bool("moe_router_enable_expert_bias", False), False)
+    qkv_bias = c.bool("use_qkv_bias", False)
+    return _Read(intermediate=dense_i, moe=moe, mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=qkv_bias, attention_out_bias=False, qk_norm=c.bool("use_qk_norm", False),
+                 notes=("Ling/Ring's norm_head, partial rotary embedding and grouped sigmoid routing change numerics "
+                        "only",))
+
+
+def _kimi_linear_moe(c: _Cfg, num_layers: int) -> tuple[MoESpec | None, int]:
+    """Kimi-Linear's MoE: layer i is MoE when num_experts is set, i >= first_k_dense_replace and i % moe_layer_freq == 0
+    (the others dense at intermediate_size); num_experts of moe_intermediate_size, top num_experts_per_token, shared
+    experts as one MLP of num_shared_experts x moe_intermediate_size, a score-correction bias per expert with sigmoid
+    routing (vLLM vllm/model_executor/models/kimi_linear.py, KimiMoE and KimiDecoderLayer). Returns the block and the
+    MTP layers (never counted). Kimi-K3's latent experts and output-gated MLA are refused, not priced as these."""
+    for key in ("routed_expert_hidden_size", "attn_res_block_size"):
+        if c.raw.get(key) is not None:
+            raise PdagInputError(c.path(key), "a Kimi-K3 field this reader does not price (latent experts, attention "
+                                 "residual blocks)", "a Kimi-Linear config without it")
+    if c.bool("mla_use_output_gate", False):
+        raise PdagInputError(c.path("mla_use_output_gate"), "an output gate on MLA is not priced", "false")
+    mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+    if not c.has("num_experts"):
+        return None, mtp
+    first_dense = c.int("first_k_dense_replace", default=0, lo=0, hi=MAX_LAYERS)
+    every = c.int("moe_layer_freq", default=1, hi=MAX_LAYERS)
+    expert_i = c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE)
+    n_shared = c.int("num_shared_experts", default=0, lo=0, hi=MAX_EXPERTS)
+    sigmoid = c.raw.get("moe_router_activation_func", "sigmoid") == "sigmoid"
+    moe = _moe(c, c.int("num_experts", hi=MAX_EXPERTS), c.int("num_experts_per_token", hi=MAX_EXPERTS), expert_i,
+               n_shared, n_shared * expert_i, tuple(i for i in range(first_dense, num_layers) if i % every == 0),
+               sigmoid, False, "num_experts_per_token")
+    return moe, mtp
+
+
+def _kimi_linear_layers(c: _Cfg, num_layers: int) -> RecurrentSpec:
+    """Kimi-Linear's Kimi Delta Attention layers: ``linear_attn_config.kda_layers`` and ``full_attn_layers`` number the
+    layers from 1 and together list each once (the MLA layers are the full ones); num_heads heads of head_dim for q, k
+    and v, each with a short convolution of short_conv_kernel_size (vLLM vllm/model_executor/models/kimi_linear.py,
+    KimiDeltaAttention; transformers-side config configuration_kimi.py: is_kda_layer(i) tests i + 1 in kda_layers)."""
+    lin = c.raw.get("linear_attn_config")
+    key = c.path("linear_attn_config")
+    if not isinstance(lin, dict):
+        raise PdagInputError(key, "missing: it says which layers are KDA and sizes them", "an object with kda_layers, "
+                             "full_attn_layers, num_heads, head_dim")
+    sub = _Cfg(lin, key)
+    kda = sub.int_list("kda_layers", hi=num_layers + 1)
+    full = sub.int_list("full_attn_layers", hi=num_layers + 1)
+    if sorted([*kda, *full]) != list(range(1, num_layers + 1)):
+        raise PdagInputError(sub.path("kda_layers"), "kda_layers and full_attn_layers must together list every layer "
+                             "once, numbered from 1", f"1..{num_layers} split between the two lists")
+    heads = sub.int("num_heads", hi=MAX_HEADS)
+    d = sub.int("head_dim", hi=MAX_HEAD_DIM)
+    return RecurrentSpec(kind="kda", layers=tuple(i - 1 for i in kda), num_heads=heads, num_key_heads=heads,
+                         key_head_dim=d, value_head_dim=d, conv_kernel=sub.int("short_conv_kernel_size", default=4,
+                                                                                 hi=1024),
+                         ssm_state_bytes=float(layer_kind_data()["state_dtype_bytes"][layer_kind_data()[
+                             "kda_recurrent_state_dtype"]]))
+
+
+def _step3p5_shapes(c: _Cfg, heads: int, head_dim: int) -> tuple[int, int, int, AttentionShape | None]:
+    """Step-3.5-Flash's two attention shapes: the full layers use num_attention_heads query heads and
+    num_attention_groups KV heads; the sliding layers take attention_other_setting's (96 query heads against 64 in the
+    published config). Returns the sliding shape as the model's (heads, KV heads, head size) and the full layers' own
+    (vLLM vllm/model_executor/models/step3p5.py, Step3p5DecoderLayer)."""
+    kv = c.int("num_attention_groups", hi=MAX_HEADS)
+    if heads % kv:
+        raise PdagInputError(c.path("num_attention_groups"), f"{kv} KV heads do not divide {heads} attention heads",
+                             f"a divisor of {heads}")
+    other = c.raw.get("attention_other_setting")
+    if other is None:
+        return heads, kv, head_dim, None
+    o = _Cfg(other if isinstance(other, dict) else {}, c.path("attention_other_setting"))
+    if not isinstance(other, dict) or other.get("attention_type") != "sliding_attention":
+        raise PdagInputError(o.prefix, "expected the sliding layers' shape", 'an object with attention_type '
+                             '"sliding_attention", num_attention_heads, num_attention_groups')
+    s_heads = o.int("num_attention_heads", hi=MAX_HEADS)
+    s_kv = o.int("num_attention_groups", default=kv, hi=MAX_HEADS)
+    s_dim = o.int("head_dim", default=head_dim, hi=MAX_HEAD_DIM)
+    if s_heads % s_kv:
+        raise PdagInputError(o.path("num_attention_groups"), f"{s_kv} KV heads do not divide {s_heads} attention "
+                             "heads", f"a divisor of {s_heads}")
+    full = AttentionShape(num_kv_heads=kv, head_dim=head_dim, num_heads=heads)
+    same = full == AttentionShape(num_kv_heads=s_kv, head_dim=s_dim, num_heads=s_heads)
+    return s_heads, s_kv, s_dim, None if same else full
+
+
+def _step3p5_moe_layers(c: _Cfg, num_layers: int) -> tuple[int, ...]:
+    """moe_layers_enum: the MoE layers as a comma-separated string (the published config) or a list; without it every
+    layer but the first (the checkpoint's own modeling code); indices past the decoder (MTP layers) are left out."""
+    raw = c.raw.get("moe_layers_enum")
+    if raw is None:
+        return tuple(range(1, num_layers))
+    parts = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else None
+    items = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in parts or ()
+             if not (isinstance(v, str) and not v.strip())]
+    if parts is None or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
+        raise PdagInputError(c.path("moe_layers_enum"), f"expected layer indices, got {shown(raw)}",
+                             "a comma-separated string or a list of layer indices")
+    if any(i < 0 for i in items):
+        raise PdagInputError(c.path("moe_layers_enum"), "a negative layer index", f"indices in 0..{num_layers - 1}")
+    return tuple(sorted({i for i in items if i < num_layers}))
+
+
+def _read_step3p5(c: _Cfg, num_layers: int) -> _Read:
+    """Step-3.5-Flash (step3p5): dense layers of intermediate_size, MoE on the moe_layers_enum layers with
+    moe_num_experts experts of moe_intermediate_size, top moe_top_k, a routing bias with use_moe_router_bias, one
+    shared expert of share_expert_dim; per-head q/k RMSNorms with use_qk_norm; num_nextn_predict_layers MTP layers
+    never counted (vLLM vllm/model_executor/models/step3p5.py; the checkpoint's modeling_step3p5.py). The attention
+    shapes and the head-wise gate are read by _step3p5_shapes and from_hf_config."""
+    if c.raw.get("att_impl_type", "GQA") != "GQA":
+        raise PdagInputError(c.path("att_impl_type"), f"attention {shown(c.raw.get('att_impl_type'))} is not read",
+                             "GQA")
+    dense_i = c.int("intermediate_size", hi=MAX_INTERMEDIATE)
+    read = _Read(intermediate=dense_i, mtp=c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS),
+                 attention_bias=c.bool("attention_bias", False), attention_out_bias=False,
+                 qk_norm=c.bool("use_qk_norm", False),
+                 notes=("Step-3.5's per-layer RoPE bases, partial rotary factors and SwiGLU clamps change numerics "
+                        "only",))
+    if not c.bool("use_moe", True) or not c.has("moe_num_experts"):
+        return read
+    shared = c.int("share_expert_dim", default=0, lo=0, hi=MAX_INTERMEDIATE)
+    moe = _moe(c, c.int("moe_num_experts", hi=MAX_EXPERTS), c.int("moe_top_k", hi=MAX_EXPERTS),
+               c.int("moe_intermediate_size", hi=MAX_INTERMEDIATE), 1 if shared else 0, shared,
+               _step3p5_moe_layers(c, num_layers), c.bool("use_moe_router_bias", False), False, "moe_top_k")
+    return dataclass_replace(read, moe=moe)
+
+
 _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "minimax": _read_minimax,
     "minimax_m1": _read_minimax,
@@ -1303,6 +1565,11 @@ _READERS: dict[str, Callable[[_Cfg, int], _Read]] = {
     "phimoe": _read_phimoe,
     "minimax_m2": _read_minimax_m2,
     "glm4": _read_glm4,
+    "hunyuan": _read_hunyuan,
+    "hunyuan_v1_moe": _read_hunyuan,
+    "bailing_moe": _read_bailing,
+    "bailing_moe_v2": _read_bailing,
+    "step3p5": _read_step3p5,
 }
 
 
@@ -1331,6 +1598,11 @@ def _windowed_layers(c: _Cfg, model_type: str, num_layers: int, max_pos: int) ->
                               hi=MAX_LAYERS)
                 layers = tuple(i for i in range(num_layers) if (i + 1) % every)
         return (chunk, layers) if chunk is not None and layers else (None, ())
+    if model_type == "step3p5" and isinstance(raw.get("layer_types"), list):
+        mtp = c.int("num_nextn_predict_layers", default=0, lo=0, hi=MAX_LAYERS)
+        if len(raw["layer_types"]) == num_layers + mtp:  # the published list names the MTP layers' kinds too
+            c = _Cfg({**raw, "layer_types": raw["layer_types"][:num_layers]}, c.prefix)
+            raw = c.raw
     window = c.opt_int("sliding_window", hi=MAX_POSITIONS)
     if window is None:
         window = _default(model_type, "sliding_window")
@@ -1470,6 +1742,22 @@ def _layer_kinds(c: _Cfg, model_type: str, num_layers: int, notes: list[str]) ->
         return {"recurrent": rec}
     if model_type == "gemma4_text":
         return _gemma4_layers(c, num_layers, notes)
+    if SUPPORTED_MODEL_TYPES.get(model_type) == "hunyuan" and c.bool("use_cla", False):
+        factor = c.int("cla_share_factor", default=1, hi=MAX_LAYERS)
+        shared = tuple(i for i in range(num_layers) if i % factor)
+        if shared:
+            notes.append(f"cross-layer attention (cla_share_factor {factor}): {len(shared)} of {num_layers} layers "
+                         "attend over the K and V of the layer before them, with no k/v projections and no KV of "
+                         "their own")
+        return {"kv_shared_layers": shared, "cross_layer_kv": True}
+    if model_type == "kimi_linear":
+        rec = _kimi_linear_layers(c, num_layers)
+        notes.append(f"{len(rec.layers)} of {num_layers} layers are Kimi Delta Attention (linear attention): each "
+                     "holds a fixed state per request, the q/k/v convolution windows in 16 bits and the recurrent "
+                     f"{rec.num_heads} x {rec.key_head_dim} x {rec.value_head_dim} state in "
+                     f"{rec.ssm_state_bytes * 8:g} bits (vLLM's KDA state dtypes), no KV per token; the other "
+                     f"{num_layers - len(rec.layers)} are MLA with its latent KV")
+        return {"recurrent": rec}
     if SUPPORTED_MODEL_TYPES.get(model_type) == "minimax":
         rec = _minimax_lightning(c, num_layers)
         notes.append(f"{len(rec.layers)} of {num_layers} layers are lightning attention (linear attention): each holds "

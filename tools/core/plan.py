@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 import knowledge
 from tools.core.absent import NullMeansAbsent
 from tools.core.engine_profile import EngineId
-from tools.core.errors import PdagInputError, shown
+from tools.core.errors import PdagInputError, closest, shown
 from tools.core.formats import WeightFormat
 from tools.core.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
 from tools.core.inputs import check_json_value
@@ -351,11 +351,16 @@ def _field_path(loc: tuple[Any, ...], root: str) -> str:
     return ".".join(parts)
 
 
-def _allowed_for(error: dict[str, Any]) -> str | None:
+def _allowed_for(error: dict[str, Any], root: str) -> str | None:
     ctx = error.get("ctx") or {}
     kind = error.get("type", "")
     if kind == "extra_forbidden":
-        return "only the documented fields (see the plan JSON Schema)"
+        loc = tuple(str(x) for x in error["loc"])
+        section = _SECTIONS.get(loc[:-1]) if root == "plan" else None
+        if section is None:
+            return "only the documented fields (see the plan JSON Schema)"
+        near = closest(loc[-1], section.model_fields)
+        return (f"closest: {', '.join(near)}; " if near else "") + "fields here: " + ", ".join(section.model_fields)
     if kind == "literal_error" and "expected" in ctx:
         return str(ctx["expected"])
     signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "max_length": "at most"}
@@ -373,7 +378,7 @@ def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInpu
         others.append(f"... and {len(errors) - 5} more")
     if others:
         problem += "; also " + "; ".join(others)
-    return PdagInputError(_field_path(first["loc"], root), problem, _allowed_for(first))
+    return PdagInputError(_field_path(first["loc"], root), problem, _allowed_for(first, root))
 
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {

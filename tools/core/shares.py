@@ -127,7 +127,7 @@ def node_shares(g: nx.DiGraph, spec: ModelSpec) -> dict[str, Share]:
         out[n] = Share(
             parts, allowed, of,
             heads_declared=heads / spread if heads is not None and t == T.ATTENTION else None,
-            heads_implied=spec.num_heads / head_shards if t == T.ATTENTION else None,
+            heads_implied=spec.q_heads(_layer_of(a, spec)) / head_shards if t == T.ATTENTION else None,
             kv_declared=None if mla or kv is None else max(1.0, kv / spread),
             kv_implied=None if mla else float(max(1, spec.kv_shape(_layer_of(a, spec))[0] // head_shards)),
         )

@@ -37,7 +37,7 @@ from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
 from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
-from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index
+from tools.core.models import MODELS_DIR, from_hf_config, preset_ids, preset_index, unstored_config
 from tools.core.plan import Plan, Workload, parse_plan
 from tools.engines import features
 from tools.engines.flags import FlagTable, check_argv, flag_table
@@ -187,6 +187,10 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
     if repo.startswith("$"):
         raise PdagInputError("command.model", f"the model is the shell variable {repo!r}, which pdag cannot expand",
                              "the command with its variables expanded (e.g. echo it from the shell that runs it)")
+    gap = unstored_config(_hub_repo(repo))
+    if gap is not None:
+        raise PdagInputError("command.model", gap, "pass the checkpoint's config.json: pdag import ... --hf-config "
+                             "FILE, or hf_config over MCP (import_deployment)")
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
         "closest presets: " + ", ".join(closest(_norm_name(repo), preset_ids())) + "; or bring the checkpoint's "

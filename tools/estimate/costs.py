@@ -563,9 +563,8 @@ class CostModel:
         kv_heads, d = spec.kv_shape(layer)  # a full-attention layer's own shape (Gemma-4)
         hkv = attrs.get("kv_heads") or kv_heads
         gate = hq if spec.attention_output_gate else 0  # Qwen3-Next's q_proj also emits an output gate per head
-        shared = spec.full_layer_shape is not None and spec.full_layer_shape.shared_kv and layer is not None and \
-            not spec.is_sliding_layer(layer)  # values from the key projection: no v_proj
-        qkv_w = h * (hq + gate + (1 if shared else 2) * hkv) * d
+        kv_proj = spec.kv_projections(layer if isinstance(layer, int) and 0 <= layer < spec.num_layers else None)
+        qkv_w = h * (hq + gate + kv_proj * hkv) * d  # no v_proj (Gemma-4's k_eq_v), no k/v at all (Hunyuan's CLA)
         o_w = hq * d * h
         kernels = [Kernel(2 * tok * qkv_w, qkv_w * wb + tok * (h + (hq + 2 * hkv) * d) * ab, small=small,
                           block_gemms=1, speed_scale=self.gemm_speed((hq + 2 * hkv) * d, h))]

@@ -134,7 +134,7 @@ def _turn_off(plan: dict[str, Any], ctx: Context, rule_id: str, into_dp: bool) -
             continue
         tp = d.get("tp", par.get("tp", 1))
         wide = tp * a
-        ok = spec.num_heads % wide == 0 and (spec.attention == "mla" or all(
+        ok = all(q % wide == 0 for q in spec.q_head_counts) and (spec.attention == "mla" or all(
             kv % wide == 0 or wide % kv == 0 for kv in spec.kv_head_counts))
         msg = f"set attn_dp from {a} to 1"
         if ok:

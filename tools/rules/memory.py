@@ -58,7 +58,7 @@ def tp_candidates(plan: Plan) -> list[int]:
     spec = plan.spec
     out = []
     for t in range(1, min(spec.num_heads, 64) + 1):
-        if spec.num_heads % t:
+        if any(q % t for q in spec.q_head_counts):
             continue
         if spec.attention != "mla" and any(kv % t and t % kv for kv in spec.kv_head_counts):
             continue
@@ -286,6 +286,17 @@ def check_context_within_model(ctx: Context) -> Iterator[Finding]:
                       field="plan.workload.input_len",
                       hint=f"keep input_len + output_len <= {spec.max_position_embeddings}, or serve a checkpoint "
                            "configured for the longer context")
+    for where, opts in (("engine_options", ctx.plan.engine_options), ("decode_engine_options",
+                                                                         ctx.plan.decode_engine_options)):
+        cap = opts.max_model_len if opts is not None else None
+        if cap is not None and cap > spec.max_position_embeddings:
+            yield Finding(f"{where}.max_model_len = {cap} but {spec.id} is configured for "
+                          f"{spec.max_position_embeddings} positions: vLLM refuses a longer --max-model-len unless "
+                          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang a longer --context-length unless "
+                          "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, and past the trained positions the output is "
+                          "unreliable", field=f"plan.{where}.max_model_len",
+                          hint=f"at most {spec.max_position_embeddings}, or a checkpoint (or rope scaling) configured "
+                               "for the longer context")
 
 
 @checker("MEM-ENGINE-CONTEXT", needs="plan")

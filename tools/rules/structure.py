@@ -191,7 +191,7 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
     """What a shard declares (heads, kv_heads, meta.of, experts) is what the estimator prices, so it must be what
     the model split over the operator's GPUs gives (tools/core/shares.py says how a node's GPUs share its work)."""
     spec = ctx.spec
-    if spec is None or ctx.graph is None:
+    if spec is None or ctx.graph is None or ctx.from_plan:  # pdag's own split: a fraction is TP-HEADS-DIVISIBLE's
         return
     shares = node_shares(ctx.g, spec)
     # KV-TP-SHARDING already judges kv_heads on operators drawn one shard per TP rank
@@ -220,8 +220,10 @@ def check_shard_sizes(ctx: Context) -> Iterator[Finding]:
         if s.heads_declared is not None and s.heads_implied is not None and \
                 not math.isclose(s.heads_declared, s.heads_implied):
             want = a["heads"] * s.heads_implied / s.heads_declared
+            layer = a.get("layer")
+            q = spec.q_heads(layer) if isinstance(layer, int) and 0 <= layer < spec.num_layers else spec.num_heads
             found.setdefault("heads", []).append((n, f"{n} declares heads = {a['heads']} but {spec.id}'s "
-                                                     f"{spec.num_heads} query heads over {s.parts} shard(s) give "
+                                                     f"{q} query heads over {s.parts} shard(s) give "
                                                      f"{_n(s.heads_implied)} per GPU: heads = {_n(want)} on its "
                                                      f"{gpus} GPU(s)"))
         if s.kv_declared is not None and s.kv_implied is not None and n not in ranked \

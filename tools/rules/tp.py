@@ -177,7 +177,7 @@ def check_not_embed_norm_router(ctx: Context) -> Iterator[Finding]:
 
 
 def _tp_ok(spec: Any, t: int) -> bool:
-    if spec.num_heads % t:
+    if any(q % t for q in spec.q_head_counts):
         return False
     if spec.attention != "mla" and any(kv % t and t % kv for kv in spec.kv_head_counts):
         return False
@@ -195,6 +195,7 @@ def recurrent_heads_split(spec: Any, t: int) -> str | None:
     if rec is None:
         return None
     heads, keys = {"gated_deltanet": ("linear-attention value heads", "linear-attention key heads"),
+                   "kda": ("Kimi Delta Attention heads", "Kimi Delta Attention heads"),
                    "lightning": ("lightning-attention heads", "lightning-attention heads")}.get(
         rec.kind, ("Mamba heads", "Mamba groups (n_groups)"))
     if rec.num_heads % t:
@@ -210,10 +211,11 @@ def check_heads(ctx: Context) -> Iterator[Finding]:
     spec = ctx.plan.spec
     for ph, pl in ctx.layout.phases.items():
         hs = pl.head_shards
-        if spec.num_heads % hs:
-            yield Finding(f"{ph}: {spec.num_heads} attention heads do not divide into {hs} head shards (tp {pl.tp}, "
+        heads = next((q for q in spec.q_head_counts if q % hs), None)  # each layer's query heads (Step-3.5: two)
+        if heads is not None:
+            yield Finding(f"{ph}: {heads} attention heads do not divide into {hs} head shards (tp {pl.tp}, "
                           f"sp {pl.sp}); heads must divide by TP", field=field_of(ph, "tp", ctx.plan),
-                          hint=f"use a tp that divides {spec.num_heads}")
+                          hint=f"use a tp that divides {heads}")
             return
         widths = []
         if spec.dense_layer_indices and spec.intermediate_size:

@@ -108,8 +108,8 @@ class PlanSummary(BaseModel):
     plan: dict[str, Any] = Field(description="the complete plan; pass it to validate_dag / estimate_performance")
     gpus_used: int
     batch_size: int = Field(description="sequences per DP replica")
-    in_flight: int = Field(0, description="sequences in flight in the whole deployment (batch_size x the replicas "
-                                          "that hold them)")
+    in_flight: int = Field(0, description="requests in the whole deployment: batch_size x the replicas that hold "
+                                          "them; at a request_rate, the simulated mean (rate x mean E2E)")
     ttft_ms: float
     tpot_ms: float
     e2e_ms: float
@@ -209,6 +209,7 @@ class _Point:
     prefill_ms: float = 0.0  # one replica's prefill pass over its batch (static), for the work share of prefill
     step_ms: float = 0.0  # one replica's decode step at its batch
     queued: bool = False  # served: its requests wait longer in the queue than in service (the load is past it)
+    in_system: float = 0.0  # served: mean requests in the system (Little's law: request rate x mean E2E)
 
     @property
     def disaggregated(self) -> bool:
@@ -415,8 +416,9 @@ class _Search:
         if group > domain or domain % group:
             self.reject("TP-WITHIN-NODE", f"{what}: a group of {group} GPUs leaves the {domain}-GPU NVLink domain")
             return False
-        if spec.num_heads % tp:
-            self.reject("TP-HEADS-DIVISIBLE", f"{what}: {spec.num_heads} heads")
+        heads = next((q for q in spec.q_head_counts if q % tp), None)
+        if heads is not None:
+            self.reject("TP-HEADS-DIVISIBLE", f"{what}: {heads} heads")
             return False
         kv = next((k for k in spec.kv_head_counts if k % tp and tp % k), None)
         if spec.attention != "mla" and kv is not None:
@@ -671,7 +673,8 @@ class _Search:
         self.estimates += 1
         q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                     tput=sim.output_tokens_per_s, served=sim.load, misses=[],
-                    queued=sim.queue_ms.mean > sim.e2e_ms.mean - sim.queue_ms.mean)
+                    queued=sim.queue_ms.mean > sim.e2e_ms.mean - sim.queue_ms.mean,
+                    in_system=sim.request_throughput_per_s * sim.e2e_ms.mean / 1e3)
         self._misses(q)
         return q
 
@@ -926,7 +929,9 @@ def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanS
     return PlanSummary(
         rank=rank, label=_point_label(p) + ("" if launchable else " (no engine launches it)"),
         plan=plan, engines=engines, engine_gaps=gaps, launchable=launchable,
-        gpus_used=p.gpus, batch_size=p.batch, in_flight=p.batch * (p.dp_d if p.disaggregated else p.dp),
+        gpus_used=p.gpus, batch_size=p.batch,
+        in_flight=round(p.in_system) if p.served and search.total is None  # an open loop's: what the rate holds
+        else p.batch * (p.dp_d if p.disaggregated else p.dp),
         ttft_ms=p.ttft, tpot_ms=p.tpot, e2e_ms=p.e2e,
         throughput_tokens_per_s=p.tput, throughput_per_gpu=p.per_gpu, user_tokens_per_s=p.user_speed,
         memory_max_gpu_bytes=p.mem_max, memory_capacity_bytes=p.mem_cap, meets_slo=not p.misses,
