@@ -503,6 +503,7 @@ def kv_cache_tokens(plan: Plan, layout: Layout | None = None, efficiency: Overla
 
 
 _CACHE: OrderedDict[str, MemoryReport] = OrderedDict()
+_ONE_CACHE: OrderedDict[tuple[str, bool], int] = OrderedDict()  # one_sequence_tokens'
 _CACHE_SIZE = 16
 _LOCK = threading.Lock()
 
@@ -594,9 +595,6 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )
-
-
-_ONE_CACHE: OrderedDict[tuple[str, bool], int] = OrderedDict()
 
 
 def one_sequence_tokens(plan: Plan, windowed: bool = True) -> int:
