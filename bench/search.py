@@ -29,8 +29,13 @@ CASES: dict[str, tuple[dict[str, Any], float]] = {
         {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64}, "dtype": "fp8",
          "workload": {"input_len": 2048, "output_len": 1024, "concurrency": 1024}, "objective": "throughput",
          "serving": True}, 2.0),
-    # the same load under SGLang's and TensorRT-LLM's schedulers (SGLang's admission reserve, TensorRT-LLM's
-    # whole-request page reservation): each engine's simulator path within the same target
+    # the same load under vLLM's, SGLang's and TensorRT-LLM's profiles and schedulers (the case above is the generic
+    # profile, which schedules as vLLM; SGLang's admission reserve, TensorRT-LLM's whole-request page reservation):
+    # each engine's simulator path within the same target
+    "deepseek-v3 fp8 / 64x h200 / throughput / serving, 1,024 clients, 2k in / 1k out, vllm": (
+        {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64}, "dtype": "fp8",
+         "workload": {"input_len": 2048, "output_len": 1024, "concurrency": 1024}, "objective": "throughput",
+         "serving": True, "engine": "vllm"}, 2.0),
     "deepseek-v3 fp8 / 64x h200 / throughput / serving, 1,024 clients, 2k in / 1k out, sglang": (
         {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64}, "dtype": "fp8",
          "workload": {"input_len": 2048, "output_len": 1024, "concurrency": 1024}, "objective": "throughput",

@@ -17,6 +17,15 @@ CASES = {
     "llama-3.1-70b TP8 vLLM, 64 clients, 2,000 requests, 1k in / 1k out +-11% (target <= 500 ms)": {
         **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 2000,
                              "input_len_range": [910, 1138], "output_len_range": [910, 1138]}},
+    # the same 2,000 requests under SGLang's and TensorRT-LLM's schedulers: each engine's path within the target
+    "llama-3.1-70b TP8 SGLang, 64 clients, 2,000 requests, 1k in / 1k out +-11% (target <= 500 ms)": {
+        **BASE, "engine": "sglang", "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64,
+                                                 "num_requests": 2000, "input_len_range": [910, 1138],
+                                                 "output_len_range": [910, 1138]}},
+    "llama-3.1-70b TP8 TensorRT-LLM, 64 clients, 2,000 requests, 1k in / 1k out +-11% (target <= 500 ms)": {
+        **BASE, "engine": "trtllm", "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64,
+                                                 "num_requests": 2000, "input_len_range": [910, 1138],
+                                                 "output_len_range": [910, 1138]}},
     "llama-3.1-70b TP8 vLLM, 64 clients, 1,000 requests, 1k in / 1k out +-11%": {
         **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 1000,
                              "input_len_range": [910, 1138], "output_len_range": [910, 1138]}},

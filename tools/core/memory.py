@@ -503,6 +503,7 @@ def kv_cache_tokens(plan: Plan, layout: Layout | None = None, efficiency: Overla
 
 
 _CACHE: OrderedDict[str, MemoryReport] = OrderedDict()
+_ONE_CACHE: OrderedDict[tuple[str, bool], int] = OrderedDict()  # one_sequence_tokens'
 _CACHE_SIZE = 16
 _LOCK = threading.Lock()
 
@@ -600,7 +601,24 @@ def one_sequence_tokens(plan: Plan, windowed: bool = True) -> int:
     """Tokens of one sequence (batch 1) the plan's memory holds beside its weights, as an engine's start-up check
     counts them: with ``windowed``, a windowed layer keeps its window plus one step's new tokens (vLLM's hybrid
     manager reserves both for a request); without, every layer keeps them all, as an engine whose cache allocates
-    full-length KV on local layers does."""
+    full-length KV on local layers does.  Remembers its last few answers, as ``memory_report`` does: search asks
+    it of every layout once per engine that could launch it."""
+    if os.environ.get(ENV_VAR):  # an overlay file may change between calls
+        return _one_sequence_tokens(plan, windowed)
+    key = (plan.model_dump_json(), windowed)
+    with _LOCK:
+        if key in _ONE_CACHE:
+            _ONE_CACHE.move_to_end(key)
+            return _ONE_CACHE[key]
+    tokens = _one_sequence_tokens(plan, windowed)
+    with _LOCK:
+        _ONE_CACHE[key] = tokens
+        while len(_ONE_CACHE) > _CACHE_SIZE:
+            _ONE_CACHE.popitem(last=False)
+    return tokens
+
+
+def _one_sequence_tokens(plan: Plan, windowed: bool) -> int:
     one = plan.model_copy(update={"workload": plan.workload.model_copy(update={"batch_size": 1})})
     layout = Layout(one)
     eff = plan_efficiency(one, None)

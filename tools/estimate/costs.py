@@ -329,6 +329,12 @@ class CostModel:
 
     # ------------------------------------------------------------------ node costs
     def cost(self, attrs: dict[str, Any], batch: int) -> NodeCost:
+        return self.cost_keyed(self.node_key(attrs), attrs, batch)
+
+    def node_key(self, attrs: dict[str, Any]) -> tuple[Any, ...]:
+        """What a node's cost depends on besides the batch (its kind, shard and link): equal keys, equal costs.
+        Apart from ``cost`` so that a caller pricing the same nodes at many batches (``fast.FastEstimator``, the
+        serving simulator's cost surface) works it out once per node."""
         ntype = attrs["type"]
         phase = attrs.get("phase") or "prefill"
         layer = attrs.get("layer")
@@ -338,13 +344,16 @@ class CostModel:
         own = (self.spec.is_kv_shared(layer), self.spec.ffn_width(layer)) if self._in_range(layer) else None
         meta = attrs.get("meta") or {}
         devices = attrs["devices"]
-        key = (ntype, phase, batch, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
-               meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
-               sliding, recurrent, own, len(devices), self.link(devices) if len(devices) > 1 else None)
-        hit = self._cache.get(key)
+        return (ntype, phase, attrs.get("role"), attrs.get("heads"), attrs.get("kv_heads"),
+                meta.get("of"), meta.get("seq_shards"), meta.get("vocab_shards"), len(attrs.get("experts") or ()),
+                sliding, recurrent, own, len(devices), self.link(devices) if len(devices) > 1 else None)
+
+    def cost_keyed(self, key: tuple[Any, ...], attrs: dict[str, Any], batch: int) -> NodeCost:
+        """``cost`` of a node whose ``node_key`` is ``key``."""
+        hit = self._cache.get((key, batch))
         if hit is None:
-            hit = self._cost(ntype, phase, batch, attrs, meta, sliding, recurrent)
-            self._cache[key] = hit
+            hit = self._cost(key[0], key[1], batch, attrs, attrs.get("meta") or {}, key[9], key[10])
+            self._cache[(key, batch)] = hit
         return hit
 
     def _in_range(self, layer: Any) -> bool:

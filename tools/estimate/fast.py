@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -26,10 +26,26 @@ from tools.core.efficiency import plan_efficiency
 from tools.core.layout import Layout, vocab_shards
 from tools.core.plan import PHASES, Phase, Plan
 from tools.core.working import layer_signature
-from tools.estimate.costs import CostModel, NodeCost, host_us_per_kernel, pass_schedule
+from tools.estimate.costs import CostModel, host_us_per_kernel, pass_schedule
 from tools.estimate.headline import Headline, headline, node_batch
 
-__all__ = ["FastEstimator"]
+__all__ = ["FastEstimator", "PriceBook"]
+
+
+class PriceBook:
+    """Phase prices shared by the estimators of several plans (a search's simulations): a plan's phase that is
+    built and priced as another's (same model, hardware, lengths and efficiency, same degrees, and the same nodes
+    with the same cost keys on the same GPUs) costs the same, so each (phase, lengths, batch) is priced once
+    among them.  Why: the serving simulator prices its cost surface per plan, and a search's disaggregated plans
+    pair a few prefill layouts with a few decode layouts."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self.parts: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
+
+    def id_of(self, signature: tuple[Any, ...]) -> int:
+        """A small number standing for a phase's signature (the dictionary of prices hashes it, not the nodes)."""
+        return self._ids.setdefault(signature, len(self._ids))
 
 
 @dataclass
@@ -41,6 +57,8 @@ class _Segment:
     exits: list[int]
     count: int
     on_lead: list[bool] = field(default_factory=list)  # runs on the stage's first GPU (its host launches it)
+    keys: list[tuple[Any, ...]] = field(default_factory=list)  # CostModel.node_key of each node
+    full: list[bool] = field(default_factory=list)  # sees every attention-DP group's tokens (``node_batch``)
 
 
 @dataclass
@@ -48,6 +66,8 @@ class _Stage:
     layers: list[_Segment]
     fixed: list[dict[str, Any]]  # embedding, final norm, LM head, stage transfer: a chain, costed as a sum
     fixed_on_lead: list[bool] = field(default_factory=list)
+    fixed_keys: list[tuple[Any, ...]] = field(default_factory=list)
+    fixed_full: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """Which nodes the stage's host launches, as ``core._stage_launches`` counts them: those on the stage's
@@ -56,6 +76,15 @@ class _Stage:
         self.fixed_on_lead = [lead in a["devices"] for a in self.fixed]
         for seg in self.layers:
             seg.on_lead = [lead in a["devices"] for a in seg.nodes]
+
+    def key(self, model: CostModel) -> None:
+        """Each node's cost key and batch rule, worked out once: a stage is priced at many batches and lengths
+        (the links and shards, which the keys name, do not change with them)."""
+        self.fixed_keys = [model.node_key(a) for a in self.fixed]
+        self.fixed_full = [node_batch(a, 2, 2) == 2 for a in self.fixed]
+        for seg in self.layers:
+            seg.keys = [model.node_key(a) for a in seg.nodes]
+            seg.full = [node_batch(a, 2, 2) == 2 for a in seg.nodes]
 
 
 def _topological(ids: list[str], edges: list[tuple[str, str]]) -> tuple[list[int], list[list[int]]]:
@@ -71,8 +100,9 @@ class FastEstimator:
     """Per-layout phase latencies at any batch; build once per layout (the batch is not part of it)."""
 
     def __init__(self, plan: Plan, layout: Layout | None = None, eff: dict[str, float] | None = None,
-                 overlap: bool | None = None, decode_queries: int = 1) -> None:
-        """``decode_queries``: tokens per sequence in a decode step (k + 1 for a step that verifies k drafts)."""
+                 overlap: bool | None = None, decode_queries: int = 1, prices: PriceBook | None = None) -> None:
+        """``decode_queries``: tokens per sequence in a decode step (k + 1 for a step that verifies k drafts);
+        ``prices``: phase prices shared with other plans' estimators (``PriceBook``)."""
         self.plan = plan
         self.layout = layout or Layout(plan)
         self.eff = eff or plan_efficiency(plan)
@@ -82,6 +112,28 @@ class FastEstimator:
                      "decode": self.eff["decode_step_overhead_ms"] * 1e-3}
         self.stages = self._build()
         self._phase_ms: dict[tuple[str, int], tuple[float, float, float]] = {}
+        self.prices = prices
+        self._book_ids: dict[str, int] = {}  # per phase, its signature's id in ``prices`` (lengths apart)
+
+    def _book_id(self, phase: Phase) -> int:
+        """What the phase's price depends on besides the lengths and the batch, as an id in ``prices``: the plan
+        but its degrees, options and workload; the efficiency and cost model settings; the phase's degrees but dp;
+        every node's cost key, batch rule, GPUs and place in its layer; the pipeline depth."""
+        hit = self._book_ids.get(phase)
+        if hit is None:
+            assert self.prices is not None
+            plan, lay, model = self.plan, self.layout, self.model
+            stages = tuple((tuple(st.fixed_keys), tuple(st.fixed_full), tuple(st.fixed_on_lead),
+                            tuple(tuple(a["devices"]) for a in st.fixed),
+                            tuple((tuple(seg.keys), tuple(seg.full), tuple(seg.on_lead), tuple(map(tuple, seg.preds)),
+                                   tuple(seg.exits), seg.count, tuple(tuple(a["devices"]) for a in seg.nodes))
+                                  for seg in st.layers))
+                           for st in self.stages[phase])
+            signature = (phase, plan.model_dump_json(exclude={"parallel", "phases", "options", "workload"}),
+                         tuple(sorted(self.eff.items())), model.overlap, model.balanced_experts, model.decode_queries,
+                         replace(lay.phases[phase], dp=1), lay.phases["decode"].dcp, lay.pools[phase].pp, stages)
+            hit = self._book_ids[phase] = self.prices.id_of(signature)
+        return hit
 
     def _build(self) -> dict[Phase, list[_Stage]]:
         plan, lay, spec = self.plan, self.layout, self.plan.spec
@@ -136,26 +188,28 @@ class FastEstimator:
                     fixed.append({"type": NodeType.SEND_RECV, "devices": sorted(set(t_dev) | set(nxt)),
                                   "role": "stage_transfer", **common})
                 stages.append(_Stage(segments, fixed))
+                stages[-1].key(self.model)
             out[phase] = stages
         return out
 
     # ------------------------------------------------------------------ pricing
-    def _cost(self, attrs: dict[str, Any], batch: int, groups: int) -> NodeCost:
-        return self.model.cost(attrs, node_batch(attrs, batch, groups))
-
     def stage_seconds(self, phase: Phase, batch: int, count_launches: bool = False) -> tuple[list[float], list[float]]:
         """Per stage: GPU time of the critical path, and (``count_launches``) the kernels the stage's host launches."""
         groups = self.layout.phases[phase].attn_dp
+        cost = self.model.cost_keyed
+        share = -(-batch // groups)  # ``node_batch``: one attention-DP group's sequences, or all of them
         out, launches = [], []
         for st in self.stages[phase]:
-            fixed = [self._cost(a, batch, groups) for a in st.fixed]
+            fixed = [cost(k, a, batch if full else share)
+                     for a, k, full in zip(st.fixed, st.fixed_keys, st.fixed_full, strict=True)]
             t = sum(c.seconds for c in fixed)
             n = sum(c.launches for c, lead in zip(fixed, st.fixed_on_lead, strict=True) if lead) \
                 if count_launches else 0.0
             for seg in st.layers:
                 dist = [0.0] * len(seg.nodes)
+                keys, fulls = seg.keys, seg.full
                 for i, attrs in enumerate(seg.nodes):
-                    c = self._cost(attrs, batch, groups)
+                    c = cost(keys[i], attrs, batch if fulls[i] else share)
                     dist[i] = max((dist[p] for p in seg.preds[i]), default=0.0) + c.seconds
                     if count_launches and seg.on_lead[i]:
                         n += seg.count * c.launches
@@ -172,6 +226,17 @@ class FastEstimator:
         hit = self._phase_ms.get(key)
         if hit is not None:
             return hit
+        if self.prices is not None:
+            shared = (self._book_id(phase), self.model.input_len, self.model.output_len, batch)
+            hit = self.prices.parts.get(shared)
+            if hit is None:
+                hit = self.prices.parts[shared] = self._phase_parts(phase, batch)
+            self._phase_ms[key] = hit
+            return hit
+        hit = self._phase_ms[key] = self._phase_parts(phase, batch)
+        return hit
+
+    def _phase_parts(self, phase: Phase, batch: int) -> tuple[float, float, float]:
         host_us = host_us_per_kernel(self.eff, phase, self.model.tokens(phase, batch))
         pp = self.layout.pools[phase].pp
         gpu, kern = self.stage_seconds(phase, batch, bool(host_us))
@@ -179,9 +244,7 @@ class FastEstimator:
         mgpu, mkern = self.stage_seconds(phase, math.ceil(batch / m), bool(host_us)) if pp > 1 and m > 1 else \
             (None, None)
         latency, gpu_latency, _ = pass_schedule(phase, gpu, kern, m, mgpu, mkern, host_us)
-        parts = ((latency + self.step[phase]) * 1e3, sum(kern) * host_us * 1e-3, (latency - gpu_latency) * 1e3)
-        self._phase_ms[key] = parts
-        return parts
+        return (latency + self.step[phase]) * 1e3, sum(kern) * host_us * 1e-3, (latency - gpu_latency) * 1e3
 
     def phase_ms(self, phase: Phase, batch: int) -> float:
         """Latency of one prefill pass / one decode step of ``batch`` sequences, as ``core._phase`` computes it."""

@@ -70,7 +70,7 @@ from tools.core.layout import Layout
 from tools.core.memory import memory_report
 from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, validation_error_to_input_error
 from tools.estimate.disagg import balanced_split
-from tools.estimate.fast import FastEstimator
+from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.headline import Headline, headline
 from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
 from tools.estimate.simulate import simulate
@@ -275,8 +275,10 @@ class _Search:
         self._mem_cache: dict[Any, Any] = {}
         self.serving = False  # price aggregated plans under continuous batching (search_strategies(serving=True))
         self.launch_engines: list[str] = []  # engines one of which must launch a ranked plan
-        self._engines: dict[tuple[_Shape, _Shape | None, str], tuple[list[str], dict[str, str]]] = {}
+        # per layout: the plan of one replica and each engine's verdict on it (None: it launches it)
+        self._engines: dict[tuple[_Shape, _Shape | None, str], tuple[dict[str, Any], dict[str, str | None]]] = {}
         self.spec_settings: list[dict[str, Any]] = []  # speculative settings a layout may take besides none
+        self.prices = PriceBook()  # the simulations' phase prices, shared: their pools repeat across plans
 
     # -------------------------------------------------------------- bookkeeping
     def reject(self, rule: str, what: str, n: int = 1) -> None:
@@ -294,18 +296,30 @@ class _Search:
             options["allow_attention_dp"] = True
         return options
 
-    def exportability(self, p: _Point, plan: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
-        """The engines that launch ``p``'s layout (replicas and batch change nothing there), once per layout."""
+    def _gap(self, p: _Point, engine: str) -> str | None:
+        """Why ``engine`` cannot launch ``p``'s layout (None: it can), asked once per layout and engine (replicas and
+        batch change nothing there)."""
         key = (p.shape, p.dshape, json.dumps(p.spec, sort_keys=True))
         if key not in self._engines:
-            if plan is None:
-                plan = self.point_dict(p)
-                plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
-            self._engines[key] = _exportability(plan)
-        return self._engines[key]
+            plan = self.point_dict(p)
+            plan["hardware"] = {**plan["hardware"], "num_gpus": p.gpus}
+            self._engines[key] = (_one_replica(plan), {})
+        one, gaps = self._engines[key]
+        if engine not in gaps:
+            gaps[engine] = _engine_gap(one, engine)
+        return gaps[engine]
+
+    def exportability(self, p: _Point) -> tuple[list[str], dict[str, str]]:
+        """The engines that launch ``p``'s layout, and for the others the reason their exporter gives."""
+        from tools.engines.launch import ENGINES
+
+        gaps = {engine: self._gap(p, engine) for engine in ENGINES}
+        return [e for e, gap in gaps.items() if gap is None], {e: gap for e, gap in gaps.items() if gap is not None}
 
     def launched(self, p: _Point) -> bool:
-        return bool(set(self.exportability(p)[0]) & set(self.launch_engines))
+        """An engine the search was asked for launches ``p`` (asking them in turn until one does: every layout is
+        judged, and only the plans shown need every engine's verdict)."""
+        return any(self._gap(p, engine) is None for engine in self.launch_engines)
 
     def plan_dict(self, s: _Shape, dp: int, batch: int) -> dict[str, Any]:
         d = dict(self.base)
@@ -655,7 +669,7 @@ class _Search:
         return _pareto(held or ok)
 
     def _served(self, p: _Point) -> _Point:
-        sim = simulate(Plan.model_validate(self.point_dict(p)))
+        sim = simulate(Plan.model_validate(self.point_dict(p)), prices=self.prices)
         self.estimates += 1
         q = replace(p, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                     tput=sim.output_tokens_per_s, served=sim.load, misses=[],
@@ -673,7 +687,7 @@ class _Search:
             mem = memory_report(plan, Layout(plan))
             if not mem.fits:
                 continue
-            sim = simulate(plan)
+            sim = simulate(plan, prices=self.prices)
             self.estimates += 1
             v = replace(q, ttft=sim.ttft_ms.mean, tpot=sim.tpot_ms.mean, e2e=sim.e2e_ms.mean,
                         tput=sim.output_tokens_per_s, served=sim.load, misses=[], spec=setting, plain=q,
@@ -873,28 +887,28 @@ def _reason(p: _Point, rank: int, best: _Point, objective: str, metric: str, n: 
     return f"{why} at {load}; TPOT {p.tpot:.2f} ms{layout}; {head}"
 
 
-def _exportability(plan: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """Which engines can launch the plan, and for the others the reason their exporter gives."""
-    from tools.engines.launch import ENGINES, EngineCannotExpress, export_unchecked
-
-    # Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
-    # something else): judge one replica, so that a plan of thousands of replicas costs what one does.
+def _one_replica(plan: dict[str, Any]) -> dict[str, Any]:
+    """Replicas never change what an engine can launch (each is its own server where the engine's DP flag means
+    something else): the plan of one replica, which the engines are asked about, so that a plan of thousands of
+    replicas costs what one does."""
     one = json.loads(json.dumps(plan))
     one["parallel"] = {**one.get("parallel", {}), "dp": 1}
     for phase in (one.get("phases") or {}).values():
         if phase and "dp" in phase:
             phase["dp"] = 1
     one["hardware"] = {**one["hardware"], "num_gpus": Layout(parse_plan(one)).gpus_needed}
-    ok: list[str] = []
-    gaps: dict[str, str] = {}
-    for engine in ENGINES:
-        try:
-            export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
-        except EngineCannotExpress as exc:
-            gaps[engine] = f"{exc.field}: {exc.problem}"
-        else:
-            ok.append(engine)
-    return ok, gaps
+    return one
+
+
+def _engine_gap(one: dict[str, Any], engine: str) -> str | None:
+    """The reason ``engine``'s exporter gives for not launching ``one`` (None: it launches it)."""
+    from tools.engines.launch import EngineCannotExpress, export_unchecked
+
+    try:
+        export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
+    except EngineCannotExpress as exc:
+        return f"{exc.field}: {exc.problem}"
+    return None
 
 
 def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanSummary:
@@ -910,7 +924,7 @@ def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanS
             "pool_balance": p.head.pool_balance,
             "kv_transfer_ms": p.head.kv_transfer.ms if p.head.kv_transfer else None,
         }
-    engines, gaps = search.exportability(p, plan)
+    engines, gaps = search.exportability(p)
     launchable = bool(set(engines) & set(search.launch_engines))
     return PlanSummary(
         rank=rank, label=_point_label(p) + ("" if launchable else " (no engine launches it)"),
