@@ -194,11 +194,14 @@ def test_import_deployment_asks_only_for_what_was_not_given() -> None:
     assert not any(n.startswith("checked at") for n in both.notes)
 
 
-def test_sglang_overlap_note_states_what_the_estimate_priced() -> None:
-    """Before: the note said 50% of the EP all-to-all was hidden while the estimate (generic profile) hid none."""
+def test_sglang_overlap_flag_follows_what_the_estimate_priced() -> None:
+    """Before: a note said 50% of the EP all-to-all was hidden while the estimate (generic profile) hid none.  With
+    EP inside the TP group no all-to-all is priced, so no overlap flag is written, and a plan priced on another
+    profile says so."""
     r1 = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8},
           "workload": {"concurrency": 16}}
-    generic = [n for n in export_plan(r1, "sglang").notes if n.startswith("priced with")]
-    own = [n for n in export_plan({**r1, "engine": "sglang"}, "sglang").notes if n.startswith("priced with")]
-    assert generic and "critical path" in generic[0] and "50%" not in generic[0].split(";")[0]
-    assert own and own[0].startswith("priced with 50%")
+    generic = export_plan(r1, "sglang")
+    own = export_plan({**r1, "engine": "sglang"}, "sglang")
+    assert "--enable-two-batch-overlap" not in generic.command + own.command
+    assert any("priced on engine profile generic" in n for n in generic.notes)
+    assert not any("priced on engine profile" in n for n in own.notes)

@@ -50,8 +50,11 @@ class AllToAllImpl(_Strict):
     launch_flags: list[str] = Field(
         default_factory=list,
         description="the launch flags that select this all-to-all where the engine's default EP path is another "
-                    "(export writes them for attention-DP plans, the form the engine documents them with); empty: "
-                    "the default")
+                    "(export writes them wherever the estimate prices an all-to-all); empty: the default")
+    prefill_pool_launch_flags: list[str] = Field(
+        default_factory=list,
+        description="where the engine picks its all-to-all kernels per server: the flags of a disaggregated prefill "
+                    "pool (node-deduplicating kernels, priced only there); empty: one choice for every server")
 
 
 class Overlap(_Strict):

@@ -1,0 +1,96 @@
+"""What pdag hands over matches what it priced (issues 39/40/43): the exported command runs the engine features the
+estimate assumed, the short GPU names resolve, saturated KV caches are said, online fp8 quantization's load peak is
+priced."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tools import estimate_performance, export_plan, import_command
+
+KIMI_ADP = {"model": "kimi-k2", "hardware": {"gpu": "h200", "num_gpus": 16}, "engine": "sglang", "dtype": "fp8",
+            "weights": "fp8",
+            "parallel": {"tp": 1, "attn_dp": 16, "ep": 16}, "options": {"allow_attention_dp": True},
+            "workload": {"input_len": 2000, "output_len": 1000, "batch_size": 256}}
+DSV3_ADP = {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 8}, "dtype": "fp8", "weights": "fp8",
+            "parallel": {"tp": 1, "attn_dp": 8, "ep": 8}, "options": {"allow_attention_dp": True},
+            "workload": {"input_len": 2000, "output_len": 500, "batch_size": 512}}
+
+
+def _static(plan: dict) -> tuple[float, float]:
+    est = estimate_performance(plan=plan, simulate=False)
+    return est.prefill_latency_ms, est.decode_latency_ms_per_token
+
+
+@pytest.mark.parametrize("plan, engine", [(KIMI_ADP, "sglang"), ({**DSV3_ADP, "engine": "sglang"}, "sglang"),
+                                          ({**DSV3_ADP, "engine": "vllm"}, "vllm")])
+def test_the_exported_command_prices_as_the_plan(plan: dict, engine: str) -> None:
+    """Export, import the command back and price it: the figures are the plan's.  Before, SGLang's export left out
+    --enable-two-batch-overlap that the estimate priced, and Kimi-K2's command imported (and ran) slower."""
+    out = export_plan(plan, engine)
+    back = import_command(shlex.join(out.argv[0]), gpu=plan["hardware"]["gpu"]).plan
+    back = {**back, "workload": plan["workload"], "dtype": plan["dtype"], "engine": plan["engine"]}
+    want, got = _static(plan), _static(back)
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_sglang_two_batch_overlap_follows_the_priced_overlap() -> None:
+    """The flag is written exactly when the estimate hides part of the all-to-all, with the DeepEP backend SGLang
+    requires for it; without the overlap the command says nothing of it and the estimate is slower."""
+    on = export_plan(KIMI_ADP, "sglang").command
+    assert "--moe-a2a-backend deepep" in on and "--enable-two-batch-overlap" in on
+    plain = {**KIMI_ADP, "options": {**KIMI_ADP["options"], "overlap_comm": False}}
+    off = export_plan(plain, "sglang").command
+    assert "--moe-a2a-backend deepep" in off and "--enable-two-batch-overlap" not in off
+    assert _static(plain)[1] > _static(KIMI_ADP)[1]
+
+
+def test_vllm_selects_the_deepep_kernels_it_is_priced_with() -> None:
+    """vLLM's default all-to-all is allgather_reducescatter; the profile prices DeepEP, low-latency kernels on an
+    aggregated server or decode pool, high-throughput (node-deduplicating) ones on a prefill pool."""
+    agg = export_plan({**DSV3_ADP, "engine": "vllm"}, "vllm").command
+    assert "--all2all-backend deepep_low_latency" in agg
+    assert not any("slower than estimated" in n for n in import_command(agg, gpu="h200").notes)
+    bare = import_command("vllm serve deepseek-ai/DeepSeek-V3 -tp 1 -dp 8 --enable-expert-parallel", gpu="h200")
+    assert any("allgather_reducescatter" in n and "slower than estimated" in n for n in bare.notes)
+    disagg = {"model": "deepseek-v3", "engine": "vllm", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 32},
+              "parallel": {"tp": 1, "attn_dp": 16, "ep": 16}, "phases": {"prefill": {"attn_dp": 16, "ep": 16}},
+              "options": {"allow_attention_dp": True, "disaggregated": True}}
+    out = export_plan(disagg, "vllm")
+    first = out.pool_commands["prefill"]
+    prefill, decode = (" ".join(a) for a in (out.argv[0], out.argv[first]))
+    assert "--all2all-backend deepep_high_throughput" in prefill
+    assert "--all2all-backend deepep_low_latency" in decode
+
+
+def test_vllm_prefill_deduplicates_nodes_only_on_a_prefill_pool() -> None:
+    """Low-latency kernels send one copy per expert: a two-node aggregated vLLM prefill pays that; the same layout as
+    a disaggregated prefill pool runs the high-throughput kernels, one copy per remote node.  Before, both were
+    priced deduplicated while the aggregated server ran vLLM's default all-to-all."""
+    agg = {"model": "deepseek-v3", "engine": "vllm", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 16},
+           "parallel": {"tp": 1, "attn_dp": 16, "ep": 16}, "options": {"allow_attention_dp": True},
+           "workload": {"input_len": 4000, "output_len": 100, "batch_size": 64}}
+    pools = {**agg, "hardware": {"gpu": "h200", "num_gpus": 32}, "phases": {"prefill": {"attn_dp": 16, "ep": 16}},
+             "options": {"allow_attention_dp": True, "disaggregated": True}}
+    assert _static(agg)[0] > 1.05 * _static(pools)[0]
+
+
+@pytest.mark.parametrize("batch, written", [(64, False), (4096, True)])
+def test_graph_capture_covers_the_decode_batches_priced(batch: int, written: bool) -> None:
+    """Decode is priced as a CUDA graph at every batch: trtllm-serve captures up to 128 unless told more, SGLang's
+    cap depends on the GPU, so both commands carry the batch cap they are given."""
+    plan = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+            "engine_options": {"max_num_seqs": batch}}
+    trt = export_plan(plan, "trtllm")
+    graphs = (trt.config or {}).get("cuda_graph_config")
+    assert (graphs == {"enable_padding": True, "max_batch_size": batch}) if written else graphs is None
+    sg = export_plan(plan, "sglang").argv[0]
+    assert sg[sg.index("--cuda-graph-max-bs") + 1] == str(batch)
+
+
+def test_an_export_to_another_engine_says_its_figures_are_another_profiles() -> None:
+    out = export_plan(KIMI_ADP, "vllm")
+    assert any("priced on engine profile sglang" in n for n in out.notes)
+    assert not any("priced on engine profile" in n for n in export_plan(KIMI_ADP, "sglang").notes)
