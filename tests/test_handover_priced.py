@@ -7,8 +7,13 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tools import estimate_performance, export_plan, import_command
+from tools.core.errors import PdagInputError
+from tools.core.hardware import accelerator_id, accelerator_ids
+from tools.core.plan import parse_plan
 
 KIMI_ADP = {"model": "kimi-k2", "hardware": {"gpu": "h200", "num_gpus": 16}, "engine": "sglang", "dtype": "fp8",
             "weights": "fp8",
@@ -94,3 +99,90 @@ def test_an_export_to_another_engine_says_its_figures_are_another_profiles() -> 
     out = export_plan(KIMI_ADP, "vllm")
     assert any("priced on engine profile sglang" in n for n in out.notes)
     assert not any("priced on engine profile" in n for n in export_plan(KIMI_ADP, "sglang").notes)
+
+
+# ---------------------------------------------------------------------------------------------- GPU names
+@pytest.mark.parametrize("name, preset", [("H100 SXM", "h100-sxm"), ("h100_sxm", "h100-sxm"), ("H100SXM", "h100-sxm"),
+                                          ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("H100 PCIe", "h100-pcie"),
+                                          ("AMD Instinct MI300X", "mi300x"), ("NVIDIA GeForce RTX 4090", "rtx-4090")])
+def test_a_name_that_fits_one_preset_resolves_to_it(name: str, preset: str) -> None:
+    assert accelerator_id(name) == preset
+    assert parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": name, "num_gpus": 1}}).hardware.gpu == preset
+
+
+@pytest.mark.parametrize("name, named", [("h100", {"h100-sxm", "h100-pcie"}), ("A100", {"a100-40gb", "a100-80gb"})])
+def test_a_name_several_presets_fit_is_an_error_naming_them(name: str, named: set[str]) -> None:
+    """Before: 'unknown accelerator' with difflib's picks; the SXM and PCIe parts differ in bandwidth and links, so
+    pdag does not pick one."""
+    with pytest.raises(PdagInputError) as exc:
+        parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": name, "num_gpus": 1}})
+    assert exc.value.field == "plan.hardware.gpu"
+    assert all(k in exc.value.allowed for k in named)
+
+
+@pytest.mark.parametrize("name, first", [("h100-nvl", "h100"), ("l40", "l40s"), ("H200 NVL", "h200")])
+def test_a_form_with_no_preset_names_the_closest(name: str, first: str) -> None:
+    """No silent pick of another form (H100 NVL is not the SXM part; L40 is not L40S)."""
+    with pytest.raises(PdagInputError) as exc:
+        accelerator_id(name)
+    assert exc.value.allowed.removeprefix("closest presets: ").startswith(first)
+
+
+@given(st.sampled_from(accelerator_ids()), st.sampled_from([str.upper, str.lower, lambda s: s.replace("-", "_"),
+                                                            lambda s: s.replace("-", " "), lambda s: f" {s} "]))
+def test_every_preset_id_in_any_spelling_resolves_to_itself(preset: str, spell) -> None:
+    assert accelerator_id(spell(preset)) == preset
+
+
+@given(st.text(max_size=40))
+def test_any_name_resolves_or_is_an_input_error(name: str) -> None:
+    try:
+        assert accelerator_id(name) in accelerator_ids()
+    except PdagInputError as exc:
+        assert exc.field == "gpu" and exc.allowed
+
+
+def test_short_gpu_names_on_every_front(capsys) -> None:
+    """CLI flags and import take the same names as the plan JSON, and answers echo the preset id."""
+    from tools.cli import main
+
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "H100 SXM", "--gpus", "1", "--json"]) == 0
+    assert '"gpu": "h100-sxm"' in capsys.readouterr().out
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1"]) == 2
+    assert "h100-pcie" in capsys.readouterr().err
+    assert import_command("vllm serve meta-llama/Llama-3.1-8B-Instruct", gpu="h100 pcie").plan["hardware"]["gpu"] == \
+        "h100-pcie"
+
+
+@pytest.mark.anyio
+async def test_short_gpu_names_over_mcp() -> None:
+    from mcp import Client
+
+    from server import create_server
+
+    async with Client(create_server(), mode="auto", raise_exceptions=True) as c:
+        r = await c.call_tool("validate_dag", {"plan": {"model": "llama-3.1-8b",
+                                                         "hardware": {"gpu": "h100", "num_gpus": 1}}})
+        said = "\n".join(getattr(b, "text", "") for b in r.content)
+        assert r.is_error and "h100-sxm" in said and "h100-pcie" in said
+        ok = await c.call_tool("validate_dag", {"plan": {"model": "llama-3.1-8b",
+                                                          "hardware": {"gpu": "H100 SXM", "num_gpus": 1}}})
+        assert not ok.is_error
+
+
+# ---------------------------------------------------------------------------------------------- saturated KV
+SMALL_KV = {"model": "llama-3.1-8b", "hardware": {"gpu": "l40s", "num_gpus": 1}, "engine": "vllm",
+            "workload": {"input_len": 4000, "output_len": 300, "num_requests": 64}}
+
+
+@pytest.mark.parametrize("clients, said", [(64, True), (2, False)])
+def test_a_saturated_kv_cache_is_said_with_its_figures(clients: int, said: bool) -> None:
+    """Before: the served figures came back with no word that requests waited or were preempted for KV room."""
+    plan = {**SMALL_KV, "workload": {**SMALL_KV["workload"], "concurrency": clients}}
+    est = estimate_performance(plan=plan)
+    warned = [w for w in est.warnings if "KV cache is saturated" in w]
+    assert bool(warned) == said
+    if said:
+        s = est.served
+        assert s.preemptions or s.kv_peak_fraction >= 0.95 or s.queue_ms.p90 > s.tpot_ms.p50
+        assert f"{s.kv_peak_fraction:.0%}" in warned[0] and f"{s.preemptions:,} preemptions" in warned[0]

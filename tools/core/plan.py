@@ -88,8 +88,14 @@ class Hardware(_Strict):
     @field_validator("gpu")
     @classmethod
     def _preset_id(cls, gpu: str | dict[str, Any]) -> str | dict[str, Any]:
-        """A name that fits one preset (``H100 SXM``) is kept as that preset's id, so answers echo the id."""
-        return accelerator_id(gpu, field="hardware.gpu") if isinstance(gpu, str) else gpu
+        """A name that fits one preset (``H100 SXM``) is kept as that preset's id, so answers echo the id; any other
+        name is left for ``Plan.accelerator`` / ``parse_plan`` to refuse under the field the caller wrote."""
+        if not isinstance(gpu, str):
+            return gpu
+        try:
+            return accelerator_id(gpu)
+        except PdagInputError:
+            return gpu
 
 
 class Workload(_Strict):
