@@ -119,8 +119,9 @@ class MemoryReport(BaseModel):
     max_batch_size_that_fits: int = Field(description="largest batch per replica at this context (0: none)")
     max_context_that_fits: int = Field(description="largest tokens per sequence at this batch, at most the model's "
                                                    "context window (0: none)")
-    kv_tokens_that_fit: int = Field(0, description="tokens per sequence the memory holds at this batch, whatever the "
-                                                   "model's window (how much room a longer cap would find)")
+    max_tokens_per_sequence_that_fit: int = Field(
+        0, description="tokens per sequence the KV room holds at this batch, not capped at the model's window (how "
+                       "much room a longer context cap would find)")
     kv_bytes_per_token: float = Field(description="KV bytes per token of the whole model (all layers)")
     kv_cache_bytes_total: float = Field(description="KV of the whole deployment (all replicas, with replication)")
     message: str
@@ -583,7 +584,7 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
         activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
         reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
-        max_context_that_fits=max_ctx, kv_tokens_that_fit=kv_room, kv_bytes_per_token=kv_per_token,
+        max_context_that_fits=max_ctx, max_tokens_per_sequence_that_fit=kv_room, kv_bytes_per_token=kv_per_token,
         kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )
