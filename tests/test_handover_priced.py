@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools import estimate_performance, export_plan, import_command
+from tools import estimate_performance, export_plan, import_command, validate_dag
 from tools.core.errors import PdagInputError
 from tools.core.hardware import accelerator_id, accelerator_ids
 from tools.core.plan import parse_plan
@@ -186,3 +186,30 @@ def test_a_saturated_kv_cache_is_said_with_its_figures(clients: int, said: bool)
         s = est.served
         assert s.preemptions or s.kv_peak_fraction >= 0.95 or s.queue_ms.p90 > s.tpot_ms.p50
         assert f"{s.kv_peak_fraction:.0%}" in warned[0] and f"{s.preemptions:,} preemptions" in warned[0]
+
+
+# ---------------------------------------------------------------------------------------------- online fp8 load
+ONLINE_FP8 = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "num_gpus": 1}, "dtype": "fp8"}
+
+
+def test_sglang_online_fp8_must_fit_the_16_bit_load() -> None:
+    """SGLang allocates a bf16 checkpoint's linear weights in 16 bits and quantizes them after the last shard: 70B
+    on one H200 serves in fp8 but cannot load.  vLLM quantizes layer by layer, and a stored fp8 checkpoint loads
+    as it serves.  Before, all three were valid."""
+    sg = validate_dag(plan={**ONLINE_FP8, "engine": "sglang"})
+    assert not sg.valid and [v.rule_id for v in sg.violations] == ["MEM-FITS"] and "at load" in sg.violations[0].message
+    mem = estimate_performance(plan={**ONLINE_FP8, "engine": "sglang"}, simulate=False).memory
+    assert mem.max_gpu_bytes <= mem.capacity_bytes < mem.load_peak_bytes and not mem.fits
+    assert validate_dag(plan={**ONLINE_FP8, "engine": "vllm"}).valid
+    stored = {**ONLINE_FP8, "engine": "sglang", "checkpoint": "nvidia/Llama-3.1-70B-Instruct-FP8"}
+    assert validate_dag(plan=stored).valid
+    assert estimate_performance(plan=stored, simulate=False).memory.load_peak_bytes is None
+
+
+def test_the_load_peak_is_the_16_bit_weights() -> None:
+    """The peak is the bf16 plan's weights plus the same reserve, on the worst GPU of each layout."""
+    for tp in (1, 2, 4):
+        plan = {**ONLINE_FP8, "engine": "sglang", "hardware": {"gpu": "h200", "num_gpus": tp}, "parallel": {"tp": tp}}
+        fp8 = estimate_performance(plan=plan, simulate=False).memory
+        bf16 = estimate_performance(plan={**plan, "dtype": "bf16"}, simulate=False).memory
+        assert fp8.load_peak_bytes == pytest.approx(bf16.weights_bytes + bf16.reserved_bytes)

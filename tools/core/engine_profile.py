@@ -111,6 +111,11 @@ class EngineProfile(_Strict):
                     "arrive and preempts when the cache runs out, so on average a running request holds its "
                     "prompt and half its output")
     kernels: list[Kernel]
+    online_quant_load: Literal["layer_by_layer", "whole_model"] = Field(
+        "layer_by_layer", description="how the engine loads a 16-bit checkpoint it quantizes to fp8 while loading "
+                                      "(--quantization fp8): whole_model allocates every linear weight in 16 bits "
+                                      "and quantizes after the last shard, so the load peaks at the 16-bit weights; "
+                                      "layer_by_layer quantizes each layer as it arrives")
     prefix_caching_default: bool = Field(
         False, description="the engine keeps and reuses prompt prefixes unless a launch flag turns it off: a command "
                            "without the flag imports as prefix_caching enabled")

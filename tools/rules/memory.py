@@ -198,6 +198,14 @@ def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) 
 @checker("MEM-FITS", needs="plan")
 def check_fits(ctx: Context) -> Iterator[Finding]:
     r = report_of(ctx)
+    if not r.fits and r.max_gpu_bytes <= r.capacity_bytes and r.load_peak_bytes is not None:
+        assert ctx.plan is not None
+        yield Finding(f"GPU {r.worst_gpu} serves in {r.max_gpu_bytes / GB:.1f} GB, but {ctx.plan.engine} loads the "
+                      f"16-bit checkpoint whole before quantizing it to fp8: {r.load_peak_bytes / GB:.1f} GB at load, "
+                      f"more than the {r.capacity_bytes / GB:.1f} GB a {ctx.plan.accelerator.name} holds",
+                      field="plan.checkpoint", hint="serve a checkpoint that stores fp8 weights (plan.checkpoint), an "
+                      "engine that quantizes layer by layer (vllm), or more GPUs per replica")
+        return
     if not r.fits:
         plan = ctx.plan
         assert plan is not None
