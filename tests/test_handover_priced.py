@@ -93,6 +93,8 @@ def test_graph_capture_covers_the_decode_batches_priced(batch: int, written: boo
     assert (graphs == {"enable_padding": True, "max_batch_size": batch}) if written else graphs is None
     sg = export_plan(plan, "sglang").argv[0]
     assert sg[sg.index("--cuda-graph-max-bs") + 1] == str(batch)
+    said = [n for n in export_plan(plan, "vllm").notes if "without a CUDA graph" in n]  # one capture size for both
+    assert bool(said) == written and (not said or f"graph_max_tokens = {batch}" in said[0])
 
 
 def test_an_export_to_another_engine_says_its_figures_are_another_profiles() -> None:

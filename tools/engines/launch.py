@@ -601,6 +601,10 @@ def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]
             flags += ["--max-cudagraph-capture-size", str(priced)]
             notes.append(f"vLLM before 0.11.1 spells --max-cudagraph-capture-size {priced} as --cuda-graph-sizes "
                          f"{priced}")
+    if max_seqs > max(priced, profile.default_graph_max_tokens(max_seqs)):
+        notes.append(f"decode batches above {priced} run without a CUDA graph in vLLM, which the estimate prices "
+                     f"graphed: engine_options.graph_max_tokens = {max_seqs} captures them (and prices prefill passes "
+                     "up to that size graphed), or engine_options.max_num_seqs caps the batch")
     return flags
 
 
