@@ -97,6 +97,13 @@ def test_graph_capture_covers_the_decode_batches_priced(batch: int, written: boo
     assert bool(said) == written and (not said or f"graph_max_tokens = {batch}" in said[0])
 
 
+def test_trtllm_attention_dp_captures_each_ranks_share() -> None:
+    """With attention DP every rank decodes its own requests: the graphs cover the cap over the ranks."""
+    out = export_plan(DSV3_ADP, "trtllm")
+    cap = int(out.argv[0][out.argv[0].index("--max_batch_size") + 1])
+    assert out.config["cuda_graph_config"]["max_batch_size"] == -(-cap // 8) > 128
+
+
 def test_an_export_to_another_engine_says_its_figures_are_another_profiles() -> None:
     out = export_plan(KIMI_ADP, "vllm")
     assert any("priced on engine profile sglang" in n for n in out.notes)

@@ -834,8 +834,9 @@ def _export_trtllm(plan: Plan, layout: Layout, pool: str | None) -> ExportResult
     base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
-    if max_seqs > _TRTLLM_GRAPH_MAX_BATCH:
-        config["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": max_seqs}
+    per_rank = -(-max_seqs // p.attn_dp)  # attention DP: each rank decodes its own share
+    if per_rank > _TRTLLM_GRAPH_MAX_BATCH:
+        config["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": per_rank}
     off_key = engine_profile("trtllm").scheduler.off_config_key
     if plan.engine_options.scheduler_ahead is not None and off_key:
         config[off_key] = not plan.engine_options.scheduler_ahead
