@@ -1532,12 +1532,18 @@ def _replicas_serve_throughput(plan: dict[str, Any], notes: list[str]) -> None:
                      "(set objective 'latency' to judge one request's latency)")
 
 
-def _vllm_backend_note(ignored: list[str]) -> list[str]:
+_VLLM_A2A_ENV = "VLLM_ALL2ALL_BACKEND"  # the backend's environment spelling before vLLM 0.11's flag
+_VLLM_A2A_DEFAULT = "allgather_reducescatter"  # vLLM docs, serving/expert_parallel_deployment.md: the default backend
+
+
+def _vllm_backend_note(ignored: list[str], command: str) -> list[str]:
     """What a vLLM DP+EP command's all-to-all is against the DeepEP one the vllm profile prices."""
     priced = engine_profile("vllm").alltoall
     flag = priced.launch_flags[0]
+    set_by_env = re.search(rf"(?:^|\s){_VLLM_A2A_ENV}=(\S+)", command)
+    env = set_by_env.group(1) if set_by_env else _VLLM_A2A_DEFAULT
     given = next((re.split(r"[= ]", t, maxsplit=1)[-1] for t in ignored if re.split(r"[= ]", t)[0] == flag),
-                 "allgather_reducescatter")  # parse_flags keeps an unmodelled flag with its value: "--flag value"
+                 env)  # parse_flags keeps an unmodelled flag with its value: "--flag value"
     if given in (priced.launch_flags[1:] + priced.prefill_pool_launch_flags[1:]):
         return []
     return [f"{flag} {given}: pdag prices the MoE exchange as {priced.implementation} "
@@ -1609,7 +1615,7 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
         if spec.is_moe and ep < tp:
             options["allow_expert_tp"] = True
         if attn_dp > 1:
-            notes += _vllm_backend_note(ignored)
+            notes += _vllm_backend_note(ignored, command)
     elif values.get("adp_on") and dp > 1:
         if not spec.is_moe:
             raise EngineCannotExpress("command.--enable-dp-attention", "DP attention on a model without MoE layers "
