@@ -60,8 +60,8 @@ def test_vllm_selects_the_deepep_kernels_it_is_priced_with() -> None:
     assert not any("slower than estimated" in n for n in import_command(agg, gpu="h200").notes)
     bare = import_command("vllm serve deepseek-ai/DeepSeek-V3 -tp 1 -dp 8 --enable-expert-parallel", gpu="h200")
     assert any("allgather_reducescatter" in n and "slower than estimated" in n for n in bare.notes)
-    by_env = import_command("VLLM_ALL2ALL_BACKEND=deepep_low_latency " + bare.plan["checkpoint"].join(
-        ["vllm serve ", " -tp 1 -dp 8 --enable-expert-parallel"]), gpu="h200")
+    by_env = import_command("VLLM_ALL2ALL_BACKEND=deepep_low_latency vllm serve deepseek-ai/DeepSeek-V3 -tp 1 -dp 8 "
+                            "--enable-expert-parallel", gpu="h200")
     assert not any("slower than estimated" in n for n in by_env.notes)
     disagg = {"model": "deepseek-v3", "engine": "vllm", "dtype": "fp8", "hardware": {"gpu": "h200", "num_gpus": 32},
               "parallel": {"tp": 1, "attn_dp": 16, "ep": 16}, "phases": {"prefill": {"attn_dp": 16, "ep": 16}},
