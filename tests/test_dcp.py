@@ -34,7 +34,7 @@ def test_mla_kv_per_gpu_is_one_nth_and_max_batch_grows() -> None:
         assert mem.kv_cache_bytes == pytest.approx(base.kv_cache_bytes / n, rel=1e-12)
         assert mem.weights_bytes == base.weights_bytes
         assert mem.max_batch_size_that_fits > base.max_batch_size_that_fits * (n - 1)
-        assert mem.kv_tokens_that_fit > base.kv_tokens_that_fit * (n - 1)
+        assert mem.max_tokens_per_sequence_that_fit > base.max_tokens_per_sequence_that_fit * (n - 1)
         assert mem.kv_bytes_per_token == base.kv_bytes_per_token  # the model's KV, not one GPU's
 
 

@@ -194,7 +194,8 @@ def test_attention_dp_export_flags() -> None:
     assert "--enable-expert-parallel" in vl and vl.endswith("--data-parallel-size 8")
     trt = export_plan(plan, "trtllm")
     assert "--tp_size 8" in trt.command and "--ep_size 8" in trt.command
-    assert trt.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+    assert {k: v for k, v in trt.config.items() if k != "cuda_graph_config"} == {
+        "enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
     assert "--config pdag-trtllm.yml" in trt.command
     with pytest.raises(EngineCannotExpress):
         export_plan(_plan("deepseek-v3", "h200", {"tp": 2, "attn_dp": 4, "ep": 8}, dtype="fp8", options=ADP),
@@ -238,7 +239,8 @@ def test_ep_wider_than_tp_names_what_tensorrt_llm_lacks() -> None:
         export_plan(plan, "trtllm")
     assert "attention DP runs attention with TP 1" in exc.value.problem
     one = export_plan({**plan, "parallel": {"tp": 1, "ep": 8}, "hardware": {"gpu": "h200", "num_gpus": 8}}, "trtllm")
-    assert one.config == {"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+    assert {k: v for k, v in one.config.items() if k != "cuda_graph_config"} == {
+        "enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
 
 
 def test_trtllm_serve_imports_with_its_config_yaml() -> None:
@@ -618,13 +620,14 @@ def test_sglang_import_prices_two_batch_overlap_only_when_the_command_enables_it
 
 def test_sglang_attention_dp_runs_the_priced_alltoall() -> None:
     """The sglang profile prices EP as DeepEP all-to-all: an attention-DP export selects it (SGLang's default EP
-    path reduces over the TP group), and importing that command gives back the plan's EP width."""
+    path reduces over the TP group), and importing that command gives back the plan's EP width.  EP within the TP
+    group is priced as that default (tokens replicated, an all-reduce combine), so no backend is written."""
     plan = _plan("deepseek-v3", "h200", {"attn_dp": 16, "ep": 16}, dtype="fp8", options=ADP)
     r = export_plan(plan, "sglang")
     assert "--moe-a2a-backend deepep" in r.command
     assert import_command(r.command, gpu="h200").plan["parallel"]["ep"] == 16
     tp_only = export_plan(_plan("deepseek-v3", "h200", {"tp": 8, "ep": 8}, dtype="fp8"), "sglang")
-    assert "--moe-a2a-backend" not in tp_only.command and any("deepep" in n for n in tp_only.notes)
+    assert "--moe-a2a-backend" not in tp_only.command and "--enable-two-batch-overlap" not in tp_only.command
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

@@ -87,7 +87,11 @@ def test_case_insensitive_and_closest_ids() -> None:
         load_accelerator("h100")
     err = info.value
     assert err.field == "gpu" and "h100" in err.problem
-    assert err.allowed and err.allowed.startswith("closest presets:") and "h100-sxm" in err.allowed
+    assert err.allowed and err.allowed.startswith("one of:")  # SXM or PCIe: no silent pick
+    assert {"h100-sxm", "h100-pcie"} <= set(err.allowed.split(" "))
+    with pytest.raises(PdagInputError) as info:
+        load_accelerator("h100-nvl")
+    assert info.value.allowed.startswith("closest presets: h100-")
 
 
 def test_inline_accelerator_validated() -> None:

@@ -39,7 +39,7 @@ def test_clients_beyond_the_cache_queue_and_a_stated_batch_does_not_fit():
 def test_the_queued_load_exports_and_its_estimate_says_it_queues():
     assert export_plan(_plan(concurrency=64), "vllm").command.startswith("vllm serve")
     est = estimate_performance(_plan(concurrency=64))
-    assert any("queues the rest" in w for w in est.warnings)
+    assert any("KV cache is saturated" in w for w in est.warnings)
     assert not any("does not fit" in w for w in est.warnings)
     few = estimate_performance(_plan(concurrency=4))
     assert est.ttft_ms > few.ttft_ms  # the queue is in the served TTFT

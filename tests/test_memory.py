@@ -182,7 +182,7 @@ def test_max_context_stops_at_the_models_window() -> None:
     """Found by a recorded agent session: 2,097,152 tokens 'fit' for Llama-3.1-8B, whose window is 131,072."""
     r = memory_report(parse_plan({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
                                   "parallel": {"tp": 8}}))
-    assert r.max_context_that_fits == 131072 < r.kv_tokens_that_fit
+    assert r.max_context_that_fits == 131072 < r.max_tokens_per_sequence_that_fit
 
 
 @pytest.mark.parametrize(("model", "gpu", "n", "par"), [

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from tools.core.errors import PdagInputError
+from tools.core.hardware import accelerator_id
 from tools.core.inputs import load_json_text, read_text_file
 from tools.core.plan import Plan
 
@@ -165,6 +166,8 @@ def plan_from_args(args: argparse.Namespace, document: Any = None) -> dict[str, 
         for key in path[:-1]:
             at = at.setdefault(key, {})
         at[path[-1]] = resolve_model_flag(value) if path == ("model",) else value
+    if isinstance(plan["hardware"].get("gpu"), str):  # the page and --json echo the preset id a short name means
+        plan["hardware"]["gpu"] = accelerator_id(plan["hardware"]["gpu"], field="hardware.gpu")
     return plan
 
 

@@ -50,8 +50,11 @@ class AllToAllImpl(_Strict):
     launch_flags: list[str] = Field(
         default_factory=list,
         description="the launch flags that select this all-to-all where the engine's default EP path is another "
-                    "(export writes them for attention-DP plans, the form the engine documents them with); empty: "
-                    "the default")
+                    "(export writes them wherever the estimate prices an all-to-all); empty: the default")
+    prefill_pool_launch_flags: list[str] = Field(
+        default_factory=list,
+        description="where the engine picks its all-to-all kernels per server: the flags of a disaggregated prefill "
+                    "pool (node-deduplicating kernels, priced only there); empty: one choice for every server")
 
 
 class Overlap(_Strict):
@@ -108,6 +111,11 @@ class EngineProfile(_Strict):
                     "arrive and preempts when the cache runs out, so on average a running request holds its "
                     "prompt and half its output")
     kernels: list[Kernel]
+    online_quant_load: Literal["layer_by_layer", "whole_model"] = Field(
+        "layer_by_layer", description="how the engine loads a 16-bit checkpoint it quantizes to fp8 while loading "
+                                      "(--quantization fp8): whole_model allocates every linear weight in 16 bits "
+                                      "and quantizes after the last shard, so the load peaks at the 16-bit weights; "
+                                      "layer_by_layer quantizes each layer as it arrives")
     prefix_caching_default: bool = Field(
         False, description="the engine keeps and reuses prompt prefixes unless a launch flag turns it off: a command "
                            "without the flag imports as prefix_caching enabled")

@@ -7,6 +7,7 @@ TOPS for the integer types). Link bandwidths are per GPU and per direction.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache, lru_cache
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ __all__ = [
     "DenseTflops",
     "Link",
     "Network",
+    "accelerator_id",
     "accelerator_ids",
     "load_accelerator",
     "resolve_accelerator",
@@ -235,16 +237,58 @@ def _load(key: str) -> Accelerator:
     return Accelerator.model_validate({"id": key, **_catalog()[key]})
 
 
-def load_accelerator(id: str, *, field: str = "gpu") -> Accelerator:  # noqa: A002
-    """A catalog accelerator by id (case-insensitive)."""
-    if not isinstance(id, str):
-        raise PdagInputError(field, f"expected an accelerator id, got {type(id).__name__}",
+_VENDOR_WORDS = frozenset({"nvidia", "amd", "instinct", "geforce", "tesla", "gpu"})
+_FORM_TOKENS = {"sxm4": "sxm", "sxm5": "sxm", "sxm6": "sxm"}
+
+
+def _tokens(text: str) -> frozenset[str]:
+    """The words of an accelerator name, lower-case, with SXM generations read as SXM."""
+    words = re.split(r"[\s_/()\-]+", text.lower())
+    return frozenset(_FORM_TOKENS.get(w, w) for w in words if w)
+
+
+@lru_cache(maxsize=1)
+def _name_tokens() -> dict[str, frozenset[str]]:
+    """Each preset's words: its id's and its catalog name's."""
+    return {key: _tokens(key) | _tokens(entry.get("name", "")) for key, entry in _catalog().items()}
+
+
+def accelerator_id(name: str, *, field: str = "gpu") -> str:
+    """The preset id a user's name for an accelerator means: the id itself (any case, spaces or underscores for
+    dashes, dashes left out), or the words of one preset's id and catalog name (``H100 SXM``, ``A100-SXM4-80GB``,
+    ``NVIDIA L40S``).  A name several presets fit (``h100``: SXM or PCIe) or none fits is an error naming the
+    closest presets, never a silent pick: the forms differ in memory bandwidth and interconnect."""
+    if not isinstance(name, str):
+        raise PdagInputError(field, f"expected an accelerator id, got {type(name).__name__}",
                              "presets: " + ", ".join(accelerator_ids()))
-    key = id[:MAX_MATCHED * 2].strip().lower()
-    if key not in _catalog():
-        raise PdagInputError(field, f"unknown accelerator {shown(id)}",
-                             "closest presets: " + ", ".join(closest(key, accelerator_ids())))
-    return _load(key)
+    key = name[:MAX_MATCHED * 2].strip().lower()
+    catalog = _catalog()
+    if key in catalog:
+        return key
+    squashed = {k.replace("-", ""): k for k in catalog}
+    dashed = re.sub(r"[\s_]+", "-", key)
+    if dashed in catalog or key.replace("-", "").replace(" ", "") in squashed:
+        return dashed if dashed in catalog else squashed[key.replace("-", "").replace(" ", "")]
+    words = _tokens(key) - _VENDOR_WORDS
+    fits = sorted(k for k, t in _name_tokens().items() if words and words <= t)
+    if len(fits) == 1:
+        return fits[0]
+    described = ", ".join(f"{k} ({catalog[k].get('name', k)})" for k in fits)
+    if fits:
+        raise PdagInputError(field, f"{shown(name)} names {len(fits)} accelerator presets", "one of: " + described)
+    shared = {k: len(words & t - _VENDOR_WORDS) for k, t in _name_tokens().items()}
+    near = sorted((k for k in shared if shared[k]), key=lambda k: (-shared[k], k))
+    raise PdagInputError(field, f"unknown accelerator {shown(name)}",
+                         "closest presets: " + ", ".join(near[:MAX_SHOWN_PRESETS] or closest(key, accelerator_ids()))
+                         + "; or an inline accelerator object stating its figures")
+
+
+MAX_SHOWN_PRESETS = 6  # presets named in an unknown-accelerator error
+
+
+def load_accelerator(id: str, *, field: str = "gpu") -> Accelerator:  # noqa: A002
+    """A catalog accelerator by id or by a name that fits one preset (``accelerator_id``)."""
+    return _load(accelerator_id(id, field=field))
 
 
 def resolve_accelerator(gpu: str | dict[str, Any] | Accelerator, *, field: str = "gpu") -> Accelerator:

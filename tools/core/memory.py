@@ -72,11 +72,12 @@ from pydantic import BaseModel, Field
 
 from tools.core.efficiency import ENV_VAR, Overlay, plan_efficiency
 from tools.core.engine_profile import engine_profile
+from tools.core.formats import checkpoint_format
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.layout import Layout, PhaseLayout, Pool, vocab_shards
 from tools.core.models import ModelSpec
 from tools.core.plan import MAX_BATCH, MAX_SEQ_LEN, Plan
-from tools.core.quantization import weight_bytes
+from tools.core.quantization import storage, weight_bytes
 from tools.core.speculative import draft_spec, head_params
 
 __all__ = ["GpuMemory", "MemoryReport", "PoolMemory", "engine_window_kv", "kv_cache_tokens", "memory_report",
@@ -119,8 +120,12 @@ class MemoryReport(BaseModel):
     max_batch_size_that_fits: int = Field(description="largest batch per replica at this context (0: none)")
     max_context_that_fits: int = Field(description="largest tokens per sequence at this batch, at most the model's "
                                                    "context window (0: none)")
-    kv_tokens_that_fit: int = Field(0, description="tokens per sequence the memory holds at this batch, whatever the "
-                                                   "model's window (how much room a longer cap would find)")
+    max_tokens_per_sequence_that_fit: int = Field(
+        0, description="tokens per sequence the KV room holds at this batch, not capped at the model's window (how "
+                       "much room a longer context cap would find)")
+    load_peak_bytes: float | None = Field(
+        None, description="the worst GPU while the engine loads a 16-bit checkpoint it quantizes to fp8 whole-model "
+                          "(16-bit weights + reserve, before any KV is allocated); None: no such load peak")
     kv_bytes_per_token: float = Field(description="KV bytes per token of the whole model (all layers)")
     kv_cache_bytes_total: float = Field(description="KV of the whole deployment (all replicas, with replication)")
     message: str
@@ -220,7 +225,8 @@ def load_queues(plan: Plan, report: MemoryReport) -> bool:
     """The clients' share of a stated load does not fit at full length but one sequence does: the engine runs
     ``report.max_batch_size_that_fits`` per replica and queues the rest, a served load rather than a plan that
     cannot start (vLLM, SGLang and TensorRT-LLM all admit requests while KV pages are free)."""
-    return plan.batch_from_load and not report.fits and report.max_batch_size_that_fits >= 1
+    loads = report.load_peak_bytes is None or report.load_peak_bytes <= report.capacity_bytes
+    return plan.batch_from_load and not report.fits and report.max_batch_size_that_fits >= 1 and loads
 
 
 def _attention_split(plan: Plan, layer: int | None = None) -> tuple[int, int]:
@@ -554,7 +560,8 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
             if pt.name not in pool_worst or g.total_bytes > pool_worst[pt.name].total_bytes:
                 pool_worst[pt.name] = g
     worst = max(per_gpu, key=lambda g: g.total_bytes)
-    fits = worst.total_bytes <= cap
+    load_peak = _online_quant_peak(plan, layout, eff, reserved)
+    fits = worst.total_bytes <= cap and (load_peak is None or load_peak <= cap)
 
     def batch_fits_in(pt: _PoolTerms) -> Callable[[int], bool]:
         return lambda b: pt.worst(b, None, chunk, reserved) <= cap
@@ -578,6 +585,9 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         f"reserve {reserved / GB:.1f}); max batch {max_batch} at {context} tokens, "
         f"max context {max_ctx} at batch {batch}"
     )
+    if load_peak is not None:
+        message += (f"; loading the 16-bit checkpoint before quantizing it to fp8 ({engine_profile(plan.engine).name}) "
+                    f"peaks at {load_peak / GB:.1f} GB")
     by_pool = None
     if layout.disaggregated:
         by_pool = {
@@ -591,10 +601,23 @@ def _memory_report(plan: Plan, layout: Layout | None, efficiency: Overlay) -> Me
         weights_bytes=worst.weights_bytes, kv_cache_bytes=worst.kv_cache_bytes,
         activation_bytes=worst.activation_bytes, comm_buffer_bytes=worst.comm_buffer_bytes,
         reserved_bytes=reserved, per_gpu=per_gpu, max_batch_size_that_fits=max_batch,
-        max_context_that_fits=max_ctx, kv_tokens_that_fit=kv_room, kv_bytes_per_token=kv_per_token,
+        max_context_that_fits=max_ctx, max_tokens_per_sequence_that_fit=kv_room, load_peak_bytes=load_peak,
+        kv_bytes_per_token=kv_per_token,
         kv_cache_bytes_total=kv_total,
         message=message, pools=by_pool,
     )
+
+
+def _online_quant_peak(plan: Plan, layout: Layout, eff: dict[str, float], reserved: float) -> float | None:
+    """The worst GPU's memory while an engine that quantizes whole-model (``online_quant_load``) loads a 16-bit
+    checkpoint for fp8 weights: its 16-bit weights and the reserve, before any KV cache exists.  None when the plan
+    serves stored weights or the engine quantizes layer by layer (its peak stays near the fp8 weights)."""
+    if storage(plan) != "fp8" or checkpoint_format(plan.served_repo, plan.spec) not in (None, "bf16", "fp16"):
+        return None
+    if engine_profile(plan.engine).online_quant_load != "whole_model":
+        return None
+    sixteen = plan.model_copy(update={"dtype": "bf16", "weights": None})
+    return max(t.weights for pt in _pools(sixteen, layout, eff) for t in pt.distinct) + reserved
 
 
 def one_sequence_tokens(plan: Plan, windowed: bool = True) -> int:

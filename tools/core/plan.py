@@ -7,14 +7,22 @@ import re
 from functools import cache, cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import knowledge
 from tools.core.absent import NullMeansAbsent
 from tools.core.engine_profile import EngineId
 from tools.core.errors import PdagInputError, closest, shown
 from tools.core.formats import WeightFormat
-from tools.core.hardware import MAX_GPUS, MAX_GPUS_PER_NODE, Accelerator, Cluster, Network, resolve_accelerator
+from tools.core.hardware import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    Accelerator,
+    Cluster,
+    Network,
+    accelerator_id,
+    resolve_accelerator,
+)
 from tools.core.inputs import check_json_value
 from tools.core.models import ModelSpec, for_checkpoint, resolve_model
 
@@ -76,6 +84,18 @@ class Hardware(_Strict):
     gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE,
                                description="GPUs per node sharing the fast interconnect")
     network: Network | None = Field(None, description="scale-out fabric (default: rails, non-blocking)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _preset_id(cls, gpu: str | dict[str, Any]) -> str | dict[str, Any]:
+        """A name that fits one preset (``H100 SXM``) is kept as that preset's id, so answers echo the id; any other
+        name is left for ``Plan.accelerator`` / ``parse_plan`` to refuse under the field the caller wrote."""
+        if not isinstance(gpu, str):
+            return gpu
+        try:
+            return accelerator_id(gpu)
+        except PdagInputError:
+            return gpu
 
 
 class Workload(_Strict):

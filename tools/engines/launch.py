@@ -32,9 +32,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tools.core.efficiency import plan_efficiency
+from tools.core.engine_features import EngineFeatures, engine_features
 from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError, closest
 from tools.core.formats import checkpoint_format, engine_flag, format_info, format_of_checkpoint, format_of_flag
+from tools.core.hardware import accelerator_id
 from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
 from tools.core.models import (
@@ -368,7 +371,7 @@ def _moe_layout(plan: Plan, engine: str) -> tuple[int, int]:
     return ep, moe_tp
 
 
-def _export_aggregated(plan: Plan, key: str) -> ExportResult:
+def _export_aggregated(plan: Plan, key: str, pool: str | None = None) -> ExportResult:
     """One aggregated plan (or pool) in the engine's own form: EP wider than TP as attention-DP, and replicas as
     separate servers where the engine's data-parallel flag means something else (SGLang with DP attention; vLLM
     on a MoE model, whose data-parallel ranks share one expert group)."""
@@ -378,22 +381,22 @@ def _export_aggregated(plan: Plan, key: str) -> ExportResult:
     wide = p.tp * p.pp > engine_form.hardware.gpus_per_node
     if p.dp > 1 and (key == "sglang" and (p.attn_dp > 1 or spread)
                      or key == "vllm" and (engine_form.spec.is_moe or wide)):
-        result = _export_replicas(engine_form, key)
+        result = _export_replicas(engine_form, key, pool)
     else:
-        result = _EXPORTERS[key](engine_form, Layout(engine_form))
+        result = _EXPORTERS[key](engine_form, Layout(engine_form), pool)
     if form_note:
         result.notes.insert(0, form_note)
     return result
 
 
-def _export_replicas(plan: Plan, key: str) -> ExportResult:
+def _export_replicas(plan: Plan, key: str, pool: str | None) -> ExportResult:
     """dp independent replicas of an attention-DP plan: vLLM's --data-parallel-size and SGLang's --dp already
     name the attention groups, so each replica is its own server, pinned to its GPUs, on its own port."""
     data = plan.model_dump(mode="json", exclude_none=True)
     data["parallel"] = {**data["parallel"], "dp": 1}
     data["hardware"] = {**data["hardware"], "num_gpus": Layout(plan).gpus_needed // plan.parallel.dp}
     one_plan = parse_plan(data)
-    one = _EXPORTERS[key](one_plan, Layout(one_plan))
+    one = _EXPORTERS[key](one_plan, Layout(one_plan), pool)
     layout = Layout(plan)
     argvs: list[list[str]] = []
     lines: list[str] = []
@@ -477,11 +480,11 @@ def _layer_split_note(plan: Plan, layout: Layout) -> str | None:
     return ",".join(str(n) for n in layout.layer_split)
 
 
-def _export_vllm(plan: Plan, layout: Layout) -> ExportResult:
+def _export_vllm(plan: Plan, layout: Layout, pool: str | None) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
     if p.attn_dp > 1:
-        return _export_vllm_attention_dp(plan)
+        return _export_vllm_attention_dp(plan, pool)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), *_dcp_flags(plan, "vllm")]
     if plan.spec.is_moe:
@@ -617,6 +620,10 @@ def _vllm_engine_flags(plan: Plan, max_seqs: int, notes: list[str]) -> list[str]
             flags += ["--max-cudagraph-capture-size", str(priced)]
             notes.append(f"vLLM before 0.11.1 spells --max-cudagraph-capture-size {priced} as --cuda-graph-sizes "
                          f"{priced}")
+    if max_seqs > max(priced, profile.default_graph_max_tokens(max_seqs)):
+        notes.append(f"decode batches above {priced} run without a CUDA graph in vLLM, which the estimate prices "
+                     f"graphed: engine_options.graph_max_tokens = {max_seqs} captures them (and prices prefill passes "
+                     "up to that size graphed), or engine_options.max_num_seqs caps the batch")
     return flags
 
 
@@ -645,7 +652,7 @@ def _other_engine_flags(plan: Plan, engine: str, chunk_flag: str, notes: list[st
     return [chunk_flag, str(opts.max_batched_tokens)] if opts.max_batched_tokens else []
 
 
-def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
+def _export_vllm_attention_dp(plan: Plan, pool: str | None) -> ExportResult:
     """Attention-DP as vLLM's DP+EP: ``attn_dp`` data-parallel engines whose MoE layers share one EP group."""
     p = plan.parallel
     if p.dp > 1:
@@ -664,7 +671,8 @@ def _export_vllm_attention_dp(plan: Plan) -> ExportResult:
     per_engine = plan.engine_options.max_num_seqs or -(-max_seqs // p.attn_dp)
     argv = ["vllm", "serve", _hf_repo(plan), "--tensor-parallel-size", str(p.tp),
             "--pipeline-parallel-size", str(p.pp), *_dcp_flags(plan, "vllm"), "--enable-expert-parallel",
-            "--max-num-seqs", str(per_engine), "--max-model-len", str(max_len)]
+            *_features(plan, "vllm", pool).launch_flags(), "--max-num-seqs", str(per_engine), "--max-model-len",
+            str(max_len)]
     if plan.engine_options.max_num_seqs is None:
         notes.append(f"--max-num-seqs is per DP engine: the {max_seqs} sequences that fit / {p.attn_dp} groups, "
                      "rounded up")
@@ -761,7 +769,7 @@ def _checkpoints_storing(plan: Plan, fmt: str) -> list[str]:
     return [r for r in repos if r and format_of_checkpoint(r) == fmt]
 
 
-def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
+def _export_sglang(plan: Plan, layout: Layout, pool: str | None) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
     adp = p.attn_dp > 1
@@ -786,20 +794,14 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
         ep, moe_tp = _moe_layout(plan, "SGLang")
         if ep > 1:
             argv += ["--ep-size", str(ep)]
-            prof = engine_profile("sglang")
-            a2a = prof.alltoall.launch_flags
-            if adp and a2a:
-                argv += a2a
-            elif a2a:
-                notes.append(f"EP is priced as {prof.alltoall.implementation} all-to-all; SGLang's default EP MoE "
-                             f"path does not use it ({shlex.join(a2a)} selects it; SGLang documents it with "
-                             "--enable-dp-attention)")
-            if plan.options.overlap_comm and prof.overlap.launch_flag:
-                notes.append(_overlap_note(plan, prof.overlap.ep_alltoall, prof.overlap.launch_flag))
+        argv += _features(plan, "sglang", pool).launch_flags()
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
-    argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len)]
+    # decode is priced graphed at every batch; SGLang's default graph cap depends on GPU memory and TP (24-512,
+    # python/sglang/srt/server_args.py), so the cap per attention group is written
+    argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len),
+             "--cuda-graph-max-bs", str(-(-max_seqs // p.attn_dp))]
     notes += _limit_notes(plan, max_seqs, max_len, "--max-running-requests", "--context-length")
     notes += _window_notes(plan, "sglang", [])
     argv += _dtype_flags(plan, notes, "sglang")
@@ -812,21 +814,19 @@ def _export_sglang(plan: Plan, layout: Layout) -> ExportResult:
     return ExportResult(engine="sglang", command=_lines(argvs, "node"), argv=argvs, gpus=replica * p.dp, notes=notes)
 
 
-def _overlap_note(plan: Plan, engine_hides: float, flag: str) -> str:
-    """What the estimate priced of the EP all-to-all overlap (the plan's own engine profile and overlay), and the
-    flag that makes SGLang run the overlap its profile states."""
-    from tools.core.efficiency import plan_efficiency
-
-    priced = plan_efficiency(plan)["ep_overlap_fraction"]
-    if priced > 0:
-        return (f"priced with {priced:.0%} of the EP all-to-all hidden (options.overlap_comm, engine profile "
-                f"{plan.engine}): add {flag} to run it that way, or set overlap_comm false to price the command as "
-                "written")
-    return (f"priced with the EP all-to-all on the critical path (engine profile {plan.engine} hides none of it); "
-            f"{flag} hides about {engine_hides:.0%} in SGLang: add it and estimate with engine sglang to price that")
+def _features(plan: Plan, key: str, pool: str | None) -> EngineFeatures:
+    """The engine features (all-to-all backend, micro-batch overlap) the estimate prices for ``plan`` on engine
+    ``key``: the plan's own profile when it names that engine, else ``key``'s (``export_unchecked`` then notes
+    that the figures were priced on another profile)."""
+    priced = plan if _priced_on(plan, key) else plan.model_copy(update={"engine": key})
+    return engine_features(priced, plan_efficiency(priced), plan.options.overlap_comm, pool=pool)
 
 
-def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
+def _priced_on(plan: Plan, key: str) -> bool:
+    return plan.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else plan.engine == key
+
+
+def _export_trtllm(plan: Plan, layout: Layout, pool: str | None) -> ExportResult:
     p = plan.parallel
     notes: list[str] = []
     world = p.tp * p.attn_dp
@@ -853,6 +853,9 @@ def _export_trtllm(plan: Plan, layout: Layout) -> ExportResult:
     base += _other_engine_flags(plan, "TensorRT-LLM", "--max_num_tokens", notes)
     if plan.effective_kv_dtype == "fp8":
         config["kv_cache_config"] = {"dtype": "fp8"}
+    per_rank = -(-max_seqs // p.attn_dp)  # attention DP: each rank decodes its own share
+    if per_rank > _TRTLLM_GRAPH_MAX_BATCH:
+        config["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": per_rank}
     off_key = engine_profile("trtllm").scheduler.off_config_key
     if plan.engine_options.scheduler_ahead is not None and off_key:
         config[off_key] = not plan.engine_options.scheduler_ahead
@@ -906,6 +909,12 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
     notes.append(f"{fmt} weights: trtllm-serve reads the quantization from {_hf_repo(plan)}'s config (no flag)")
 
 
+# The largest decode batch trtllm-serve captures in a CUDA graph unless cuda_graph_config says otherwise
+# (tensorrt_llm/llmapi/llm_args.py, TorchLlmArgs.validate_cuda_graph_config: config.max_batch_size or 128); the
+# estimate prices every decode step graphed, so a larger batch cap is written into the config.
+_TRTLLM_GRAPH_MAX_BATCH = 128
+
+
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}
 
 
@@ -954,13 +963,16 @@ def export_unchecked(plan: Plan | dict[str, Any], engine: str | None = None,
     table = flag_table(key, engine_version)
     _still_served(parsed, key, table.version)
     result = _export(parsed, key)
-    own = parsed.engine in ("trtllm", "trtllm-cpp") if key == "trtllm" else parsed.engine == key
+    own = _priced_on(parsed, key)
     for argv in result.argv:
         _passthrough(parsed, key, argv, own, table, result.notes)
     if own and parsed.engine_options.extra_args:
         result.command = _rejoin(result)
     elif parsed.engine_options.extra_args:
         result.notes.append(f"engine_options.extra_args are {parsed.engine}'s flags: not carried to {key}")
+    if not own:
+        result.notes.append(f"figures were priced on engine profile {parsed.engine}: estimate with engine {key} to "
+                            "price this command")
     result.engine_version = table.version
     result.flag_problems = sorted({p for argv in result.argv for p in check_argv(key, argv, table.version)})
     if result.flag_problems:
@@ -1107,7 +1119,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
         pool = layout.pools[phase]  # type: ignore[index]
         sub = _pool_plan(plan, phase, pool.gpus)
         _common_checks(sub, key)
-        one = _export_aggregated(sub, key)
+        one = _export_aggregated(sub, key, phase)
         configs[phase] = one.config
         servers[phase] = one.servers
         commands[phase] = len(one.argv)
@@ -1538,6 +1550,7 @@ def import_command(command: str, gpu: str = "h100-sxm", gpus_per_node: int = 8,
     """A plan from a pasted launch command (``_import_one``), run as ``replicas`` identical servers: a
     Kubernetes Deployment's replica count, or the same command started on several machines behind a router,
     which is pdag's plain DP (each replica the command's GPUs)."""
+    gpu = accelerator_id(gpu) if isinstance(gpu, str) else gpu
     if type(replicas) is not int or replicas < 1:
         raise PdagInputError("replicas", f"expected an integer >= 1, got {replicas!r}",
                              "the number of servers running this command (1 unless a router spreads requests)")
@@ -1561,6 +1574,24 @@ def _replicas_serve_throughput(plan: dict[str, Any], notes: list[str]) -> None:
         plan["objective"] = "throughput"
         notes.append(f"dp {max(dps)}: replicas serve concurrent users, so the plan's objective is throughput "
                      "(set objective 'latency' to judge one request's latency)")
+
+
+_VLLM_A2A_ENV = "VLLM_ALL2ALL_BACKEND"  # the backend's environment spelling before vLLM 0.11's flag
+_VLLM_A2A_DEFAULT = "allgather_reducescatter"  # vLLM docs, serving/expert_parallel_deployment.md: the default backend
+
+
+def _vllm_backend_note(ignored: list[str], command: str) -> list[str]:
+    """What a vLLM DP+EP command's all-to-all is against the DeepEP one the vllm profile prices."""
+    priced = engine_profile("vllm").alltoall
+    flag = priced.launch_flags[0]
+    set_by_env = re.search(rf"(?:^|\s){_VLLM_A2A_ENV}=(\S+)", command)
+    env = set_by_env.group(1) if set_by_env else _VLLM_A2A_DEFAULT
+    given = next((re.split(r"[= ]", t, maxsplit=1)[-1] for t in ignored if re.split(r"[= ]", t)[0] == flag),
+                 env)  # parse_flags keeps an unmodelled flag with its value: "--flag value"
+    if given in (priced.launch_flags[1:] + priced.prefill_pool_launch_flags[1:]):
+        return []
+    return [f"{flag} {given}: pdag prices the MoE exchange as {priced.implementation} "
+            f"({shlex.join(priced.launch_flags)}), which this command does not run: expect it slower than estimated"]
 
 
 def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[str, Any] | None,
@@ -1627,6 +1658,8 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
                 ep = tp
         if spec.is_moe and ep < tp:
             options["allow_expert_tp"] = True
+        if attn_dp > 1:
+            notes += _vllm_backend_note(ignored, command)
     elif values.get("adp_on") and dp > 1:
         if not spec.is_moe:
             raise EngineCannotExpress("command.--enable-dp-attention", "DP attention on a model without MoE layers "

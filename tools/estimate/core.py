@@ -657,7 +657,7 @@ def estimate_performance(
         decode_at = lambda b: step_at(b).ms_per_token  # noqa: E731
     hit = full.prefix_hit_fraction
     overhead_ms = eff["step_overhead_ms"]
-    serving_plain = capacity_plain = None
+    serving_plain = capacity_plain = capacity = None
     if not layout.disaggregated:
         one = pre if wl.batch_size == 1 else _phase(
             model, prep.phases["prefill"], 1, layout.pools["prefill"].pp, eff["step_overhead_ms"] * 1e-3)
@@ -726,11 +726,8 @@ def estimate_performance(
                  bytes_per_gpu_max=max(per_gpu_kv.values(), default=0.0), per_gpu=per_gpu_kv,
                  state_bytes_per_sequence=full.spec.state_bytes_per_sequence())
     warnings = []
-    if load_queues(full, mem):
-        warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
-                        f"replica the {wl.concurrency} clients keep in flight: the engine queues the rest (served "
-                        "figures include the queue; the static batch and memory figures are at the full batch)")
-    elif not mem.fits:
+    queued = load_queues(full, mem)
+    if not mem.fits and not queued:
         warnings.append("plan does not fit in GPU memory; the latency figures assume it did. " + mem.message
                         + "; to fit: " + unfit_hint(full, layout, mem))
     if figures.gpus > full.hardware.num_gpus:
@@ -740,6 +737,15 @@ def estimate_performance(
         warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
                         f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
                         "decode replica would balance them")
+    if served is not None and _kv_saturated(served, capacity):
+        warnings.append(f"the KV cache is saturated at this load: at most {served.max_running:,} requests run at "
+                        f"once per replica (KV peak {served.kv_peak_fraction:.0%} of {served.kv_cache_tokens:,} "
+                        f"tokens), {served.preemptions:,} preemptions, {served.queue_ms.mean:,.0f} ms mean queueing; "
+                        "ttft_ms and tpot_ms include that wait (fewer clients, fp8 KV or more GPUs give room)")
+    elif queued:  # more clients than the cache holds at full length, the run not held back (shorter drawn lengths)
+        warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
+                        f"replica the {wl.concurrency} clients keep in flight at full length: the engine queues the "
+                        "rest when they grow (memory figures are at the full batch)")
     record = track_record(full.spec.is_moe, served is not None or serving is not None,  # a disaggregated plan's
                           figures.gpus > full.hardware.gpus_per_node, full.engine)  # served figures are served too
     warnings.extend(track_record_warnings(record))
@@ -779,6 +785,19 @@ def estimate_performance(
         speculative=spec_fig,
         prefix_caching=prefix_fig,
     )
+
+
+# Peak share of the KV pages in use from which a served run counts as saturated: page rounding and the last
+# request's partial page keep a full cache a little under 100 %, so "full" is read with this margin.
+KV_SATURATED_FRACTION = 0.95
+
+
+def _kv_saturated(served: SimResult, capacity: int | None) -> bool:
+    """The served run was held back by KV room: requests were preempted, the pages filled up, or as many requests
+    ran as the cache holds (``capacity`` per replica, aggregated plans) while others queued longer than a step."""
+    if served.preemptions or served.kv_peak_fraction >= KV_SATURATED_FRACTION:
+        return True
+    return capacity is not None and served.max_running >= capacity and served.queue_ms.p90 > served.tpot_ms.p50
 
 
 def _scheduler(plan: Plan) -> str:

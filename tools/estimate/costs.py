@@ -45,6 +45,7 @@ from typing import Any
 
 from tools.core.dag import NodeType
 from tools.core.efficiency import attention_length_scale, attention_tiling
+from tools.core.engine_features import engine_features, moe_tokens_replicated
 from tools.core.formats import format_info, native
 from tools.core.hardware import DTYPE_BYTES, Link
 from tools.core.layout import Layout
@@ -170,6 +171,7 @@ class CostModel:
     def __post_init__(self) -> None:
         plan, acc = self.plan, self.plan.accelerator
         self.spec = plan.spec
+        self.features = engine_features(plan, self.eff, self.overlap)  # what export writes for the engine to run
         self.wb = weight_bytes(plan, "dense")  # storage, not compute (tools/core/quantization.py)
         self.wba = weight_bytes(plan, "attention")  # 16-bit where the checkpoint leaves attention unquantized
         self.xb = weight_bytes(plan, "expert")
@@ -644,10 +646,9 @@ class CostModel:
 
     # ------------------------------------------------------------------ communication
     def tokens_replicated(self, phase: str) -> bool:
-        """Every expert GPU already holds every token of the layer (attention TP spans the EP group and there is
-        no attention-DP): MoE then needs no dispatch, and its combine is an all-reduce (expert-TP, TP-style EP)."""
+        """Every expert GPU already holds every token of the layer: no dispatch, the combine is an all-reduce."""
         pl = self.layout.phases[phase]  # type: ignore[index]
-        return pl.attn_dp == 1 and pl.tp >= pl.ep
+        return moe_tokens_replicated(pl.attn_dp, pl.tp, pl.ep)
 
     def comm(self, ntype: str, phase: str, batch: int, attrs: dict[str, Any], tok: float | None = None) -> NodeCost:
         """One collective of ``batch`` sequences (``tok`` tokens when given: the overlap floor prices one token)."""
@@ -676,7 +677,7 @@ class CostModel:
             t = (n - 1) / n * size / bw + max(((n - 1) if not switched else 1) * alpha, e["allreduce_min_us"] * 1e-6)
         elif ntype == T.ALL_TO_ALL:
             t = self.all_to_all(phase, tok, devices, role)
-            overlap_key = "ep_overlap_fraction"
+            overlap_key = ""
         elif ntype == T.KV_TRANSFER:
             layer = attrs.get("layer")
             if layer is not None and spec.recurrent is not None and spec.is_recurrent_layer(layer):
@@ -694,7 +695,8 @@ class CostModel:
             # overlap splits the tokens into two micro-batches, each paying at least one token's exchange: it
             # hides at most the time the extra tokens add, so a bigger batch never makes the collective faster
             floor = self.comm(ntype, phase, batch, attrs, tok=1).seconds
-            hidden = max(0.0, min(t * e[overlap_key], t - floor))
+            share = e[overlap_key] if overlap_key else self.features.ep_overlap_fraction
+            hidden = max(0.0, min(t * share, t - floor))
         return NodeCost(t - hidden, "communication", 0.0, size, hidden, launches=1.0)
 
     def all_reduce(self, n: int, size: float, link: Link, bw: float, alpha: float) -> float:
@@ -732,7 +734,7 @@ class CostModel:
         net = self.link(devices)
         net_bw = net.bandwidth_bytes_per_s * e["comm_bandwidth_efficiency"]
         local = gpn / n  # share of the expert GPUs in the sender's node
-        if phase == "prefill" and e["alltoall_node_dedup"] >= 0.5:
+        if phase == "prefill" and self.features.prefill_node_dedup:
             remote_copies = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)  # distinct remote nodes a token reaches
             nvl_copies = k  # local copies plus forwarding of received copies inside the destination node
         else:

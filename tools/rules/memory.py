@@ -206,6 +206,13 @@ def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) 
 def check_fits(ctx: Context) -> Iterator[Finding]:
     r = report_of(ctx)
     assert ctx.plan is not None
+    if not r.fits and r.max_gpu_bytes <= r.capacity_bytes and r.load_peak_bytes is not None:
+        yield Finding(f"GPU {r.worst_gpu} serves in {r.max_gpu_bytes / GB:.1f} GB, but {ctx.plan.engine} loads the "
+                      f"16-bit checkpoint whole before quantizing it to fp8: {r.load_peak_bytes / GB:.1f} GB at load, "
+                      f"more than the {r.capacity_bytes / GB:.1f} GB a {ctx.plan.accelerator.name} holds",
+                      field="plan.checkpoint", hint="serve a checkpoint that stores fp8 weights (plan.checkpoint), an "
+                      "engine that quantizes layer by layer (vllm), or more GPUs per replica")
+        return
     if not r.fits and not load_queues(ctx.plan, r):  # a load's queue is MEM-LOAD-QUEUES, a warning
         plan = ctx.plan
         hint = unfit_hint(plan, ctx.layout, r)
