@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tools import estimate_performance
 from tools.calibration.accuracy import Row
-from tools.calibration.track_record import metric_class, track_record_table
+from tools.calibration.track_record import REPORT_OPTIONS, metric_class, track_record_table
+from tools.cli import main as cli_main
 from tools.estimate.track_record import (
     SERVING_METRICS,
     STATIC_METRICS,
@@ -92,3 +96,15 @@ def test_every_row_lands_in_exactly_one_cell_and_its_bias_lies_within_the_cell(r
             assert cell["p90_error"] <= max(abs(e) for e in errs) + 1e-3
         else:
             assert "median_bias" not in cell and not engine  # an engine cell exists only where it has points
+
+
+@pytest.mark.parametrize("flags", [["--no-loo"], ["--fit-key", "gpu"], ["evals/measurements/published.json"]])
+def test_the_track_record_is_written_only_from_its_one_definition(flags: list[str], tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`pdag accuracy --write-track-record` refuses any run other than the catalog's held-out score
+    (``track_record_report``), which the slow test recomputes: a file written from a subset, another fit or the
+    static fit alone would not be what estimates quote."""
+    out = tmp_path / "record.json"
+    assert cli_main(["accuracy", *flags, "--write-track-record", str(out)]) == 2
+    assert not out.exists() and "--write-track-record" in capsys.readouterr().err
+    assert REPORT_OPTIONS == {"leave_one_out": True, "fit_key": "generation", "serving_model": "simulator"}

@@ -84,15 +84,23 @@ def _progress(stage: str, done: int, total: int) -> None:
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
     from tools.calibration.accuracy import accuracy_report, load_measurements
+    from tools.calibration.track_record import REPORT_OPTIONS, track_record_report
     from tools.cli.cache import cached
+    from tools.core.errors import PdagInputError
 
+    if args.write_track_record and (args.measurements or args.efficiency or args.no_loo
+                                    or args.fit_key != REPORT_OPTIONS["fit_key"]):
+        raise PdagInputError("--write-track-record", "the track record is the catalog's own held-out score; this "
+                             "run scores other points or options", "--write-track-record with no measurements "
+                             "file, --efficiency, --no-loo or --fit-key")
     points = load_measurements(args.measurements)
     overlay = Path(args.efficiency).read_text(encoding="utf-8") if args.efficiency else None
     show = _progress if sys.stderr.isatty() else None
     report, hit = cached("accuracy", {"points": points, "efficiency": overlay, "loo": not args.no_loo,
                                       "fit_key": args.fit_key},
-                         lambda: accuracy_report(points, efficiency=args.efficiency, leave_one_out=not args.no_loo,
-                                                 fit_key=args.fit_key, progress=show),
+                         lambda: track_record_report(show) if args.write_track_record else
+                         accuracy_report(points, efficiency=args.efficiency, leave_one_out=not args.no_loo,
+                                         fit_key=args.fit_key, progress=show),
                          use=not args.no_cache)
     if show:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
