@@ -272,6 +272,7 @@ class SpecPricing:
     read_fraction: float
     passes: int
     tokens_per_step: float
+    topk: int = 1  # a draft tree's branches: each draft pass decodes topk tokens per sequence
 
 
 def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
@@ -281,7 +282,7 @@ def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
         return None
     verify = FastEstimator(plan, fast.layout, fast.eff, fast.model.overlap, decode_queries=sd.num_draft_tokens + 1)
     return SpecPricing(verify, draft_read_fraction(plan, fast.layout.phases["decode"].tp), draft_passes(plan),
-                       acceptance(sd).tokens_per_step)
+                       acceptance(sd).tokens_per_step, sd.topk)
 
 
 @dataclass(frozen=True)
@@ -343,8 +344,9 @@ class StepCost:
         v = self._var_v.get(ctx)
         if v is None:
             v = self._var_v[ctx] = sp.verify.for_lengths(ctx, 1)
+        tree = self._at(ctx, 1).phase_ms("decode", d * sp.topk) if sp.topk > 1 else None
         return speculative_step(plain_ms, v.phase_ms("decode", d), sp.read_fraction, sp.passes,
-                                sp.tokens_per_step).step_ms
+                                sp.tokens_per_step, tree).step_ms
 
     def decode_line(self, d: int) -> tuple[float, float]:
         """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
