@@ -82,8 +82,11 @@ Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replic
 pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
 ``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
 shared prefix it received with the first request is held once and not moved again (the hand-off of a hit moves only
-the suffix: the link latency plus that share of the bytes).  SGLang's and TensorRT-LLM's decode pools are given the
-whole prompt each time here.
+the suffix: the link latency plus that share of the bytes).  SGLang's decode servers run a chunk cache, not the radix
+cache, unless started with ``--disaggregation-decode-enable-radix-cache`` (``_handle_pd_disaggregation`` in
+``python/sglang/srt/server_args.py``: "KV cache is forced as chunk cache for decode server"); with it
+(``prefix_caching.decode_reuse``) they reuse a received prefix as vLLM's do.  TensorRT-LLM's generation servers are
+given the whole prompt each time (no source found for reuse there).
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
@@ -896,8 +899,12 @@ class _Engine:
         if self.role == "decode":  # admit arrived KV, then decode everyone
             while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0]):
                 r = self.waiting.popleft()
+                if self.prefix is not None:  # the shared prefix this replica holds: not received again
+                    self.prefix_hit(r)
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
+                if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
+                    self.prefix_computed(r)
                 self.running.append(r)
                 if self.reserve is not None:
                     self.reserve += self.reserve_of(r.out_len - r.generated)
@@ -1356,8 +1363,11 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
                        kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
     # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
-    # (module doc), so a shared prefix it already holds is neither received nor held again
-    d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
+    # (module doc), so a shared prefix it already holds is neither received nor held again; SGLang's does so only
+    # with --disaggregation-decode-enable-radix-cache (``prefix_caching.decode_reuse``)
+    pc = plan.prefix_caching
+    reuse = policy == "vllm" if pc is None or pc.decode_reuse is None else pc.decode_reuse
+    d_pf = pf if reuse and pf is not None and pf.shared_tokens else None
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
                         spec_q, width, d_pf) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
