@@ -59,7 +59,8 @@ Speculative decoding (``plan.speculative``, ``speculative.py``): a decode step o
 ``decode_queries = k + 1``, plus the draft passes) and advances each request by the expected accepted length,
 carried per request in fixed point so whole tokens come out deterministically (the last step's overshoot is capped
 at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
-against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
+against the step's budget.  A draft tree (``topk`` > 1) verifies its ``k + 1`` nodes and drafts ``topk`` tokens per
+sequence in each pass (the plain step at ``topk`` times the batch).  ITL is then the gap between steps (a step's tokens arrive as one chunk).
 
 Prefix caching (``plan.prefix_caching``, ``PrefixPricing``), as vLLM V1's KV cache manager does it
 (``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` and ``vllm/v1/core/block_pool.py``,
@@ -75,9 +76,12 @@ first; here the shared prefix is the only cached entry), so the next request mis
 ``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
 itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
-attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``);
-a later chunk of a prompt split over steps is priced the same way over the chunks computed before it, with or
-without caching.
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's, and at least one read
+of the ``c`` cached tokens' keys and values (``cached_attention_ms``); a later chunk of a prompt split over steps is
+priced the same way over the chunks computed before it, with or without caching.  vLLM's cascade attention (vLLM PR
+#11635, ``use_cascade_attention`` in ``vllm/v1/attention/backends/flash_attn.py``) reads a prefix that every running
+request holds once per decode step instead of once per request, when it is at least 256 tokens and at least 8
+requests run (``_Engine.read_ctx``; not for MLA or sliding-window attention, whose backends do not run it).
 Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replica looks its own cache up before it
 pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
 ``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
