@@ -271,7 +271,7 @@ def _plan_or_dag(plan: dict[str, Any] | None, dag: dict[str, Any] | None) -> dic
 def build_dag(plan: PlanArg, detail: DetailArg = "summary", cursor: CursorArg = None) -> R.BuildAnswer:
     """Turn a parallel plan into its explicit execution DAG and report how many GPUs it really uses.
 
-    Use it after drafting a plan to see what pdag derives from the degrees: DP fan-out, prefill and
+    Use it right after drafting a plan to see what pdag derives from the degrees: DP fan-out, prefill and
     decode branches, pipeline stages and, per layer, TP/SP shards, EP expert nodes and every communication
     node. `gpus_used` counts distinct devices (compare with hardware.num_gpus): a replica's stage uses
     max(tp, sp, ep) GPUs; degrees are not multiplied. validate_dag checks the plan.
@@ -295,15 +295,15 @@ def validate_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailA
                  cursor: CursorArg = None) -> R.ValidateAnswer:
     """Check a plan (or a DAG) against pdag's rule catalog and say whether it is valid.
 
-    Use it on every plan before you present it and after every change. It checks the degrees against
+    Use it on every plan before you present it, and again after any change. It checks the degrees against
     the model (heads by TP, experts by EP, layers by PP), the GPU count, memory fit, phase consistency and
     the DAG structure. Attention-DP and per-phase pools are errors without their opt-in
     (options.allow_attention_dp, options.disaggregated). Valid means no violation of severity "error";
-    warnings are advice. Give `plan` (preferred) or `dag` (build_dag with detail="full"), not both.
+    warnings are advice. Give `plan` (preferred) or `dag` (from build_dag with detail="full"), not both.
     Example: {"plan": {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8, "ep": 8}}}
     Returns valid, error_count, warning_count and violations grouped by rule_id (count, first message, first
-    locations); lookup_rule explains a rule_id and its fix; autofix_dag fixes.
+    locations); lookup_rule explains a rule_id and its fix. It fixes nothing (autofix_dag).
     More: pdag://tools/validate_dag.
         """
     fn = core("validate_dag")
@@ -318,14 +318,14 @@ def autofix_dag(plan: OptPlanArg = None, dag: OptDagArg = None, detail: DetailAr
     """Repair rule violations of a plan (or DAG) with deterministic, minimal changes, then re-validate.
 
     Use it after validate_dag reports errors you want fixed mechanically (a TP degree that does not divide
-    the heads, more GPUs than available, EP on a dense model). Read `changes` first: a fix can
-    change degrees your objective depended on. A strategy used without its opt-in is turned off, and
+    the heads, more GPUs than available, EP on a dense model). Read `changes` before accepting the result: a
+    fix can change degrees your objective depended on. A strategy used without its opt-in is turned off, and
     `alternatives` offers the plan as drawn with the opt-in set. Give `plan` (preferred) or `dag`, not both.
     Example: {"plan": {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
     "parallel": {"tp": 3}}}
     Returns valid (after fixing), changes (each with rule_id, severity, message), the fixed plan (the fixed
-    DAG with detail="full"), alternatives and the violations left. It neither optimises nor estimates.
-    More: pdag://tools/autofix_dag.
+    DAG with detail="full"), alternatives and the violations left. It repairs; it neither optimises nor
+    estimates. More: pdag://tools/autofix_dag.
         """
     fn = core("autofix_dag")
     assert fn is not None
@@ -341,15 +341,15 @@ def estimate_performance(plan: OptPlanArg = None, dag: OptDagArg = None,
                          render: RenderArg = False) -> R.EstimateAnswer:
     """Estimate a plan's latency, throughput, KV cache and memory with pdag's analytical model.
 
-    Use it on a valid plan to compare alternatives or check an objective or SLO. Trust differences between
-    plans more than absolute values.
+    Use it on a valid plan (validate_dag first) to compare alternatives or to check an objective or SLO.
+    Figures are estimates, not measurements: trust differences between plans more than absolute values.
     Give `plan`, or a `dag` carrying its plan; `sla` adds best_under_sla.
     Example: {"plan": {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
     "parallel": {"tp": 8}, "workload": {"input_len": 2048, "output_len": 256, "batch_size": 8}}}
     Returns ttft_ms, tpot_ms, throughput (served at the workload's load, as `scheduler` runs it), the static
     batch's prefill_latency_ms (not TTFT), decode_latency_ms_per_token, e2e_latency_ms,
     kv_cache, memory (fits, max_gpu_bytes, capacity_bytes), gpus_used, each phase's bottleneck and critical path.
-    `render`: true adds images. More (pools, every field): pdag://tools/estimate_performance.
+    `render`: true adds images. More (pools, KV hand-off, every field): pdag://tools/estimate_performance.
         """
     fn = core("estimate_performance")
     assert fn is not None
@@ -457,8 +457,8 @@ def search_strategies(
 ) -> R.SearchAnswer:
     """Enumerate the valid parallel plans (DP/PP/TP/EP/SP) for a model on a cluster, estimate each, rank them.
 
-    Use it to start planning or to check a hand-made plan against the best; then validate_dag and
-    estimate_performance the plan you pick (a returned `plan` passes as is, opt-ins included).
+    Use it to start planning, or to check that a hand-made plan is not far from the best; then validate_dag
+    and estimate_performance the plan you pick (each returned `plan` passes to them as is, opt-ins included).
     It also tries attention-DP layouts for MoE models (`attention_dp`) and disaggregated prefill/decode pools
     (`disaggregated`, on with >= 2 GPUs); false turns either off.
     Example: {"model": "deepseek-v3", "hardware": {"gpu": "h200", "num_gpus": 64},

@@ -29,8 +29,6 @@ pytestmark = pytest.mark.anyio
 # 10,394 with search's speculative (a method and a draft length: the plan's speculative states the rest).
 # 10,352 after build_dag and lookup_rule say things in fewer words; 10,403 with parallel.dcp (decode context
 # parallel, declared once: not per phase); 10,374 after estimate and search say things in fewer words too.
-# 10,441 with prefix_caching.decode_reuse (SGLang's decode-pool radix cache); 10,399 after validate, autofix,
-# estimate and search say things in fewer words again.
 TOOLS_LIST_BUDGET = 10400
 ANSWER_BUDGET = 4000
 RESOURCES_LIST_BUDGET = 2000

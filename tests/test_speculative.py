@@ -243,25 +243,3 @@ def test_a_mangled_speculative_config_is_a_note_not_a_failure():
 
     r = import_command("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config {method:eagle3}")
     assert "speculative" not in r.plan and any("not a JSON object" in n for n in r.notes)
-
-
-def test_sglang_decode_prefix_reuse_imports_exports_and_refuses_speculation():
-    """SGLang's --disaggregation-decode-enable-radix-cache on the decode server round-trips as
-    prefix_caching.decode_reuse, and beside speculative decoding it is an error naming SGLang (its server refuses
-    the pair)."""
-    from tools.engines.launch import export_plan, import_disaggregated
-    from tools.rules.validate import validate_dag
-
-    pre = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill"
-    dec = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
-           "--disaggregation-decode-enable-radix-cache --base-gpu-id 1")
-    plan = import_disaggregated(pre, dec, gpu="h100-sxm").plan
-    assert plan["prefix_caching"] == {"enabled": True, "decode_reuse": True}
-    out = export_plan(plan, "sglang")
-    assert ["--disaggregation-decode-enable-radix-cache" in a for a in out.argv] == [False, True]
-    assert import_disaggregated(*(" ".join(a[1:]) for a in out.argv), gpu="h100-sxm").plan["prefix_caching"] \
-        == plan["prefix_caching"]
-    assert validate_dag(plan=plan).valid
-    spec = {**plan, "speculative": {"method": "eagle", "num_draft_tokens": 3, "draft_checkpoint": "org/head"}}
-    bad = validate_dag(plan=spec)
-    assert not bad.valid and any("SGLang" in str(v) and "decode_reuse" in str(v) for v in bad.violations)

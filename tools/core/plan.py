@@ -211,9 +211,6 @@ class PrefixCaching(_Strict):
                                           "shares (system prompt, few-shot examples): computed once, held once")
     hit_rate: float | None = Field(None, ge=0, le=1, description="share of prompt tokens found in the cache "
                                    "(multi-turn reuse); default: shared_prefix_len / input_len, else 0")
-    decode_reuse: bool | None = Field(None, description="disaggregated: the decode pool looks up a shared prefix it "
-                                      "already holds and receives only the rest (vLLM's always; SGLang's with "
-                                      "--disaggregation-decode-enable-radix-cache); default: the engine's")
 
     @model_validator(mode="after")
     def _one_measure(self) -> PrefixCaching:

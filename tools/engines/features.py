@@ -5,8 +5,7 @@ vLLM: ``--speculative-config '{"method": ..., "num_speculative_tokens": k, "mode
 speculative_decoding/).  SGLang: ``--speculative-algorithm NEXTN|EAGLE|EAGLE3|STANDALONE|NGRAM``,
 ``--speculative-num-steps``, ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens`` (the tokens verified
 per step, k + 1 for a chain) and ``--speculative-draft-model-path``; the radix cache is on unless
-``--disable-radix-cache`` (https://docs.sglang.ai/advanced_features/speculative_decoding.html), and on a decode
-server only with ``--disaggregation-decode-enable-radix-cache``.  TensorRT-LLM: the
+``--disable-radix-cache`` (https://docs.sglang.ai/advanced_features/speculative_decoding.html).  TensorRT-LLM: the
 LLM-API YAML's ``speculative_config`` (``decoding_type`` MTP with ``num_nextn_predict_layers``, Eagle, DraftTarget,
 NGram with ``max_draft_len``) and ``kv_cache_config.enable_block_reuse``
 (https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html)."""
@@ -21,8 +20,8 @@ from tools.core.engine_profile import engine_profile
 from tools.core.errors import PdagInputError
 from tools.core.plan import REPO_PATTERN, Plan
 
-__all__ = ["DECODE_REUSE_FLAG", "SGLANG_BOOL", "SGLANG_FLAGS", "VLLM_BOOL", "VLLM_FLAGS", "export_flags",
-           "import_features", "trtllm_config", "trtllm_values"]
+__all__ = ["SGLANG_BOOL", "SGLANG_FLAGS", "VLLM_BOOL", "VLLM_FLAGS", "export_flags", "import_features",
+           "trtllm_config", "trtllm_values"]
 
 VLLM_FLAGS = {"--speculative-config": "spec_json"}
 VLLM_BOOL = {"--enable-prefix-caching": "prefix_on", "--no-enable-prefix-caching": "prefix_off"}
@@ -30,8 +29,7 @@ SGLANG_FLAGS = {"--speculative-algorithm": "spec_algo", "--speculative-algo": "s
                 "--speculative-num-steps": "spec_steps", "--speculative-eagle-topk": "spec_topk",
                 "--speculative-num-draft-tokens": "spec_verify", "--speculative-draft-model-path": "spec_path",
                 "--speculative-draft": "spec_path"}
-SGLANG_BOOL = {"--disable-radix-cache": "prefix_off", "--disaggregation-decode-enable-radix-cache": "decode_reuse"}
-DECODE_REUSE_FLAG = "--disaggregation-decode-enable-radix-cache"  # SGLang's decode server keeps its radix cache
+SGLANG_BOOL = {"--disable-radix-cache": "prefix_off"}
 
 _VLLM_METHOD = {"mtp": "deepseek_mtp", "eagle": "eagle", "eagle3": "eagle3", "draft_model": "draft_model",
                 "ngram": "ngram"}
@@ -115,8 +113,6 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
         out["prefix_caching"] = {"enabled": True}
         notes.append(f"prefix caching: on, the {engine_profile(engine).name} default when no flag turns it off (no "
                      "reuse priced until prefix_caching states a shared_prefix_len or hit_rate)")
-    if values.get("decode_reuse") and out.get("prefix_caching", {}).get("enabled", True):
-        out["prefix_caching"] = {**out.get("prefix_caching", {"enabled": True}), "decode_reuse": True}
     return out
 
 

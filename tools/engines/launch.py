@@ -1075,10 +1075,7 @@ def _export_disaggregated(plan: Plan, layout: Layout, key: str) -> ExportResult:
             if "--port" in argv:  # replicas numbered their ports from 8000; number them across both pools
                 at = argv.index("--port")
                 argv = argv[:at] + argv[at + 2:]
-            reuse = key == "sglang" and phase == "decode" and plan.prefix_caching is not None \
-                and bool(plan.prefix_caching.decode_reuse)
-            full = [*argv, *_ROLE_FLAGS[key][phase], *([features.DECODE_REUSE_FLAG] if reuse else []),
-                    "--port", str(port + i // per_server)]
+            full = [*argv, *_ROLE_FLAGS[key][phase], "--port", str(port + i // per_server)]
             if per_server > 1:  # a server over several nodes: each node sees all of its GPUs
                 argvs.append(full)
                 lines.append(f"# {phase} pool, node {i % per_server}\n{shlex.join(full)}")
@@ -1846,8 +1843,6 @@ def import_disaggregated(prefill_command: str, decode_command: str, gpu: str = "
     plan["options"] = {**options, "disaggregated": True}
     plan["hardware"] = {**pre.plan["hardware"],
                         "num_gpus": pre.plan["hardware"]["num_gpus"] + dec.plan["hardware"]["num_gpus"]}
-    if dec.plan.get("prefix_caching", {}).get("decode_reuse"):  # SGLang's decode server keeps its radix cache
-        plan["prefix_caching"] = {**plan.get("prefix_caching", {"enabled": True}), "decode_reuse": True}
     if dec.plan.get("kv_dtype") != pre.plan.get("kv_dtype"):
         raise PdagInputError("decode_command.kv_cache_dtype", "the pools store the KV cache in different dtypes",
                              "one KV dtype (the KV hand-off copies it as is)")

@@ -60,7 +60,8 @@ Speculative decoding (``plan.speculative``, ``speculative.py``): a decode step o
 carried per request in fixed point so whole tokens come out deterministically (the last step's overshoot is capped
 at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
 against the step's budget.  A draft tree (``topk`` > 1) verifies its ``k + 1`` nodes and drafts ``topk`` tokens per
-sequence in each pass (the plain step at ``topk`` times the batch).  ITL is then the gap between steps (a step's tokens arrive as one chunk).
+sequence in each pass (the plain step at ``topk`` times the batch).  ITL is then the gap between steps (a step's
+tokens arrive as one chunk).
 
 Prefix caching (``plan.prefix_caching``, ``PrefixPricing``), as vLLM V1's KV cache manager does it
 (``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` and ``vllm/v1/core/block_pool.py``,
@@ -86,11 +87,10 @@ Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replic
 pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
 ``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
 shared prefix it received with the first request is held once and not moved again (the hand-off of a hit moves only
-the suffix: the link latency plus that share of the bytes).  SGLang's decode servers run a chunk cache, not the radix
-cache, unless started with ``--disaggregation-decode-enable-radix-cache`` (``_handle_pd_disaggregation`` in
-``python/sglang/srt/server_args.py``: "KV cache is forced as chunk cache for decode server"); with it
-(``prefix_caching.decode_reuse``) they reuse a received prefix as vLLM's do.  TensorRT-LLM's generation servers are
-given the whole prompt each time (no source found for reuse there).
+the suffix: the link latency plus that share of the bytes).  SGLang's and TensorRT-LLM's decode pools are given the
+whole prompt each time here: SGLang's decode servers run a chunk cache, not the radix cache
+(``_handle_pd_disaggregation`` in ``python/sglang/srt/server_args.py``; ``--disaggregation-decode-enable-radix-cache``,
+which lifts it, is not modelled), and no source was found for reuse on TensorRT-LLM's generation servers.
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
@@ -903,12 +903,8 @@ class _Engine:
         if self.role == "decode":  # admit arrived KV, then decode everyone
             while self.waiting and self.eligible(self.waiting[0], start) and self._admissible(self.waiting[0]):
                 r = self.waiting.popleft()
-                if self.prefix is not None:  # the shared prefix this replica holds: not received again
-                    self.prefix_hit(r)
                 r.computed = r.prompt
                 self._grow(r, self._held(r))
-                if self.prefix is not None:  # the first to arrive: its prefix pages become the cached prefix
-                    self.prefix_computed(r)
                 self.running.append(r)
                 if self.reserve is not None:
                     self.reserve += self.reserve_of(r.out_len - r.generated)
@@ -1367,11 +1363,8 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
                        kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
     # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
-    # (module doc), so a shared prefix it already holds is neither received nor held again; SGLang's does so only
-    # with --disaggregation-decode-enable-radix-cache (``prefix_caching.decode_reuse``)
-    pc = plan.prefix_caching
-    reuse = policy == "vllm" if pc is None or pc.decode_reuse is None else pc.decode_reuse
-    d_pf = pf if reuse and pf is not None and pf.shared_tokens else None
+    # (module doc), so a shared prefix it already holds is neither received nor held again
+    d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
     engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
                         spec_q, width, d_pf) for j in range(d_pool.dp)]
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3

@@ -40,13 +40,6 @@ def check_engine_support(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{name} drafts a chain, not a tree: speculative.topk {sd.topk} > {table['max_topk']} "
                       f"({table['source']})", field="plan.speculative.topk",
                       hint="topk 1, or SGLang (--speculative-eagle-topk)")
-    pc = plan.prefix_caching
-    if pc is not None and pc.decode_reuse and plan.options.disaggregated \
-            and table.get("decode_reuse_with_speculation") is False:
-        yield Finding(f"{name} keeps no prefix cache on a decode server that speculates: prefix_caching."
-                      f"decode_reuse with speculative.method {sd.method} ({table['decode_reuse_source']})",
-                      field="plan.prefix_caching.decode_reuse",
-                      hint="decode_reuse false (the decode pool receives every prompt whole), or no speculation")
     tp = max(plan.degrees(ph).tp for ph in ("prefill", "decode"))
     dtp = sd.draft_tp
     if dtp is not None and dtp != tp and (engine != "vllm" or dtp != 1):
