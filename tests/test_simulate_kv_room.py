@@ -38,8 +38,10 @@ def test_a_cache_of_one_and_a_half_long_requests_does_not_thrash(engine: str) ->
 
 def test_a_shared_prefix_burst_runs_at_once() -> None:
     """100 prompts of 20k tokens that share all but their last page: the prefix is held once and each request holds
-    only its own pages, so the whole burst runs together (the old full-context sizing ran at most 8)."""
+    only its own pages, so the whole burst runs together (the old full-context sizing ran at most 8).  On average 48
+    run: vLLM's cascade attention reads the shared prefix once per decode step, so decoding is a smaller share of the
+    run than the prompts' tails (87 when each request read the prefix itself)."""
     r = simulate(parse_plan(_plan("vllm", num_requests=100) | {"prefix_caching": {"shared_prefix_len": 20480}}))
     assert r.requests == 100
     assert r.max_running == 100
-    assert r.mean_running > 50
+    assert r.mean_running > 40

@@ -181,3 +181,52 @@ def test_decode_pool_pages_balance_with_a_shared_prefix(engine: str, shared: int
         assert e.prefix_refs == 0 and e.free == e.capacity
         if e.role == "decode":
             assert (e.prefix is not None) == (engine == "vllm")
+
+
+def test_vllm_cascade_attention_reads_a_prefix_every_running_request_shares_once(monkeypatch) -> None:
+    """vLLM's cascade attention (vllm PR #11635): when every running request holds the same cached prefix (at least
+    256 tokens, at least 8 requests), a decode step reads it once, not once per request, so 64 clients sharing a
+    7,680-token prefix decode faster than the same run with the kernel off; with fewer than 8 running it is off."""
+    import tools.estimate.simulate as sim
+
+    wl = {"input_len": 8192, "output_len": 256, "concurrency": 64, "num_requests": 128}
+    plan = parse_plan(_plan("vllm", {"shared_prefix_len": 7680}, **wl))
+    assert sim.prefix_pricing(plan).cascade
+    cascade = simulate(plan)
+    few = simulate(parse_plan(_plan("vllm", {"shared_prefix_len": 7680}, **{**wl, "concurrency": 4})))
+    monkeypatch.setattr(sim, "CASCADE_MIN_REQUESTS", 10**9)
+    off = simulate(plan)
+    assert cascade.tpot_ms.mean < 0.8 * off.tpot_ms.mean
+    assert cascade.output_tokens_per_s > off.output_tokens_per_s
+    assert simulate(parse_plan(_plan("vllm", {"shared_prefix_len": 7680}, **{**wl, "concurrency": 4}))) \
+        .model_dump_json() == few.model_dump_json()
+
+
+@pytest.mark.parametrize("engine,model,prefix,cascade", [
+    ("sglang", "llama-3.1-8b", {"shared_prefix_len": 1024}, False),  # no cascade kernel in its default backends
+    ("trtllm", "llama-3.1-8b", {"shared_prefix_len": 1024}, False),
+    ("vllm", "llama-3.1-8b", {"shared_prefix_len": 255}, False),  # under vLLM's 256-token threshold
+    ("vllm", "llama-3.1-8b", {"hit_rate": 0.9}, False),  # each request's own history: nothing all of them share
+    ("vllm", "deepseek-v3", {"shared_prefix_len": 1024}, False),  # MLA backends do not run it
+    ("vllm", "gemma-2-27b", {"shared_prefix_len": 1024}, False),  # nor sliding-window layers
+    ("vllm", "llama-3.1-8b", {"shared_prefix_len": 1024}, True),
+])
+def test_which_engines_and_models_run_cascade_attention(engine: str, model: str, prefix: dict[str, Any],
+                                                       cascade: bool) -> None:
+    from tools.estimate.simulate import prefix_pricing
+
+    plan = parse_plan({**_plan(engine, prefix), "model": model})
+    assert prefix_pricing(plan).cascade is cascade
+
+
+def test_a_hit_reads_the_cached_keys_however_short_its_suffix() -> None:
+    """A prompt found cached but for its last token still streams the cached keys and values through attention: at
+    least the plain decode step's cost per token of context times the cached tokens; a long suffix is bound by its
+    attention's arithmetic instead."""
+    plan = parse_plan(_plan("vllm", {"shared_prefix_len": 8000}, input_len=8192))
+    fast = FastEstimator(plan)
+    cost = _setup(plan, fast, resolve_load(plan, 1), fast.eff, None).engines[0].cost
+    per_token = cost.kv_read_ms_per_token()
+    assert per_token > 0
+    assert cost.cached_attention_ms(8000, 1) == pytest.approx(per_token * 8000)
+    assert cost.cached_attention_ms(8000, 4096) > per_token * 8000

@@ -213,9 +213,10 @@ class Speculative(_Strict):
     def _consistent(self) -> Speculative:
         if self.acceptance_rate is not None and self.mean_accepted_tokens is not None:
             raise ValueError("give acceptance_rate or mean_accepted_tokens, not both")
-        if self.mean_accepted_tokens is not None and self.mean_accepted_tokens > self.num_draft_tokens + 1:
-            raise ValueError(f"mean_accepted_tokens {self.mean_accepted_tokens:g} exceeds num_draft_tokens + 1 = "
-                             f"{self.num_draft_tokens + 1}")
+        depth = min(self.num_draft_tokens, self.num_steps or self.num_draft_tokens)  # a tree accepts one path
+        if self.mean_accepted_tokens is not None and self.mean_accepted_tokens > depth + 1:
+            what = "num_draft_tokens" if depth == self.num_draft_tokens else "the tree's depth num_steps"
+            raise ValueError(f"mean_accepted_tokens {self.mean_accepted_tokens:g} exceeds {what} + 1 = {depth + 1}")
         if self.method != "draft_model" and (self.draft_model is not None or self.draft_tp is not None):
             raise ValueError("draft_model and draft_tp belong to method draft_model")
         return self

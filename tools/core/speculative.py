@@ -4,7 +4,12 @@ the drafter holds and reads per GPU (shared by memory accounting, validation and
 Acceptance (knowledge/serving/speculative.json): the first draft token is accepted with probability ``first``,
 each later one, given the one before it was, with ``later``; a step emits ``1 + sum_i first * later^(i-1)``
 tokens for ``i = 1..k`` (the bonus token from the target included).  A plan's ``acceptance_rate`` sets both;
-its ``mean_accepted_tokens`` is taken as stated."""
+its ``mean_accepted_tokens`` is taken as stated.
+
+A draft tree (``topk`` > 1, SGLang's EAGLE) verifies ``num_draft_tokens`` candidates but accepts at most one path
+through it, ``draft_depth`` tokens deep (its ``num_steps``).  No published model gives a tree's acceptance from a
+chain's, so without a stated ``mean_accepted_tokens`` a tree is credited its top-1 path's acceptance at that depth:
+a lower bound, since the tree holds that path."""
 
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ from knowledge import load_json
 from tools.core.models import ModelSpec, resolve_model
 from tools.core.plan import Plan, Speculative
 
-__all__ = ["Acceptance", "acceptance", "draft_read_fraction", "draft_spec", "engine_support", "spec_data",
-           "tokens_per_step"]
+__all__ = ["Acceptance", "acceptance", "draft_depth", "draft_read_fraction", "draft_spec", "engine_support",
+           "spec_data", "tokens_per_step"]
 
 DATA = "serving/speculative.json"
 
@@ -49,8 +54,14 @@ def tokens_per_step(first: float, later: float, k: int) -> float:
     return total
 
 
-def acceptance(spec: Speculative) -> Acceptance:
+def draft_depth(spec: Speculative) -> int:
+    """Draft positions one step can accept: the chain's length, or a tree's depth (its draft passes)."""
     k = spec.num_draft_tokens
+    return min(k, spec.num_steps) if spec.num_steps else k
+
+
+def acceptance(spec: Speculative) -> Acceptance:
+    k = draft_depth(spec)
     if spec.mean_accepted_tokens is not None:
         return Acceptance(float("nan"), float("nan"), spec.mean_accepted_tokens, "plan (mean_accepted_tokens)")
     if spec.acceptance_rate is not None:
@@ -58,7 +69,9 @@ def acceptance(spec: Speculative) -> Acceptance:
         return Acceptance(a, a, tokens_per_step(a, a, k), "plan (acceptance_rate)")
     d = spec_data()["methods"][spec.method]
     first, later = d["first_acceptance"], d["later_acceptance"]
-    return Acceptance(first, later, tokens_per_step(first, later, k), f"published default: {d['note']} "
+    tree = f"a draft tree credited its top-1 path {k} deep (a lower bound; no published tree figure applied); " \
+        if spec.topk > 1 else ""
+    return Acceptance(first, later, tokens_per_step(first, later, k), f"{tree}published default: {d['note']} "
                       f"({'; '.join(d['sources'])})")
 
 

@@ -233,7 +233,7 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float,
         verify = FastEstimator(plan, fast.layout, fast.eff, overlap, plan.speculative.num_draft_tokens + 1)
         step = speculative_pricer(plan, fast.layout.phases["decode"].tp, decode_at,
                                   lambda b: verify.phase_ms("decode", b))
-        decode_at = lambda b: step(b).tpot_ms  # noqa: E731
+        decode_at = lambda b: step(b).ms_per_token  # noqa: E731
 
     def at(c: int) -> Serving:
         return continuous(plan, fast.eff, c, pre1, decode_at, dp, gpus, max_concurrency, shared_ms, sla)

@@ -59,7 +59,9 @@ Speculative decoding (``plan.speculative``, ``speculative.py``): a decode step o
 ``decode_queries = k + 1``, plus the draft passes) and advances each request by the expected accepted length,
 carried per request in fixed point so whole tokens come out deterministically (the last step's overshoot is capped
 at the output); KV pages grow by the tokens emitted, and vLLM and TensorRT-LLM count ``k + 1`` tokens per decode
-against the step's budget.  ITL is then the gap between steps (a step's tokens arrive as one chunk).
+against the step's budget.  A draft tree (``topk`` > 1) verifies its ``k + 1`` nodes and drafts ``topk`` tokens per
+sequence in each pass (the plain step at ``topk`` times the batch).  ITL is then the gap between steps (a step's
+tokens arrive as one chunk).
 
 Prefix caching (``plan.prefix_caching``, ``PrefixPricing``), as vLLM V1's KV cache manager does it
 (``vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks`` and ``vllm/v1/core/block_pool.py``,
@@ -75,15 +77,20 @@ first; here the shared prefix is the only cached entry), so the next request mis
 ``hit_rate`` (a conversation's earlier turns) that share of each prompt is found cached, in pages the request holds
 itself (its own history, not shared).  The suffix still attends to the cached keys: a chunk of ``n`` tokens after
 ``c`` cached ones costs what a prompt of ``c + n`` tokens costs beyond one of ``c`` (the GEMMs of ``n`` tokens, the
-attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's (``cached_attention_ms``);
-a later chunk of a prompt split over steps is priced the same way over the chunks computed before it, with or
-without caching.
+attention of ``n`` queries over ``c + n`` keys), priced as that work beyond the plain chunk's, and at least one read
+of the ``c`` cached tokens' keys and values (``cached_attention_ms``); a later chunk of a prompt split over steps is
+priced the same way over the chunks computed before it, with or without caching.  vLLM's cascade attention (vLLM PR
+#11635, ``use_cascade_attention`` in ``vllm/v1/attention/backends/flash_attn.py``) reads a prefix that every running
+request holds once per decode step instead of once per request, when it is at least 256 tokens and at least 8
+requests run (``_Engine.read_ctx``; not for MLA or sliding-window attention, whose backends do not run it).
 Disaggregated, the prefill pool reuses the prefix as above; a vLLM decode replica looks its own cache up before it
 pulls a prompt's KV and asks the connector only for the rest (``get_num_new_matched_tokens`` returns the prompt less
 ``num_computed_tokens``, the local hit: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``), so the
 shared prefix it received with the first request is held once and not moved again (the hand-off of a hit moves only
 the suffix: the link latency plus that share of the bytes).  SGLang's and TensorRT-LLM's decode pools are given the
-whole prompt each time here.
+whole prompt each time here: SGLang's decode servers run a chunk cache, not the radix cache
+(``_handle_pd_disaggregation`` in ``python/sglang/srt/server_args.py``; ``--disaggregation-decode-enable-radix-cache``,
+which lifts it, is not modelled), and no source was found for reuse on TensorRT-LLM's generation servers.
 Without hits (no prefix_caching, disabled, or a zero share) the engines run the plain code paths, so the results
 are those of a plan without it.
 
@@ -273,6 +280,7 @@ class SpecPricing:
     read_fraction: float
     passes: int
     tokens_per_step: float
+    topk: int = 1  # a draft tree's branches: each draft pass decodes topk tokens per sequence
 
 
 def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
@@ -282,16 +290,25 @@ def spec_pricing(plan: Plan, fast: FastEstimator) -> SpecPricing | None:
         return None
     verify = FastEstimator(plan, fast.layout, fast.eff, fast.model.overlap, decode_queries=sd.num_draft_tokens + 1)
     return SpecPricing(verify, draft_read_fraction(plan, fast.layout.phases["decode"].tp), draft_passes(plan),
-                       acceptance(sd).tokens_per_step)
+                       acceptance(sd).tokens_per_step, sd.topk)
 
 
 @dataclass(frozen=True)
 class PrefixPricing:
     """What a replica's prefix cache serves (module doc): the tokens every prompt shares, or the share of each
-    prompt its own earlier turns left cached."""
+    prompt its own earlier turns left cached; ``cascade``: the engine reads a prefix every running request shares
+    once per decode step (vLLM's cascade attention)."""
 
     shared_tokens: int
     hit_fraction: float
+    cascade: bool = False
+
+
+# vLLM's cascade attention (``use_cascade_attention`` in vllm/v1/attention/backends/flash_attn.py, the FlashAttention
+# and FlashInfer backends; MLA backends and sliding-window layers do not run it): used only when the prefix every
+# scheduled request shares is at least 256 tokens and at least 8 requests run
+CASCADE_MIN_PREFIX_TOKENS = 256
+CASCADE_MIN_REQUESTS = 8
 
 
 def prefix_pricing(plan: Plan) -> PrefixPricing | None:
@@ -299,7 +316,11 @@ def prefix_pricing(plan: Plan) -> PrefixPricing | None:
     pc = plan.prefix_caching
     if pc is None or not pc.enabled or not (pc.hit_rate or pc.shared_prefix_len):
         return None
-    return PrefixPricing(0 if pc.hit_rate else pc.shared_prefix_len or 0, pc.hit_rate or 0.0)
+    shared = 0 if pc.hit_rate else pc.shared_prefix_len or 0
+    spec = plan.spec
+    cascade = POLICY_OF_ENGINE.get(plan.engine, "vllm") == "vllm" and shared >= CASCADE_MIN_PREFIX_TOKENS \
+        and spec.attention != "mla" and not spec.sliding_window_layers and spec.sliding_window is None
+    return PrefixPricing(shared, pc.hit_rate or 0.0, cascade)
 
 
 class StepCost:
@@ -318,6 +339,7 @@ class StepCost:
         self._pre: dict[tuple[int, int], float] = {}
         self._line: dict[int, tuple[float, float]] = {}  # decode_line per batch, interpolation included
         self._pass: dict[tuple[int, int], float] = {}  # prefill_ms per (tokens, chunks)
+        self._kv_read: float | None = None
 
     def _at(self, input_len: int, output_len: int) -> FastEstimator:
         key = (input_len, output_len)
@@ -344,8 +366,9 @@ class StepCost:
         v = self._var_v.get(ctx)
         if v is None:
             v = self._var_v[ctx] = sp.verify.for_lengths(ctx, 1)
+        tree = self._at(ctx, 1).phase_ms("decode", d * sp.topk) if sp.topk > 1 else None
         return speculative_step(plain_ms, v.phase_ms("decode", d), sp.read_fraction, sp.passes,
-                                sp.tokens_per_step).step_ms
+                                sp.tokens_per_step, tree).step_ms
 
     def decode_line(self, d: int) -> tuple[float, float]:
         """(intercept, slope per token of mean context) of a decode step of ``d`` sequences."""
@@ -394,9 +417,21 @@ class StepCost:
     def cached_attention_ms(self, cached: int, tokens: int) -> float:
         """What a chunk of ``tokens`` after ``cached`` cached tokens costs beyond a prompt of ``tokens`` tokens: a
         prompt of ``cached + tokens`` less one of ``cached`` (that chunk's work with the cached keys in its
-        attention) less the plain chunk's work beyond the pass's fixed costs."""
-        return max(0.0, self.prefill_ms(cached + tokens, 1) - self.prefill_ms(cached, 1)
-                   - (self.prefill_ms(tokens, 1) - self.pre_fixed_ms))
+        attention) less the plain chunk's work beyond the pass's fixed costs; and at least one read of the cached
+        keys and values, which the attention kernel streams however few queries the chunk has (a prefix hit whose
+        uncached suffix is a few tokens is bound by that read, as a decode step is): the plain decode step's cost
+        per token of context."""
+        work = self.prefill_ms(cached + tokens, 1) - self.prefill_ms(cached, 1) \
+            - (self.prefill_ms(tokens, 1) - self.pre_fixed_ms)
+        return max(0.0, work, self.kv_read_ms_per_token() * cached)
+
+    def kv_read_ms_per_token(self) -> float:
+        """A one-sequence plain decode step's cost per token of context: reading that token's keys and values."""
+        if self._kv_read is None:
+            c0, c1 = self.ctx
+            self._kv_read = max(0.0, (self._at(c1, 1).phase_ms("decode", 1) - self._at(c0, 1).phase_ms("decode", 1))
+                                / (c1 - c0))
+        return self._kv_read
 
     def step_ms(self, tokens: int, chunks: int, d: int, ctx_sum: float) -> float:
         if tokens <= 0:
@@ -557,6 +592,16 @@ class _Engine:
         held = pages if self.prefix_refs else 0  # a referenced prefix's pages are not among the free
         return self._pages(self._gate(r)) - held
 
+    def read_ctx(self, d: int, ctx: int) -> int:
+        """The context ``d`` decodes read in a step: their summed context, less the copies of the shared prefix
+        that vLLM's cascade attention does not read (it attends every query to a prefix all running requests hold
+        once, then to each request's own suffix, and merges the two)."""
+        pf = self.prefix
+        if pf is None or not pf.cascade or not self.prefix_refs or self.prefix_refs != len(self.running) \
+                or len(self.running) < CASCADE_MIN_REQUESTS or self.prefix_pages * self.bs < CASCADE_MIN_PREFIX_TOKENS:
+            return ctx
+        return ctx - (d - 1) * self.prefix_pages * self.bs
+
     def prefix_hit(self, r: _Req) -> None:
         """Admitting ``r``: its cached tokens count as computed, the shared prefix's pages become its first."""
         cached, pages = self._cached(r)
@@ -697,7 +742,7 @@ class _Engine:
         if k < 1:
             return None
         a, b = self.cost.decode_line(d)
-        a_ms, b_ms = a + b * ctx / d, b
+        a_ms, b_ms = a + b * self.read_ctx(d, ctx) / d, b
         if self.spec_q:  # the context grows by the expected tokens per step
             b_ms = b * self.spec_q / SPEC_ONE
         end = start + k * a_ms + b_ms * k * (k - 1) / 2
@@ -888,6 +933,8 @@ class _Engine:
         tokens = sum(n for _, n in chunks)
         if ctx is None:
             ctx = sum(r.in_len + r.generated for r in decodes)
+        if self.prefix is not None and decodes:
+            ctx = self.read_ctx(len(decodes), ctx)
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
         # chunks (a long prompt split over steps pays its quadratic attention as one pass would)

@@ -11,8 +11,10 @@ batches speculation serves is bound by weight reads.  A step emits the expected 
 
 ``speculative_step`` is that arithmetic on step times priced elsewhere, for the estimator here and for the serving
 simulator, which prices each decode step at its batch with it (``simulate.StepCost``).  Not modelled: the draft's
-catch-up pass over the accepted tokens, rejected branches' KV writes, and a tree's wider verification (a top-k tree
-verifies ``k + 1`` tokens per sequence here).
+catch-up pass over the accepted tokens and rejected branches' KV writes.  A draft tree (``topk`` > 1) verifies its
+``k + 1`` nodes per sequence like a chain of ``k``; each of its ``num_steps`` draft passes decodes ``topk`` tokens per
+sequence (priced as the plain step at ``topk`` times the batch), and it accepts at most ``num_steps`` drafts
+(``tools.core.speculative.draft_depth``).
 
 Prefix caching: a prompt's cached share (``plan.prefix_hit_fraction``) is not recomputed, so a prefill pass costs
 its fixed step overhead plus ``1 - hit`` of its work; a prefix every request shares is held once in the KV cache,
@@ -44,9 +46,11 @@ class SpecStep(BaseModel):
 
 
 def speculative_step(plain_step_ms: float, verify_step_ms: float, draft_read_fraction: float, draft_passes: int,
-                     tokens_per_step: float) -> SpecStep:
-    """One speculative engine step from priced step times: what it costs and how many tokens it yields."""
-    draft = draft_passes * draft_read_fraction * plain_step_ms
+                     tokens_per_step: float, draft_base_ms: float | None = None) -> SpecStep:
+    """One speculative engine step from priced step times: what it costs and how many tokens it yields.
+    ``draft_base_ms``: the plain step a draft pass is a fraction of, when it decodes more than one token per
+    sequence (a tree's ``topk`` branches); else the plain step."""
+    draft = draft_passes * draft_read_fraction * (plain_step_ms if draft_base_ms is None else draft_base_ms)
     step = verify_step_ms + draft
     return SpecStep(tokens_per_step=tokens_per_step, plain_step_ms=plain_step_ms, verify_ms=verify_step_ms,
                     draft_ms=draft, step_ms=step, cost_multiplier=step / plain_step_ms if plain_step_ms else 1.0,
@@ -65,8 +69,8 @@ def speculative_pricer(plan: Plan, tp: int, plain_at: Callable[[int], float],
     """The step at a batch, from the plain and the verifying decode step at that batch (ms)."""
     sd = plan.speculative
     assert sd is not None
-    frac, passes, tps = draft_read_fraction(plan, tp), draft_passes(plan), acceptance(sd).tokens_per_step
-    return lambda b: speculative_step(plain_at(b), verify_at(b), frac, passes, tps)
+    frac, passes, tps, w = draft_read_fraction(plan, tp), draft_passes(plan), acceptance(sd).tokens_per_step, sd.topk
+    return lambda b: speculative_step(plain_at(b), verify_at(b), frac, passes, tps, plain_at(b * w) if w > 1 else None)
 
 
 def cached_prefill_ms(prefill_ms: float, overhead_ms: float, hit_fraction: float) -> float:
