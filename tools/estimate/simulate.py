@@ -15,7 +15,8 @@ Clients (``Load``), as ``vllm bench serve`` defines them (``../shared/notes/serv
   client and its TTFT starts when it is sent (the client's ``client_queue_time`` is not part of TTFT);
 * a burst: ``num_requests`` sent at t = 0 (``--request-rate inf`` without a cap).
 
-Lengths are fixed, or drawn uniformly from ``[lo, hi]`` with a seeded generator.  Metrics as the client computes
+Lengths are fixed, drawn uniformly from ``[lo, hi]``, or drawn from a dataset's length histogram scaled to the
+stated means (``length_dataset``, ``_Lengths``), with a seeded generator.  Metrics as the client computes
 them: TTFT = first token - send; TPOT = (E2E - TTFT) / (output_len - 1) per request (requests of one token left
 out); ITL = the gaps between a request's tokens, pooled over all tokens; throughput = output tokens / the run's
 wall time, ramp and drain included.
@@ -90,12 +91,13 @@ are those of a plan without it.
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the room the memory model leaves once the weights,
 the reserve and one step of the token budget are held, ``memory.kv_cache_tokens``: the engines size the cache at
 start-up, whatever the workload's context), in pages of ``block_size`` tokens; a request holds the pages of the tokens
-it has, and gets more as they grow.  DP replicas and the ``attn_dp`` groups of a replica: clients and
-requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
-replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
-random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
-``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
-counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
+it has, and gets more as they grow.  DP replicas and the ``attn_dp`` ranks of a replica each run their own scheduler,
+queue and cache (a rank holds its share of the replica's KV); a new request goes to one of them as the engine's
+front end routes it (``_Dispatch``: vLLM the least loaded, SGLang round-robin), and the ranks of a replica step
+together at the slowest rank's time, since its MoE layers gather every rank's tokens (``_rank_groups``,
+``_lockstep``); when the replicas of each pool, the clients and the requests divide by the same ``g`` and every
+request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and counted ``g``
+times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
 with its own queue; a prompt's KV moves after its prefill (``disagg.kv_handoff`` for one request) and the request then
 waits for admission on its decode replica; its first token is streamed after its first decode step there.  A replica
 holds its decoding requests as one cohort (``_DecodeCohort``; a disaggregated decode replica under any scheduler, an
@@ -124,7 +126,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.errors import PdagInputError
 from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
-from tools.core.plan import Plan
+from tools.core.plan import LENGTH_DATASETS, Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.disagg import kv_handoff
 from tools.estimate.fast import FastEstimator
@@ -179,9 +181,14 @@ class Load(BaseModel):
     input_len_range: tuple[int, int]
     output_len_range: tuple[int, int]
     seed: int
+    dataset: str | None = Field(None, description="lengths drawn from this dataset's histogram (``_Lengths``)")
+    means: tuple[int, int] = Field((0, 0), description="with a dataset: the mean lengths its draws are scaled to")
 
     def describe(self) -> str:
         lens = (f"{_span(self.input_len_range)} in / {_span(self.output_len_range)} out tokens")
+        if self.dataset:
+            name = LENGTH_DATASETS[self.dataset]["name"]
+            lens = f"{name} lengths, mean {self.means[0]} in / {self.means[1]} out tokens"
         if self.mode == "closed":
             who = f"{self.concurrency} client" + ("" if self.concurrency == 1 else "s")
             return f"closed loop of {who}, {self.num_requests} requests, {lens}"
@@ -210,8 +217,45 @@ def resolve_load(plan: Plan, dp: int) -> Load:
         mode, conc = "closed", wl.concurrency or wl.batch_size * dp
     base = conc or 64
     n = wl.num_requests or min(4000, max(64, 10 * base))
+    extra: dict[str, object] = {}
+    if wl.length_dataset:
+        draw = _Lengths(wl.length_dataset, (wl.input_len, wl.output_len))
+        ins, outs = draw.spans
+        extra = {"dataset": wl.length_dataset, "means": (wl.input_len, wl.output_len)}
     return Load(mode=mode, concurrency=conc, request_rate=wl.request_rate, num_requests=min(n, MAX_REQUESTS),
-                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed)
+                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed, **extra)
+
+
+class _Lengths:
+    """Prompt and output lengths drawn from a dataset's histograms (``knowledge/serving/length_datasets.json``):
+    a bin by its count, a length uniformly inside it, scaled so that the draws' expected mean is the stated one.
+
+    Why: a benchmark harness that replays a dataset (``vllm bench serve --dataset-name sharegpt``) sends mostly
+    short prompts and a long tail; a uniform range of the same mean has neither the tail that fills a step nor the
+    many short requests, and the imbalance between DP ranks comes from exactly that spread."""
+
+    def __init__(self, name: str, means: tuple[int, int]) -> None:
+        ds = LENGTH_DATASETS[name]
+        self.parts = []
+        for key, mean in (("input", means[0]), ("output", means[1])):
+            edges, counts = ds[f"{key}_bin_edges_tokens"], ds[f"{key}_counts"]
+            total = sum(counts)
+            centre = sum(c * (edges[i] + edges[i + 1] - 1) / 2 for i, c in enumerate(counts)) / total
+            self.parts.append((edges, list(itertools.accumulate(counts)), total, mean / centre))
+
+    @property
+    def spans(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The shortest and longest lengths a draw can give, prompt and output."""
+        lo = [max(1, round(edges[0] * scale)) for edges, _, _, scale in self.parts]
+        hi = [max(1, round((edges[-1] - 1) * scale)) for edges, _, _, scale in self.parts]
+        return (lo[0], hi[0]), (lo[1], hi[1])
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        out = []
+        for edges, cum, total, scale in self.parts:
+            i = bisect.bisect_right(cum, rng.randrange(total))
+            out.append(max(1, round(rng.randint(edges[i], edges[i + 1] - 1) * scale)))
+        return out[0], out[1]
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -240,12 +284,15 @@ class SimResult(BaseModel):
     request_throughput_per_s: float
     mean_in_flight: float = Field(description="time-averaged requests sent and not finished (Little's law: "
                                               "request throughput x mean E2E)")
-    max_running: int = Field(description="most requests running at once on one replica")
-    mean_running: float = Field(description="time-averaged requests running (holding KV) per replica")
+    max_running: int = Field(description="most requests running at once on one engine (a replica, or one "
+                                         "attention-DP rank of it)")
+    mean_running: float = Field(description="time-averaged requests running (holding KV) per engine (a replica, "
+                                            "or one attention-DP rank of it)")
     preemptions: int = Field(description="requests preempted (vLLM) or retracted (SGLang) for lack of KV pages")
     kv_cache_tokens: int = Field(description="tokens the KV cache of one (decode) replica holds")
-    kv_peak_fraction: float = Field(description="largest share of a replica's KV pages in use")
-    steps: int = Field(description="engine steps simulated, all replicas")
+    kv_peak_fraction: float = Field(description="largest share of an engine's KV pages in use (a replica, or one "
+                                              "attention-DP rank of it)")
+    steps: int = Field(description="engine steps simulated, summed over every engine (replica or attention-DP rank)")
 
 
 # ---------------------------------------------------------------------------------------------- cost surface
@@ -900,8 +947,10 @@ class _Engine:
         if self.copies > 1:  # an attention-DP rank: its group times the step (``_lockstep``)
             g = self.copies
             cached = sum(self.cost.cached_attention_ms(r.computed, n) for r, n in chunks if r.computed)
-            return _Plan(start, start, chunks=chunks, decodes=decodes, tokens=tokens, cached_ms=cached,
+            plan = _Plan(start, start, chunks=chunks, decodes=decodes, tokens=tokens, cached_ms=cached,
                          dec_ms=self.cost.decode_ms(len(decodes) * g, ctx * g) if decodes else 0.0)
+            plan.end_ms = start + _group_step_ms([plan], self.cost)  # alone; its group's step replaces it
+            return plan
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
         # chunks (a long prompt split over steps pays its quadratic attention as one pass would)
@@ -1544,19 +1593,24 @@ def _lockstep(peers: list[_Engine], t: float) -> float | None:
         for p in plans:
             p.k, p.a_ms, p.b_ms, p.end_ms = k, a, b, end
         return end
-    cost = peers[0].cost
+    step = _group_step_ms(plans, peers[0].cost)
+    for p in plans:
+        if p.k > 1:
+            p.k, p.a_ms = 1, step
+        p.end_ms = t + step
+    return t + step
+
+
+def _group_step_ms(plans: list[_Plan], cost: StepCost) -> float:
+    """One step of an attention-DP group whose ranks formed ``plans`` (``_lockstep``): the slowest rank's decodes,
+    the pass over every rank's prompt chunks beyond the step's fixed costs, the slowest rank's cached attention."""
     dec = max(p.a_ms + p.dec_ms for p in plans)  # a run's first step (a_ms), or an explicit step's decodes
     tokens = sum(p.tokens for p in plans)
     step = dec
     if tokens:
         pre = cost.prefill_ms(tokens, sum(len(p.chunks) for p in plans))
         step = dec + max(0.0, pre - cost.pre_fixed_ms) if dec else pre
-    step += max(p.cached_ms for p in plans)
-    for p in plans:
-        if p.k > 1:
-            p.k, p.a_ms = 1, step
-        p.end_ms = t + step
-    return t + step
+    return step + max(p.cached_ms for p in plans)
 
 
 def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1,
@@ -1572,7 +1626,11 @@ def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int 
         load = load.model_copy(update={"num_requests": load.num_requests // copies,
                                        "concurrency": load.concurrency // copies if load.concurrency else None})
     n = load.num_requests
-    lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
+    if load.dataset:
+        draw = _Lengths(load.dataset, load.means)
+        lens = [draw.draw(rng) for _ in range(n)]
+    else:
+        lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
     engines = setup.engines
     heap: list[tuple[float, int, int, int, int]] = []  # (time, order, kind, engine or request, version)
     order = 0
