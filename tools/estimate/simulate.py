@@ -1369,7 +1369,9 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
         context = plan.workload.input_len + plan.workload.output_len
         kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"], context), mem.max_batch_size_that_fits, seqs,
                                context)
-        engines = [_Engine(i, "both", policy, cost, budget, seqs, kv // groups, ahead, spec_q, width, pf, groups)
+        # a rank holds its share of the replica's KV, and at least one sequence of the plan's context (``_kv_tokens``)
+        rank_kv = max(kv // groups, context)
+        engines = [_Engine(i, "both", policy, cost, budget, seqs, rank_kv, ahead, spec_q, width, pf, groups)
                    for i in range(layout.dp * groups)]
         _rank_groups(engines, groups)
         return _Setup(policy, engines, list(range(len(engines))), [], 0.0, layout.gpus_needed, kv, ranks=(groups, 1))
@@ -1380,13 +1382,15 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
     n_p, n_d = p_pool.dp * p_groups, d_pool.dp * d_groups
-    engines = [_Engine(i, "prefill", policy, cost, budget, seqs, kv_p // p_groups, ahead, prefix=pf, copies=p_groups)
+    kv_pr = max(kv_p // p_groups, plan.workload.input_len)
+    kv_dr = max(kv_d // d_groups, plan.workload.input_len + plan.workload.output_len)
+    engines = [_Engine(i, "prefill", policy, cost, budget, seqs, kv_pr, ahead, prefix=pf, copies=p_groups)
                for i in range(n_p)]
     # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
     # (module doc), so a shared prefix it already holds is neither received nor held again
     d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
-    decoders = [_Engine(n_p + j, "decode", policy, dcost, budget, seqs, kv_d // d_groups, ahead, spec_q, width, d_pf,
-                        d_groups) for j in range(n_d)]
+    decoders = [_Engine(n_p + j, "decode", policy, dcost, budget, seqs, kv_dr, ahead, spec_q, width, d_pf, d_groups)
+                for j in range(n_d)]
     _rank_groups(engines, p_groups)
     _rank_groups(decoders, d_groups)
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
