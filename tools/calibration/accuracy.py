@@ -93,12 +93,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, get_args
 
 from tools.calibration.choices import Choice, choices, summary, summary_line
 from tools.core.efficiency import efficiency_for, known_keys, load_overlay
 from tools.core.errors import PdagInputError
 from tools.core.inputs import load_json_text, read_text_file
+from tools.core.plan import Dtype
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
@@ -331,7 +332,11 @@ def _unknown_names(pt: dict[str, Any]) -> str | None:
                 load(pt[key])
             except PdagInputError:
                 unknown.append(f"{key} {pt[key]!r}")
-    return " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
+    text = " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
+    dtype = pt.get("dtype")
+    if isinstance(dtype, str) and dtype not in get_args(Dtype):  # e.g. "fp4": a weight format, not a compute dtype
+        text = (f"{text}; " if text else "") + f"dtype {dtype!r} is not a compute dtype ({', '.join(get_args(Dtype))})"
+    return text
 
 
 def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
