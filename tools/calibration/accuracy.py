@@ -334,8 +334,9 @@ def _unknown_names(pt: dict[str, Any]) -> str | None:
                 unknown.append(f"{key} {pt[key]!r}")
     text = " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
     dtype = pt.get("dtype")
-    if isinstance(dtype, str) and dtype not in get_args(Dtype):  # e.g. "fp4": a weight format, not a compute dtype
-        text = (f"{text}; " if text else "") + f"dtype {dtype!r} is not a compute dtype ({', '.join(get_args(Dtype))})"
+    known = get_args(Dtype) + WEIGHT_ONLY_FORMATS
+    if isinstance(dtype, str) and dtype not in known:  # e.g. "fp4": which 4-bit format (nvfp4 or mxfp4) is unsaid
+        text = (f"{text}; " if text else "") + f"dtype {dtype!r} is none of {', '.join(known)}"
     return text
 
 

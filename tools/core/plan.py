@@ -100,8 +100,7 @@ class Workload(_Strict):
         None, min_length=2, max_length=2, description="output lengths drawn uniformly from [lo, hi]")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of drawn lengths and arrivals")
     length_dataset: Literal["sharegpt"] | None = Field(
-        None, description="draw lengths from this dataset's length histogram (as vllm bench serve --dataset-name "
-        "sharegpt sends it), scaled to the means input_len / output_len; unstated, they are the dataset's")
+        None, description="lengths from this dataset's histogram, at means input_len/output_len (default its own)")
 
     @model_validator(mode="before")
     @classmethod
