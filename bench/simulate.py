@@ -13,6 +13,8 @@ from tools.estimate.simulate import simulate
 
 BASE = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
         "engine": "vllm"}
+ADP = {"model": "qwen3-235b-a22b", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": {"attn_dp": 8, "ep": 8},
+       "options": {"allow_attention_dp": True}, "engine": "vllm"}
 CASES = {
     "llama-3.1-70b TP8 vLLM, 64 clients, 2,000 requests, 1k in / 1k out +-11% (target <= 500 ms)": {
         **BASE, "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64, "num_requests": 2000,
@@ -34,6 +36,11 @@ CASES = {
     "llama-3.1-70b TP8 SGLang, Poisson 4 req/s, 1,000 requests, 2k in / 256 out": {
         **BASE, "engine": "sglang", "workload": {"input_len": 2048, "output_len": 256, "request_rate": 4.0,
                                                  "num_requests": 1000}},
+    "qwen3-235b attention-DP 8 vLLM, 256 clients, 2,000 requests, 100-1500 in / 10-400 out (ranks in lockstep)": {
+        **ADP, "workload": {"input_len": 800, "output_len": 205, "concurrency": 256, "num_requests": 2000,
+                            "input_len_range": [100, 1500], "output_len_range": [10, 400]}},
+    "qwen3-235b attention-DP 8 vLLM, 256 clients, 2,000 requests, ShareGPT lengths": {
+        **ADP, "workload": {"length_dataset": "sharegpt", "concurrency": 256, "num_requests": 2000}},
     "gpt-oss-120b TP8 vLLM, 64 clients, 1k in / 8k out, KV of 300k tokens (preempts)": {
         "model": "gpt-oss-120b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
         "weights": "mxfp4", "engine": "vllm", "engine_options": {"kv_cache_tokens": 300_000},

@@ -73,7 +73,10 @@ def compact(schema: dict[str, Any], depth: int | None = None, defs: dict[str, An
                 out[key] = compact(value, _level=_level + 1, **sub) if isinstance(value, dict) else value
             continue
         if key in _DROPPED or key == "$defs" or (key == "description" and _level >= keep_descriptions) or \
-                (key == "enum" and not keep_enums):
+                (key in ("enum", "const") and not keep_enums):
+            continue
+        if key == "const":  # a one-value Literal: an enum of one (strict providers' subsets have no const)
+            out["enum"] = [value]
             continue
         if key == "properties":
             if truncated:
@@ -94,7 +97,26 @@ def inline_schema(model: type[BaseModel], keep_enums: bool = True) -> dict[str, 
     """``model``'s JSON Schema with every $ref inlined and no descriptions: a value for ``WithJsonSchema`` that
     advertises a model's fields on an argument the core checks itself (errors then name the field path and,
     for a value outside an enum, the allowed values)."""
-    return compact(model.model_json_schema(by_alias=True), keep_descriptions=0, keep_enums=keep_enums)
+    return without_resource_only(compact(model.model_json_schema(by_alias=True), keep_descriptions=0,
+                                         keep_enums=keep_enums))
+
+
+# Fields a tool's inline schema leaves to the published schemas (pdag://schema/plan): with workload.length_dataset
+# estimate_performance's arguments would pass OpenAI strict mode's 100 properties, and tools/list its budget. The
+# tools still take them (the full models validate every argument).
+RESOURCE_ONLY = frozenset({"length_dataset"})
+
+
+def without_resource_only(schema: Any) -> Any:
+    """``schema`` with the ``RESOURCE_ONLY`` properties dropped wherever they are declared."""
+    if isinstance(schema, list):
+        return [without_resource_only(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: without_resource_only(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: v for k, v in out["properties"].items() if k not in RESOURCE_ONLY}
+    return out
 
 
 def tokens(text: str) -> int:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 import tools
 from server import responses as R
-from server.schemas import OPEN_OBJECT, compact, inline_schema
+from server.schemas import OPEN_OBJECT, compact, inline_schema, without_resource_only
 from tools.core.absent import NullMeansAbsent
 from tools.core.dag import NodeType
 from tools.core.engine_profile import EngineId
@@ -214,7 +214,7 @@ def make_tool(d: ToolDef) -> PdagTool:
                               structured_output=True)
     strict = _strict(tool.fn_metadata.arg_model)
     tool.fn_metadata.arg_model = strict
-    tool.parameters = compact(strict.model_json_schema(by_alias=True), keep_descriptions=2)
+    tool.parameters = without_resource_only(compact(strict.model_json_schema(by_alias=True), keep_descriptions=2))
     if tool.fn_metadata.output_schema is not None:
         tool.fn_metadata.output_schema = output_schema(tool.fn_metadata.output_schema,
                                                        inspect.signature(d.fn, eval_str=True).return_annotation)

@@ -542,7 +542,11 @@ def test_request_rate_points_are_priced_under_poisson_arrivals(tmp_path) -> None
                                          {**base, "id": "capped", "request_rate": 4, "batch_size": 8}]}))
     open_, capped = load_measurements(f)
     assert point_load(open_, 1)["request_rate"] == 4 and "concurrency" not in point_load(open_, 1)
-    assert point_load(open_, 1)["input_len_range"] == [1, 1999]
+    # a ShareGPT replay draws from the dataset's histogram at the row's mean lengths; SGLang's random dataset
+    # (ShareGPT text, random lengths) stays uniform from 1
+    assert point_load(open_, 1)["length_dataset"] == "sharegpt" and "input_len_range" not in point_load(open_, 1)
+    rnd = {**open_, "table": "sglang.bench_serving --dataset-name random"}
+    assert point_load(rnd, 1)["input_len_range"] == [1, 1999]
     assert point_load(capped, 2) == {"request_rate": 4.0, "concurrency": 16}
     f.write_text(_json.dumps({"points": [{**base, "id": "bad", "request_rate": -1}]}))
     with pytest.raises(PdagInputError) as exc:

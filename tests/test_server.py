@@ -385,3 +385,13 @@ async def test_a_drafts_readings_and_refusals_reach_the_mcp_answer(client, tool)
         assert "'rank'" in json.dumps(s["violations"])
     else:  # the draft carries its plan: rebuilt from it, the refused word is gone, and the change says which rule
         assert "STRUCT-ONE-READING" in {c["rule_id"] for c in s["changes"]}
+
+
+async def test_a_dataset_load_is_taken_though_tools_list_leaves_it_to_the_plan_schema(client):
+    """workload.length_dataset is declared in pdag://schema/plan only (tools/list budget, OpenAI strict's 100
+    properties); estimate_performance still takes it, and its load names the dataset and its means."""
+    plan = {**SMALL, "workload": {"length_dataset": "sharegpt", "concurrency": 4, "num_requests": 40}}
+    r = await client.call_tool("estimate_performance", {"plan": plan})
+    assert not r.is_error and "ShareGPT lengths, mean 230 in / 203 out" in json.dumps(r.structured_content)
+    listed = json.dumps([t.input_schema for t in (await client.list_tools()).tools])
+    assert "length_dataset" not in listed

@@ -67,6 +67,10 @@ CASES: dict[str, dict[str, Any]] = {
     "deepseek-v3 attention-dp pp2": {**ADP_DSV3, "workload": _wl(concurrency=128, num_requests=256, **RANGED)},
     "deepseek-v3 disaggregated attention-dp decode sglang": {
         **DIS_ADP_DSV3, "engine": "sglang", "workload": _wl(concurrency=64, num_requests=128, **RANGED)},
+    "sharegpt lengths vllm": {**BASE, "workload": {"length_dataset": "sharegpt", "concurrency": 24,
+                                                   "num_requests": 120}},
+    "attention-dp moe sharegpt poisson": {**P_ADP, "workload": {"length_dataset": "sharegpt", "request_rate": 200.0,
+                                                                 "num_requests": 120}},
 }
 
 GOLDEN: dict[str, str] = {
@@ -83,18 +87,20 @@ GOLDEN: dict[str, str] = {
     'kv wall sglang retracts': '66c15ac8f7bcb8f54a83',
     'kv wall trtllm reserves': '2957bfd939182615f005',
     'vllm max_num_seqs': 'a353a8d11f4d005a496e',
-    'dp replicas': 'b31c39675db695454fd4',
+    'dp replicas': '5c47483168f0eb6217f1',
     'dp replicas poisson sglang': 'a2d1eecad9729030d772',
     'tiny dense tp2': '2763537ad16d03235a9a',
-    'attention-dp moe': '3de399766a69b875e4fb',
-    'attention-dp moe sglang kv wall': '55fc446a65781335f535',
+    'attention-dp moe': '7a36ed1663af1dd8c610',
+    'attention-dp moe sglang kv wall': '0be5cc23b31da85ab61d',
     'tiny moe ep2 trtllm': 'e46efe917cd98339795d',
-    'disaggregated vllm': '990c9b50d3b469dfc3e7',
+    'disaggregated vllm': 'bd526be3323da44a6c57',
     'disaggregated sglang poisson': '31e7cee5bc2433873031',
     'disaggregated trtllm burst': '26e1121b4afb7c1ac266',
-    'disaggregated kv wall': '1e9babccf22aab71b0d2',
-    'deepseek-v3 attention-dp pp2': 'da9dd2479d777851ff93',
-    'deepseek-v3 disaggregated attention-dp decode sglang': 'a238c7332e6e105cfa80',
+    'disaggregated kv wall': '206a43ffab67fc473e9e',
+    'deepseek-v3 attention-dp pp2': 'a363298d707d25d67b76',
+    'deepseek-v3 disaggregated attention-dp decode sglang': 'ecad380433d430f89dc0',
+    'sharegpt lengths vllm': 'b6b6905af707829178c0',
+    'attention-dp moe sharegpt poisson': '3e6fb6066e0e12ae6434',
 }
 
 

@@ -72,19 +72,23 @@ def test_shares_only_where_replicas_see_the_same_requests() -> None:
 @given(per=st.integers(1, 24), rounds=st.integers(1, 4), out=st.sampled_from([2, 33, 128]),
        disagg=st.booleans())
 def test_one_share_counted_n_times_is_the_whole_deployment(per: int, rounds: int, out: int, disagg: bool) -> None:
-    """The shortcut against every replica simulated: the same requests, steps and throughput; latencies agree to
-    within which replica's step ends first at a shared instant (the whole run deals requests in event order)."""
+    """The shortcut against every replica simulated: the same requests; steps, throughput and latencies agree to
+    within the moves vLLM's routing makes at a shared instant (the whole run routes requests in event order: a
+    replica whose requests end first counts its clients' next requests as waiting, 4 x each, and sends some of them
+    to the replicas whose requests end in the same instant but later in the event order): 5 %, and 15 % for
+    2-token outputs, where every request of a replica ends in the same step as its neighbours'."""
     base = DIS4 if disagg else DP4
     shares = 2 if disagg else 4
     plan = parse_plan({**base, "workload": {"input_len": 700, "output_len": out, "concurrency": shares * per,
                                             "num_requests": shares * per * rounds}})
     short, whole = simulate(plan), _long_way(plan)
-    assert short.requests == whole.requests and short.steps == whole.steps
+    tol = 0.05 if out > 2 else 0.15
+    assert short.requests == whole.requests and abs(short.steps - whole.steps) <= tol * whole.steps
     assert short.load == whole.load and short.preemptions == whole.preemptions
     for a, b in [(short.output_tokens_per_s, whole.output_tokens_per_s), (short.ttft_ms.mean, whole.ttft_ms.mean),
                  (short.tpot_ms.mean, whole.tpot_ms.mean), (short.e2e_ms.mean, whole.e2e_ms.mean),
                  (short.mean_in_flight, whole.mean_in_flight)]:
-        assert abs(a - b) <= 0.01 * abs(b) + 1e-9
+        assert abs(a - b) <= tol * abs(b) + 1e-9
     # Little's law still holds on the counted share
     assert abs(short.mean_in_flight - short.request_throughput_per_s * short.e2e_ms.mean / 1e3) \
         <= 0.02 * short.mean_in_flight

@@ -93,12 +93,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, get_args
 
 from tools.calibration.choices import Choice, choices, summary, summary_line
 from tools.core.efficiency import efficiency_for, known_keys, load_overlay
 from tools.core.errors import PdagInputError
 from tools.core.inputs import load_json_text, read_text_file
+from tools.core.plan import Dtype
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "evals" / "measurements" / "published.json"
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
@@ -106,7 +107,8 @@ METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "output_tokens
            "serving_e2e_ms", "serving_request_throughput", "acceptance_length")
 # How a serving benchmark's clients draw their lengths: "fixed" clients finish together and send their next prompts
 # together (bursts), "jittered" ones (e.g. --random-range-ratio 0.8) drift apart into the spread-arrival state.
-# "sharegpt": lengths drawn from a dataset, priced as uniform from 1 to twice the stated mean.
+# "sharegpt": lengths drawn from a dataset: ShareGPT's histogram (the workload's length_dataset) scaled to the
+# stated means when the row replays ShareGPT itself, else (SGLang's random dataset) uniform from 1 to twice the mean.
 CLIENT_LENGTHS = ("fixed", "jittered", "sharegpt")
 PARTS = ("compute", "memory", "communication", "overhead")
 HARDWARE_PARTS = ("compute", "memory")
@@ -267,7 +269,27 @@ def _stated_load(pt: dict[str, Any], i: int) -> dict[str, Any]:
     if out.get("concurrency") is not None and out.get("batch_size") is None:
         dp = max(1, int((out.get("parallel") or {}).get("dp", 1)))
         out["batch_size"] = -(-out["concurrency"] // dp)
+    if out.get("client_lengths") == "sharegpt" and (out.get("input_len") is None or out.get("output_len") is None):
+        out["input_len"], out["output_len"] = replayed_means(out)
     return out
+
+
+def replayed_means(pt: dict[str, Any]) -> tuple[int, int]:
+    """The mean lengths a ShareGPT replay sent: its log's token totals over its prompts where the row quotes them
+    (``log totals: input X, generated Y tokens`` or ``total_input_tokens=X, total_output_tokens=Y``, and
+    ``--num-prompts N``), else the dataset's published means (``knowledge/serving/length_datasets.json``).
+    Why: a harness log prints totals, not per-request lengths, and the tokenizer moves them by a third."""
+    from tools.core.plan import LENGTH_DATASETS
+
+    text = " ".join(str(pt.get(k) or "") for k in ("table", "note"))
+    tot = re.search(r"log totals: input ([\d,]+), generated ([\d,]+) tokens", text) \
+        or re.search(r"total_input_tokens=([\d,]+), total_output_tokens=([\d,]+)", text)
+    n = re.search(r"(?:--num-prompts[ =]|num_prompts=)(\d+)", text)
+    if tot and n:
+        count = int(n.group(1))
+        return tuple(max(1, round(int(g.replace(",", "")) / count)) for g in tot.groups())  # type: ignore[return-value]
+    ds = LENGTH_DATASETS["sharegpt"]
+    return ds["mean_input_tokens"], ds["mean_output_tokens"]
 
 
 def point_gap(pt: dict[str, Any]) -> str | None:
@@ -278,7 +300,8 @@ def point_gap(pt: dict[str, Any]) -> str | None:
     if pt.get("metric") == "acceptance_length":
         return None if sd else "an acceptance length without a speculative method"
     missing = [k for k in ("gpu", "input_len", "output_len", "batch_size") if k in pt and pt[k] is None
-               and not (k == "batch_size" and (pt.get("request_rate") or pt.get("concurrency") is not None))]
+               and not (k == "batch_size" and (pt.get("request_rate") or pt.get("concurrency") is not None))
+               and not (k != "gpu" and k != "batch_size" and pt.get("client_lengths") == "sharegpt")]
     par = pt.get("parallel")
     if isinstance(par, dict) and any(v is None for v in par.values()):
         missing.append("parallel layout")
@@ -309,7 +332,12 @@ def _unknown_names(pt: dict[str, Any]) -> str | None:
                 load(pt[key])
             except PdagInputError:
                 unknown.append(f"{key} {pt[key]!r}")
-    return " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
+    text = " and ".join(unknown) + " without a preset (no public config or datasheet figures)" if unknown else None
+    dtype = pt.get("dtype")
+    known = get_args(Dtype) + WEIGHT_ONLY_FORMATS
+    if isinstance(dtype, str) and dtype not in known:  # e.g. "fp4": which 4-bit format (nvfp4 or mxfp4) is unsaid
+        text = (f"{text}; " if text else "") + f"dtype {dtype!r} is none of {', '.join(known)}"
+    return text
 
 
 def _point_features(pt: dict[str, Any]) -> dict[str, Any]:
@@ -536,7 +564,9 @@ def point_load(pt: dict[str, Any], dp: int) -> dict[str, Any]:
         out["num_requests"] = int(pt["num_requests"])
     elif m:
         out["num_requests"] = max(conc, int(m.group(1)))
-    if pt.get("client_lengths") in ("jittered", "sharegpt"):
+    if "--dataset-name sharegpt" in text or pt.get("client_lengths") == "sharegpt" and "random" not in text:
+        out["length_dataset"] = "sharegpt"
+    elif pt.get("client_lengths") in ("jittered", "sharegpt"):
         def span(mean: int) -> list[int]:
             if pt.get("client_lengths") == "sharegpt" or "sharegpt" in text or "uniformly from 1" in text:
                 return [1, max(1, 2 * mean - 1)]

@@ -98,6 +98,10 @@ class Hardware(_Strict):
             return gpu
 
 
+# Benchmark datasets' length histograms and harness mean lengths (knowledge/serving/length_datasets.json).
+LENGTH_DATASETS: dict[str, Any] = knowledge.load_json("serving/length_datasets.json")["datasets"]
+
+
 class Workload(_Strict):
     input_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN, description="prompt tokens per sequence")
     output_len: int = Field(256, ge=1, le=MAX_SEQ_LEN, description="generated tokens per sequence")
@@ -115,6 +119,17 @@ class Workload(_Strict):
     output_len_range: list[int] | None = Field(
         None, min_length=2, max_length=2, description="output lengths drawn uniformly from [lo, hi]")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of drawn lengths and arrivals")
+    length_dataset: Literal["sharegpt"] | None = Field(
+        None, description="lengths from this dataset's histogram, at means input_len/output_len (default its own)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_means(cls, data: Any) -> Any:
+        """A workload that names a dataset and no lengths takes the dataset's mean lengths as its own."""
+        if isinstance(data, dict) and data.get("length_dataset") in LENGTH_DATASETS:
+            ds = LENGTH_DATASETS[data["length_dataset"]]
+            data = {"input_len": ds["mean_input_tokens"], "output_len": ds["mean_output_tokens"], **data}
+        return data
 
     @model_validator(mode="after")
     def _ranges_ordered(self) -> Workload:
@@ -122,6 +137,8 @@ class Workload(_Strict):
             r = getattr(self, name)
             if r is not None and not 1 <= r[0] <= r[1] <= MAX_SEQ_LEN:
                 raise ValueError(f"{name} must be [lo, hi] with 1 <= lo <= hi <= {MAX_SEQ_LEN}")
+            if r is not None and self.length_dataset:
+                raise ValueError(f"{name} and length_dataset both state the lengths: give one of them")
         return self
 
 

@@ -15,7 +15,8 @@ Clients (``Load``), as ``vllm bench serve`` defines them (``../shared/notes/serv
   client and its TTFT starts when it is sent (the client's ``client_queue_time`` is not part of TTFT);
 * a burst: ``num_requests`` sent at t = 0 (``--request-rate inf`` without a cap).
 
-Lengths are fixed, or drawn uniformly from ``[lo, hi]`` with a seeded generator.  Metrics as the client computes
+Lengths are fixed, drawn uniformly from ``[lo, hi]``, or drawn from a dataset's length histogram scaled to the
+stated means (``length_dataset``, ``_Lengths``), with a seeded generator.  Metrics as the client computes
 them: TTFT = first token - send; TPOT = (E2E - TTFT) / (output_len - 1) per request (requests of one token left
 out); ITL = the gaps between a request's tokens, pooled over all tokens; throughput = output tokens / the run's
 wall time, ramp and drain included.
@@ -97,12 +98,13 @@ are those of a plan without it.
 KV pages: ``kv_cache_tokens`` per replica (the engine option, else the room the memory model leaves once the weights,
 the reserve and one step of the token budget are held, ``memory.kv_cache_tokens``: the engines size the cache at
 start-up, whatever the workload's context), in pages of ``block_size`` tokens; a request holds the pages of the tokens
-it has, and gets more as they grow.  DP replicas and the ``attn_dp`` groups of a replica: clients and
-requests are dealt round-robin to replicas (each with its own scheduler and cache); attention-DP groups of one
-replica are modelled as one scheduler over all groups' budget and cache (groups assumed balanced: the imbalance of
-random routing is not simulated); when the replicas of each pool, the clients and the requests divide by the same
-``g`` and every request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and
-counted ``g`` times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
+it has, and gets more as they grow.  DP replicas and the ``attn_dp`` ranks of a replica each run their own scheduler,
+queue and cache (a rank holds its share of the replica's KV); a new request goes to one of them as the engine's
+front end routes it (``_Dispatch``: vLLM the least loaded, SGLang round-robin), and the ranks of a replica step
+together at the slowest rank's time, since its MoE layers gather every rank's tokens (``_rank_groups``,
+``_lockstep``); when the replicas of each pool, the clients and the requests divide by the same ``g`` and every
+request has the same lengths (closed loop or burst), one ``g``-th of the deployment is simulated and counted ``g``
+times (``symmetric_shares``).  Disaggregated plans: a prefill pool and a decode pool of replicas, each
 with its own queue; a prompt's KV moves after its prefill (``kv_handoff`` for one request) and the request then
 waits for admission on its decode replica; its first token is streamed after its first decode step there.  A replica
 holds its decoding requests as one cohort (``_DecodeCohort``; a disaggregated decode replica under any scheduler, an
@@ -133,7 +135,7 @@ from pydantic import BaseModel, Field
 from tools.core.errors import PdagInputError
 from tools.core.handoff import kv_handoff
 from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
-from tools.core.plan import Plan
+from tools.core.plan import LENGTH_DATASETS, Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.serving import weights_ms
@@ -187,9 +189,14 @@ class Load(BaseModel):
     input_len_range: tuple[int, int]
     output_len_range: tuple[int, int]
     seed: int
+    dataset: str | None = Field(None, description="lengths drawn from this dataset's histogram (``_Lengths``)")
+    means: tuple[int, int] = Field((0, 0), description="with a dataset: the mean lengths its draws are scaled to")
 
     def describe(self) -> str:
         lens = (f"{_span(self.input_len_range)} in / {_span(self.output_len_range)} out tokens")
+        if self.dataset:
+            name = LENGTH_DATASETS[self.dataset]["name"]
+            lens = f"{name} lengths, mean {self.means[0]} in / {self.means[1]} out tokens"
         if self.mode == "closed":
             who = f"{self.concurrency} client" + ("" if self.concurrency == 1 else "s")
             return f"closed loop of {who}, {self.num_requests} requests, {lens}"
@@ -218,8 +225,45 @@ def resolve_load(plan: Plan, dp: int) -> Load:
         mode, conc = "closed", wl.concurrency or wl.batch_size * dp
     base = conc or 64
     n = wl.num_requests or min(4000, max(64, 10 * base))
+    extra: dict[str, object] = {}
+    if wl.length_dataset:
+        draw = _Lengths(wl.length_dataset, (wl.input_len, wl.output_len))
+        ins, outs = draw.spans
+        extra = {"dataset": wl.length_dataset, "means": (wl.input_len, wl.output_len)}
     return Load(mode=mode, concurrency=conc, request_rate=wl.request_rate, num_requests=min(n, MAX_REQUESTS),
-                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed)
+                input_len_range=(ins[0], ins[1]), output_len_range=(outs[0], outs[1]), seed=wl.seed, **extra)
+
+
+class _Lengths:
+    """Prompt and output lengths drawn from a dataset's histograms (``knowledge/serving/length_datasets.json``):
+    a bin by its count, a length uniformly inside it, scaled so that the draws' expected mean is the stated one.
+
+    Why: a benchmark harness that replays a dataset (``vllm bench serve --dataset-name sharegpt``) sends mostly
+    short prompts and a long tail; a uniform range of the same mean has neither the tail that fills a step nor the
+    many short requests, and the imbalance between DP ranks comes from exactly that spread."""
+
+    def __init__(self, name: str, means: tuple[int, int]) -> None:
+        ds = LENGTH_DATASETS[name]
+        self.parts = []
+        for key, mean in (("input", means[0]), ("output", means[1])):
+            edges, counts = ds[f"{key}_bin_edges_tokens"], ds[f"{key}_counts"]
+            total = sum(counts)
+            centre = sum(c * (edges[i] + edges[i + 1] - 1) / 2 for i, c in enumerate(counts)) / total
+            self.parts.append((edges, list(itertools.accumulate(counts)), total, mean / centre))
+
+    @property
+    def spans(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The shortest and longest lengths a draw can give, prompt and output."""
+        lo = [max(1, round(edges[0] * scale)) for edges, _, _, scale in self.parts]
+        hi = [max(1, round((edges[-1] - 1) * scale)) for edges, _, _, scale in self.parts]
+        return (lo[0], hi[0]), (lo[1], hi[1])
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        out = []
+        for edges, cum, total, scale in self.parts:
+            i = bisect.bisect_right(cum, rng.randrange(total))
+            out.append(max(1, round(rng.randint(edges[i], edges[i + 1] - 1) * scale)))
+        return out[0], out[1]
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -248,12 +292,15 @@ class SimResult(BaseModel):
     request_throughput_per_s: float
     mean_in_flight: float = Field(description="time-averaged requests sent and not finished (Little's law: "
                                               "request throughput x mean E2E)")
-    max_running: int = Field(description="most requests running at once on one replica")
-    mean_running: float = Field(description="time-averaged requests running (holding KV) per replica")
+    max_running: int = Field(description="most requests running at once on one engine (a replica, or one "
+                                         "attention-DP rank of it)")
+    mean_running: float = Field(description="time-averaged requests running (holding KV) per engine (a replica, "
+                                            "or one attention-DP rank of it)")
     preemptions: int = Field(description="requests preempted (vLLM) or retracted (SGLang) for lack of KV pages")
     kv_cache_tokens: int = Field(description="tokens the KV cache of one (decode) replica holds")
-    kv_peak_fraction: float = Field(description="largest share of a replica's KV pages in use")
-    steps: int = Field(description="engine steps simulated, all replicas")
+    kv_peak_fraction: float = Field(description="largest share of an engine's KV pages in use (a replica, or one "
+                                              "attention-DP rank of it)")
+    steps: int = Field(description="engine steps simulated, summed over every engine (replica or attention-DP rank)")
 
 
 # ---------------------------------------------------------------------------------------------- cost surface
@@ -478,6 +525,11 @@ class _Plan:
     decodes: list[_Req] = field(default_factory=list)
     grown: bool = False  # every running request takes part and has the pages of its tokens after the step
     pooled: bool = False  # formed by the engine's _DecodeCohort: its requests advance there, not one by one
+    # an attention-DP rank's explicit step, timed by its group (``_lockstep``): its decodes' time, priced as every
+    # rank holding them, its prompt tokens, and the attention its chunks pay over keys already cached
+    dec_ms: float = 0.0
+    tokens: int = 0
+    cached_ms: float = 0.0
 
 
 class _Engine:
@@ -485,8 +537,13 @@ class _Engine:
 
     def __init__(self, idx: int, role: str, policy: Policy, cost: StepCost, budget: int, max_seqs: int,
                  kv_tokens: int, ahead: bool, spec_q: int = 0, width: int = 1,
-                 prefix: PrefixPricing | None = None) -> None:
+                 prefix: PrefixPricing | None = None, copies: int = 1) -> None:
         self.idx, self.role, self.policy, self.cost = idx, role, policy, cost
+        # an attention-DP rank: its step is priced as ``copies`` ranks holding its mix (``_rank_groups``), and the
+        # ranks of its group (``peers``, None alone) step together
+        self.copies = copies
+        self.peers: list[_Engine] | None = None
+        self.inbound = 0  # requests routed here and not yet arrived (a prompt's KV in transit): waiting, to a router
         # speculative decoding: tokens a decode step emits, in 1/SPEC_ONE (0: one token, no speculation), and the
         # step budget a decode takes (k + 1: vLLM and TensorRT-LLM count the verified drafts)
         self.spec_q, self.width = spec_q, width
@@ -741,7 +798,7 @@ class _Engine:
             k = min(k, 1)
         if k < 1:
             return None
-        a, b = self.cost.decode_line(d)
+        a, b = self.cost.decode_line(d * self.copies)
         a_ms, b_ms = a + b * self.read_ctx(d, ctx) / d, b
         if self.spec_q:  # the context grows by the expected tokens per step
             b_ms = b * self.spec_q / SPEC_ONE
@@ -935,6 +992,13 @@ class _Engine:
             ctx = sum(r.in_len + r.generated for r in decodes)
         if self.prefix is not None and decodes:
             ctx = self.read_ctx(len(decodes), ctx)
+        if self.copies > 1:  # an attention-DP rank: its group times the step (``_lockstep``)
+            g = self.copies
+            cached = sum(self.cost.cached_attention_ms(r.computed, n) for r, n in chunks if r.computed)
+            plan = _Plan(start, start, chunks=chunks, decodes=decodes, tokens=tokens, cached_ms=cached,
+                         dec_ms=self.cost.decode_ms(len(decodes) * g, ctx * g) if decodes else 0.0)
+            plan.end_ms = start + _group_step_ms([plan], self.cost)  # alone; its group's step replaces it
+            return plan
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
         # chunks (a long prompt split over steps pays its quadratic attention as one pass would)
@@ -1077,7 +1141,7 @@ class _DecodeCohort:
         if e.waiting and e.policy == "sglang":
             k = 1
         ctx = self.k_sum + d * self.clock
-        a, b = e.cost.decode_line(d)
+        a, b = e.cost.decode_line(d * e.copies)
         a_ms = a + b * ctx / d
         end = start + k * a_ms + b * k * (k - 1) / 2
         return _Plan(start, end, k=k, a_ms=a_ms, b_ms=b, decodes=e.running[:], pooled=True)
@@ -1308,6 +1372,7 @@ class _Setup:
     gpus: int
     kv_tokens: int
     transfer_fixed_ms: float = 0.0  # of transfer_ms, the link latency a transfer pays whatever its size
+    ranks: tuple[int, int] = (1, 1)  # engines (attention-DP ranks) per replica of the prefill (or only) and decode pool
 
 
 def _kv_tokens(plan: Plan, room: int, context: int) -> int:
@@ -1354,26 +1419,52 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
         context = plan.workload.input_len + plan.workload.output_len
         kv, seqs = _state_room(plan, _kv_tokens(plan, room["both"], context), mem.max_batch_size_that_fits, seqs,
                                context)
-        engines = [_Engine(i, "both", policy, cost, budget * groups, seqs * groups, kv, ahead, spec_q, width, pf)
-                   for i in range(layout.dp)]
-        return _Setup(policy, engines, list(range(layout.dp)), [], 0.0, layout.gpus_needed, kv)
+        # a rank holds its share of the replica's KV, and at least one sequence of the plan's context (``_kv_tokens``)
+        rank_kv = max(kv // groups, context)
+        engines = [_Engine(i, "both", policy, cost, budget, seqs, rank_kv, ahead, spec_q, width, pf, groups)
+                   for i in range(layout.dp * groups)]
+        _rank_groups(engines, groups)
+        return _Setup(policy, engines, list(range(len(engines))), [], 0.0, layout.gpus_needed, kv, ranks=(groups, 1))
     p_pool, d_pool = layout.pools["prefill"], layout.pools["decode"]
     p_groups, d_groups = layout.phases["prefill"].attn_dp, layout.phases["decode"].attn_dp
     kv_p = _kv_tokens(plan, room["prefill"], plan.workload.input_len)
     kv_d = _kv_tokens(plan, room["decode"], plan.workload.input_len + plan.workload.output_len)
     assert decode_fast is not None
     dcost = StepCost(decode_fast, 0.0, ins[0], ins[1] + outs[1], sp)
-    engines = [_Engine(i, "prefill", policy, cost, budget * p_groups, seqs * p_groups,
-                       kv_p, ahead, prefix=pf) for i in range(p_pool.dp)]
+    n_p, n_d = p_pool.dp * p_groups, d_pool.dp * d_groups
+    kv_pr = max(kv_p // p_groups, plan.workload.input_len)
+    kv_dr = max(kv_d // d_groups, plan.workload.input_len + plan.workload.output_len)
+    engines = [_Engine(i, "prefill", policy, cost, budget, seqs, kv_pr, ahead, prefix=pf, copies=p_groups)
+               for i in range(n_p)]
     # vLLM's decode instance looks its local prefix cache up before it pulls a prompt's KV and pulls only the rest
     # (module doc), so a shared prefix it already holds is neither received nor held again
     d_pf = pf if policy == "vllm" and pf is not None and pf.shared_tokens else None
-    engines += [_Engine(p_pool.dp + j, "decode", policy, dcost, budget * d_groups, seqs * d_groups, kv_d, ahead,
-                        spec_q, width, d_pf) for j in range(d_pool.dp)]
+    decoders = [_Engine(n_p + j, "decode", policy, dcost, budget, seqs, kv_dr, ahead, spec_q, width, d_pf, d_groups)
+                for j in range(n_d)]
+    _rank_groups(engines, p_groups)
+    _rank_groups(decoders, d_groups)
     hand = kv_handoff(plan, layout, eff, 1).seconds_per_batch * 1e3
     fixed = kv_handoff(plan, layout, eff, 0).seconds_per_batch * 1e3
-    return _Setup(policy, engines, list(range(p_pool.dp)), list(range(p_pool.dp, p_pool.dp + d_pool.dp)), hand,
-                  layout.gpus_needed, kv_d, fixed)
+    return _Setup(policy, engines + decoders, list(range(n_p)), list(range(n_p, n_p + n_d)), hand,
+                  layout.gpus_needed, kv_d, fixed, (p_groups, d_groups))
+
+
+def _rank_groups(engines: list[_Engine], groups: int) -> None:
+    """Tie each replica's attention-DP ranks (``groups`` consecutive engines) into one lockstep group.
+
+    Why: with attention-DP each group of GPUs runs its own scheduler, queue and KV (vLLM: one engine core per DP
+    rank, ``--max-num-seqs`` per rank, docs/serving/data_parallel_deployment.md; SGLang: one scheduler per DP rank
+    behind its data-parallel controller, notes §4 [VDP][SDPC]), but the MoE layers between the attention layers
+    gather every rank's tokens, so a rank cannot start its next step before the slowest one has finished this one
+    (vLLM: idle ranks run dummy forward passes while any rank is busy [VDP]).  Each rank's step is priced as
+    ``groups`` ranks all holding its own mix (the balanced replica's step when every rank holds the same), and the
+    group's step takes the slowest rank's time (``run``: ``plan_group``)."""
+    if groups <= 1:
+        return
+    for i in range(0, len(engines), groups):
+        peers = engines[i:i + groups]
+        for e in peers:
+            e.peers = peers
 
 
 def simulate(plan: Plan, load: Load | None = None, eff: dict[str, float] | None = None,
@@ -1466,17 +1557,19 @@ def symmetric_shares(setup: _Setup, load: Load) -> int:
     fixed = load.input_len_range[0] == load.input_len_range[1] and load.output_len_range[0] == load.output_len_range[1]
     if load.mode == "poisson" or not fixed:
         return 1
-    return math.gcd(len(setup.prefill_pool), len(setup.decode_pool), load.concurrency or 0, load.num_requests)
+    return math.gcd(len(setup.prefill_pool) // setup.ranks[0], len(setup.decode_pool) // setup.ranks[1],
+                    load.concurrency or 0, load.num_requests)
 
 
 def _one_share(setup: _Setup, g: int) -> _Setup:
-    """The first ``1/g`` of each pool's replicas (GPUs and KV per replica kept: per-GPU figures are the whole's)."""
+    """The first ``1/g`` of each pool's replicas, whole with their ranks (GPUs and KV per replica kept: per-GPU
+    figures are the whole's)."""
     n_p, n_d = len(setup.prefill_pool) // g, len(setup.decode_pool) // g
     engines = [setup.engines[i] for i in setup.prefill_pool[:n_p] + setup.decode_pool[:n_d]]
     for i, e in enumerate(engines):
         e.idx = i
     return _Setup(setup.policy, engines, list(range(n_p)), list(range(n_p, n_p + n_d)), setup.transfer_ms,
-                  setup.gpus, setup.kv_tokens, setup.transfer_fixed_ms)
+                  setup.gpus, setup.kv_tokens, setup.transfer_fixed_ms, setup.ranks)
 
 
 def _check_fits(setup: _Setup, load: Load) -> None:
@@ -1489,6 +1582,90 @@ def _check_fits(setup: _Setup, load: Load) -> None:
                 "workload", f"a request of up to {need:,} tokens does not fit the KV cache of one replica "
                 f"({e.capacity * e.bs:,} tokens once the weights are held), so the engine could never run it",
                 "shorter requests, fp8 KV (kv_dtype), more GPUs per replica, or engine_options.kv_cache_tokens")
+
+
+class _Dispatch:
+    """Which engine (DP replica, or attention-DP rank) a new request goes to, as the engine's front end chooses.
+
+    * vLLM: the least loaded rank by ``4 x waiting + running``, scanned from rank 0, the first of equal scores
+      (``DPLBAsyncMPClient.get_core_engine_for_request`` in ``vllm/v1/engine/core_client.py``, notes §4 [VCC]; the
+      client bumps its own waiting count as it routes, so between the coordinator's 100 ms snapshots its counts
+      are the engines' own, which is what is used here);
+    * SGLang: round-robin, the data-parallel controller's ``--load-balance-method`` default
+      (``python/sglang/srt/managers/data_parallel_controller.py``, notes §4 [SDPC]); disaggregated decode ranks are
+      dealt the same way (the router pairs prefill and decode workers at random [SPD]);
+    * TensorRT-LLM: round-robin (an assumption: its attention-DP request balancing was not read).
+
+    Why: requests of different lengths or arrivals leave ranks unevenly loaded, and under attention-DP the slowest
+    rank sets every rank's step (``_rank_groups``)."""
+
+    def __init__(self, policy: Policy, engines: list[_Engine]) -> None:
+        self.engines = engines
+        self.least = policy == "vllm"
+        self.turn: dict[int, int] = {}  # round-robin position per pool (keyed by its first engine)
+
+    def __call__(self, pool: list[int]) -> _Engine:
+        engines = self.engines
+        if len(pool) == 1:
+            return engines[pool[0]]
+        if self.least:
+            best, score = pool[0], _BIG
+            for i in pool:
+                e = engines[i]
+                s = 4 * (len(e.waiting) + e.inbound) + len(e.running)
+                if s < score:
+                    best, score = i, s
+            return engines[best]
+        n = self.turn.get(pool[0], 0)
+        self.turn[pool[0]] = n + 1
+        return engines[pool[n % len(pool)]]
+
+
+def _lockstep(peers: list[_Engine], t: float) -> float | None:
+    """Plan one step (or run of decode steps) of an attention-DP group at ``t``; its end (None: no rank has work).
+
+    Every rank forms its own step (idle ranks none).  A step's decodes take the slowest rank's time, each rank's
+    priced as the whole group holding its mix (attention reads each rank's own KV; the experts' weights are read
+    once a step whatever the split), while the prompt chunks of all ranks share the experts' GEMMs, so their work
+    beyond the step's fixed costs is the pass over all of them, as on one scheduler (``StepCost.step_ms``); a
+    chunk's attention over keys already cached is its own rank's, the slowest rank's counted.  A balanced group
+    (every rank the same mix) is priced exactly as one scheduler over all of it.  The group takes as many steps as
+    the shortest run, and a run's step ``i`` takes the largest intercept plus the largest slope times ``i`` (the
+    exact maximum when one rank is the slowest throughout, the usual case).  Each rank's plan then carries the
+    group's timing."""
+    plans = []
+    for e in peers:
+        e.plan = e.form(t)
+        if e.plan is not None:
+            plans.append(e.plan)
+    if not plans:
+        return None
+    k = min(p.k for p in plans)
+    if k > 1:  # every rank is in a run of decode steps
+        a = max(p.a_ms for p in plans)
+        b = max(p.b_ms for p in plans)
+        end = t + k * a + b * k * (k - 1) / 2
+        for p in plans:
+            p.k, p.a_ms, p.b_ms, p.end_ms = k, a, b, end
+        return end
+    step = _group_step_ms(plans, peers[0].cost)
+    for p in plans:
+        if p.k > 1:
+            p.k, p.a_ms = 1, step
+        p.end_ms = t + step
+    return t + step
+
+
+def _group_step_ms(plans: list[_Plan], cost: StepCost) -> float:
+    """One step of an attention-DP group whose ranks formed ``plans`` (``_lockstep``): the slowest rank's decodes,
+    the pass over every rank's prompt chunks beyond the step's fixed costs, the slowest rank's cached attention."""
+    dec = max(p.a_ms + p.dec_ms for p in plans)  # a run's first step (a_ms), or an explicit step's decodes
+    tokens = sum(p.tokens for p in plans)
+    step = dec
+    if tokens:
+        pre = cost.prefill_ms(tokens, sum(len(p.chunks) for p in plans))
+        step = dec + max(0.0, pre - cost.pre_fixed_ms) if dec else pre
+    return step + max(p.cached_ms for p in plans)
 
 
 def run(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: int = 1,
@@ -1509,13 +1686,17 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
         load = load.model_copy(update={"num_requests": load.num_requests // copies,
                                        "concurrency": load.concurrency // copies if load.concurrency else None})
     n = load.num_requests
-    lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
+    if load.dataset:
+        draw = _Lengths(load.dataset, load.means)
+        lens = [draw.draw(rng) for _ in range(n)]
+    else:
+        lens = [(_lengths(rng, load.input_len_range), _lengths(rng, load.output_len_range)) for _ in range(n)]
     engines = setup.engines
     heap: list[tuple[float, int, int, int, int]] = []  # (time, order, kind, engine or request, version)
     order = 0
     ARRIVE, STEP, SEND = 0, 1, 2
     reqs: list[_Req] = []
-    rr = {"p": 0, "d": 0}
+    pick = _Dispatch(setup.policy, engines)
     rec = _Recorder()
     in_flight = 0
     client_queue: deque[int] = deque()
@@ -1529,15 +1710,36 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
         order += 1
 
     def plan_engine(e: _Engine, t: float) -> None:
+        if e.peers is not None:
+            plan_group(e.peers, t)
+            return
         p = e.form(t)
         e.plan = p
         e.version += 1
         if p is not None:
             push(p.end_ms, STEP, e.idx, e.version)
 
+    def plan_group(peers: list[_Engine], t: float) -> None:
+        """Every rank of an attention-DP group forms its step at ``t``; the group's step lasts as long as its
+        slowest rank's (``_lockstep``), and one event ends it, under the first rank's index and version."""
+        lead = peers[0]
+        end = _lockstep(peers, t)
+        lead.version += 1
+        if end is not None:
+            push(end, STEP, lead.idx, lead.version)
+
     def deliver(e: _Engine, r: _Req, t: float) -> None:
         r.ready_ms = t
         e.waiting.append(r)
+        if e.peers is not None:  # the group's step (or run) in progress is cut where a lone engine's would be
+            live = [x for x in e.peers if x.plan is not None]
+            if not live:
+                plan_group(e.peers, t)
+            elif [x.truncate(t) for x in live][0]:
+                lead = e.peers[0]
+                lead.version += 1
+                push(live[0].plan.end_ms, STEP, lead.idx, lead.version)  # type: ignore[union-attr]
+            return
         if e.plan is None:
             plan_engine(e, t)
         elif e.truncate(t):
@@ -1551,10 +1753,7 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
         in_flight += 1
         r = _Req(i, i, lens[i][0], lens[i][1], sent_ms=t, prompt=lens[i][0])
         reqs.append(r)
-        pool = setup.prefill_pool
-        e = engines[pool[rr["p"] % len(pool)]]
-        rr["p"] += 1
-        deliver(e, r, t)
+        deliver(pick(setup.prefill_pool), r, t)
 
     waiting_starts = 0  # closed loop: clients whose first request is not sent yet
     if load.mode == "closed" and starts:
@@ -1581,27 +1780,10 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
             client_queue.popleft()
             send(t)
 
-    while heap:
-        t, _, kind, who, version = heapq.heappop(heap)
-        area += in_flight * (t - last_t)
-        last_t = t
-        if kind == SEND:
-            if who < 0:  # a closed-loop client's first request (``starts``)
-                waiting_starts -= 1
-                send(t)
-                continue
-            if load.concurrency and in_flight >= load.concurrency:
-                client_queue.append(who)
-            else:
-                send(t)
-            continue
-        if kind == ARRIVE:  # a prompt's KV reaches its decode replica
-            deliver(engines[version], reqs[who], t)
-            continue
-        e = engines[who]
-        if version != e.version or e.plan is None:
-            continue
+    def process(e: _Engine, t: float) -> None:
+        """The end of ``e``'s planned step (or run) at ``t``: tokens, first tokens, completions, hand-offs."""
         p = e.plan
+        assert p is not None
         e.steps += p.k
         e.lacking = 0 if p.grown else e.lacking + len(p.decodes) * -(-e._most(p.k) // e.bs)
         e.run_area += (len(p.decodes) + len(p.chunks)) * (t - p.start_ms)
@@ -1666,8 +1848,8 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
                     r.prefilled = True
                     e.running.remove(r)
                     e._release(r)
-                    dst = engines[setup.decode_pool[rr["d"] % len(setup.decode_pool)]]
-                    rr["d"] += 1
+                    dst = pick(setup.decode_pool)
+                    dst.inbound += 1
                     r.generated = 1
                     r.last_ms = t
                     hand = setup.transfer_ms
@@ -1696,6 +1878,41 @@ def _events(plan: Plan, fast: FastEstimator, load: Load, setup: _Setup, copies: 
             finish(r, t)
         if cohort is not None and not cohort.active and (not e.running or p.grown and p.k == 1):
             cohort.resume(e, t)
+
+    while heap:
+        t, _, kind, who, version = heapq.heappop(heap)
+        area += in_flight * (t - last_t)
+        last_t = t
+        if kind == SEND:
+            if who < 0:  # a closed-loop client's first request (``starts``)
+                waiting_starts -= 1
+                send(t)
+                continue
+            if load.concurrency and in_flight >= load.concurrency:
+                client_queue.append(who)
+            else:
+                send(t)
+            continue
+        if kind == ARRIVE:  # a prompt's KV reaches its decode replica
+            engines[version].inbound -= 1
+            deliver(engines[version], reqs[who], t)
+            continue
+        e = engines[who]
+        if e.peers is not None:  # an attention-DP group's step: every rank that had one
+            if version != e.version:
+                continue
+            ran = [x for x in e.peers if x.plan is not None]
+            if not ran:
+                continue
+            for x in ran:
+                process(x, t)
+            for x in e.peers:  # idle ranks waited through the same step
+                x.prev_start = ran[0].prev_start
+            plan_group(e.peers, t)
+            continue
+        if version != e.version or e.plan is None:
+            continue
+        process(e, t)
         plan_engine(e, t)
     return reqs, rec, area
 
