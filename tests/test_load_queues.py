@@ -95,3 +95,15 @@ def test_in_flight_at_a_request_rate_is_what_the_rate_holds():
     for p in res.top:
         held = p.throughput_tokens_per_s / 256 * p.e2e_ms / 1e3
         assert abs(p.in_flight - held) <= max(1.0, 0.02 * held), p.label
+
+
+def test_a_search_without_lengths_says_which_it_priced():
+    """An outside agent searched Kimi-K2 at 256 clients with no lengths and was not told they were 2048 / 256."""
+    from tools.search.strategies import search_strategies
+
+    bare = search_strategies(model="llama-3.1-8b", hardware={"gpu": "h100-sxm", "num_gpus": 2},
+                             workload={"concurrency": 16}, top_k=1)
+    assert any("not stated: priced at the defaults, 2048 in / 256 out" in n for n in bare.notes)
+    stated = search_strategies(model="llama-3.1-8b", hardware={"gpu": "h100-sxm", "num_gpus": 2},
+                               workload={"concurrency": 16, "input_len": 512, "output_len": 128}, top_k=1)
+    assert not any("not stated" in n for n in stated.notes)

@@ -1152,6 +1152,10 @@ def search_strategies(
     if search.total is not None:
         notes.append(f"every plan is priced at the workload's {search.total} in flight in all, split over its "
                      "replicas (batch_size per replica, in_flight in all)")
+    unstated = [f for f in ("input_len", "output_len") if f not in wl.model_fields_set]
+    if unstated and wl.length_dataset is None and not (wl.input_len_range or wl.output_len_range):
+        notes.append(f"workload.{' and '.join(unstated)} not stated: priced at the defaults, {wl.input_len} in / "
+                     f"{wl.output_len} out tokens")
     # pruned on a rule validate_dag only warns about: say so, since validate accepts what search left out
     soft = sorted(r for r in search.rejected if r in catalog() and catalog()[r].get("severity") != "error")
     if soft:
