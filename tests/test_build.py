@@ -188,7 +188,7 @@ def test_folded_views_repeat_identical_layers():
         ({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 0}},
          "plan.parallel.tp", "greater than or equal to 1"),
         ({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tq": 2}},
-         "plan.parallel.tq", "documented fields"),
+         "plan.parallel.tq", "closest: tp"),
         ({"model": {"hf_config": {"model_type": "llama", "num_hidden_layers": 10**8}},
           "hardware": {"gpu": "h100-sxm", "num_gpus": 8}}, "plan.model.hf_config", ""),
         ({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "dtype": "fp4"},
