@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tools import autofix_dag, validate_dag
+from tools.core.errors import PdagInputError
+from tools.core.models import ModelSpec, from_hf_config
 
 
 def assert_no_crashed_checker(notes: list[str]) -> None:
@@ -25,3 +27,16 @@ def assert_fix_contract(plan: dict[str, Any]) -> None:
     else:
         assert all(x.reason for x in r.violations if x.severity == "error")
     assert autofix_dag(plan=r.plan).changes == []
+
+
+def read_or_named(cfg: dict[str, Any]) -> ModelSpec | None:
+    """An arbitrary config.json is read into a model with positive parameters and non-negative KV/state bytes, or
+    refused naming an hf_config field; None when refused."""
+    try:
+        spec = from_hf_config(cfg)
+    except PdagInputError as exc:
+        assert exc.field.startswith("hf_config")
+        return None
+    assert spec.param_count() > 0
+    assert spec.kv_bytes_per_token(2) >= 0 and spec.state_bytes_per_sequence() >= 0
+    return spec
