@@ -125,6 +125,9 @@ class EngineProfile(_Strict):
     window_kv_env: dict[Literal["sliding", "chunked"], str] = Field(
         default_factory=dict, description="environment assignment that makes the engine keep that kind to its "
                                           "window (export writes it before the command)")
+    long_context_env: str | None = Field(
+        None, description="environment assignment without which the engine refuses a context cap beyond the model's "
+                          "max_position_embeddings (none: no such override known)")
     accelerators: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="kernel speeds measured for this engine on one accelerator (efficiency keys by accelerator id): "

@@ -10,9 +10,11 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from tools.core.dag import NodeType
+from tools.core.engine_profile import ENGINE_IDS, EngineProfile, engine_profile
 from tools.core.layout import Layout
 from tools.core.memory import (
     MemoryReport,
@@ -299,6 +301,12 @@ def _attention_kv(ctx: Context) -> tuple[dict[str, list[str]], dict[str, list[st
     return a2k, k2a
 
 
+@cache
+def _long_context_guards() -> tuple[EngineProfile, ...]:
+    """Engines that refuse a context cap past the model's window without an override (their profiles say which)."""
+    return tuple(p for p in (engine_profile(e) for e in ENGINE_IDS) if p.long_context_env)
+
+
 @checker("KV-CONTEXT-WITHIN-MODEL", needs="plan")
 def check_context_within_model(ctx: Context) -> Iterator[Finding]:
     assert ctx.plan is not None
@@ -315,11 +323,10 @@ def check_context_within_model(ctx: Context) -> Iterator[Finding]:
                                                                          ctx.plan.decode_engine_options)):
         cap = opts.max_model_len if opts is not None else None
         if cap is not None and cap > spec.max_position_embeddings:
+            refuse = ", ".join(f"{p.name} refuses it unless {p.long_context_env}" for p in _long_context_guards())
             yield Finding(f"{where}.max_model_len = {cap} but {spec.id} is configured for "
-                          f"{spec.max_position_embeddings} positions: vLLM refuses a longer --max-model-len unless "
-                          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang a longer --context-length unless "
-                          "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, and past the trained positions the output is "
-                          "unreliable", field=f"plan.{where}.max_model_len",
+                          f"{spec.max_position_embeddings} positions: {refuse}, and past the trained positions the "
+                          "output is unreliable", field=f"plan.{where}.max_model_len",
                           hint=f"at most {spec.max_position_embeddings}, or a checkpoint (or rope scaling) configured "
                                "for the longer context")
 
