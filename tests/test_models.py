@@ -332,3 +332,31 @@ def test_from_hf_config_never_crashes(
         return
     assert spec.param_count() > 0
     assert spec.kv_bytes_per_token(2) > 0
+
+
+def _names_people_write() -> list[str]:
+    """Every repo name index.json gives a preset, as published and as its instruct and quantised releases."""
+    names: list[str] = []
+    for entry in preset_index().values():
+        repos = [entry.get("hf_repo"), *entry.get("aliases", ()), *(s["repo"] for s in entry.get("same_architecture",
+                                                                                                  ()))]
+        for repo in filter(None, repos):
+            names += [repo, f"{repo}-Instruct", f"{repo}-FP8", f"/models/{repo}/snapshot"]
+    return names
+
+
+@pytest.mark.parametrize("name", _names_people_write())
+def test_a_plan_and_an_imported_command_accept_the_same_model_names(name: str) -> None:
+    """Two resolvers once disagreed: an imported command read meta-llama/Llama-3.3-70B-Instruct as llama-3.1-70b
+    while the same name in a plan was refused as unknown."""
+    from tools.engines.launch import model_for_repo
+
+    assert load_preset(name).id == model_for_repo(name)[0]
+
+
+def test_a_checkpoint_of_the_same_shapes_is_read_with_its_source_in_a_note() -> None:
+    spec = load_preset("meta-llama/Llama-3.3-70B-Instruct")
+    assert spec.id == "llama-3.1-70b"
+    assert any("Llama-3.3-70B-Instruct/blob/main/config.json" in n for n in spec.notes)
+    # the note is the loose match's own: the cached preset that exact ids get stays without it
+    assert not any("Llama-3.3" in n for n in load_preset("llama-3.1-70b").notes)

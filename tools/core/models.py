@@ -21,6 +21,7 @@ Conventions
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
@@ -1111,6 +1112,93 @@ def _repo_aliases() -> dict[str, str]:
     return out
 
 
+# Repo names as people spell them: release and quantization suffixes keep a preset's shapes
+_VERSION = re.compile(r"-v\d+(\.\d+)*")
+_SUFFIX = re.compile(
+    r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
+    r"|terminus|kv|ptpc|quark|preview)"
+    r"|-quantized\.w\d+a\d+|-v\d+(\.\d+)*|-\d{4})$"
+)
+_HF_CACHE = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
+
+
+def hub_repo(name: str) -> str:
+    """The repo a Hugging Face hub cache path holds (``.../models--{org}--{name}/snapshots/{revision}``, the layout
+    Dynamo, llm-d and KServe manifests serve from), else the name as given."""
+    m = _HF_CACHE.search(name.strip())
+    return f"{m.group(1)}/{m.group(2)}" if m else name
+
+
+def base_name(name: str) -> str:
+    """A checkpoint's name without its organisation, release and quantization suffixes."""
+    base = hub_repo(name).strip().rstrip("/").split("/")[-1].lower()
+    while True:
+        m = _SUFFIX.search(base)
+        if m is None:
+            break
+        stripped = base[:m.start()]
+        # a version is a release of the same model ("-Instruct-v0.3") unless it is all the name's number
+        # ("DeepSeek-V3.2": a sparse-attention successor, not a variant of DeepSeek-V3)
+        if _VERSION.fullmatch(m.group(0)) and not any(c.isdigit() for c in stripped):
+            break
+        base = stripped
+    return base.removeprefix("meta-")
+
+
+@lru_cache(maxsize=1)
+def _name_index() -> dict[str, tuple[str, str]]:
+    """Every name a preset answers to -> (preset id, how): its id and repo ("own"), the variants index.json lists
+    ("variant"), their base names ("base") and checkpoints of the same shapes it cites ("same_architecture")."""
+    out: dict[str, tuple[str, str]] = {}
+    for pid, entry in preset_index().items():
+        out[pid] = (pid, "own")
+        repo = entry.get("hf_repo")
+        if repo:
+            out[repo.lower()] = (pid, "own")
+            out.setdefault(base_name(repo), (pid, "base"))
+        for alias in entry.get("aliases", ()):  # a preset's own repo wins over another's listed variant
+            out.setdefault(alias.lower(), (pid, "variant"))
+            out.setdefault(base_name(alias), (pid, "base"))
+    for pid, entry in preset_index().items():
+        for same in entry.get("same_architecture", ()):
+            out.setdefault(same["repo"].lower(), (pid, "same_architecture"))
+            out.setdefault(base_name(same["repo"]), (pid, "same_architecture"))
+    return out
+
+
+def match_preset(name: str) -> tuple[str, str | None] | None:
+    """The preset a checkpoint name means, with a note when it is matched loosely (a listed variant, an
+    instruct or quantised release, a local path naming the repo, a checkpoint of the same shapes); None when
+    nothing matches.  One resolver for plans and imported commands, so both accept the same names."""
+    idx = _name_index()
+    key = hub_repo(name[:MAX_MATCHED * 2]).strip().rstrip("/").lower()
+    pid = _preset_key(key)  # an id, a repo or a listed variant, quantised or not, before any looser reading
+    if pid is not None:
+        own = str(preset_index()[pid].get("hf_repo") or "").lower()
+        if key in (pid, own):
+            return pid, None
+        tokens = for_checkpoint(_load_preset(pid), key).max_position_embeddings
+        window = "" if tokens == _load_preset(pid).max_position_embeddings else \
+            f", with its own {tokens:,}-token native context"
+        return pid, f"model {shown(name)} read as preset {pid!r} (listed as its variant{window})"
+    # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
+    parts = [p for p in key.split("/") if p]
+    for cand in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
+        for probe, why in ((cand, "the repo its path names"), (base_name(cand), "same architecture as its base "
+                                                                                  "checkpoint")):
+            found = idx.get(probe)
+            if found is None:
+                continue
+            pid, how = found
+            if how == "same_architecture":
+                src = next(s["source"] for s in preset_index()[pid]["same_architecture"]
+                           if probe in (s["repo"].lower(), base_name(s["repo"])))
+                return pid, (f"model {shown(name)} has the shapes of preset {pid!r} (its config.json: {src}); "
+                             f"estimated as {pid}")
+            return pid, f"model {shown(name)} read as preset {pid!r} ({why})"
+    return None
+
+
 def _preset_key(key: str) -> str | None:
     """The preset a name means: its id, a repo id or repo name, or either with a quantization suffix."""
     aliases = _repo_aliases()
@@ -1164,6 +1252,10 @@ def load_preset(id: str, *, field: str = "model") -> ModelSpec:  # noqa: A002
         raise PdagInputError(field, f"expected a preset id string, got {type(id).__name__}",
                              "presets: " + ", ".join(preset_ids()) + "; " + how)
     key = _preset_key(id[:MAX_MATCHED * 2].strip().lower())
+    if key is None and (loose := match_preset(id)) is not None:
+        pid, note = loose
+        spec = _load_preset(pid)
+        return spec.model_copy(update={"notes": (*spec.notes, note)}) if note else spec
     if key is None:
         known = why_no_preset(id[:MAX_MATCHED * 2], field)
         if known is not None:

@@ -42,9 +42,10 @@ from tools.core.layout import Layout
 from tools.core.memory import engine_window_kv, one_sequence_tokens
 from tools.core.models import (
     MODELS_DIR,
-    for_checkpoint,
+    base_name,
     from_hf_config,
-    load_preset,
+    hub_repo,
+    match_preset,
     preset_ids,
     preset_index,
     why_no_preset,
@@ -73,20 +74,6 @@ ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 
 _DTYPE_FLAG = {"bf16": "bfloat16", "fp16": "float16"}
 DTYPE_FROM_FLAG = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16"}
-# Names of models that share a preset's architecture (weights differ, shapes do not).
-_ALIASES = {
-    "deepseek-r1": "deepseek-v3",
-    "llama-3.3-70b": "llama-3.1-70b",
-    "meta-llama-3.1-70b": "llama-3.1-70b",
-    "meta-llama-3.1-8b": "llama-3.1-8b",
-    "meta-llama-3.1-405b": "llama-3.1-405b",
-}
-_VERSION = re.compile(r"-v\d+(\.\d+)*")
-_SUFFIX = re.compile(
-    r"(-(instruct|chat|it|base|hf|bf16|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|dynamic|block|channel|thinking"
-    r"|terminus|kv|ptpc|quark|preview)"
-    r"|-quantized\.w\d+a\d+|-v\d+(\.\d+)*|-\d{4})$"
-)
 
 
 class EngineCannotExpress(PdagInputError):
@@ -133,73 +120,12 @@ class ImportResult(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- models
-_HF_CACHE = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
-
-
-def _hub_repo(name: str) -> str:
-    """The repo a Hugging Face hub cache path holds (``.../models--{org}--{name}/snapshots/{revision}``, the layout
-    Dynamo, llm-d and KServe manifests serve from), else the name as given."""
-    m = _HF_CACHE.search(name.strip())
-    return f"{m.group(1)}/{m.group(2)}" if m else name
-
-
-def _norm_name(name: str) -> str:
-    base = _hub_repo(name).strip().rstrip("/").split("/")[-1].lower()
-    while True:
-        m = _SUFFIX.search(base)
-        if m is None:
-            break
-        stripped = base[:m.start()]
-        # a version is a release of the same model ("-Instruct-v0.3") unless it is all the name's number
-        # ("DeepSeek-V3.2": a sparse-attention successor, not a variant of DeepSeek-V3)
-        if _VERSION.fullmatch(m.group(0)) and not any(c.isdigit() for c in stripped):
-            break
-        base = stripped
-    return base.removeprefix("meta-")
-
-
-@lru_cache(maxsize=1)
-def _repo_index() -> dict[str, str]:
-    with open(MODELS_DIR / "index.json", encoding="utf-8") as f:
-        index = json.load(f)
-    out: dict[str, str] = {}
-    for pid, entry in index.items():
-        out[pid] = pid
-        repo = entry.get("hf_repo")
-        if repo:
-            out[repo.lower()] = pid
-            out.setdefault(_norm_name(repo), pid)
-        for alias in entry.get("aliases", ()):  # variants index.json lists under the preset; a preset's own repo wins
-            out.setdefault(alias.lower(), pid)
-            out.setdefault(_norm_name(alias), pid)
-    return out
-
-
 def model_for_repo(repo: str) -> tuple[str, str | None]:
-    """The preset id for a Hugging Face repo name (``index.json``'s ``hf_repo``), plus a note when matched
-    loosely (an instruct/quantised variant or an architecture alias).  Unknown names raise."""
-    idx = _repo_index()
-    key = _hub_repo(repo).strip().rstrip("/").lower()
-    if key in idx:
-        own = str(preset_index()[idx[key]].get("hf_repo") or "").lower()
-        listed = key not in (idx[key], own)  # a variant index.json lists under the preset, not its own repo
-        base = load_preset(idx[key])
-        tokens = for_checkpoint(base, key).max_position_embeddings
-        window = "" if tokens == base.max_position_embeddings else f", with its own {tokens:,}-token native context"
-        return idx[key], (f"model {repo!r} read as preset {idx[key]!r} (listed as its variant{window})" if listed
-                          else None)
-    # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
-    parts = [p for p in key.split("/") if p]
-    for name in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
-        if name in idx:
-            return idx[name], f"model {repo!r} read as preset {idx[name]!r} (the repo its path names)"
-        norm = _norm_name(name)
-        if norm in idx:
-            return idx[norm], f"model {repo!r} read as preset {idx[norm]!r} (same architecture as its base checkpoint)"
-        if norm in _ALIASES:
-            pid = _ALIASES[norm]
-            return pid, f"model {repo!r} shares the architecture of preset {pid!r}; estimated as {pid}"
-    known = why_no_preset(_hub_repo(repo), "command.model")
+    """The preset id for a Hugging Face repo name, plus a note when matched loosely; unknown names raise."""
+    found = match_preset(repo)
+    if found is not None:
+        return found
+    known = why_no_preset(hub_repo(repo), "command.model")
     if known is not None:
         raise known
     if repo.startswith("$"):
@@ -207,7 +133,7 @@ def model_for_repo(repo: str) -> tuple[str, str | None]:
                              "the command with its variables expanded (e.g. echo it from the shell that runs it)")
     raise PdagInputError(
         "command.model", f"no preset matches the model {repo!r}",
-        "closest presets: " + ", ".join(closest(_norm_name(repo), preset_ids())) + "; or bring the checkpoint's "
+        "closest presets: " + ", ".join(closest(base_name(repo), preset_ids())) + "; or bring the checkpoint's "
         "config.json: pdag import ... --hf-config FILE, or hf_config over MCP (import_deployment)",
     )
 
