@@ -111,3 +111,24 @@ def test_a_load_spelt_as_users_names_the_concurrency_field():
         estimate_performance({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
                               "workload": {"concurrent_users": 64}})
     assert exc.value.field == "plan.workload.concurrent_users" and "concurrency" in str(exc.value)
+
+
+@pytest.mark.parametrize(("field", "value", "spelt"), [("dtype", "bfloat16", "bf16"), ("dtype", "float16", "fp16"),
+                                                       ("kv_dtype", "float8_e4m3fn", "fp8"), ("dtype", "half", "fp16")])
+def test_a_dtype_in_torch_spelling_names_the_plans_spelling(field: str, value: str, spelt: str) -> None:
+    """An outside agent wrote dtype 'bfloat16' (pdag's own exports write --dtype bfloat16) and was told only
+    pydantic's list, twice."""
+    from tools.estimate.core import estimate_performance
+
+    with pytest.raises(PdagInputError) as exc:
+        estimate_performance({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 1}, field: value})
+    assert exc.value.field == f"plan.{field}"
+    assert f"is written '{spelt}'" in exc.value.problem and "Input should be" not in str(exc.value)
+
+
+def test_total_gpus_means_num_gpus() -> None:
+    from tools.estimate.core import estimate_performance
+
+    with pytest.raises(PdagInputError) as exc:
+        estimate_performance({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "total_gpus": 1}})
+    assert "did you mean 'num_gpus'" in exc.value.problem

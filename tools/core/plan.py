@@ -407,12 +407,25 @@ def _allowed_for(error: dict[str, Any], root: str) -> str | None:
     return ", ".join(bounds) or None
 
 
+def _problem(error: dict[str, Any]) -> str:
+    """pydantic's message, except for a value outside a fixed set: the value itself, and the plan's spelling of it
+    when it is another name for one (knowledge/plan_vocabulary.json 'values': 'bfloat16' is 'bf16')."""
+    if error.get("type") != "literal_error" or not isinstance(error.get("input"), str):
+        return str(error["msg"])
+    value = error["input"]
+    spelt = {_key(alias): canon for canon, aliases in knowledge.load_json("plan_vocabulary.json").get(
+        "values", {}).items() for alias in aliases}.get(_key(value))
+    if spelt is not None and repr(spelt) in str((error.get("ctx") or {}).get("expected", "")):
+        return f"{shown(value)} is written {spelt!r} in a plan"
+    return f"{shown(value)} is not one of the values this field takes"
+
+
 def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInputError:
     """Turn pydantic's report into one error that names every bad field, what was wrong and what is allowed."""
     errors = exc.errors(include_url=False)
     first = errors[0]
-    problem = first["msg"]
-    others = [f"{_field_path(e['loc'], root)}: {e['msg']}" for e in errors[1:5]]
+    problem = _problem(first)
+    others = [f"{_field_path(e['loc'], root)}: {_problem(e)}" for e in errors[1:5]]
     if len(errors) > 5:
         others.append(f"... and {len(errors) - 5} more")
     if others:
