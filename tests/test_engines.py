@@ -706,3 +706,21 @@ def test_a_version_that_is_the_models_own_number_is_not_stripped() -> None:
     assert model_for_repo("deepseek-ai/DeepSeek-V3.1-Terminus")[0] == "deepseek-v3.1"
     assert model_for_repo("mistralai/Mistral-7B-Instruct-v0.3")[0] == "mistral-7b"
     assert model_for_repo("deepseek-ai/DeepSeek-V3-0324")[0] == "deepseek-v3"
+
+
+QWEN3_MOE_CONFIG = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048,
+                    "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 64,
+                    "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_a_model_given_as_a_config_exports_only_with_its_checkpoint(engine: str) -> None:
+    """An outside agent exported a config.json model and got `vllm serve qwen3_moe`: the model_type is no repo."""
+    plan = {"model": {"hf_config": QWEN3_MOE_CONFIG}, "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+            "parallel": {"tp": 2, "ep": 2}}
+    with pytest.raises(PdagInputError) as exc:
+        export_plan(plan, engine=engine)
+    assert exc.value.field == "plan.checkpoint"
+    out = export_plan({**plan, "checkpoint": "/models/my-moe"}, engine=engine)
+    assert "/models/my-moe" in out.argv[0] and "qwen3_moe" not in out.command

@@ -425,7 +425,8 @@ def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInpu
     errors = exc.errors(include_url=False)
     first = errors[0]
     problem = _problem(first)
-    others = [f"{_field_path(e['loc'], root)}: {_problem(e)}" for e in errors[1:5]]
+    others = [f"{_field_path(e['loc'], root)}: {_problem(e)}" + (f" (allowed: {_allowed_for(e, root)})" if e.get(
+        "type") == "literal_error" and _allowed_for(e, root) else "") for e in errors[1:5]]
     if len(errors) > 5:
         others.append(f"... and {len(errors) - 5} more")
     if others:

@@ -205,7 +205,16 @@ def _window_notes(plan: Plan, engine: str, env: list[str]) -> list[str]:
 
 
 def _hf_repo(plan: Plan) -> str:
-    return plan.served_repo or plan.model_id
+    """The repo the command loads.  A model given as a bare config.json names none (its model_type is no repo), so
+    the command waits for plan.checkpoint rather than serving a name that does not exist."""
+    repo = plan.served_repo
+    if repo:
+        return repo
+    if not isinstance(plan.model, str) and not plan.model.hf_config.get("_name_or_path"):
+        raise PdagInputError("plan.checkpoint", "the model is given as a config.json, which names no checkpoint for "
+                             "the engine to load", "plan.checkpoint: the checkpoint's Hugging Face repo id or an "
+                             "absolute local path (CLI: --checkpoint)")
+    return plan.model_id
 
 
 # ---------------------------------------------------------------------------------------------- export
