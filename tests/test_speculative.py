@@ -243,3 +243,23 @@ def test_a_mangled_speculative_config_is_a_note_not_a_failure():
 
     r = import_command("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config {method:eagle3}")
     assert "speculative" not in r.plan and any("not a JSON object" in n for n in r.notes)
+
+
+SGLANG_EAGLE = ("python3 -m sglang.launch_server --model-path {model} --tp 8 --speculative-algorithm EAGLE "
+                "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4{draft}")
+
+
+@pytest.mark.parametrize(("model", "draft", "method"), [
+    ("deepseek-ai/DeepSeek-V3", "", "mtp"),  # SGLang's DeepSeek MTP recipe: EAGLE over the checkpoint's NextN layers
+    ("deepseek-ai/DeepSeek-R1", " --speculative-draft-model-path lmsys/DeepSeek-R1-NextN", "mtp"),
+    ("meta-llama/Llama-3.1-8B-Instruct", " --speculative-draft-model-path lmsys/sglang-EAGLE-LLaMA3-Instruct-8B",
+     "eagle"),
+])
+def test_sglang_eagle_on_a_checkpoint_with_mtp_layers_is_its_mtp(model: str, draft: str, method: str) -> None:
+    """An outside agent imported SGLang's DeepSeek MTP command and got a generic EAGLE head priced with a Llama
+    head's acceptance (2.02 tokens per step against MTP's 2.72)."""
+    from tools import import_command
+
+    out = import_command(SGLANG_EAGLE.format(model=model, draft=draft), gpu="h200")
+    assert out.plan["speculative"]["method"] == method
+    assert ("draft_checkpoint" in out.plan["speculative"]) == (method == "eagle")

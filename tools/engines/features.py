@@ -57,8 +57,9 @@ def _int(value: Any, field: str) -> int:
         raise PdagInputError(field, f"expected an integer, got {value!r}", "an integer") from None
 
 
-def import_features(values: dict[str, str], engine: str, notes: list[str]) -> dict[str, Any]:
-    """The plan's ``speculative`` and ``prefix_caching`` from an engine's parsed values."""
+def import_features(values: dict[str, str], engine: str, notes: list[str], mtp_layers: int = 0) -> dict[str, Any]:
+    """The plan's ``speculative`` and ``prefix_caching`` from an engine's parsed values (``mtp_layers``: the
+    multi-token-prediction layers the served checkpoint ships)."""
     out: dict[str, Any] = {}
     spec: dict[str, Any] | None = None
     cfg: Any = None
@@ -84,8 +85,17 @@ def import_features(values: dict[str, str], engine: str, notes: list[str]) -> di
         topk = _int(values.get("spec_topk", "1"), "command.--speculative-eagle-topk")
         verify = _int(values.get("spec_verify", str(steps + 1)), "command.--speculative-num-draft-tokens")
         spec = {"method": method, "num_draft_tokens": max(1, verify - 1), "topk": topk, "num_steps": steps}
-        if values.get("spec_path"):
-            spec["draft_checkpoint"] = values["spec_path"]
+        path = values.get("spec_path")
+        if method == "eagle" and mtp_layers and (not path or "nextn" in path.lower()):
+            # SGLang runs a checkpoint's own MTP (NextN) layers through its EAGLE worker: its DeepSeek guide enables
+            # MTP with --speculative-algorithm EAGLE, the draft being the model's NextN layers
+            # (https://docs.sglang.ai/basic_usage/deepseek.html#multi-token-prediction)
+            spec["method"], path = "mtp", None
+            notes.append(f"--speculative-algorithm {values['spec_algo']} with no separate EAGLE head on a checkpoint "
+                         f"that ships {mtp_layers} MTP layer(s): SGLang drafts with those layers, read as "
+                         "speculative.method mtp (priced with MTP's acceptance)")
+        if path:
+            spec["draft_checkpoint"] = path
     elif engine == "trtllm" and values.get("spec_trt"):
         cfg = json.loads(values["spec_trt"])
         method = _method_of(str(cfg.get("decoding_type", "")), "TensorRT-LLM",

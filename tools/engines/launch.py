@@ -1667,7 +1667,7 @@ def _import_one(command: str, gpu: str, gpus_per_node: int, engine_config: dict[
     engine_options.update(_caps_and_extra(values, ignored, engine, notes))
     if engine_options:
         plan["engine_options"] = engine_options
-    plan.update(features.import_features(values, engine, notes))
+    plan.update(features.import_features(values, engine, notes, spec.mtp_layers))
     if engine == "sglang" and any(t.split("=")[0] == "--disable-cuda-graph" for t in ignored):
         notes.append("--disable-cuda-graph: decode runs without CUDA graphs, which pdag does not price (its decode "
                      "is graphed): the estimate is optimistic for small batches")
