@@ -7,6 +7,8 @@ the rest, as the engines do.  A stated batch_size that does not fit is still MEM
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +109,21 @@ def test_a_search_without_lengths_says_which_it_priced():
     stated = search_strategies(model="llama-3.1-8b", hardware={"gpu": "h100-sxm", "num_gpus": 2},
                                workload={"concurrency": 16, "input_len": 512, "output_len": 128}, top_k=1)
     assert not any("not stated" in n for n in stated.notes)
+
+
+def _poisson(rate: float) -> dict[str, Any]:
+    return {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8}, "parallel": {"tp": 8},
+            "engine": "vllm", "workload": {"input_len": 2048, "output_len": 256, "request_rate": rate,
+                                           "num_requests": 600}}
+
+
+def test_arrivals_faster_than_the_deployment_serves_are_named_as_the_cause() -> None:
+    """An outside agent sent 10 req/s to a deployment serving 8.2: the answer gave finite percentiles that grew
+    with the run and blamed the KV cache, suggesting 'fewer clients' for a load that has none."""
+    over = estimate_performance(_poisson(20))
+    assert over.served is not None and over.served.request_throughput_per_s < 0.9 * 20
+    said = " ".join(over.warnings)
+    assert "arrival rate (20 req/s) is above what this deployment serves" in said
+    assert "fewer clients" not in said
+    kept_up = estimate_performance(_poisson(2))
+    assert not any("arrival rate" in w for w in kept_up.warnings)

@@ -42,7 +42,7 @@ from tools.core.errors import PdagInputError
 from tools.core.handoff import kv_handoff
 from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, load_queues, memory_report, unfit_hint
-from tools.core.plan import Plan, parse_plan, validation_error_to_input_error
+from tools.core.plan import Plan, Workload, parse_plan, validation_error_to_input_error
 from tools.core.quantization import (
     attention_unquantized,
     dense_unquantized,
@@ -737,11 +737,19 @@ def estimate_performance(
         warnings.append(f"the pools are unbalanced (prefill/decode rate {figures.pool_balance:.2f}): the {slow} pool "
                         f"limits throughput; about {figures.balanced_prefill_per_decode:.2f} prefill replicas per "
                         "decode replica would balance them")
+    overloaded = served is not None and _overloaded(wl, served)
+    if overloaded:
+        warnings.append(f"the arrival rate ({wl.request_rate:g} req/s) is above what this deployment serves (about "
+                        f"{served.request_throughput_per_s:.3g} req/s): the queue grows through the run, so ttft_ms, "
+                        f"its percentiles and tpot_ms grow with workload.num_requests ({served.requests:,} simulated) "
+                        "instead of settling; a lower request_rate, more replicas or a faster layout settle them")
     if served is not None and _kv_saturated(served, capacity):
+        fewer = {"closed": "fewer clients", "poisson": "a lower request rate", "burst": "fewer requests at once"}
         warnings.append(f"the KV cache is saturated at this load: at most {served.max_running:,} requests run at "
                         f"once per replica (KV peak {served.kv_peak_fraction:.0%} of {served.kv_cache_tokens:,} "
                         f"tokens), {served.preemptions:,} preemptions, {served.queue_ms.mean:,.0f} ms mean queueing; "
-                        "ttft_ms and tpot_ms include that wait (fewer clients, fp8 KV or more GPUs give room)")
+                        f"ttft_ms and tpot_ms include that wait ({fewer[_mode(wl)]}, fp8 KV or more GPUs give room)"
+                        + ("; the cause is the arrival rate above" if overloaded else ""))
     elif queued:  # more clients than the cache holds at full length, the run not held back (shorter drawn lengths)
         warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
                         f"replica the {wl.concurrency} clients keep in flight at full length: the engine queues the "
@@ -785,6 +793,25 @@ def estimate_performance(
         speculative=spec_fig,
         prefix_caching=prefix_fig,
     )
+
+
+# Share of an open-loop arrival rate below which the served request rate counts as overloaded: a run that keeps up
+# finishes N requests in N / rate seconds plus its last requests' latency, a few percent short of the rate
+OVERLOAD_SHARE = 0.9
+
+
+def _mode(wl: Workload) -> str:
+    """The load's kind as resolve_load reads the workload."""
+    if wl.request_rate is not None:
+        return "poisson"
+    return "burst" if wl.concurrency is None and wl.num_requests is not None else "closed"
+
+
+def _overloaded(wl: Workload, served: SimResult) -> bool:
+    """Open-loop arrivals (no concurrency cap) faster than the deployment serves them: its queue never settles, so
+    every latency figure depends on how long the run is."""
+    return wl.request_rate is not None and wl.concurrency is None and \
+        served.request_throughput_per_s < OVERLOAD_SHARE * wl.request_rate
 
 
 # Peak share of the KV pages in use from which a served run counts as saturated: page rounding and the last
