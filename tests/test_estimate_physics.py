@@ -693,3 +693,16 @@ def test_fp8_attention_math_needs_fp8_tensor_cores() -> None:
     on = {"accelerators": {"a100-80gb": {"attention_fp8_math": 1}}}
     assert estimate_performance(plan=p, efficiency=on).prefill_latency_ms == pytest.approx(
         estimate_performance(plan=p).prefill_latency_ms, rel=1e-9)
+
+
+def test_vllm_block_fp8_kernel_rate_applies_to_tp_sliced_experts_only() -> None:
+    """vLLM's fused-MoE figure for block-fp8 experts (PR #13932) was timed on experts sliced over TP ranks; an
+    outside agent found DeepSeek-R1 at TP 8 x EP 8 (whole experts) priced at it, 2.3x SGLang's same layout."""
+    def tpot(engine: str, parallel: dict[str, int], options: dict[str, bool] | None = None) -> float:
+        plan = {"model": "deepseek-r1", "hardware": {"gpu": "h200", "num_gpus": 8}, "parallel": parallel,
+                "workload": {"input_len": 2048, "output_len": 1024, "concurrency": 32}, "engine": engine}
+        return estimate_performance({**plan, "options": options or {}}).tpot_ms
+
+    whole = tpot("vllm", {"tp": 8, "ep": 8}) / tpot("sglang", {"tp": 8, "ep": 8})
+    sliced = tpot("vllm", {"tp": 8}, {"allow_expert_tp": True}) / tpot("sglang", {"tp": 8}, {"allow_expert_tp": True})
+    assert 0.85 < whole < 1.15 and sliced > 1.5, (whole, sliced)

@@ -624,9 +624,11 @@ class CostModel:
         g = 2 if spec.ffn_gated else 1  # gate and up, or up alone (Nemotron-3's ReLU^2 experts)
         w1 = hit * g * h * i_l * self.xb
         w2 = hit * i_l * h * self.xb
-        # 4-bit experts upcast in the kernel, or block-fp8 experts through the engine's fused-MoE kernel (tokens
-        # replicated: no all-to-all path), stream at those kernels' published rates
-        sharded = self.block_fp8 and self.tokens_replicated(phase)
+        # 4-bit experts upcast in the kernel, or block-fp8 experts split over TP ranks through the engine's fused-MoE
+        # kernel (tokens replicated: no all-to-all path), stream at those kernels' published rates; the block-fp8
+        # figure was timed on TP-sliced experts, whose narrow slices it reflects, so whole experts (EP) keep the
+        # catalog's rate
+        sharded = self.block_fp8 and self.tokens_replicated(phase) and etp > 1
         rate = self.expert_mem_eff or (self.eff["fused_moe_block_fp8_memory_efficiency"] if sharded else 0.0)
         # where a fused-MoE kernel over TP-sharded block-fp8 experts has been timed at few tokens, its time is a
         # fixed floor plus the bytes of the experts hit at a slower rate; the two GEMMs share it by their bytes
