@@ -219,8 +219,11 @@ class Estimate(BaseModel):
             + (f" (p50/p99 TTFT {self.ttft_p50_ms:.1f}/{self.ttft_p99_ms:.1f} ms, TPOT {self.tpot_p50_ms:.2f}/"
                f"{self.tpot_p99_ms:.2f} ms)" if self.ttft_p50_ms is not None and self.ttft_p99_ms is not None
                and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
-            f"static batch: prefill {self.prefill_latency_ms:.2f} ms | decode step "
-            f"{self.decode_latency_ms_per_token:.3f} ms | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
+            f"static batch: prefill {self.prefill_latency_ms:.2f} ms"
+            + (" (after prefix-cache hits)" if self.prefix_caching is not None else "") + " | decode "
+            f"{self.decode_latency_ms_per_token:.3f} ms/token"
+            + (" (speculative steps over the tokens they accept)" if self.speculative is not None else "")
+            + f" | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
             f"throughput ({'served, same load' if self.served else self.throughput.basis}): "
             f"{self.throughput.output_tokens_per_s:,.0f} output tok/s "
             f"deployment ({self.throughput.output_tokens_per_s_per_gpu:,.1f}/GPU, "
