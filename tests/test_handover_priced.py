@@ -225,3 +225,18 @@ def test_the_load_peak_is_the_16_bit_weights() -> None:
         fp8 = estimate_performance(plan=plan, simulate=False).memory
         bf16 = estimate_performance(plan={**plan, "dtype": "bf16"}, simulate=False).memory
         assert fp8.load_peak_bytes == pytest.approx(bf16.weights_bytes + bf16.reserved_bytes)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_caps_stay_within_what_the_simulation_runs_with(engine: str) -> None:
+    """An outside agent got --max-num-seqs 20074 and --cuda-graph-max-bs 20074 for gpt-oss-120b on 8 B200 at 64
+    clients: the sliding-window cache holds that many, but the engines' own caps (vLLM 1,024 per engine,
+    TensorRT-LLM 2,048), which the serving simulation runs with, and a graph per batch size up to 20k do not."""
+    from tools.estimate.serving import POLICY_OF_ENGINE, sequence_cap
+
+    plan = {"model": "gpt-oss-120b", "hardware": {"gpu": "b200", "num_gpus": 8}, "parallel": {"tp": 8, "ep": 8},
+            "workload": {"input_len": 1024, "output_len": 1024, "concurrency": 64}, "engine": engine}
+    argv = export_plan(plan, engine).argv[0]
+    flag = {"vllm": "--max-num-seqs", "sglang": "--cuda-graph-max-bs", "trtllm": "--max_batch_size"}[engine]
+    written = int(argv[argv.index(flag) + 1])
+    assert 64 <= written <= (512 if engine == "sglang" else sequence_cap(parse_plan(plan), POLICY_OF_ENGINE[engine]))

@@ -178,8 +178,8 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     at the workload's context, or more where the engine takes KV pages on demand (``running_capacity``)."""
     from tools.core.efficiency import efficiency_for
     from tools.core.memory import memory_report
-    from tools.estimate.serving import running_capacity
-    from tools.estimate.simulate import BLOCK_TOKENS, POLICY_OF_ENGINE
+    from tools.estimate.serving import POLICY_OF_ENGINE, running_capacity, sequence_cap
+    from tools.estimate.simulate import BLOCK_TOKENS
 
     caps = plan.engine_options
     fits_len = one_sequence_tokens(plan, engine_window_kv(plan, engine)[0])
@@ -187,6 +187,9 @@ def _serving_limits(plan: Plan, engine: str) -> tuple[int, int]:
     max_len = min(plan.spec.max_position_embeddings, fits_len) if fits_len else plan.spec.max_position_embeddings
     running = running_capacity(plan, efficiency_for(plan.accelerator.id, engine=engine),
                                memory_report(plan).max_batch_size_that_fits)
+    # no more than the engine's own default cap, which the serving simulation runs with: a larger one would let
+    # the engine admit what was never priced (and capture CUDA graphs for batches no load reaches)
+    running = min(running, sequence_cap(plan, POLICY_OF_ENGINE.get(engine, "vllm")))
     return caps.max_num_seqs or max(plan.workload.batch_size, running), caps.max_model_len or max_len
 
 
@@ -733,10 +736,18 @@ def _export_sglang(plan: Plan, layout: Layout, pool: str | None) -> ExportResult
         if moe_tp > 1:
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
-    # decode is priced graphed at every batch; SGLang's default graph cap depends on GPU memory and TP (24-512,
-    # python/sglang/srt/server_args.py), so the cap per attention group is written
+    # decode is priced graphed at every batch the load reaches; SGLang's default graph cap depends on GPU memory
+    # and TP (24-512, python/sglang/srt/server_args.py), so a cap per attention group is written: the group's share
+    # of the running cap, no larger than 512 or the load's own batch (a graph per batch size up to a cache-sized cap
+    # of thousands costs start-up time and memory for batches never run)
+    group = -(-max_seqs // p.attn_dp)
+    graph_bs = group if plan.engine_options.max_num_seqs else \
+        min(group, max(_SGLANG_GRAPH_BS, -(-plan.workload.batch_size // p.attn_dp)))
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len),
-             "--cuda-graph-max-bs", str(-(-max_seqs // p.attn_dp))]
+             "--cuda-graph-max-bs", str(graph_bs)]
+    if graph_bs < group:
+        notes.append(f"--cuda-graph-max-bs {graph_bs}: decode batches above it per attention group run without "
+                     "a CUDA graph (pdag prices them graphed); the load's batch is within it")
     notes += _limit_notes(plan, max_seqs, max_len, "--max-running-requests", "--context-length")
     notes += _window_notes(plan, "sglang", [])
     argv += _dtype_flags(plan, notes, "sglang")
@@ -848,6 +859,7 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
 # (tensorrt_llm/llmapi/llm_args.py, TorchLlmArgs.validate_cuda_graph_config: config.max_batch_size or 128); the
 # estimate prices every decode step graphed, so a larger batch cap is written into the config.
 _TRTLLM_GRAPH_MAX_BATCH = 128
+_SGLANG_GRAPH_BS = 512  # the largest cuda_graph_max_bs SGLang picks by default (python/sglang/srt/server_args.py)
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}

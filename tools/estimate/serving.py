@@ -127,6 +127,30 @@ class Serving(BaseModel):
         return self.ttft_lockstep_ms if arrivals == "lockstep" else self.ttft_ms
 
 
+Policy = Literal["vllm", "sglang", "trtllm"]
+POLICY_OF_ENGINE: dict[str, Policy] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-cpp": "trtllm",
+                                       "generic": "vllm", "gpt-fast": "vllm"}
+# Defaults where the plan states none (engine_options.max_num_seqs):
+# vLLM: 1024 on GPUs of >= 70 GiB, else 256 (EngineArgs.get_batch_defaults, notes §2.1 [VARG]);
+# TensorRT-LLM: max_batch_size 2048 (performance tuning guide [TRTT]); SGLang sizes max_running_requests from
+# the KV pool, so its cache is the bound (a large cap here).
+MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (2048, 2048)}
+
+
+def default_max_seqs(plan: Plan, policy: str) -> int:
+    """The sequence cap an engine runs with when the command sets none (``MAX_SEQS_DEFAULT``): vLLM's depends on
+    the GPU's memory and excludes the A100."""
+    big = plan.accelerator.memory_bytes >= 70 * 2**30 and "a100" not in plan.accelerator.id
+    return MAX_SEQS_DEFAULT[policy][0 if big else 1]
+
+
+def sequence_cap(plan: Plan, policy: str) -> int:
+    """The most requests one replica runs at once by the engine's sequence cap (the plan's, else the engine's
+    default): vLLM's holds for each attention-DP engine, the others' for the whole server."""
+    per_engine = plan.parallel.attn_dp if policy == "vllm" else 1
+    return (plan.engine_options.max_num_seqs or default_max_seqs(plan, policy)) * per_engine
+
+
 def running_capacity(plan: Plan, eff: dict[str, float], max_batch_full: int) -> int:
     """Requests the KV cache holds at once per replica, from the batch that fits at the full context
     (``max_batch_full``, the memory report's) and how the engine admits requests (``kv_reserved_output_fraction``:
@@ -150,7 +174,8 @@ def weights_ms(plan: Plan, eff: dict[str, float], weight_bytes_per_gpu: float, p
 def memory_limits(plan: Plan, eff: dict[str, float], mem: MemoryReport, prefill_pp: int) -> tuple[int, float]:
     """What the memory report fixes for every concurrency: the requests that run at once (``running_capacity``)
     and the weight read a prompt shares with the decode step (``weights_ms``), for ``continuous``."""
-    return (running_capacity(plan, eff, mem.max_batch_size_that_fits),
+    return (min(sequence_cap(plan, POLICY_OF_ENGINE.get(plan.engine, "vllm")),
+                running_capacity(plan, eff, mem.max_batch_size_that_fits)),
             weights_ms(plan, eff, mem.weights_bytes, prefill_pp))
 
 

@@ -138,17 +138,9 @@ from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
 from tools.core.plan import LENGTH_DATASETS, Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.fast import FastEstimator, PriceBook
-from tools.estimate.serving import weights_ms
+from tools.estimate.serving import POLICY_OF_ENGINE, Policy, default_max_seqs, weights_ms
 from tools.estimate.speculative import draft_passes, speculative_step
 
-Policy = Literal["vllm", "sglang", "trtllm"]
-POLICY_OF_ENGINE: dict[str, Policy] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-cpp": "trtllm",
-                                       "generic": "vllm", "gpt-fast": "vllm"}
-# Defaults where the plan states none (engine_options.max_num_seqs):
-# vLLM: 1024 on GPUs of >= 70 GiB, else 256 (EngineArgs.get_batch_defaults, notes §2.1 [VARG]);
-# TensorRT-LLM: max_batch_size 2048 (performance tuning guide [TRTT]); SGLang sizes max_running_requests from
-# the KV pool, so its cache is the bound (a large cap here).
-MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (2048, 2048)}
 # KV page size in tokens: vLLM's block_size 16, SGLang's page_size 1, TensorRT-LLM's tokens_per_block 32
 # (assumptions: the engines' documented defaults at the time of writing; a page is only the rounding of a request).
 BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
@@ -1399,8 +1391,7 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
            ) -> _Setup:
     policy = POLICY_OF_ENGINE.get(plan.engine, "vllm")
     layout = fast.layout
-    big = plan.accelerator.memory_bytes >= 70 * 2**30 and "a100" not in plan.accelerator.id
-    seqs = plan.engine_options.max_num_seqs or MAX_SEQS_DEFAULT[policy][0 if big else 1]
+    seqs = plan.engine_options.max_num_seqs or default_max_seqs(plan, policy)
     budget = int(eff["prefill_chunk_tokens"])
     ahead = eff["scheduler_ahead_steps"] >= 0.5
     mem = memory_report(plan, layout)
