@@ -153,6 +153,8 @@ def export_flags(plan: Plan, engine: str, notes: list[str]) -> list[str]:
         flags.append("--enable-prefix-caching" if pc.enabled else "--no-enable-prefix-caching")
     elif pc is not None and engine == "sglang" and not pc.enabled:
         flags.append("--disable-radix-cache")
+    elif pc is not None and pc.enabled and engine in ("vllm", "sglang"):
+        notes.append(f"prefix caching: on by {engine_profile(engine).name}'s default, so no flag is written")
     return flags
 
 
