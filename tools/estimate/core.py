@@ -961,7 +961,10 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
                    f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound" +
                    (f"; a pass of at most {e['prefill_graph_max_tokens']:g} tokens replays a CUDA graph instead"
                     if e["prefill_graph_max_tokens"] else ""))
-    if overlap:
+    if overlap and not (e["tp_overlap_fraction"] or e["ep_overlap_fraction"]):
+        out.append("overlap_comm on, but this engine profile hides none of the TP all-reduce or EP all-to-all time "
+                   "behind compute (no micro-batch overlap priced for it): every collective is on the critical path")
+    elif overlap:
         out.append(f"overlap_comm on: the engine hides {e['tp_overlap_fraction']:.0%} of TP all-reduce / SP all-gather "
                    f"and {e['ep_overlap_fraction']:.0%} of EP all-to-all time behind compute, never below one token's "
                    "exchange (two micro-batches each pay it; engines do not overlap the TP all-reduce)")
