@@ -89,7 +89,7 @@ def import_features(values: dict[str, str], engine: str, notes: list[str], mtp_l
         if method == "eagle" and mtp_layers and (not path or "nextn" in path.lower()):
             # SGLang runs a checkpoint's own MTP (NextN) layers through its EAGLE worker: its DeepSeek guide enables
             # MTP with --speculative-algorithm EAGLE, the draft being the model's NextN layers
-            # (https://docs.sglang.ai/basic_usage/deepseek.html#multi-token-prediction)
+            # (docs/basic_usage/deepseek_v3.md, 'Multi-token Prediction', https://github.com/sgl-project/sglang)
             spec["method"], path = "mtp", None
             notes.append(f"--speculative-algorithm {values['spec_algo']} with no separate EAGLE head on a checkpoint "
                          f"that ships {mtp_layers} MTP layer(s): SGLang drafts with those layers, read as "

@@ -46,3 +46,16 @@ def check_engine_support(ctx: Context) -> Iterator[Finding]:
         yield Finding(f"{name} runs the draft model with tp {table['draft_tp']}, not draft_tp {dtp} (target tp "
                       f"{tp}; {table['source']})", field="plan.speculative.draft_tp",
                       hint=f"draft_tp {tp}" + (" or 1" if engine == "vllm" else ""))
+
+
+@checker("SPEC-DRAFT-CHECKPOINT", needs="plan")
+def check_draft_checkpoint(ctx: Context) -> Iterator[Finding]:
+    assert ctx.plan is not None
+    sd = ctx.plan.speculative
+    if sd is not None and sd.method in ("eagle", "eagle3", "draft_model") and not sd.draft_checkpoint:
+        own = " (this checkpoint ships MTP layers: method mtp needs no drafter)" if ctx.plan.spec.mtp_layers else ""
+        yield Finding(f"speculative.method {sd.method} drafts with a separate checkpoint, and the plan names none: "
+                      f"the estimate uses the method's generic acceptance and the engine has no drafter to load{own}",
+                      field="plan.speculative.draft_checkpoint",
+                      hint="speculative.draft_checkpoint: the drafter's Hugging Face repo or absolute path"
+                      + ("; or speculative.method mtp" if own else ""))

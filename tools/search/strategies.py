@@ -904,6 +904,9 @@ def _engine_gap(one: dict[str, Any], engine: str) -> str | None:
     """The reason ``engine``'s exporter gives for not launching ``one`` (None: it launches it)."""
     from tools.engines.launch import EngineCannotExpress, export_unchecked
 
+    if isinstance(one.get("model"), dict) and not one.get("checkpoint"):
+        # a config.json names no repo: the command needs plan.checkpoint, which no engine's ability depends on
+        one = {**one, "checkpoint": "/path/to/checkpoint"}
     try:
         export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
     except EngineCannotExpress as exc:
