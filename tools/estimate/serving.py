@@ -179,7 +179,7 @@ def riding_ms(plan: Plan, layout: Layout, eff: dict[str, float], weight_bytes_pe
 
 def memory_limits(plan: Plan, eff: dict[str, float], mem: MemoryReport, prefill_pp: int) -> tuple[int, float]:
     """What the memory report fixes for every concurrency: the requests that run at once (``running_capacity``)
-    and the weight read a prompt shares with the decode step (``weights_ms``), for ``continuous``."""
+    and one read of the weights (``weights_ms``: what prompts prefilled together share), for ``continuous``."""
     return (running_capacity(plan, eff, mem.max_batch_size_that_fits),
             weights_ms(plan, eff, mem.weights_bytes, prefill_pp))
 
