@@ -54,7 +54,7 @@ from tools.core.shares import per_gpu_form
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
-from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits
+from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits, riding_ms
 from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult
 from tools.estimate.simulate import simulate as simulate_serving
 from tools.estimate.speculative import (
@@ -667,16 +667,19 @@ def estimate_performance(
         pre_raw = Prefill(one.latency_ms, one.host_launch_ms, one.host_wait_ms)
         pre1 = replace(pre_raw, ms=cached_prefill_ms(one.latency_ms, overhead_ms, hit))
         capacity, shared = memory_limits(full, eff, mem, layout.pools["prefill"].pp)
+        ride = riding_ms(full, layout, eff, mem.weights_bytes, layout.pools["prefill"].pp)
         serving = continuous(full, eff, wl.batch_size, pre1, decode_at, layout.dp, prep.replica_gpus * layout.dp,
-                             capacity, shared, sla_m)
+                             capacity, shared, sla_m, ride)
         if sd is not None or full.prefix_caching is not None:  # the same load without either feature
             bare = full.model_copy(update={"speculative": None, "prefix_caching": None})
             plain_mem = memory_report(bare, layout, efficiency)
             capacity_plain, shared_plain = memory_limits(bare, eff, plain_mem, layout.pools["prefill"].pp)
             serving_plain = continuous(bare, eff, wl.batch_size, pre_raw, plain_at, layout.dp,
-                                       prep.replica_gpus * layout.dp, capacity_plain, shared_plain)
+                                       prep.replica_gpus * layout.dp, capacity_plain, shared_plain,
+                                       riding=riding_ms(bare, layout, eff, plain_mem.weights_bytes,
+                                                        layout.pools["prefill"].pp))
         if sla_m is not None:
-            best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap)
+            best = best_under_sla(full, sla_m, max(1, capacity), shared, eff, use_overlap, ride)
     static_tpot = step_at(wl.batch_size).ms_per_token if step_at is not None else dec.latency_ms
     figures = headline(full, layout, eff, cached_prefill_ms(pre.latency_ms, overhead_ms, hit), static_tpot,
                        prep.replica_gpus)

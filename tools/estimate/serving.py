@@ -5,10 +5,12 @@ Steady state of one replica holding ``C`` requests in flight (``C`` = the plan's
 decodes one token of each running request and carries a share of the prompts of the requests that replace the
 finished ones.  A request lives ``output_len`` steps and brings ``input_len`` prompt tokens, so a step carries on
 average ``C * input_len / output_len`` prompt tokens, priced as ``C / output_len`` of one request's prefill pass
-without what the decode step already pays for everyone: the per-pass host cost and one read of the weights
-(``weights_ms``, the GPU's weight bytes at its achievable HBM bandwidth, once per pipeline stage):
+without what the decode step already pays for everyone: the per-pass host cost and the weights the decode step
+reads (``riding_ms``: the GPU's weight bytes at its achievable HBM bandwidth, once per pipeline stage, less the
+routed experts none of the step's ``C`` decode tokens reach, which the prompt still reads itself; for a dense model
+every weight, ``weights_ms``):
 
-    step = decode_step(C) + (C / output_len) * max(0, prefill_pass(1 request) - prefill_step_overhead - weights_ms)
+    step = decode_step(C) + (C / output_len) * max(0, prefill_pass(1 request) - prefill_step_overhead - riding_ms(C))
 
 An engine that runs prefill eagerly (no CUDA graph) runs every step that carries a prompt eagerly too: such a step
 takes the longer of its GPU work and the host's launches of the prefill pass (``Prefill.host_ms``), so the share
@@ -77,8 +79,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.core.absent import NullMeansAbsent
+from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, state_tokens
 from tools.core.plan import Plan
+from tools.core.quantization import weight_bytes
+from tools.estimate.costs import expert_load
 from tools.estimate.fast import FastEstimator
 from tools.estimate.speculative import cached_prefill_ms, speculative_pricer
 
@@ -171,9 +176,34 @@ def weights_ms(plan: Plan, eff: dict[str, float], weight_bytes_per_gpu: float, p
     return pp * weight_bytes_per_gpu / (plan.accelerator.memory_bandwidth_bytes_per_s * eff["memory_efficiency"]) * 1e3
 
 
+def decode_read_bytes(plan: Plan, layout: Layout, weight_bytes_per_gpu: float, tokens: float) -> float:
+    """Of a GPU's weight bytes, those a decode step of ``tokens`` tokens reads: every weight but the routed experts
+    none of its tokens reach (``costs.expert_load``: the experts hit on the busiest expert GPU).  Only these reads
+    are shared with a prompt riding in the step: a few decode tokens of a many-expert MoE reach a few experts, while
+    a prompt of hundreds of tokens reaches nearly all of them and reads the rest itself."""
+    spec, moe = plan.spec, plan.spec.moe
+    if moe is None:
+        return weight_bytes_per_gpu
+    pool, ep = layout.pools["decode"], layout.phases["decode"].ep
+    expert_tp = pool.group_width // ep if plan.options.allow_expert_tp and ep < pool.group_width else 1
+    held = math.ceil(moe.num_experts / ep)
+    layers = max(sum(1 for i in stage if spec.is_moe_layer(i)) for stage in pool.stage_layers)
+    experts = layers * held * spec.expert_params() / expert_tp * weight_bytes(plan, "expert")
+    hit = expert_load(tokens, moe.experts_per_token, moe.num_experts, held, ep)[3] if tokens > 0 else 0.0
+    return max(0.0, weight_bytes_per_gpu - experts * (1 - hit / held))
+
+
+def riding_ms(plan: Plan, layout: Layout, eff: dict[str, float], weight_bytes_per_gpu: float, pp: int,
+              ) -> Callable[[int], float]:
+    """The weight reads (ms) a decode step of ``d`` sequences shares with a prompt riding in it
+    (``decode_read_bytes`` of its decode tokens: ``k + 1`` per sequence when it verifies ``k`` draft tokens)."""
+    queries = plan.speculative.num_draft_tokens + 1 if plan.speculative else 1
+    return lambda d: weights_ms(plan, eff, decode_read_bytes(plan, layout, weight_bytes_per_gpu, d * queries), pp)
+
+
 def memory_limits(plan: Plan, eff: dict[str, float], mem: MemoryReport, prefill_pp: int) -> tuple[int, float]:
     """What the memory report fixes for every concurrency: the requests that run at once (``running_capacity``)
-    and the weight read a prompt shares with the decode step (``weights_ms``), for ``continuous``."""
+    and one read of the weights (``weights_ms``: what prompts prefilled together share), for ``continuous``."""
     return (min(sequence_cap(plan, POLICY_OF_ENGINE.get(plan.engine, "vllm")),
                 running_capacity(plan, eff, mem.max_batch_size_that_fits)),
             weights_ms(plan, eff, mem.weights_bytes, prefill_pp))
@@ -192,17 +222,19 @@ class Prefill:
 
 def continuous(plan: Plan, eff: dict[str, float], concurrency: int, prefill: Prefill,
                decode_at: Callable[[int], float], dp: int, gpus: int, capacity: int, shared_ms: float,
-               sla: Sla | None = None) -> Serving:
+               sla: Sla | None = None, riding: Callable[[int], float] | None = None) -> Serving:
     """The steady state at ``concurrency`` from one request's prefill pass and the decode step at a batch
-    (``decode_at``); at most ``capacity`` requests run (0: no limit known), the rest queue.  ``shared_ms``: the
-    weight reads a prompt's chunks share with the decode step they ride in (``weights_ms``)."""
+    (``decode_at``); at most ``capacity`` requests run (0: no limit known), the rest queue.  ``shared_ms``: one
+    read of the weights (``weights_ms``), what prompts prefilled together share; ``riding``: what a prompt's chunks
+    share with the decode step of that many sequences they ride in (``riding_ms``; None: ``shared_ms``)."""
     wl = plan.workload
     pre_step = eff["step_overhead_ms"]
     running = concurrency if capacity < 1 else min(concurrency, capacity)
     decode_ms = decode_at(running)
     chunk = max(1, int(eff["prefill_chunk_tokens"]) - running)
     prompts = running / wl.output_len  # prompts per step
-    work = max(0.0, prefill.ms - prefill.wait_ms - pre_step - shared_ms)  # GPU work one prompt adds to a step
+    ride = riding(running) if riding is not None else shared_ms
+    work = max(0.0, prefill.ms - prefill.wait_ms - pre_step - ride)  # GPU work one prompt adds to a step
     step = _mixed_step(decode_ms, prompts, work, prefill.host_ms)
     tpot = _mixed_step(decode_ms, (running - 1) / wl.output_len, work, prefill.host_ms)
     chunks = math.ceil(wl.input_len / chunk)
@@ -245,7 +277,7 @@ def burst_ttft(plan: Plan, eff: dict[str, float], running: int, prefill: Prefill
 
 
 def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float, eff: dict[str, float] | None = None,
-                   overlap: bool | None = None) -> Serving | None:
+                   overlap: bool | None = None, riding: Callable[[int], float] | None = None) -> Serving | None:
     """The concurrency with the most output tokens/s per GPU that meets ``sla`` (None if even one request
     misses it), searched on the fast per-layer estimator with the estimate's efficiency keys and overlap."""
 
@@ -261,7 +293,7 @@ def best_under_sla(plan: Plan, sla: Sla, max_concurrency: int, shared_ms: float,
         decode_at = lambda b: step(b).ms_per_token  # noqa: E731
 
     def at(c: int) -> Serving:
-        return continuous(plan, fast.eff, c, pre1, decode_at, dp, gpus, max_concurrency, shared_ms, sla)
+        return continuous(plan, fast.eff, c, pre1, decode_at, dp, gpus, max_concurrency, shared_ms, sla, riding)
 
     top = max(1, min(max_concurrency, MAX_CONCURRENCY))
     best = at(1)

@@ -51,7 +51,9 @@ Step time comes from the cost model (``fast.py``'s per-layer sub-DAGs, priced fo
 a decode step of ``d`` sequences at mean context ``c`` is linear in ``c`` between two priced contexts and
 interpolated between priced batch sizes; a prefill of ``k`` chunks of mean length ``L`` is the prefill pass of ``k``
 prompts of ``L`` tokens (interpolated on a geometric grid of ``L``); a mixed step adds that pass's GPU work beyond
-its fixed costs (step overhead, one read of the weights, which the decode step already pays) to the decode step.
+what it shares with the decode step (the step overhead and the weights that step reads: all of a dense model's,
+but of an MoE's routed experts only those its decode tokens reach, ``serving.riding_ms``; a prompt of hundreds of
+tokens reaches nearly every expert and reads the others itself) to the decode step.
 Runs of decode-only steps between events (a completion, an arrival, the KV cache running out) are advanced in
 one go: their times grow linearly with the context, so their sum is closed-form.
 
@@ -125,6 +127,7 @@ import itertools
 import math
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from operator import itemgetter
@@ -138,7 +141,7 @@ from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
 from tools.core.plan import LENGTH_DATASETS, Plan
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.fast import FastEstimator, PriceBook
-from tools.estimate.serving import POLICY_OF_ENGINE, Policy, default_max_seqs, weights_ms
+from tools.estimate.serving import POLICY_OF_ENGINE, Policy, default_max_seqs, riding_ms, weights_ms
 from tools.estimate.speculative import draft_passes, speculative_step
 
 # KV page size in tokens: vLLM's block_size 16, SGLang's page_size 1, TensorRT-LLM's tokens_per_block 32
@@ -367,11 +370,13 @@ class StepCost:
     With ``spec``, a decode step is the speculative step (``speculative_step``: verify + draft passes)."""
 
     def __init__(self, fast: FastEstimator, shared_ms: float, ctx_lo: int, ctx_hi: int,
-                 spec: SpecPricing | None = None) -> None:
+                 spec: SpecPricing | None = None, decode_shared: Callable[[int], float] | None = None) -> None:
         self.fast = fast
         self.spec = spec
         self._var_v: dict[int, FastEstimator] = {}  # the verifying pass per context
         self.pre_fixed_ms = fast.eff["step_overhead_ms"] + shared_ms
+        self._decode_shared = decode_shared  # weight reads (ms) a decode step of d sequences shares with a prompt
+        self._shared: dict[int, float] = {}
         self.ctx = (max(1, ctx_lo), max(ctx_lo + 1, ctx_hi))
         self._var: dict[tuple[int, int], FastEstimator] = {}
         self._dec: dict[int, tuple[float, float]] = {}
@@ -472,13 +477,23 @@ class StepCost:
                                 / (c1 - c0))
         return self._kv_read
 
+    def riding_fixed_ms(self, d: int) -> float:
+        """What a prompt's pass shares with the decode step of ``d`` sequences it rides in: the step overhead and the
+        weights that step reads (all of them, but for an MoE's routed experts only those its tokens reach)."""
+        if self._decode_shared is None:
+            return self.pre_fixed_ms
+        hit = self._shared.get(d)
+        if hit is None:
+            hit = self._shared[d] = self.fast.eff["step_overhead_ms"] + self._decode_shared(d)
+        return hit
+
     def step_ms(self, tokens: int, chunks: int, d: int, ctx_sum: float) -> float:
         if tokens <= 0:
             return self.decode_ms(d, ctx_sum) if d else 0.0
         pre = self.prefill_ms(tokens, chunks)
         if not d:
             return pre
-        return self.decode_ms(d, ctx_sum) + max(0.0, pre - self.pre_fixed_ms)
+        return self.decode_ms(d, ctx_sum) + max(0.0, pre - self.riding_fixed_ms(d))
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -989,7 +1004,7 @@ class _Engine:
             cached = sum(self.cost.cached_attention_ms(r.computed, n) for r, n in chunks if r.computed)
             plan = _Plan(start, start, chunks=chunks, decodes=decodes, tokens=tokens, cached_ms=cached,
                          dec_ms=self.cost.decode_ms(len(decodes) * g, ctx * g) if decodes else 0.0)
-            plan.end_ms = start + _group_step_ms([plan], self.cost)  # alone; its group's step replaces it
+            plan.end_ms = start + _group_step_ms([plan], self.cost, g)  # alone; its group's step replaces it
             return plan
         ms = self.cost.step_ms(tokens, len(chunks), len(decodes), ctx) if (chunks or decodes) else 0.0
         # a chunk attends to every key its prompt already has in the cache: found cached, or computed by its earlier
@@ -1400,7 +1415,7 @@ def _setup(plan: Plan, fast: FastEstimator, load: Load, eff: dict[str, float], d
     shared = weights_ms(plan, eff, mem.weights_bytes, pp)
     sp = spec_pricing(plan, fast)
     pf = prefix_pricing(plan)
-    cost = StepCost(fast, shared, ins[0], ins[1] + outs[1], sp)
+    cost = StepCost(fast, shared, ins[0], ins[1] + outs[1], sp, riding_ms(plan, layout, eff, mem.weights_bytes, pp))
     # speculative: each decode step emits the expected accepted tokens and takes k + 1 of a token budget
     spec_q = round(sp.tokens_per_step * SPEC_ONE) if sp else 0
     width = plan.speculative.num_draft_tokens + 1 if plan.speculative and policy != "sglang" else 1
@@ -1639,7 +1654,7 @@ def _lockstep(peers: list[_Engine], t: float) -> float | None:
         for p in plans:
             p.k, p.a_ms, p.b_ms, p.end_ms = k, a, b, end
         return end
-    step = _group_step_ms(plans, peers[0].cost)
+    step = _group_step_ms(plans, peers[0].cost, peers[0].copies)
     for p in plans:
         if p.k > 1:
             p.k, p.a_ms = 1, step
@@ -1647,15 +1662,17 @@ def _lockstep(peers: list[_Engine], t: float) -> float | None:
     return t + step
 
 
-def _group_step_ms(plans: list[_Plan], cost: StepCost) -> float:
-    """One step of an attention-DP group whose ranks formed ``plans`` (``_lockstep``): the slowest rank's decodes,
-    the pass over every rank's prompt chunks beyond the step's fixed costs, the slowest rank's cached attention."""
+def _group_step_ms(plans: list[_Plan], cost: StepCost, copies: int) -> float:
+    """One step of an attention-DP group of ``copies`` ranks that formed ``plans`` (``_lockstep``): the slowest
+    rank's decodes (priced as every rank holding them), the pass over every rank's prompt chunks beyond what it
+    shares with those decodes, the slowest rank's cached attention."""
     dec = max(p.a_ms + p.dec_ms for p in plans)  # a run's first step (a_ms), or an explicit step's decodes
     tokens = sum(p.tokens for p in plans)
     step = dec
     if tokens:
         pre = cost.prefill_ms(tokens, sum(len(p.chunks) for p in plans))
-        step = dec + max(0.0, pre - cost.pre_fixed_ms) if dec else pre
+        d = max(len(p.decodes) for p in plans) * copies
+        step = dec + max(0.0, pre - cost.riding_fixed_ms(d)) if dec else pre
     return step + max(p.cached_ms for p in plans)
 
 

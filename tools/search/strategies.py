@@ -72,7 +72,7 @@ from tools.core.plan import Hardware, Plan, Workload, parse_plan, screen_plan, v
 from tools.estimate.disagg import balanced_split
 from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.headline import Headline, headline
-from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits
+from tools.estimate.serving import Arrivals, Prefill, continuous, memory_limits, riding_ms
 from tools.estimate.simulate import simulate
 from tools.rules.registry import catalog, param
 
@@ -391,7 +391,8 @@ class _Search:
             capacity, shared = memory_limits(f.plan, f.eff, mem, f.layout.pools["prefill"].pp)
             pre1 = Prefill(*f.phase_parts("prefill", 1))
             sv = continuous(f.plan, f.eff, batch, pre1, lambda b: f.phase_ms("decode", b), dp, dp * s.gpus, capacity,
-                            shared)
+                            shared, riding=riding_ms(f.plan, f.layout, f.eff, mem.weights_bytes,
+                                                     f.layout.pools["prefill"].pp))
             ttft, tpot, tput = sv.ttft_for(self.slo.arrivals), sv.tpot_ms, sv.output_tokens_per_s
             e2e = ttft + self.wl.output_len * tpot
         p = _Point(s, batch, dp, dp * s.gpus, ttft, tpot, e2e, tput, float(mem.max_gpu_bytes),
