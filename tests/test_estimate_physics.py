@@ -429,6 +429,26 @@ def test_vllm_launches_eagerly_only_above_its_graph_capture_size() -> None:
                                 ).prefill.host_launch_ms == pytest.approx(eager.host_launch_ms)
 
 
+def test_hip_launches_of_an_eager_pass_cost_more_host_time_than_cuda_ones() -> None:
+    """The engines' per-launch host time was timed on CUDA; HIP's runtime scales it (``host_launch_scale``, 1.5 on
+    MI300X and MI325X, the catalog's ROCm-to-CUDA launch-cost ratio), so an eager 1k-token Llama-3.1-70B prefill at
+    TP8 is host-bound at the scaled floor there, a CUDA GPU keeps the engine's figure, and a graphed pass or a long
+    GPU-bound prompt is left alone."""
+    def prefill(gpu: str, i: int, graph_max: int | None = None) -> PhaseDetail:
+        eff = None if graph_max is None else {"defaults": {"prefill_graph_max_tokens": graph_max}}
+        return estimate_performance(plan=plan("llama-3.1-70b", gpu, 8, i=i, engine="vllm", tp=8),
+                                    efficiency=eff).prefill
+
+    assert efficiency_for("h200", engine="vllm")["host_launch_scale"] == 1.0
+    for gpu in ("mi300x", "mi325x"):
+        assert efficiency_for(gpu, engine="vllm")["host_launch_scale"] == 1.5
+        rocm, cuda = prefill(gpu, 1024), prefill("h200", 1024)
+        assert rocm.host_launch_ms == pytest.approx(1.5 * cuda.host_launch_ms)
+        assert rocm.latency_ms - rocm.step_overhead_ms == pytest.approx(rocm.host_launch_ms)
+        assert prefill(gpu, 1024, graph_max=2048).host_launch_ms == 0
+        assert prefill(gpu, 16384).host_wait_ms == 0
+
+
 def test_tensorrt_llm_engines_from_c_plus_plus_are_not_host_bound() -> None:
     """TensorRT-LLM v0.9.0 (C++ runtime) times a 128-token Llama-2-7B first token at 6.3 ms on one H100: the
     trtllm-cpp profile prices it GPU-bound near that; the PyTorch backend's eager launches would not fit in it."""

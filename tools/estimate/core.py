@@ -961,7 +961,8 @@ def _assumptions(plan: Plan, model: CostModel, overlap: bool, layout: Layout) ->
                    f"of a node moves data on g - 1 of them (TP2 gets 1/{mesh} of the node's bandwidth)")
     if e["prefill_host_us_per_kernel"] > 0:
         out.append(f"eager prefill: a pass (per pipeline stage) takes at least its kernel launches times "
-                   f"{e['prefill_host_us_per_kernel']:g} us of host time, so a short prompt is host-bound" +
+                   f"{e['prefill_host_us_per_kernel'] * e['host_launch_scale']:g} us of host time, so a short prompt "
+                   "is host-bound" +
                    (f"; a pass of at most {e['prefill_graph_max_tokens']:g} tokens replays a CUDA graph instead"
                     if e["prefill_graph_max_tokens"] else ""))
     if overlap and not (e["tp_overlap_fraction"] or e["ep_overlap_fraction"]):

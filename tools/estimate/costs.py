@@ -99,10 +99,11 @@ def _round_up(n: float, align: float) -> float:
 
 def host_us_per_kernel(eff: dict[str, float], phase: str, tokens: int) -> float:
     """The host time per launch a pass of ``tokens`` tokens waits for: prefill only (decode replays a CUDA graph),
-    and only above the largest pass the engine captured in a graph (``prefill_graph_max_tokens``)."""
+    and only above the largest pass the engine captured in a graph (``prefill_graph_max_tokens``).  The engine's
+    figure was timed on CUDA; the accelerator's runtime scales it (``host_launch_scale``: HIP's launches cost more)."""
     if phase != "prefill" or tokens <= eff["prefill_graph_max_tokens"]:
         return 0.0
-    return eff["prefill_host_us_per_kernel"]
+    return eff["prefill_host_us_per_kernel"] * eff["host_launch_scale"]
 
 
 def pass_schedule(phase: str, stage_s: list[float], launches: list[float], micro: int,
