@@ -10,7 +10,7 @@ from tools.core.dag import NodeType
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.quantization import weight_block
 from tools.rules.gpus import op_name
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, set_degree
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, scope, set_degree
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
 NOT_TP_TYPES = {NodeType.EMBEDDING, NodeType.NORM, NodeType.ROUTER, NodeType.LM_HEAD}
@@ -353,7 +353,7 @@ def check_within_node(ctx: Context) -> Iterator[Finding]:
                     for g in range(pool.group_width // w):
                         first, last = pool.device(r, s, g * w), pool.device(r, s, g * w + w - 1)
                         if first // gpn != last // gpn:
-                            yield Finding(f"{ph} replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles "
+                            yield Finding(f"{scope(r, ph)} stage {s}: the TP group on GPUs {first}-{last} straddles "
                                           f"an NVLink domain boundary ({gpn} GPUs per domain)",
                                           field="plan.parallel.tp",
                                           hint="use a stage group width that divides the NVLink domain")

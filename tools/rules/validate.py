@@ -170,6 +170,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if not isinstance(edges, list):
         raise PdagInputError("dag.edges", f"expected a list of edges, got {type(edges).__name__}", "a list")
     ctx = Context()
+    ctx.read_doc = dag
     ctx.notes.extend(read_as)
     if len(nodes) > MAX_NODES or len(edges) > MAX_EDGES:
         ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "dag.nodes",
