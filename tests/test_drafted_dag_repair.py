@@ -33,7 +33,8 @@ def _draft(model: str | None = "llama-3.1-8b") -> dict[str, Any]:
               {"id": "decode", "type": "Phase", "phase": "decode"}]
     edges += [f"{last} -> p.rest", "p.rest -> p.head", "p.head -> decode"]
     for r in (0, 1):  # decode: each GPU's chain runs on to the LM head with no collective between them
-        nodes += [{"id": f"d.L0.attn.{r}", "type": "attention", "gpu": r}, {"id": f"d.L0.mlp.{r}", "type": "MLP", "gpu": r}]
+        nodes += [{"id": f"d.L0.attn.{r}", "type": "attention", "gpu": r},
+                  {"id": f"d.L0.mlp.{r}", "type": "MLP", "gpu": r}]
         edges += [f"decode -> d.L0.attn.{r}", f"d.L0.attn.{r} -> d.L0.mlp.{r}", f"d.L0.mlp.{r} -> d.head"]
     nodes.append({"id": "d.head", "type": "LMHead", "gpu": "gpu0-gpu1"})
     return {"metadata": meta, "nodes": nodes, "edges": edges}

@@ -341,12 +341,21 @@ def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change])
     except Exception:  # an alternative is a bonus, never a reason to fail
         return []
     d = ctx.plan.parallel
+    figures: dict[str, Any] = {}
+    try:  # priced like the other alternatives, so that they compare
+        from tools.estimate import estimate_performance
+
+        est = estimate_performance(plan=alt)
+        figures = {"prefill_latency_ms": est.prefill_latency_ms, "decode_latency_ms_per_token":
+                   est.decode_latency_ms_per_token, "output_tokens_per_s": est.throughput.output_tokens_per_s}
+    except Exception:  # an estimate is a bonus, never a reason to fail
+        pass
     opted = ", ".join("options." + o for o in opts)
     how = "valid with that opt-in" if not fixed else "valid with that opt-in after " + "; ".join(
         f"{c.field.removeprefix('plan.')} {c.before} -> {c.after} ({c.rule_id})" for c in fixed if c.field)
     return [Alternative(plan=alt, parallel={k: getattr(d, k) for k in ("dp", "pp", "tp", "ep", "sp", "attn_dp")},
                         gpus_used=ctx.layout.gpus_needed, max_gpu_bytes=report.max_gpu_bytes,
-                        capacity_bytes=report.capacity_bytes,
+                        capacity_bytes=report.capacity_bytes, **figures,
                         note=f"keep the plan as drawn and opt in ({opted} = true): {how}, beyond the seeds' default "
                              "rules")]
 
