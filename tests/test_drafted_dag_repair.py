@@ -54,6 +54,14 @@ def test_autofix_reads_the_model_validate_reads() -> None:
     assert r.valid and r.plan is not None and r.plan["model"] == "llama-3.1-8b"
 
 
+def test_metadata_a_drafter_wrote_but_pdag_does_not_read_is_named() -> None:
+    """Before: metadata.gpu and the degrees written there were dropped without a word, beside notes that named what
+    was read, so an agent could take them for claims pdag had checked."""
+    notes = " ".join(validate_dag(dag=_draft()).notes)
+    unread = {f.strip() for f in notes.split("metadata fields not read")[1].split(";")[0].split(":")[1].split(",")}
+    assert unread == {"gpu", "tensor_parallel"}  # model and total_gpus are read
+
+
 def test_a_missing_collective_is_named_as_such_and_no_message_prints_none() -> None:
     """Before: the decode shards were 'replica None decode runs the attention of layer 0 as 2 groups ...' under
     DP-ROOT-ONLY."""
