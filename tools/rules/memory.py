@@ -118,9 +118,10 @@ def search(plan: Plan, gpu_limit: int | None, dp: int | None = None, want: int =
     """Fitting (tp, ep, pp) layouts within ``gpu_limit`` GPUs (None: unbounded), best first.
 
     Candidates are tried in preference order and the search stops after ``want`` fits.  A repair keeps the plan's
-    intent, so the order is: no stage group wider than an NVLink domain unless the plan already has one, then the
-    fewest degrees changed, then the smallest change (log2 steps from the plan's degrees), and only then the
-    objective (latency: no PP if possible, then the smallest group; throughput: the smallest replica).
+    intent, so the order is: no stage group wider than an NVLink domain unless the plan already has one, no deeper
+    pipeline while a wider group fits (MEM-FITS's hint), then the fewest degrees changed, then the smallest change
+    (log2 steps from the plan's degrees), and only then the objective (latency: the fewest stages, then the smallest
+    group; throughput: the smallest replica).
     ``by_size``: smallest GPU count first (to say how many GPUs are needed)."""
     spec, gpn = plan.spec, plan.hardware.gpus_per_node
     dp = dp or max(plan.degrees("prefill").dp, plan.degrees("decode").dp)
@@ -148,9 +149,10 @@ def search(plan: Plan, gpu_limit: int | None, dp: int | None = None, want: int =
         if by_size:
             return (pp * w, w > gpn, pp, dist(c))
         changed = sum(a != b for a, b in zip(c, (cur.tp, max(1, cur.ep), cur.pp), strict=True))
+        deeper = pp > cur.pp  # MEM-FITS's hint: spread experts or widen TP in the domain first, then pp
         if plan.objective == "latency":
-            return (w > wide, changed, dist(c), pp, w)
-        return (w > wide, changed, dist(c), pp * w, pp)
+            return (w > wide, deeper, changed, dist(c), pp, w)
+        return (w > wide, deeper, changed, dist(c), pp * w, pp)
 
     combos.sort(key=key)
     out: list[Candidate] = []
