@@ -5,6 +5,9 @@ collective (TP-REJOIN-BEFORE-NEXT-LAYER) rather than as DP inside a layer, and n
 from __future__ import annotations
 
 import copy
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 from server.responses import shape_autofix
 from tests.fixtures.generate import TINY
 from tools import autofix_dag, build_dag, validate_dag
+from tools.core.errors import PdagInputError
 
 
 def _draft(model: str | None = "llama-3.1-8b") -> dict[str, Any]:
@@ -118,3 +122,26 @@ def test_tp_shards_drawn_without_their_collectives_are_a_missing_collective(tp: 
     r = autofix_dag(dag=dag)
     assert r.valid, [(v.rule_id, v.message) for v in r.violations if v.severity == "error"]
     assert validate_dag(dag=r.dag).valid
+
+
+DRAFTS = Path(__file__).parent / "data"
+
+
+def _violations(doc: Any) -> list[Any]:
+    try:
+        return validate_dag(dag=doc).violations
+    except PdagInputError:  # not a DAG at all: its error names a field, not a place in a DAG
+        return []
+CORPUS = Path(__file__).parent / "fixtures" / "corpus"
+
+
+def test_no_message_about_a_stored_draft_prints_none() -> None:
+    """Before: 18 messages over these drafts printed a key the draft left unsaid, e.g. 'MoE layer (None, None, 0)'
+    or 'feeds sX (layer None, stage 1)'."""
+    docs = [json.loads(p.read_text()) for d in ("blind_dags4", "blind_dags5")
+            for p in sorted((DRAFTS / d).glob("*.json")) if p.name != "index.json"]
+    docs += [item["input"]["dag"] for p in sorted(CORPUS.glob("*.json"))
+             if "dag" in (item := json.loads(p.read_text()))["input"]]
+    said = [m for doc in docs for v in _violations(doc) for m in (v.message, v.hint or "")]
+    assert len(said) > 100
+    assert not [m for m in said if re.search(r"\bNone\b", m)]

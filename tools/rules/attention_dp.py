@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.core.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, scope
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, layer_at, scope
 
 Key = tuple[Any, Any, Any]  # (replica, phase, layer)
 
@@ -297,7 +297,7 @@ def check_dispatch_from_all_groups(ctx: Context) -> Iterator[Finding]:
         dispatch = sorted({q for e in experts for q in ctx.pred[e] if ctx.types[q] == NodeType.ALL_TO_ALL})
         combine = sorted({s for e in experts for s in ctx.succ[e] if ctx.types[s] == NodeType.ALL_TO_ALL})
         if len(dispatch) != 1:
-            yield Finding(f"MoE layer {key}: the experts are fed by {len(dispatch)} AllToAll dispatch nodes; with "
+            yield Finding(f"MoE {layer_at(key)}: the experts are fed by {len(dispatch)} AllToAll dispatch nodes; with "
                           "attention-DP every group's tokens go through one dispatch over the whole stage group",
                           dispatch or sorted(experts))
             return
@@ -306,19 +306,19 @@ def check_dispatch_from_all_groups(ctx: Context) -> Iterator[Finding]:
         fed = {g for g, devs in gdev.items() if any(ctx.devices[r] and ctx.devices[r] <= devs for r in routers)}
         missing = [g for g in names if g not in fed]
         if missing:
-            yield Finding(f"MoE layer {key}: attention group(s) {missing} have no router feeding the dispatch {d}; "
+            yield Finding(f"MoE {layer_at(key)}: attention group(s) {missing} have no router feeding the dispatch {d}; "
                           "every group routes its own tokens into the one AllToAll", [d, *groups[missing[0]][:2]],
                           hint="add a RouterNode per group (on its GPUs) with an edge to the dispatch")
             return
         everyone = frozenset().union(*gdev.values())
         for c in [d, *combine]:
             if not everyone <= ctx.devices[c]:
-                yield Finding(f"MoE layer {key}: the AllToAll {c} runs on {sorted(ctx.devices[c])[:8]} but the "
+                yield Finding(f"MoE {layer_at(key)}: the AllToAll {c} runs on {sorted(ctx.devices[c])[:8]} but the "
                               f"attention groups use {sorted(everyone)[:8]}; dispatch and combine span every group",
                               [c])
                 return
         if not combine:
-            yield Finding(f"MoE layer {key}: no AllToAll combine returns the expert outputs to the groups",
+            yield Finding(f"MoE {layer_at(key)}: no AllToAll combine returns the expert outputs to the groups",
                           sorted(experts))
             return
     # a group's output reaches another group only through a collective

@@ -456,6 +456,13 @@ def scope(replica: Any, phase: Any = None) -> str:
     return " ".join(parts) or "the DAG"
 
 
+def layer_at(key: tuple[Any, Any, Any]) -> str:
+    """A (replica, phase, layer) key as words: 'layer 3 (replica 0 decode)', the parts a DAG leaves unsaid left out."""
+    r, ph, lyr = key
+    where = scope(r, ph) if r is not None or ph is not None else ""
+    return (f"layer {lyr}" if lyr is not None else "a layer") + (f" ({where})" if where else "")
+
+
 def field_of(phase: str | None, name: str, plan: Plan | None = None) -> str:
     """Path of a degree: the phase override when that phase overrides it, else plan.parallel."""
     if phase and plan is not None:

@@ -139,6 +139,12 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                                                            f"right after {n}")
 
 
+def _where(layer_stage: tuple[Any, Any]) -> str:
+    """'layer 3, stage 1', leaving out what the DAG does not say (no 'None' in a message)."""
+    said = [f"{k} {v}" for k, v in zip(("layer", "stage"), layer_stage, strict=True) if v is not None]
+    return ", ".join(said) or "outside any layer and stage"
+
+
 @checker("TP-NO-CROSS-LAYER")
 def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
     for _key, shards in sorted(tp_groups(ctx), key=lambda kv: str(kv[0])):
@@ -150,8 +156,8 @@ def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
                 lv = _layer_stage(ctx, v)
                 if (lv[0] is not None and ls[0] is not None and lv[0] != ls[0]) or \
                         (lv[1] is not None and ls[1] is not None and lv[1] != ls[1]):
-                    yield Finding(f"TP shard {s} (layer {ls[0]}, stage {ls[1]}) feeds {v} (layer {lv[0]}, stage "
-                                  f"{lv[1]}); a TP region starts and ends inside one operator of one layer", [s, v])
+                    yield Finding(f"TP shard {s} ({_where(ls)}) feeds {v} ({_where(lv)}); a TP region starts and "
+                                  "ends inside one operator of one layer", [s, v])
                     return
 
 
