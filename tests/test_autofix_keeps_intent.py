@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from tests.fixtures.generate import TINY, TINY_MOE
 from tools import autofix_dag, export_plan, validate_dag
 from tools.core.layout import Layout
 from tools.core.plan import parse_plan
+from tools.engines.launch import EngineCannotExpress
 from tools.repair.autofix import degrees_of
 
 DSV3_DRAFT = {"model": "deepseek-v3", "hardware": {"gpu": "h100-sxm", "num_gpus": 16},
@@ -67,6 +69,11 @@ def test_sp_in_decode_is_repaired_and_the_plan_then_exports() -> None:
     # prefill SP is the plan's own choice (a warning for a short prompt): kept, decode SP alone is repaired
     kept = autofix_dag(plan={**plan, "parallel": {**plan["parallel"], "sp": 2}})
     assert kept.plan["parallel"]["sp"] == 2 and kept.plan["phases"]["decode"]["sp"] == 1
+    # ... and the answer says, before the agent exports it, that export writes no command for it
+    assert [n for n in kept.notes if "prefill sp = 2" in n and "export_plan" in n]
+    assert not [n for n in r.notes if "export_plan" in n]
+    with pytest.raises(EngineCannotExpress):
+        export_plan(kept.plan)
 
 
 degree = st.sampled_from([1, 1, 2, 4])

@@ -383,8 +383,20 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         alternatives=_opt_in_alternatives(original, changes) + (fits or [])
         + (_alternatives(found, state) if found else []),
         input=kind, summary=summary, intents_not_kept=lost,
-        notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []),
+        notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []) + _sp_kept(ctx),
     )
+
+
+def _sp_kept(ctx: Context) -> list[str]:
+    """SP the repaired plan keeps is the plan's own choice, valid in pdag's model; say before an agent exports it that
+    export_plan writes no engine command for it (tools/engines/launch.py refuses sp > 1 for every engine)."""
+    if ctx.layout is None:
+        return []
+    kept = {ph: pl.sp for ph, pl in sorted(ctx.layout.phases.items()) if pl.sp > 1}
+    if not kept:
+        return []
+    return [f"kept {', '.join(f'{ph} sp = {sp}' for ph, sp in kept.items())} (the plan's choice; pdag prices it): "
+            "export_plan launches no engine with SP, so set sp = 1 for a launch command"]
 
 
 def _intents_not_kept(original: dict[str, Any], state: dict[str, Any], changes: list[Change]) -> list[str]:
