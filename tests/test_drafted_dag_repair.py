@@ -59,11 +59,23 @@ def test_autofix_reads_the_model_validate_reads() -> None:
 
 
 def test_metadata_a_drafter_wrote_but_pdag_does_not_read_is_named() -> None:
-    """Before: metadata.gpu and the degrees written there were dropped without a word, beside notes that named what
-    was read, so an agent could take them for claims pdag had checked."""
+    """Before: the degrees written in metadata were dropped without a word, beside notes that named what was read,
+    so an agent could take them for claims pdag had checked."""
     notes = " ".join(validate_dag(dag=_draft()).notes)
     unread = {f.strip() for f in notes.split("metadata fields not read")[1].split(";")[0].split(":")[1].split(",")}
-    assert unread == {"gpu", "tensor_parallel"}  # model and total_gpus are read
+    assert unread == {"tensor_parallel"}  # model, gpu and total_gpus are read
+
+
+def test_the_gpu_type_a_draft_names_is_the_one_autofix_rebuilds_on() -> None:
+    """Before: autofix rebuilt a plan-less draft on H100 whatever its metadata said."""
+    draft = _draft()
+    draft["metadata"]["gpu"] = "A100 80GB"
+    r = autofix_dag(dag=draft)
+    assert r.plan is not None and r.plan["hardware"]["gpu"] == "a100-80gb"
+    draft["metadata"]["gpu"] = "no-such-accelerator"
+    r = autofix_dag(dag=draft)
+    assert r.plan is not None and r.plan["hardware"]["gpu"] == "h100-sxm"
+    assert any("no-such-accelerator" in n and "assumed" in n for n in r.notes)
 
 
 def test_a_missing_collective_is_named_as_such_and_no_message_prints_none() -> None:

@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field
 import tools.rules.run  # noqa: F401  (every fixer registered)
 from tools.core.absent import without_nulls
 from tools.core.build import build_dag, gc_paused
-from tools.core.dag import NodeType
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
 from tools.core.plan import Plan
@@ -432,14 +431,16 @@ def _infer_plan(ctx: Context, dag: dict[str, Any]) -> tuple[dict[str, Any] | Non
     deg = dict(ctx.inferred_degrees)
     if not ctx.spec.is_moe:
         deg["ep"] = 1
+    from tools.core.hardware import accelerator_id
+
     devs = {d for n in ctx.real_nodes for d in ctx.devices[n]}
-    meta: dict[str, Any] = {}
-    for r in ctx.of(NodeType.REQUEST):
-        meta = ctx.attr(r, "meta") or {}
-    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), str) else "h100-sxm"
+    named = ctx.claims.get("gpu")  # the RequestNode's meta or the draft's metadata, as validate read them
+    try:
+        gpu, how = (accelerator_id(named), "named by the DAG") if isinstance(named, str) else ("h100-sxm", "assumed")
+    except PdagInputError as exc:
+        gpu, how = "h100-sxm", f"assumed: the DAG's {named!r} is not one preset ({exc.problem})"
     plan = {"model": model, "hardware": {"gpu": gpu, "num_gpus": max(len(devs), 1)}, "parallel": deg}
-    return plan, f"inferred plan {deg} from the DAG's shards (GPU type {gpu!r} assumed unless the RequestNode's " \
-                 "meta names one)"
+    return plan, f"inferred plan {deg} from the DAG's shards on {gpu} GPUs ({how})"
 
 
 def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> AutofixResult:

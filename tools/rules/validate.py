@@ -45,7 +45,7 @@ from tools.rules.run import run_checkers
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
 SEVERITY_ORDER = {"error": 0, "warning": 1}
-CLAIM_KEYS = ("gpus_used", "estimate", "options")  # what a document states about itself, checked against it
+CLAIM_KEYS = ("gpus_used", "estimate", "options", "gpu")  # what a document states about itself, checked against it
 MAX_SCHEMA_ERRORS = 25
 
 
