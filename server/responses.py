@@ -332,9 +332,10 @@ def shape_autofix(result: Any, detail: Detail) -> AutofixAnswer:
         try:
             dag_summary = fold_dag_json(dag)
             notes.append('The fixed DAG is shown folded; call autofix_dag with detail="full" for its node-link JSON.')
-        except ValidationError:  # a malformed hand-drawn DAG that autofix could not rebuild comes back as given
-            notes.append("The DAG was not changed and is not repeated: it does not match pdag://schema/dag, so it "
-                         "cannot be folded (see the violations).")
+        except ValidationError:  # a malformed hand-drawn DAG that autofix could not rebuild: as given, or edited
+            notes.append(("The edited DAG is not repeated (its edits are in `patch`; detail=\"full\" returns it "
+                          "whole)" if data.get("patch") else "The DAG was not changed and is not repeated")
+                         + ": it does not match pdag://schema/dag, so it cannot be folded (see the violations).")
         dag = None
     if detail == "summary":
         data, cut = trim(data)

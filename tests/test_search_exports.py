@@ -119,3 +119,19 @@ def test_comparison_states_prefill_as_a_share_of_work() -> None:
     r = search_strategies("llama-3.1-70b", {"gpu": "h100-sxm", "num_gpus": 16}, objective="throughput", serving=True)
     assert r.comparison and "of a replica's GPU time (one prefill pass of" in r.comparison
     assert " 0 % " not in r.comparison
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_listed_layout_is_the_one_the_engine_launches_and_listed_once(engine: str) -> None:
+    """Outside test 4: 'TP4 EP8' (no attention-DP) was listed under vllm beside 'ADP2 x TP4 EP8' with other figures,
+    and exported as that same attention-DP command. A plan listed under an engine exports as drawn (no note that the
+    engine reshaped it), so no two listed plans share a launch command."""
+    r = search_strategies("qwen3-30b-a3b", {"gpu": "h100-sxm", "num_gpus": 8}, engine=engine, top_k=8,
+                          workload={"input_len": 1024, "output_len": 256, "concurrency": 16})
+    commands = []
+    for p in r.top:
+        out = export_plan(p.plan, engine)
+        assert not [n for n in out.notes if "attention-DP form" in n], p.label
+        commands.append(out.command)
+    assert len(set(commands)) == len(commands)
+    assert any(p.plan["parallel"].get("attn_dp", 1) > 1 for p in r.top)  # the wide-EP form is still offered

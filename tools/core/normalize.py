@@ -23,6 +23,7 @@ node / edge order, id renaming and dropping any of these attributes.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -297,7 +298,9 @@ class _Normalizer:
     # ------------------------------------------------------------------ operators
     def _rejoin(self, n: str) -> frozenset[str]:
         """The first collectives a shard's data reaches (through compute nodes of its own layer). A stage
-        hand-off counts too: shards that meet only there are still one operator, whose reduction is missing."""
+        hand-off counts too, and so does the first compute node past the layer (the next layer, the LM head):
+        shards that meet only there are still one operator, whose reduction is missing (TP-REJOIN-BEFORE-NEXT-LAYER
+        names it), not groups serving requests of their own."""
         layer = self.a[n].get("layer")
         seen, todo, out = {n}, [n], set()
         while todo:
@@ -310,6 +313,8 @@ class _Normalizer:
                     out.add(y)
                 elif self.t(y) not in CONTROL_TYPES and self.a[y].get("layer") == layer:
                     todo.append(y)
+                elif self.t(y) not in CONTROL_TYPES and self.t(y) != T.KV_CACHE:
+                    out.add(y)
         return frozenset(out)
 
     def operators(self) -> None:
@@ -331,6 +336,9 @@ class _Normalizer:
                 continue
             anchor = min(rejoin, key=self.pos.__getitem__)
             base = self.a[anchor].get("op") or anchor
+            if not any(self.t(r) in _REJOIN or self.t(r) == T.SEND_RECV for r in rejoin):
+                # met only past the layer: named after the shards (their ids' common stem), not the node they meet at
+                base = os.path.commonprefix(sorted(shards)).rstrip("._-/:#") or min(shards, key=self.pos.__getitem__)
             k = named[(base, typ)]
             named[(base, typ)] += 1
             op = base if k == 0 else f"{base}#{k}"  # e.g. the QKV and the output projection of one attention

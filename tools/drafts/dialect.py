@@ -457,6 +457,15 @@ def _claims_from(block: dict[str, Any], out: dict[str, Any], notes: _Notes) -> N
         if key(k) in words("gpu_count_fields") and _is_count(v) and "gpus_used" not in out:
             out["gpus_used"] = v
             notes.add(f"metadata.{k} as the DAG's claimed GPU count")
+        elif key(k) in words("metadata_gpu_fields") and isinstance(v, str) and v and "gpu" not in out:
+            out["gpu"] = v  # the accelerator a plan inferred from the drawing runs on (autofix's rebuild)
+            notes.add(f"metadata.{k} as the DAG's GPU type")
+    read = words("metadata_model_fields") | words("gpu_count_fields") | words("metadata_gpu_fields") | {
+        "options", *OPT_INS}
+    unread = sorted(k for k in block if key(k) not in read and not (k == "hardware" and hw and all(
+        key(h) in words("gpu_count_fields") | words("metadata_gpu_fields") for h in hw)))
+    if unread:  # said, so that a claim there (a GPU type, a degree) is not taken for one pdag checked or used
+        notes.add("metadata fields not read (the drawing decides): " + ", ".join(unread[:6]))
 
 
 @cache

@@ -61,6 +61,7 @@ __all__ = [
     "PlanRefused",
     "engine_key",
     "export_unchecked",
+    "launched_as",
     "ImportResult",
     "export_plan",
     "import_command",
@@ -410,6 +411,21 @@ def _attention_dp_form(plan: Plan, key: str) -> tuple[Plan, str | None]:
             f"pdag's plan left {p.ep - p.tp} of the {p.ep} GPUs out of attention; estimate the exported form to see "
             "its own figures")
     return form, note
+
+
+def launched_as(plan: Plan | dict[str, Any], engine: str) -> str | None:
+    """Why ``engine`` launches ``plan`` only in another layout than the one drawn (the attention-DP form of EP wider
+    than TP, in any pool), or None when it launches it as drawn.  Search asks this so that a layout and the form
+    the engine turns it into are never ranked as two deployments."""
+    parsed = parse_plan(plan)
+    key = engine_key(engine)
+    subs = [parsed] if not parsed.options.disaggregated else [
+        _pool_plan(parsed, ph, pool.gpus) for ph, pool in sorted(Layout(parsed).pools.items())]
+    for sub in subs:
+        note = _attention_dp_form(sub, key)[1]
+        if note is not None:
+            return note
+    return None
 
 
 def _layer_split_note(plan: Plan, layout: Layout) -> str | None:

@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field
 import tools.rules.run  # noqa: F401  (every fixer registered)
 from tools.core.absent import without_nulls
 from tools.core.build import build_dag, gc_paused
-from tools.core.dag import NodeType
 from tools.core.errors import PdagInputError
 from tools.core.inputs import check_json_value
 from tools.core.plan import Plan
@@ -36,9 +35,9 @@ PRIORITY = [
     "GPU-MIN-ONE", "COMBO-CLOSED-SET", "OBJ-EXPLICIT", "HW-ACCELERATOR-SPEC", "EP-MOE-ONLY", "ADP-MOE-ONLY",
     "ADP-OPT-IN", "DISAGG-OPT-IN", "COMBO-DP-OUTER", "PHASE-SHARED-WEIGHT-LAYOUT", "PP-DEGREE-LE-LAYERS",
     "PP-CONTIGUOUS-LAYERS", "TP-HEADS-DIVISIBLE", "TP-KV-HEADS-DIVISIBLE", "SP-WITH-TP", "EP-EXPERT-NODES-EQ-GPUS",
-    "ADP-EP-SPANS-GROUPS", "GPU-DEGREES-DIVIDE-GROUP", "GPU-NO-MULTIPLICATION", "EP-TP-NOT-MULTIPLIED", "MEM-FITS",
-    "GPU-EXCEEDS-CLUSTER", "ORDER-REASONING", "DP-NOT-FOR-LATENCY", "SP-DECODE-INEFFECTIVE", "EP-EVEN-EXPERTS",
-    "EP-SPANS-STAGE-GROUP", "PP-MEMORY-DRIVEN", "GPU-IDLE",
+    "ADP-EP-SPANS-GROUPS", "GPU-DEGREES-DIVIDE-GROUP", "GPU-NO-MULTIPLICATION", "EP-TP-NOT-MULTIPLIED",
+    "GPU-EXCEEDS-CLUSTER", "MEM-FITS", "ORDER-REASONING", "DP-NOT-FOR-LATENCY", "SP-DECODE-INEFFECTIVE",
+    "EP-EVEN-EXPERTS", "EP-SPANS-STAGE-GROUP", "PP-MEMORY-DRIVEN", "GPU-IDLE",
 ]
 ORDER = {r: i for i, r in enumerate(PRIORITY)}
 
@@ -83,6 +82,10 @@ def _score(vs: list[Violation]) -> tuple[int, int]:
     return e, len(vs) - e
 
 
+# Warnings whose repair autofix makes although it changes a degree: the seeds call SP in decode a mistake ("SP is
+# largely ineffective", seed 001 section 1.2), no engine launches it (export refuses it), and its repair touches only
+# the decode phase, so the plan's own choice of prefill SP is kept.
+REPAIRED_WARNINGS = {"SP-DECODE-INEFFECTIVE"}
 # Freeing GPUs (e.g. dp 4 -> 1 for latency) leaves them idle: an accepted consequence, not a regression.
 CONSEQUENCES = {"GPU-IDLE"}
 
@@ -152,11 +155,18 @@ def fix_plan(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Change], Context
             blocked.add(rule)
             continue
         warning_only = not any(v.rule_id == rule and v.severity == "error" for v in vs)
-        if warning_only and degrees_of(trial) != degrees_of(state):  # a warning never changes the user's strategy
+        if warning_only and degrees_of(trial) != degrees_of(state) and rule not in REPAIRED_WARNINGS:
+            # a warning never changes the user's strategy
             blocked.add(rule)
             ctx.__dict__.setdefault("_kept_degrees", set()).add(rule)
             continue
         after = _evaluate(trial)
+        if after is not None and rule in REPAIRED_WARNINGS and _score(after[1])[0] > _score(vs)[0]:
+            # the repair exposed an error (a GPU count that now reads as multiplied degrees): repair that too, and
+            # keep the whole only when it leaves no more errors than before
+            trial, more, sub_ctx, sub_vs, _found = fix_plan(trial)
+            if sub_ctx is not None and _score(sub_vs)[0] <= _score(vs)[0]:
+                proposed, after = proposed + more, (sub_ctx, sub_vs)
         key = repr(sorted(trial.items(), key=str))
         if after is None or key in visited or not _improves(vs, after[1], rule):
             blocked.add(rule)
@@ -310,7 +320,8 @@ OPT_INS = {"ADP-OPT-IN": "allow_attention_dp", "DISAGG-OPT-IN": "disaggregated"}
 
 
 def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change]) -> list[Alternative]:
-    """The input plan with the opt-in(s) autofix turned off set instead, when that plan is valid as it stands."""
+    """The input plan with the opt-in(s) autofix turned off set instead: as it stands when that is valid, else
+    repaired the same way (the fewest, smallest changes), so the strategy drawn is offered whenever it can run."""
     opts = sorted({OPT_INS[c.rule_id] for c in changes if c.rule_id in OPT_INS})
     if not opts or original is None:
         return []
@@ -319,18 +330,33 @@ def _opt_in_alternatives(original: dict[str, Any] | None, changes: list[Change])
     alt = copy.deepcopy(original)
     alt["options"] = {**(alt.get("options") or {}), **dict.fromkeys(opts, True)}
     try:
-        ctx, vs = plan_violations(alt, build=True)
-        if any(v.severity == "error" for v in vs) or ctx.plan is None or ctx.layout is None:
+        alt, fixed, _c, vs, _found = fix_plan(alt)
+        if any(v.severity == "error" for v in vs):
+            return []
+        ctx, _vs = plan_violations(alt, build=False)
+        if ctx.plan is None or ctx.layout is None:
             return []
         report = memory_report(ctx.plan, ctx.layout)
     except Exception:  # an alternative is a bonus, never a reason to fail
         return []
     d = ctx.plan.parallel
+    figures: dict[str, Any] = {}
+    try:  # priced like the other alternatives, so that they compare
+        from tools.estimate import estimate_performance
+
+        est = estimate_performance(plan=alt)
+        figures = {"prefill_latency_ms": est.prefill_latency_ms, "decode_latency_ms_per_token":
+                   est.decode_latency_ms_per_token, "output_tokens_per_s": est.throughput.output_tokens_per_s}
+    except Exception:  # an estimate is a bonus, never a reason to fail
+        pass
+    opted = ", ".join("options." + o for o in opts)
+    how = "valid with that opt-in" if not fixed else "valid with that opt-in after " + "; ".join(
+        f"{c.field.removeprefix('plan.')} {c.before} -> {c.after} ({c.rule_id})" for c in fixed if c.field)
     return [Alternative(plan=alt, parallel={k: getattr(d, k) for k in ("dp", "pp", "tp", "ep", "sp", "attn_dp")},
                         gpus_used=ctx.layout.gpus_needed, max_gpu_bytes=report.max_gpu_bytes,
-                        capacity_bytes=report.capacity_bytes,
-                        note=f"keep the plan as given and opt in ({', '.join('options.' + o for o in opts)} = true): "
-                             "valid with that opt-in, beyond the seeds' default rules")]
+                        capacity_bytes=report.capacity_bytes, **figures,
+                        note=f"keep the plan as drawn and opt in ({opted} = true): {how}, beyond the seeds' default "
+                             "rules")]
 
 
 def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind: str,
@@ -353,11 +379,23 @@ def _finish(state: dict[str, Any], changes: list[Change], found: list[Any], kind
         summary = f"valid after {len(changes)} change(s)" if changes else "valid: nothing to change"
     return AutofixResult(
         valid=errors == 0, changes=changes, plan=state, dag=dag, violations=left,
-        alternatives=(fits or []) + (_alternatives(found, state) if found else [])
-        + _opt_in_alternatives(original, changes),
+        alternatives=_opt_in_alternatives(original, changes) + (fits or [])
+        + (_alternatives(found, state) if found else []),
         input=kind, summary=summary, intents_not_kept=lost,
-        notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []),
+        notes=(notes or []) + ctx.notes + ([f"could not keep: {'; '.join(lost)}"] if lost else []) + _sp_kept(ctx),
     )
+
+
+def _sp_kept(ctx: Context) -> list[str]:
+    """SP the repaired plan keeps is the plan's own choice, valid in pdag's model; say before an agent exports it that
+    export_plan writes no engine command for it (tools/engines/launch.py refuses sp > 1 for every engine)."""
+    if ctx.layout is None:
+        return []
+    kept = {ph: pl.sp for ph, pl in sorted(ctx.layout.phases.items()) if pl.sp > 1}
+    if not kept:
+        return []
+    return [f"kept {', '.join(f'{ph} sp = {sp}' for ph, sp in kept.items())} (the plan's choice; pdag prices it): "
+            "export_plan launches no engine with SP, so set sp = 1 for a launch command"]
 
 
 def _intents_not_kept(original: dict[str, Any], state: dict[str, Any], changes: list[Change]) -> list[str]:
@@ -369,8 +407,9 @@ def _intents_not_kept(original: dict[str, Any], state: dict[str, Any], changes: 
             continue
         if key not in before and after.get(key) == before.get("parallel." + key.rsplit(".", 1)[1], 1):
             continue
-        rules = sorted({c.rule_id for c in changes if c.field and c.field.removeprefix("plan.").startswith(
-            key.rsplit(".", 1)[0])}) or sorted({c.rule_id for c in changes if c.severity == "error"})
+        rules = sorted({c.rule_id for c in changes if c.field == f"plan.{key}"}) or sorted(
+            {c.rule_id for c in changes if c.field and c.field.removeprefix("plan.").startswith(
+                key.rsplit(".", 1)[0])}) or sorted({c.rule_id for c in changes if c.severity == "error"})
         out.append(f"{key} {before.get(key, 1)} -> {after.get(key, 1)} (forced by {', '.join(rules) or 'a repair'})")
     return out
 
@@ -392,14 +431,16 @@ def _infer_plan(ctx: Context, dag: dict[str, Any]) -> tuple[dict[str, Any] | Non
     deg = dict(ctx.inferred_degrees)
     if not ctx.spec.is_moe:
         deg["ep"] = 1
+    from tools.core.hardware import accelerator_id
+
     devs = {d for n in ctx.real_nodes for d in ctx.devices[n]}
-    meta: dict[str, Any] = {}
-    for r in ctx.of(NodeType.REQUEST):
-        meta = ctx.attr(r, "meta") or {}
-    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), str) else "h100-sxm"
+    named = ctx.claims.get("gpu")  # the RequestNode's meta or the draft's metadata, as validate read them
+    try:
+        gpu, how = (accelerator_id(named), "named by the DAG") if isinstance(named, str) else ("h100-sxm", "assumed")
+    except PdagInputError as exc:
+        gpu, how = "h100-sxm", f"assumed: the DAG's {named!r} is not one preset ({exc.problem})"
     plan = {"model": model, "hardware": {"gpu": gpu, "num_gpus": max(len(devs), 1)}, "parallel": deg}
-    return plan, f"inferred plan {deg} from the DAG's shards (GPU type {gpu!r} assumed unless the RequestNode's " \
-                 "meta names one)"
+    return plan, f"inferred plan {deg} from the DAG's shards on {gpu} GPUs ({how})"
 
 
 def autofix_dag(plan: Plan | dict[str, Any] | None = None, dag: dict[str, Any] | None = None) -> AutofixResult:
@@ -431,13 +472,17 @@ def _fix_dag(dag: Any) -> AutofixResult:
         left = [RemainingViolation(**v.model_dump(), reason="the document is over the size limit") for v in before]
         return AutofixResult(valid=False, changes=[], dag=None, violations=left, input="dag",
                              summary="not fixed: the document is over the size limit", notes=ctx.notes)
+    # one reader: the document repaired, and the one a plan is inferred from, is the one validate judged
+    doc = ctx.read_doc if ctx.read_doc is not None else dag
+    as_read = ["edits and their patch apply to the DAG as read (in pdag's own vocabulary, returned whole), not to "
+               "the draft's spelling"] if isinstance(doc, dict) and doc is not dag and doc != dag else []
     notes: list[str] = list(read)
     local: list[Change] = []
-    if any(v.severity == "error" for v in before) and isinstance(dag, dict) and isinstance(dag.get("nodes"), list) \
-            and isinstance(dag.get("edges", []), list):
-        fixed, local, patch, left = repair_in_place(dag)
+    if any(v.severity == "error" for v in before) and isinstance(doc, dict) and isinstance(doc.get("nodes"), list) \
+            and isinstance(doc.get("edges", []), list):
+        fixed, local, patch, left = repair_in_place(doc)
         if local and not any(v.severity == "error" for v in left):
-            return _in_place(fixed, local, patch, left, ctx.raw_plan, read)
+            return _in_place(fixed, local, patch, left, ctx.raw_plan, read + as_read)
         if local:
             rules = sorted({v.rule_id for v in left if v.severity == "error"})
             notes.append(f"{len(local)} local repair(s) were not enough ({', '.join(rules[:5])} remain): the "
@@ -445,10 +490,10 @@ def _fix_dag(dag: Any) -> AutofixResult:
     if ctx.plan is not None and ctx.raw_plan is not None:
         raw = ctx.raw_plan
     else:
-        inferred, why = _infer_plan(ctx, dag) if isinstance(dag, dict) and "nodes" in dag else (None, "not a DAG")
+        inferred, why = _infer_plan(ctx, doc) if isinstance(doc, dict) and "nodes" in doc else (None, "not a DAG")
         if inferred is None:
             if local:  # no plan to rebuild from: hand back what the local repairs achieved
-                return _in_place(fixed, local, patch, left, None, [*read, why])
+                return _in_place(fixed, local, patch, left, None, [*read, *as_read, why])
             left_ = [RemainingViolation(**v.model_dump(), reason=why) for v in before]
             errors = sum(v.severity == "error" for v in left_)
             return AutofixResult(valid=errors == 0, changes=[], dag=dag, violations=left_, input="dag",

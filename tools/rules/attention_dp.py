@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.core.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, layer_at, scope
 
 Key = tuple[Any, Any, Any]  # (replica, phase, layer)
 
@@ -81,7 +81,7 @@ def attention_dp_without_opt_in(ctx: Context) -> Iterator[Finding]:
     groups = attention_groups(ctx)
     if groups:
         (r, ph, lyr), g = sorted(groups.items(), key=str)[0]
-        what = f"replica {r} {ph} runs the attention of layer {lyr} as {len(g)} groups on disjoint GPUs"
+        what = f"{scope(r, ph)} runs the attention of layer {lyr} as {len(g)} groups on disjoint GPUs"
     else:
         what = f"the DAG has {len(ctx.of(NodeType.ATTN_DP_GROUP))} AttentionDPGroupNode(s)"
     yield Finding(f"{what}, each for its own requests: that is data parallelism inside a layer",
@@ -138,13 +138,16 @@ def _turn_off(plan: dict[str, Any], ctx: Context, rule_id: str, into_dp: bool) -
             kv % wide == 0 or wide % kv == 0 for kv in spec.kv_head_counts))
         msg = f"set attn_dp from {a} to 1"
         if ok:
-            d["tp"] = wide
             msg += f" and tp from {tp} to {wide}: attention is tensor-parallel over the same GPUs"
         else:
             msg += ": the experts keep the stage group, attention runs on its TP GPUs"
         msg += ("; alternative: keep attention-DP and set options.allow_attention_dp = true (a MoE model served "
                 "for throughput, like SGLang's --enable-dp-attention)")
         changes.append(Change(rule_id=rule_id, message=msg, field=f"{path}.attn_dp", before=a, after=1))
+        if ok:  # its own entry, so that the degree's change names the rule that forced it
+            d["tp"] = wide
+            changes.append(Change(rule_id=rule_id, message=f"set tp from {tp} to {wide}: the {a} attention groups "
+                                  "become one TP group over the same GPUs", field=f"{path}.tp", before=tp, after=wide))
     return changes
 
 
@@ -294,7 +297,7 @@ def check_dispatch_from_all_groups(ctx: Context) -> Iterator[Finding]:
         dispatch = sorted({q for e in experts for q in ctx.pred[e] if ctx.types[q] == NodeType.ALL_TO_ALL})
         combine = sorted({s for e in experts for s in ctx.succ[e] if ctx.types[s] == NodeType.ALL_TO_ALL})
         if len(dispatch) != 1:
-            yield Finding(f"MoE layer {key}: the experts are fed by {len(dispatch)} AllToAll dispatch nodes; with "
+            yield Finding(f"MoE {layer_at(key)}: the experts are fed by {len(dispatch)} AllToAll dispatch nodes; with "
                           "attention-DP every group's tokens go through one dispatch over the whole stage group",
                           dispatch or sorted(experts))
             return
@@ -303,19 +306,19 @@ def check_dispatch_from_all_groups(ctx: Context) -> Iterator[Finding]:
         fed = {g for g, devs in gdev.items() if any(ctx.devices[r] and ctx.devices[r] <= devs for r in routers)}
         missing = [g for g in names if g not in fed]
         if missing:
-            yield Finding(f"MoE layer {key}: attention group(s) {missing} have no router feeding the dispatch {d}; "
+            yield Finding(f"MoE {layer_at(key)}: attention group(s) {missing} have no router feeding the dispatch {d}; "
                           "every group routes its own tokens into the one AllToAll", [d, *groups[missing[0]][:2]],
                           hint="add a RouterNode per group (on its GPUs) with an edge to the dispatch")
             return
         everyone = frozenset().union(*gdev.values())
         for c in [d, *combine]:
             if not everyone <= ctx.devices[c]:
-                yield Finding(f"MoE layer {key}: the AllToAll {c} runs on {sorted(ctx.devices[c])[:8]} but the "
+                yield Finding(f"MoE {layer_at(key)}: the AllToAll {c} runs on {sorted(ctx.devices[c])[:8]} but the "
                               f"attention groups use {sorted(everyone)[:8]}; dispatch and combine span every group",
                               [c])
                 return
         if not combine:
-            yield Finding(f"MoE layer {key}: no AllToAll combine returns the expert outputs to the groups",
+            yield Finding(f"MoE {layer_at(key)}: no AllToAll combine returns the expert outputs to the groups",
                           sorted(experts))
             return
     # a group's output reaches another group only through a collective

@@ -10,7 +10,7 @@ import networkx as nx
 
 from tools.core.dag import CONTROL_TYPES, NodeType
 from tools.rules.attention_dp import attention_dp_without_opt_in
-from tools.rules.registry import Change, Context, Finding, checker, fixer, set_degree
+from tools.rules.registry import Change, Context, Finding, checker, fixer, scope, set_degree
 
 
 @checker("DP-ROOT-ONLY")
@@ -123,7 +123,7 @@ def check_no_layer_split(ctx: Context) -> Iterator[Finding]:
     for (r, ph), got in sorted(layers.items(), key=str):
         missing = full - got
         if missing and (len({k[0] for k in layers}) > 1 or ctx.replica_count > 1):
-            yield Finding(f"replica {r} ({ph}) lacks layers {_ranges(missing)}; every DP replica holds the complete "
+            yield Finding(f"{scope(r, ph)} lacks layers {_ranges(missing)}; every DP replica holds the complete "
                           "model - DP never splits layers (that is PP's job)", hint="use pp to split layers")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tools.core.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, layer_at, set_degree
 
 
 def _moe_layers(ctx: Context) -> dict[Any, dict[str, list[str]]]:
@@ -50,12 +50,12 @@ def check_decomposition(ctx: Context) -> Iterator[Finding]:
     for key, grp in sorted(_moe_layers(ctx).items(), key=str):
         if not grp.get(NodeType.EXPERT):
             if grp.get(NodeType.MOE):
-                yield Finding(f"MoE layer {key} has no ExpertNodes; a MoE layer is router -> dispatch -> experts -> "
-                              "combine", grp[NodeType.MOE])
+                yield Finding(f"MoE {layer_at(key)} has no ExpertNodes; a MoE layer is router -> dispatch -> experts "
+                              "-> combine", grp[NodeType.MOE])
                 return
             continue
         if not grp.get(NodeType.ROUTER):
-            yield Finding(f"MoE layer {key} has Expert nodes but no RouterNode; routing must be an explicit step",
+            yield Finding(f"MoE {layer_at(key)} has Expert nodes but no RouterNode; routing must be an explicit step",
                           grp[NodeType.EXPERT], hint="add RouterNode -> dispatch AllToAll before the experts")
             return
         direct = [e for e in grp[NodeType.EXPERT] for p in ctx.pred[e]
@@ -77,9 +77,10 @@ def check_alltoall(ctx: Context) -> Iterator[Finding]:
             bad_out = [s for s in ctx.succ[e] if ctx.types[s] not in (NodeType.ALL_TO_ALL, NodeType.ALL_REDUCE)]
             if bad_in or bad_out:
                 other = (bad_in or bad_out)[0]
-                yield Finding(f"MoE layer {key}: Expert node {e} exchanges tokens with the {ctx.types[other]} {other} "
-                              "over a plain edge; with EP the dispatch and the combine are AllToAllNodes over the EP "
-                              "GPUs", [e, other], hint="put an AllToAllNode (dispatch) before and one (combine) after")
+                yield Finding(f"MoE {layer_at(key)}: Expert node {e} exchanges tokens with the {ctx.types[other]} "
+                              f"{other} over a plain edge; with EP the dispatch and the combine are AllToAllNodes over "
+                              "the EP GPUs", [e, other],
+                              hint="put an AllToAllNode (dispatch) before and one (combine) after")
                 return
 
 
@@ -120,15 +121,15 @@ def check_nodes_eq_gpus(ctx: Context) -> Iterator[Finding]:
             continue
         empty = [x for x in experts if ctx.attr(x, "experts") == []]
         if empty:
-            yield Finding(f"MoE layer {key}: Expert node {empty[0]} holds no expert; each Expert node holds >= 1",
+            yield Finding(f"MoE {layer_at(key)}: Expert node {empty[0]} holds no expert; each Expert node holds >= 1",
                           empty)
             return
         if ctx.layout is not None and key[1] in ctx.layout.phases:
             want = ctx.layout.phases[key[1]].ep
         ranks = {ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x for x in experts}
         if want is not None and len(ranks) != want:  # an Expert node split by expert TP is one rank
-            yield Finding(f"MoE layer {key} has {len(ranks)} Expert nodes but ep = {want}; there is one Expert node "
-                          "per EP GPU", experts)
+            yield Finding(f"MoE {layer_at(key)} has {len(ranks)} Expert nodes but ep = {want}; there is one Expert "
+                          "node per EP GPU", experts)
             return
         # nodes, not ranks: normalization ranks Expert nodes by GPU, so two on one GPU share a rank and would be
         # counted (and priced) as one, silently merged; seed 000 section 3.4: Expert nodes = GPUs
@@ -140,10 +141,10 @@ def check_nodes_eq_gpus(ctx: Context) -> Iterator[Finding]:
         if shared:
             on = sorted(by_dev[shared[0]])
             gpus = sorted(by_dev)
-            yield Finding(f"MoE layer {key}: {len(experts)} Expert nodes on {len(gpus)} GPU(s); {', '.join(on[:3])} "
-                          f"share GPU {shared[0]}. An Expert node is the set of experts on one GPU (Expert nodes = "
-                          "GPUs)", on, hint=f"draw one Expert node per GPU, listing all the experts that GPU holds "
-                          f"(merge {', '.join(on[:3])} into one)")
+            yield Finding(f"MoE {layer_at(key)}: {len(experts)} Expert nodes on {len(gpus)} GPU(s); "
+                          f"{', '.join(on[:3])} share GPU {shared[0]}. An Expert node is the set of experts on one "
+                          "GPU (Expert nodes = GPUs)", on, hint=f"draw one Expert node per GPU, listing all the "
+                          f"experts that GPU holds (merge {', '.join(on[:3])} into one)")
             return
 
 
@@ -199,7 +200,7 @@ def check_even(ctx: Context) -> Iterator[Finding]:
     for key, grp in sorted(_moe_layers(ctx).items(), key=str):
         sizes = {len(ctx.attr(x, "experts") or []) for x in grp.get(NodeType.EXPERT, []) if ctx.attr(x, "experts")}
         if len(sizes) > 1:
-            yield Finding(f"MoE layer {key}: Expert nodes hold {sorted(sizes)} experts each; the split is uneven",
+            yield Finding(f"MoE {layer_at(key)}: Expert nodes hold {sorted(sizes)} experts each; the split is uneven",
                           grp[NodeType.EXPERT])
             return
 
@@ -224,8 +225,8 @@ def check_not_inside_tp(ctx: Context) -> Iterator[Finding]:
         if None not in groups and len(set(groups)) == len(routers):
             continue  # one router per attention-DP group (ADP-* rules judge the groups)
         if len(routers) > 1:
-            yield Finding(f"MoE layer {key} has {len(grp[NodeType.ROUTER])} routers: the EP fan-out is repeated per TP "
-                          "shard; one router per MoE layer", grp[NodeType.ROUTER])
+            yield Finding(f"MoE {layer_at(key)} has {len(grp[NodeType.ROUTER])} routers: the EP fan-out is repeated "
+                          "per TP shard; one router per MoE layer", grp[NodeType.ROUTER])
             return
 
 
@@ -260,15 +261,15 @@ def check_not_replication(ctx: Context) -> Iterator[Finding]:
             rank = ctx.attr(x, "ep_rank") if ctx.attr(x, "ep_rank") is not None else x
             for e in ctx.attr(x, "experts") or []:
                 if e in owner and owner[e] != rank:
-                    yield Finding(f"MoE layer {key}: expert {e} is in two Expert nodes; EP partitions the experts, "
+                    yield Finding(f"MoE {layer_at(key)}: expert {e} is in two Expert nodes; EP partitions the experts, "
                                   "each "
                                   "lives in exactly one Expert node (EP is not a replication factor)",
                                   grp[NodeType.EXPERT])
                     return
                 owner[e] = rank
         if total is not None and owner and len(owner) != total:
-            yield Finding(f"MoE layer {key}: the Expert nodes hold {len(owner)} of the {total} experts; together they "
-                          "hold every expert once", grp[NodeType.EXPERT])
+            yield Finding(f"MoE {layer_at(key)}: the Expert nodes hold {len(owner)} of the {total} experts; together "
+                          "they hold every expert once", grp[NodeType.EXPERT])
             return
 
 

@@ -117,10 +117,12 @@ def search(plan: Plan, gpu_limit: int | None, dp: int | None = None, want: int =
            by_size: bool = False) -> list[Candidate]:
     """Fitting (tp, ep, pp) layouts within ``gpu_limit`` GPUs (None: unbounded), best first.
 
-    Candidates are tried in preference order and the search stops after ``want`` fits.  Latency: no PP if
-    possible, TP within a node before PP, then the smallest group; throughput: the smallest replica (the GPUs
-    left over become DP replicas).  ``by_size``: smallest GPU count first (to say how many GPUs are needed).
-    Ties go to the layout closest to the plan's current degrees."""
+    Candidates are tried in preference order and the search stops after ``want`` fits.  A repair keeps the plan's
+    intent, so the order is: no stage group wider than an NVLink domain unless the plan already has one, no deeper
+    pipeline while a wider group fits (MEM-FITS's hint), then the fewest degrees changed, then the smallest change
+    (log2 steps from the plan's degrees), and only then the objective (latency: the fewest stages, then the smallest
+    group; throughput: the smallest replica).
+    ``by_size``: smallest GPU count first (to say how many GPUs are needed)."""
     spec, gpn = plan.spec, plan.hardware.gpus_per_node
     dp = dp or max(plan.degrees("prefill").dp, plan.degrees("decode").dp)
     cur = plan.parallel
@@ -139,14 +141,18 @@ def search(plan: Plan, gpu_limit: int | None, dp: int | None = None, want: int =
     def dist(c: tuple[int, int, int]) -> float:
         return sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(c, (cur.tp, max(1, cur.ep), cur.pp), strict=False))
 
+    wide = max(gpn, cur.tp * cur.attn_dp, cur.ep, cur.sp)  # a group this wide was the plan's own choice
+
     def key(c: tuple[int, int, int]) -> tuple[Any, ...]:
         tp, ep, pp = c
         w = max(tp, ep)
         if by_size:
             return (pp * w, w > gpn, pp, dist(c))
+        changed = sum(a != b for a, b in zip(c, (cur.tp, max(1, cur.ep), cur.pp), strict=True))
+        deeper = pp > cur.pp  # MEM-FITS's hint: spread experts or widen TP in the domain first, then pp
         if plan.objective == "latency":
-            return (w > gpn, pp, w, dist(c))
-        return (w > gpn, pp * w, pp, dist(c))
+            return (w > wide, deeper, changed, dist(c), pp, w)
+        return (w > wide, deeper, changed, dist(c), pp * w, pp)
 
     combos.sort(key=key)
     out: list[Candidate] = []
@@ -186,16 +192,14 @@ def apply_candidate(plan: dict[str, Any], c: Candidate, rule_id: str, why: str) 
                 if k in o:
                     changes.append(Change(rule_id=rule_id, message=f"removed phases.{ph}.{k} (now plan-wide)",
                                           field=f"plan.phases.{ph}.{k}", before=o.pop(k), after=None))
-    sp = par.get("sp", 1)
-    if sp > 1 and c.tp % sp:
-        new = 1
-        for s in range(sp, 0, -1):
-            if c.tp % s == 0:
-                new = s
-                break
-        par["sp"] = new
-        changes.append(Change(rule_id=rule_id, message=f"set sp from {sp} to {new} so that it divides tp {c.tp}",
-                              field="plan.parallel.sp", before=sp, after=new))
+    for where, held in [("parallel", par)] + [(f"phases.{ph}", o) for ph, o in sorted(
+            (plan.get("phases") or {}).items()) if isinstance(o, dict)]:
+        sp = held.get("sp", 1)
+        if isinstance(sp, int) and sp > 1 and c.tp % sp:  # a phase's sp too: it splits the same new TP group
+            new = max(s for s in range(1, sp + 1) if c.tp % s == 0)
+            held["sp"] = new
+            changes.append(Change(rule_id=rule_id, message=f"set {where}.sp from {sp} to {new} so that it divides "
+                                  f"tp {c.tp}", field=f"plan.{where}.sp", before=sp, after=new))
     opts = plan.get("options") or {}
     if opts.get("layer_split") is not None and c.pp != len(opts["layer_split"]):
         changes.append(Change(rule_id=rule_id, message="removed options.layer_split (the stage count changed)",
@@ -273,9 +277,8 @@ def _resize(plan: dict[str, Any], ctx: Context, rule_id: str, why: str) -> list[
 
 @fixer("MEM-FITS")
 def fix_fits(plan: dict[str, Any], ctx: Context) -> list[Change]:
-    obj = "latency: TP within a node before PP" if ctx.plan and ctx.plan.objective == "latency" else \
-        "throughput: the smallest replica that fits"
-    return _resize(plan, ctx, "MEM-FITS", f"the model did not fit in GPU memory ({obj})")
+    return _resize(plan, ctx, "MEM-FITS", "the model did not fit in GPU memory (the fitting layout that changes the "
+                   "fewest degrees the least)")
 
 
 def unfit_reason(plan: Plan) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import networkx as nx
 
 from tools.core.dag import NodeType
-from tools.rules.registry import Change, Context, Finding, checker, fixer
+from tools.rules.registry import Change, Context, Finding, checker, fixer, scope
 
 SHARED = ("tp", "pp", "ep")
 TRAINING_WORDS = ("backward", "grad", "optimizer", "loss", "training")
@@ -156,8 +156,8 @@ def check_single_token(ctx: Context) -> Iterator[Finding]:
         named = {x for x in v if isinstance(x, str)}
         unnamed = [a for a in nodes[(r, lyr, g)] if ctx.attr(a, "op") is None]
         if len(named) > 1 or len(unnamed) > len(v - named):
-            yield Finding(f"replica {r} decode runs layer {lyr} more than once; the decode branch is the execution of "
-                          "a single token (repeated steps are a count, not more branches)", nodes[(r, lyr, g)])
+            yield Finding(f"{scope(r, 'decode')} runs layer {lyr} more than once; the decode branch is the execution "
+                          "of a single token (repeated steps are a count, not more branches)", nodes[(r, lyr, g)])
             return
 
 
@@ -182,7 +182,7 @@ def check_no_cross_token(ctx: Context) -> Iterator[Finding]:
         steps = _ordered(ctx, steps)[:64]
         for a, b in zip(steps, steps[1:], strict=False):
             if not nx.has_path(ctx.g, a, b):
-                yield Finding(f"replica {r}: decode steps {a} and {b} do not depend on each other, so two tokens of "
+                yield Finding(f"{scope(r)}: decode steps {a} and {b} do not depend on each other, so two tokens of "
                               "one "
                               "sequence would be computed in parallel; token t+1 needs token t", [a, b],
                               hint="chain the steps (or keep one step and count it)")

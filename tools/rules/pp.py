@@ -9,7 +9,7 @@ from typing import Any
 import networkx as nx
 
 from tools.core.dag import CONTROL_TYPES, NodeType
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, set_degree
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, scope, set_degree
 
 
 def _crossings(ctx: Context) -> dict[tuple[Any, Any], dict[tuple[int, int], list[str]]]:
@@ -45,17 +45,17 @@ def check_linear_chain(ctx: Context) -> Iterator[Finding]:
     for grp, stages in sorted(_stage_nodes(ctx).items(), key=str):
         idx = sorted(s for s in stages if s >= 0)
         if idx != list(range(len(idx))):
-            yield Finding(f"replica {grp[0]} {grp[1]}: stage indices {idx} are not 0..{len(idx) - 1}",
+            yield Finding(f"{scope(grp[0], grp[1])}: stage indices {idx} are not 0..{len(idx) - 1}",
                           [n for ns in stages.values() for n in ns])
         pairs = cross.get(grp, {})
         for a, b in zip(idx, idx[1:], strict=False):
             if (a, b) not in pairs:
-                yield Finding(f"replica {grp[0]} {grp[1]}: nothing flows from stage {a} to stage {b}; stages must be "
+                yield Finding(f"{scope(grp[0], grp[1])}: nothing flows from stage {a} to stage {b}; stages must be "
                               "chained 0 -> 1 -> ... -> pp-1", stages[a] + stages[b],
                               hint="connect the last operator of each stage to the next stage (SendRecvNode)")
         for (a, b), ex in sorted(pairs.items()):
             if b < a:
-                yield Finding(f"replica {grp[0]} {grp[1]}: an edge runs backwards from stage {a} to stage {b}; the "
+                yield Finding(f"{scope(grp[0], grp[1])}: an edge runs backwards from stage {a} to stage {b}; the "
                               "stage chain only goes forward", ex)
 
 
@@ -64,7 +64,7 @@ def check_no_parallel_branches(ctx: Context) -> Iterator[Finding]:
     for grp, stages in sorted(_stage_nodes(ctx).items(), key=str):
         for s, ns in stages.items():
             if len(ns) > 1:
-                yield Finding(f"replica {grp[0]} {grp[1]} has {len(ns)} PipelineStageNodes for stage {s}; stages form "
+                yield Finding(f"{scope(grp[0], grp[1])} has {len(ns)} PipelineStageNodes for stage {s}; stages form "
                               "one chain, never parallel branches", ns)
         all_stage = {n for ns in stages.values() for n in ns}
         feeders: dict[str, list[str]] = defaultdict(list)
@@ -121,14 +121,14 @@ def check_contiguous(ctx: Context) -> Iterator[Finding]:
             got = stages[s]
             lo, hi = min(got), max(got)
             if hi - lo + 1 != len(got) or lo != expect:
-                yield Finding(f"replica {grp[0]} {grp[1]}: stage {s} holds layers {sorted(got)[:6]}...; in chain order "
+                yield Finding(f"{scope(grp[0], grp[1])}: stage {s} holds layers {sorted(got)[:6]}...; in chain order "
                               f"the stages must hold contiguous blocks starting at layer {expect} (no gap, overlap or "
                               "reordering)", _attn_nodes(ctx, grp, s))
                 break
             expect = hi + 1
         else:
             if total is not None and expect != total:
-                yield Finding(f"replica {grp[0]} {grp[1]}: the stages cover layers 0-{expect - 1} of {total}; every "
+                yield Finding(f"{scope(grp[0], grp[1])}: the stages cover layers 0-{expect - 1} of {total}; every "
                               "layer must be in exactly one stage", [])
 
 
@@ -172,7 +172,7 @@ def check_no_shortcut(ctx: Context) -> Iterator[Finding]:
     for grp, pairs in sorted(_crossings(ctx).items(), key=str):
         for (a, b), ex in sorted(pairs.items()):
             if b > a + 1:
-                yield Finding(f"replica {grp[0]} {grp[1]}: an edge jumps from stage {a} to stage {b}; data only moves "
+                yield Finding(f"{scope(grp[0], grp[1])}: an edge jumps from stage {a} to stage {b}; data only moves "
                               "to the next stage through the stage boundary", ex,
                               hint="route the data through every stage in between")
 
@@ -191,7 +191,7 @@ def check_degree_le_layers(ctx: Context) -> Iterator[Finding]:
         return
     for grp, stages in sorted(_stage_nodes(ctx).items(), key=str):
         if len(stages) > ctx.spec.num_layers:
-            yield Finding(f"replica {grp[0]} {grp[1]} has {len(stages)} stages for {ctx.spec.num_layers} layers",
+            yield Finding(f"{scope(grp[0], grp[1])} has {len(stages)} stages for {ctx.spec.num_layers} layers",
                           [n for ns in stages.values() for n in ns])
 
 
@@ -235,7 +235,7 @@ def check_not_replication(ctx: Context) -> Iterator[Finding]:
         involved = {(r, ph, s) for (r, ph, _lyr) in reps for s in where[(r, ph, _lyr)]}
         stage_nodes = [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n] in involved]
         copied = sorted({lyr for (r, ph, lyr) in reps if (r, ph) == k[:2]})
-        yield Finding(f"replica {k[0]} {k[1]}: layer {k[2]} has weights in stages {sorted(where[k])}; each stage "
+        yield Finding(f"{scope(k[0], k[1])}: layer {k[2]} has weights in stages {sorted(where[k])}; each stage "
                       "holds only its own layers, stages are not copies of one another",
                       stage_nodes or ex[k],
                       hint=f"give the later stage(s) the next layers instead of layers {copied[0]}-{copied[-1]} again "
@@ -390,7 +390,7 @@ def check_stages_own_gpus(ctx: Context) -> Iterator[Finding]:
             for s2, ds2 in items[i + 1:]:
                 if ds & ds2:
                     nodes = [n for n in ctx.of(NodeType.STAGE) if ctx.rps[n][:2] == (r, ph)]
-                    yield Finding(f"replica {r} {ph}: stages {s} and {s2} both compute on GPUs {sorted(ds & ds2)[:8]}; "
+                    yield Finding(f"{scope(r, ph)}: stages {s} and {s2} both compute on GPUs {sorted(ds & ds2)[:8]}; "
                                   "each pipeline stage runs its layers on its own GPUs", nodes,
                                   hint="give each stage its own GPUs (stage s of a replica on replica*pp*W + s*W + "
                                        "local), or drop PP")

@@ -180,6 +180,9 @@ class Context:
     replica_folds: list[ReplicaFold] = field(default_factory=list)
     layer_folds: list[LayerFold] = field(default_factory=list)
     inferences: list[Any] = field(default_factory=list)  # attributes normalization filled in (tools.core.normalize)
+    # a DAG document as read (draft vocabulary translated, implicit structure drawn): what validate judges, so what
+    # autofix repairs and names its model from
+    read_doc: dict[str, Any] | None = None
 
     def set_working(self, working: WorkingDag) -> None:
         """Judge this working DAG: its graph, with the replica and layer folds it states."""
@@ -444,6 +447,20 @@ class Context:
 
     def sp_width(self, shards: list[str]) -> int:
         return len({self.attr(s, "sp_rank") for s in shards if self.attr(s, "sp_rank") is not None})
+
+
+def scope(replica: Any, phase: Any = None) -> str:
+    """Where in a DAG a finding is: 'replica 0 decode', or 'decode' in a DAG drawn without ReplicaNodes (whose
+    replica is None, which a message must not print)."""
+    parts = ([f"replica {replica}"] if replica is not None else []) + ([str(phase)] if phase is not None else [])
+    return " ".join(parts) or "the DAG"
+
+
+def layer_at(key: tuple[Any, Any, Any]) -> str:
+    """A (replica, phase, layer) key as words: 'layer 3 (replica 0 decode)', the parts a DAG leaves unsaid left out."""
+    r, ph, lyr = key
+    where = scope(r, ph) if r is not None or ph is not None else ""
+    return (f"layer {lyr}" if lyr is not None else "a layer") + (f" ({where})" if where else "")
 
 
 def field_of(phase: str | None, name: str, plan: Plan | None = None) -> str:

@@ -80,9 +80,16 @@ def check_decode(ctx: Context) -> Iterator[Finding]:
 def fix_decode(plan: dict[str, Any], ctx: Context) -> list[Change]:
     phases = plan.setdefault("phases", {})
     dec = phases.get("decode") or {}
-    before = dec.get("sp", (plan.get("parallel") or {}).get("sp", 1))
+    wide = (plan.get("parallel") or {}).get("sp", 1)
+    before = dec.get("sp", wide)
     dec["sp"] = 1
+    if wide == 1:  # the plan-wide value already: no override left behind
+        del dec["sp"]
     phases["decode"] = dec
+    if not dec:
+        del phases["decode"]
+    if not phases:
+        del plan["phases"]
     return [Change(rule_id="SP-DECODE-INEFFECTIVE", severity="warning", message=f"set decode sp from {before} to 1: "
                    "a single-token decode step has no sequence to split", field="plan.phases.decode.sp",
                    before=before, after=1)]

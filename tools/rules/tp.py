@@ -10,7 +10,7 @@ from tools.core.dag import NodeType
 from tools.core.hardware import DTYPE_BYTES
 from tools.core.quantization import weight_block
 from tools.rules.gpus import op_name
-from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, set_degree
+from tools.rules.registry import Change, Context, Finding, checker, field_of, fixer, param, scope, set_degree
 
 TP_OK_TYPES = {NodeType.ATTENTION, NodeType.FFN, NodeType.LINEAR, NodeType.KV_CACHE}
 NOT_TP_TYPES = {NodeType.EMBEDDING, NodeType.NORM, NodeType.ROUTER, NodeType.LM_HEAD}
@@ -139,6 +139,12 @@ def check_rejoin(ctx: Context) -> Iterator[Finding]:
                                                            f"right after {n}")
 
 
+def _where(layer_stage: tuple[Any, Any]) -> str:
+    """'layer 3, stage 1', leaving out what the DAG does not say (no 'None' in a message)."""
+    said = [f"{k} {v}" for k, v in zip(("layer", "stage"), layer_stage, strict=True) if v is not None]
+    return ", ".join(said) or "outside any layer and stage"
+
+
 @checker("TP-NO-CROSS-LAYER")
 def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
     for _key, shards in sorted(tp_groups(ctx), key=lambda kv: str(kv[0])):
@@ -150,8 +156,8 @@ def check_no_cross_layer(ctx: Context) -> Iterator[Finding]:
                 lv = _layer_stage(ctx, v)
                 if (lv[0] is not None and ls[0] is not None and lv[0] != ls[0]) or \
                         (lv[1] is not None and ls[1] is not None and lv[1] != ls[1]):
-                    yield Finding(f"TP shard {s} (layer {ls[0]}, stage {ls[1]}) feeds {v} (layer {lv[0]}, stage "
-                                  f"{lv[1]}); a TP region starts and ends inside one operator of one layer", [s, v])
+                    yield Finding(f"TP shard {s} ({_where(ls)}) feeds {v} ({_where(lv)}); a TP region starts and "
+                                  "ends inside one operator of one layer", [s, v])
                     return
 
 
@@ -353,7 +359,7 @@ def check_within_node(ctx: Context) -> Iterator[Finding]:
                     for g in range(pool.group_width // w):
                         first, last = pool.device(r, s, g * w), pool.device(r, s, g * w + w - 1)
                         if first // gpn != last // gpn:
-                            yield Finding(f"{ph} replica {r} stage {s}: the TP group on GPUs {first}-{last} straddles "
+                            yield Finding(f"{scope(r, ph)} stage {s}: the TP group on GPUs {first}-{last} straddles "
                                           f"an NVLink domain boundary ({gpn} GPUs per domain)",
                                           field="plan.parallel.tp",
                                           hint="use a stage group width that divides the NVLink domain")

@@ -45,7 +45,7 @@ from tools.rules.run import run_checkers
 __all__ = ["ValidationResult", "validate_dag", "check", "load_dag"]
 
 SEVERITY_ORDER = {"error": 0, "warning": 1}
-CLAIM_KEYS = ("gpus_used", "estimate", "options")  # what a document states about itself, checked against it
+CLAIM_KEYS = ("gpus_used", "estimate", "options", "gpu")  # what a document states about itself, checked against it
 MAX_SCHEMA_ERRORS = 25
 
 
@@ -170,6 +170,7 @@ def load_dag(dag: Any) -> tuple[Context, list[Violation]]:
     if not isinstance(edges, list):
         raise PdagInputError("dag.edges", f"expected a list of edges, got {type(edges).__name__}", "a list")
     ctx = Context()
+    ctx.read_doc = dag
     ctx.notes.extend(read_as)
     if len(nodes) > MAX_NODES or len(edges) > MAX_EDGES:
         ctx.schema_errors.append(("STRUCT-NODE-LIMIT", "dag.nodes",

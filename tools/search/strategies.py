@@ -902,8 +902,10 @@ def _one_replica(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def _engine_gap(one: dict[str, Any], engine: str) -> str | None:
-    """The reason ``engine``'s exporter gives for not launching ``one`` (None: it launches it)."""
-    from tools.engines.launch import EngineCannotExpress, export_unchecked
+    """The reason ``engine``'s exporter gives for not launching ``one`` as drawn (None: it launches it).  A layout
+    the engine runs only in another form (EP wider than TP becomes attention-DP) is not launched as drawn: that
+    form is a layout of its own, priced as such, so the list never shows one deployment twice."""
+    from tools.engines.launch import EngineCannotExpress, export_unchecked, launched_as
 
     if isinstance(one.get("model"), dict) and not one.get("checkpoint"):
         # a config.json names no repo: the command needs plan.checkpoint, which no engine's ability depends on
@@ -912,7 +914,8 @@ def _engine_gap(one: dict[str, Any], engine: str) -> str | None:
         export_unchecked(one, engine)  # search judges the rules itself; this asks only the engine
     except EngineCannotExpress as exc:
         return f"{exc.field}: {exc.problem}"
-    return None
+    other = launched_as(one, engine)
+    return None if other is None else f"parallel.ep: {other}"
 
 
 def _summary(search: _Search, p: _Point, rank: int | None, reason: str) -> PlanSummary:
