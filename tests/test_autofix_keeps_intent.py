@@ -89,7 +89,8 @@ def drafts(draw: st.DrawFn) -> dict[str, Any]:
             "parallel": {"dp": draw(degree), "tp": tp, "ep": tp if model is TINY_MOE else 1, "pp": draw(degree)},
             "phases": draw(st.sampled_from([{}, {"decode": {"sp": 2}}, {"decode": {"sp": 4}}])),
             "objective": draw(st.sampled_from(["latency", "throughput"])),
-            "engine": draw(st.sampled_from(["vllm", "sglang", "trtllm"]))}
+            "engine": draw(st.sampled_from(["vllm", "sglang", "trtllm"])),
+            "checkpoint": "/models/tiny"}  # a config.json names no repo for the command to load
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
