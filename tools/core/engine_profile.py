@@ -128,6 +128,11 @@ class EngineProfile(_Strict):
     long_context_env: str | None = Field(
         None, description="environment assignment without which the engine refuses a context cap beyond the model's "
                           "max_position_embeddings (none: no such override known)")
+    max_num_seqs_default: tuple[int, int] | None = Field(
+        None, description="requests the engine runs at once when the command sets no cap: on GPUs of 70 GiB or more "
+                          "other than the A100, and on the others (vLLM sizes it by GPU memory)")
+    graph_max_batch_default: int | None = Field(
+        None, description="the largest decode batch the engine captures in a CUDA graph by default")
     accelerators: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="kernel speeds measured for this engine on one accelerator (efficiency keys by accelerator id): "

@@ -1146,23 +1146,23 @@ def base_name(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _name_index() -> dict[str, tuple[str, str]]:
-    """Every name a preset answers to -> (preset id, how): its id and repo ("own"), the variants index.json lists
-    ("variant"), their base names ("base") and checkpoints of the same shapes it cites ("same_architecture")."""
-    out: dict[str, tuple[str, str]] = {}
+def _name_index() -> dict[str, tuple[str, str | None]]:
+    """Every name a preset answers to -> (preset id, None), or (preset id, the config.json that shows it) for a
+    checkpoint of its shapes: its id, repo and listed variants, as named and by base name."""
+    out: dict[str, tuple[str, str | None]] = {}
     for pid, entry in preset_index().items():
-        out[pid] = (pid, "own")
+        out[pid] = (pid, None)
         repo = entry.get("hf_repo")
         if repo:
-            out[repo.lower()] = (pid, "own")
-            out.setdefault(base_name(repo), (pid, "base"))
+            out[repo.lower()] = (pid, None)
+            out.setdefault(base_name(repo), (pid, None))
         for alias in entry.get("aliases", ()):  # a preset's own repo wins over another's listed variant
-            out.setdefault(alias.lower(), (pid, "variant"))
-            out.setdefault(base_name(alias), (pid, "base"))
+            out.setdefault(alias.lower(), (pid, None))
+            out.setdefault(base_name(alias), (pid, None))
     for pid, entry in preset_index().items():
         for same in entry.get("same_architecture", ()):
-            out.setdefault(same["repo"].lower(), (pid, "same_architecture"))
-            out.setdefault(base_name(same["repo"]), (pid, "same_architecture"))
+            out.setdefault(same["repo"].lower(), (pid, same["source"]))
+            out.setdefault(base_name(same["repo"]), (pid, same["source"]))
     return out
 
 
@@ -1170,31 +1170,28 @@ def match_preset(name: str) -> tuple[str, str | None] | None:
     """The preset a checkpoint name means, with a note when it is matched loosely (a listed variant, an
     instruct or quantised release, a local path naming the repo, a checkpoint of the same shapes); None when
     nothing matches.  One resolver for plans and imported commands, so both accept the same names."""
-    idx = _name_index()
     key = hub_repo(name[:MAX_MATCHED * 2]).strip().rstrip("/").lower()
     pid = _preset_key(key)  # an id, a repo or a listed variant, quantised or not, before any looser reading
     if pid is not None:
         own = str(preset_index()[pid].get("hf_repo") or "").lower()
         if key in (pid, own):
             return pid, None
-        tokens = for_checkpoint(_load_preset(pid), key).max_position_embeddings
-        window = "" if tokens == _load_preset(pid).max_position_embeddings else \
-            f", with its own {tokens:,}-token native context"
+        base = _load_preset(pid)
+        tokens = for_checkpoint(base, key).max_position_embeddings
+        window = "" if tokens == base.max_position_embeddings else f", with its own {tokens:,}-token native context"
         return pid, f"model {shown(name)} read as preset {pid!r} (listed as its variant{window})"
     # a local path names its repo in some pair of its directories (/models/nvidia/DeepSeek-R1-FP4/sharded)
     parts = [p for p in key.split("/") if p]
     for cand in [key] + ["/".join(parts[i - 1:i + 1]) for i in range(len(parts) - 2, 0, -1)]:
-        for probe, why in ((cand, "the repo its path names"), (base_name(cand), "same architecture as its base "
-                                                                                  "checkpoint")):
-            found = idx.get(probe)
+        for probe, why in ((cand, "the repo its path names"),
+                           (base_name(cand), "same architecture as its base checkpoint")):
+            found = _name_index().get(probe)
             if found is None:
                 continue
-            pid, how = found
-            if how == "same_architecture":
-                src = next(s["source"] for s in preset_index()[pid]["same_architecture"]
-                           if probe in (s["repo"].lower(), base_name(s["repo"])))
-                return pid, (f"model {shown(name)} has the shapes of preset {pid!r} (its config.json: {src}); "
-                             f"estimated as {pid}")
+            pid, config = found
+            if config is not None:
+                return pid, f"model {shown(name)} has the shapes of preset {pid!r} (its config.json: {config}); " \
+                            f"estimated as {pid}"
             return pid, f"model {shown(name)} read as preset {pid!r} ({why})"
     return None
 

@@ -407,14 +407,20 @@ def _allowed_for(error: dict[str, Any], root: str) -> str | None:
     return ", ".join(bounds) or None
 
 
+@cache
+def _value_spellings() -> dict[str, str]:
+    """Other spellings of the plan's values (knowledge/plan_vocabulary.json 'values') -> the plan's own."""
+    table = knowledge.load_json("plan_vocabulary.json").get("values", {})
+    return {_key(alias): canon for canon, aliases in table.items() for alias in aliases}
+
+
 def _problem(error: dict[str, Any]) -> str:
     """pydantic's message, except for a value outside a fixed set: the value itself, and the plan's spelling of it
     when it is another name for one (knowledge/plan_vocabulary.json 'values': 'bfloat16' is 'bf16')."""
     if error.get("type") != "literal_error" or not isinstance(error.get("input"), str):
         return str(error["msg"])
     value = error["input"]
-    spelt = {_key(alias): canon for canon, aliases in knowledge.load_json("plan_vocabulary.json").get(
-        "values", {}).items() for alias in aliases}.get(_key(value))
+    spelt = _value_spellings().get(_key(value))
     if spelt is not None and repr(spelt) in str((error.get("ctx") or {}).get("expected", "")):
         return f"{shown(value)} is written {spelt!r} in a plan"
     return f"{shown(value)} is not one of the values this field takes"
@@ -425,8 +431,8 @@ def validation_error_to_input_error(exc: ValidationError, root: str) -> PdagInpu
     errors = exc.errors(include_url=False)
     first = errors[0]
     problem = _problem(first)
-    others = [f"{_field_path(e['loc'], root)}: {_problem(e)}" + (f" (allowed: {_allowed_for(e, root)})" if e.get(
-        "type") == "literal_error" and _allowed_for(e, root) else "") for e in errors[1:5]]
+    others = [f"{_field_path(e['loc'], root)}: {_problem(e)}" + (f" (allowed: {e['ctx']['expected']})" if e.get(
+        "type") == "literal_error" and "expected" in (e.get("ctx") or {}) else "") for e in errors[1:5]]
     if len(errors) > 5:
         others.append(f"... and {len(errors) - 5} more")
     if others:

@@ -753,12 +753,13 @@ def _export_sglang(plan: Plan, layout: Layout, pool: str | None) -> ExportResult
             notes.append(f"experts are tensor-sharded over {moe_tp} ranks (SGLang MoE-TP = tp / ep)")
     max_seqs, max_len = _serving_limits(plan, "sglang")
     # decode is priced graphed at every batch the load reaches; SGLang's default graph cap depends on GPU memory
-    # and TP (24-512, python/sglang/srt/server_args.py), so a cap per attention group is written: the group's share
-    # of the running cap, no larger than 512 or the load's own batch (a graph per batch size up to a cache-sized cap
-    # of thousands costs start-up time and memory for batches never run)
+    # and TP, so a cap per attention group is written: the group's share of the running cap, no larger than the
+    # profile's graph_max_batch_default or the load's own batch (graphs up to a cache-sized cap of thousands cost
+    # start-up time and memory for batches never run)
     group = -(-max_seqs // p.attn_dp)
     graph_bs = group if plan.engine_options.max_num_seqs else \
-        min(group, max(_SGLANG_GRAPH_BS, -(-plan.workload.batch_size // p.attn_dp)))
+        min(group, max(engine_profile("sglang").graph_max_batch_default or group,
+                       -(-plan.workload.batch_size // p.attn_dp)))
     argv += ["--max-running-requests", str(max_seqs), "--context-length", str(max_len),
              "--cuda-graph-max-bs", str(graph_bs)]
     if graph_bs < group:
@@ -875,7 +876,6 @@ def _trtllm_weights(plan: Plan, notes: list[str]) -> None:
 # (tensorrt_llm/llmapi/llm_args.py, TorchLlmArgs.validate_cuda_graph_config: config.max_batch_size or 128); the
 # estimate prices every decode step graphed, so a larger batch cap is written into the config.
 _TRTLLM_GRAPH_MAX_BATCH = 128
-_SGLANG_GRAPH_BS = 512  # the largest cuda_graph_max_bs SGLang picks by default (python/sglang/srt/server_args.py)
 
 
 _EXPORTERS = {"vllm": _export_vllm, "sglang": _export_sglang, "trtllm": _export_trtllm}

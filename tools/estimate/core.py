@@ -55,7 +55,7 @@ from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.costs import CostModel, NodeCost, host_floor, host_us_per_kernel, pass_schedule
 from tools.estimate.headline import KvTransfer, PoolRate, Throughput, headline, node_batch
 from tools.estimate.serving import Prefill, Serving, Sla, best_under_sla, continuous, memory_limits, riding_ms
-from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult
+from tools.estimate.simulate import POLICY_OF_ENGINE, SimResult, load_mode
 from tools.estimate.simulate import simulate as simulate_serving
 from tools.estimate.speculative import (
     PrefixFigures,
@@ -754,7 +754,7 @@ def estimate_performance(
         warnings.append(f"the KV cache is saturated at this load: at most {served.max_running:,} requests run at "
                         f"once per replica (KV peak {served.kv_peak_fraction:.0%} of {served.kv_cache_tokens:,} "
                         f"tokens), {served.preemptions:,} preemptions, {served.queue_ms.mean:,.0f} ms mean queueing; "
-                        f"ttft_ms and tpot_ms include that wait ({fewer[_mode(wl)]}, fp8 KV or more GPUs give room)"
+                        f"ttft_ms and tpot_ms include that wait ({fewer[load_mode(wl)]}, fp8 KV or more GPUs give room)"
                         + ("; the cause is the arrival rate above" if overloaded else ""))
     elif queued:  # more clients than the cache holds at full length, the run not held back (shorter drawn lengths)
         warnings.append(f"the KV cache holds {mem.max_batch_size_that_fits} of the {wl.batch_size} sequences per "
@@ -804,13 +804,6 @@ def estimate_performance(
 # Share of an open-loop arrival rate below which the served request rate counts as overloaded: a run that keeps up
 # finishes N requests in N / rate seconds plus its last requests' latency, a few percent short of the rate
 OVERLOAD_SHARE = 0.9
-
-
-def _mode(wl: Workload) -> str:
-    """The load's kind as resolve_load reads the workload."""
-    if wl.request_rate is not None:
-        return "poisson"
-    return "burst" if wl.concurrency is None and wl.num_requests is not None else "closed"
 
 
 def _overloaded(wl: Workload, served: SimResult) -> bool:

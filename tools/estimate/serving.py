@@ -79,6 +79,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.core.absent import NullMeansAbsent
+from tools.core.engine_profile import engine_profile
 from tools.core.layout import Layout
 from tools.core.memory import MemoryReport, state_tokens
 from tools.core.plan import Plan
@@ -135,18 +136,15 @@ class Serving(BaseModel):
 Policy = Literal["vllm", "sglang", "trtllm"]
 POLICY_OF_ENGINE: dict[str, Policy] = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "trtllm-cpp": "trtllm",
                                        "generic": "vllm", "gpt-fast": "vllm"}
-# Defaults where the plan states none (engine_options.max_num_seqs):
-# vLLM: 1024 on GPUs of >= 70 GiB, else 256 (EngineArgs.get_batch_defaults, notes §2.1 [VARG]);
-# TensorRT-LLM: max_batch_size 2048 (performance tuning guide [TRTT]); SGLang sizes max_running_requests from
-# the KV pool, so its cache is the bound (a large cap here).
-MAX_SEQS_DEFAULT = {"vllm": (1024, 256), "sglang": (65_536, 65_536), "trtllm": (2048, 2048)}
 
 
 def default_max_seqs(plan: Plan, policy: str) -> int:
-    """The sequence cap an engine runs with when the command sets none (``MAX_SEQS_DEFAULT``): vLLM's depends on
-    the GPU's memory and excludes the A100."""
+    """The sequence cap an engine runs with when the command sets none (its profile's ``max_num_seqs_default``):
+    vLLM's depends on the GPU's memory and excludes the A100."""
     big = plan.accelerator.memory_bytes >= 70 * 2**30 and "a100" not in plan.accelerator.id
-    return MAX_SEQS_DEFAULT[policy][0 if big else 1]
+    caps = engine_profile(policy).max_num_seqs_default
+    assert caps is not None, f"engine profile {policy!r} states no max_num_seqs_default"
+    return caps[0 if big else 1]
 
 
 def sequence_cap(plan: Plan, policy: str) -> int:

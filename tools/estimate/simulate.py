@@ -138,7 +138,7 @@ from pydantic import BaseModel, Field
 from tools.core.errors import PdagInputError
 from tools.core.handoff import kv_handoff
 from tools.core.memory import kv_cache_tokens, memory_report, state_tokens
-from tools.core.plan import LENGTH_DATASETS, Plan
+from tools.core.plan import LENGTH_DATASETS, Plan, Workload
 from tools.core.speculative import acceptance, draft_read_fraction
 from tools.estimate.fast import FastEstimator, PriceBook
 from tools.estimate.serving import POLICY_OF_ENGINE, Policy, default_max_seqs, riding_ms, weights_ms
@@ -205,19 +205,22 @@ def _span(r: tuple[int, int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
+def load_mode(wl: Workload) -> Literal["closed", "poisson", "burst"]:
+    """The load's kind: Poisson arrivals at a request rate, a burst of num_requests with no clients, else a closed
+    loop of clients."""
+    if wl.request_rate is not None:
+        return "poisson"
+    return "burst" if wl.concurrency is None and wl.num_requests is not None else "closed"
+
+
 def resolve_load(plan: Plan, dp: int) -> Load:
     """The workload's load with its defaults: a closed loop of ``batch_size`` clients per DP replica, 10 requests
     per client (InferenceX's ``--num-prompts``), clamped to [64, 4000]."""
     wl = plan.workload
     ins = tuple(wl.input_len_range or (wl.input_len, wl.input_len))
     outs = tuple(wl.output_len_range or (wl.output_len, wl.output_len))
-    if wl.request_rate is not None:
-        mode: Literal["closed", "poisson", "burst"] = "poisson"
-        conc = wl.concurrency
-    elif wl.concurrency is None and wl.num_requests is not None:
-        mode, conc = "burst", None
-    else:
-        mode, conc = "closed", wl.concurrency or wl.batch_size * dp
+    mode = load_mode(wl)
+    conc = wl.concurrency if mode == "poisson" else None if mode == "burst" else wl.concurrency or wl.batch_size * dp
     base = conc or 64
     n = wl.num_requests or min(4000, max(64, 10 * base))
     extra: dict[str, object] = {}
