@@ -220,7 +220,8 @@ class Estimate(BaseModel):
                f"{self.tpot_p99_ms:.2f} ms)" if self.ttft_p50_ms is not None and self.ttft_p99_ms is not None
                and self.tpot_p50_ms is not None and self.tpot_p99_ms is not None else ""),
             f"static batch: prefill {self.prefill_latency_ms:.2f} ms"
-            + (" (after prefix-cache hits)" if self.prefix_caching is not None else "") + " | decode "
+            + (" (after prefix-cache hits)" if self.prefix_caching and self.prefix_caching.hit_fraction else "")
+            + " | decode "
             f"{self.decode_latency_ms_per_token:.3f} ms/token"
             + (" (speculative steps over the tokens they accept)" if self.speculative is not None else "")
             + f" | e2e {self.e2e_latency_ms:.1f} ms | GPUs {self.gpus_used}",
